@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything zplan needs on a fresh Debian 12 machine: the Debian packages of the build and a
+# Python virtual environment (.venv) holding the test oracles (onnx, onnxruntime, numpy). Idempotent: a
+# second run finds everything in place and returns in a second or two.
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+pkgs=(cmake ninja-build g++ ccache
+      libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
+      libonnx-dev libprotobuf-dev protobuf-compiler
+      libflatbuffers-dev flatbuffers-compiler
+      openmpi-bin libopenmpi-dev libopenblas-dev
+      nlohmann-json3-dev libcli11-dev libgtest-dev googletest
+      python3-venv)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=(); [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+venv="$top/.venv"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import onnx, onnxruntime, numpy' 2>/dev/null; then
+  echo "setup: creating the Python test-oracle environment in .venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check onnx onnxruntime numpy
+fi
+echo "setup: ok"
