@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Runs the ONNX project's own backend node tests through zplan and zrun.
+
+The cases are the ones the `onnx` package ships as generators (onnx.backend.test.case.node: the same models,
+inputs and numpy-computed outputs that onnx/backend/test/data/node/ holds; the PyPI wheel carries the
+generators rather than the data files). For every case whose ops zplan accepts, the model is compiled at
+tp=1 (`zplan model.onnx -o plan`), run by zrun on one rank, and every output compared with the stored one.
+
+A case counts as "not accepted" when zplan's importer reports one of its ops as unsupported; every other
+case must pass, unless tests/onnx_node/exceptions.txt lists it with a reason. Prints a per-op table and
+the totals; exits non-zero on any unlisted failure.
+"""
+import argparse
+import collections
+import concurrent.futures
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+
+warnings.filterwarnings("ignore")
+import onnx  # noqa: E402
+from onnx import numpy_helper  # noqa: E402
+import onnx.backend.test.case.node as node_cases  # noqa: E402
+
+SUPPORTED_DTYPES = {np.dtype(t) for t in ("float32", "int64", "int32", "bool")}
+
+
+def load_exceptions(path):
+    exc = {}
+    if path and os.path.exists(path):
+        for line in open(path):
+            line = line.strip()
+            if line and not line.startswith("#"):
+                name, _, reason = line.partition(" ")
+                exc[name] = reason.strip()
+    return exc
+
+
+def run(cmd, timeout=60):
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {timeout} s: {' '.join(cmd)}"
+
+
+def run_case(case, args):
+    """Returns (status, detail): status in pass, fail, not-accepted, skipped."""
+    work = os.path.join(args.work, case.name)
+    os.makedirs(work, exist_ok=True)
+    model_path = os.path.join(work, "model.onnx")
+    with open(model_path, "wb") as f:
+        f.write(case.model.SerializeToString())
+    if not case.data_sets:
+        return "skipped", "no data set"
+    inputs, outputs = case.data_sets[0]
+    graph = case.model.graph
+    # Graph inputs that are not initializers, in order, as the data set gives them.
+    init_names = {i.name for i in graph.initializer}
+    in_names = [i.name for i in graph.input if i.name not in init_names]
+    for arr in list(inputs) + list(outputs):
+        if not isinstance(arr, np.ndarray):
+            return "skipped", "non-tensor input or output (sequence/map/optional)"
+        if arr.dtype not in SUPPORTED_DTYPES:
+            return "skipped", f"dtype {arr.dtype} (plans carry f32/bf16/f16/i64/i32/bool)"
+    code, log = run([args.zplan, "import", model_path, "-o", os.path.join(work, "model.mlir")])
+    if code != 0:
+        if re.search(r"unsupported", log, re.I):
+            return "not-accepted", log.strip().splitlines()[-1] if log.strip() else ""
+        return "fail", "import: " + log.strip()[-400:]
+    plan = os.path.join(work, "model.zplan")
+    code, log = run([args.zplan, model_path, "-o", plan])
+    if code != 0:
+        return "fail", "compile: " + log.strip()[-400:]
+    cmd = [args.zrun, plan, "--timeout", "30"]
+    for name, arr in zip(in_names, inputs):
+        p = os.path.join(work, f"in_{len(cmd)}.npy")
+        np.save(p, arr)
+        cmd += ["--input", f"{name}={p}"]
+    out_paths = []
+    for i, o in enumerate(graph.output):
+        p = os.path.join(work, f"out_{i}.npy")
+        out_paths.append(p)
+        cmd += ["--output", f"{o.name}={p}"]
+    code, log = run(cmd)
+    if code != 0:
+        return "fail", "run: " + log.strip()[-400:]
+    for p, ref, o in zip(out_paths, outputs, graph.output):
+        got = np.load(p)
+        if got.shape != ref.shape:
+            return "fail", f"output {o.name}: shape {got.shape} != {ref.shape}"
+        if ref.dtype == np.bool_ or ref.dtype.kind in "iu":
+            if not np.array_equal(got.astype(ref.dtype), ref):
+                return "fail", f"output {o.name}: values differ"
+        elif not np.allclose(got.astype(np.float64), ref.astype(np.float64), rtol=args.rtol, atol=args.atol,
+                             equal_nan=True):
+            err = np.nanmax(np.abs(got.astype(np.float64) - ref.astype(np.float64)))
+            return "fail", f"output {o.name}: max abs error {err:.3g}"
+    return "pass", ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--zplan", required=True)
+    ap.add_argument("--zrun", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--exceptions", default=os.path.join(os.path.dirname(__file__), "exceptions.txt"))
+    ap.add_argument("--filter", default="")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--atol", type=float, default=1e-5)
+    args = ap.parse_args()
+
+    cases = [c for c in node_cases.collect_testcases(None) if re.search(args.filter, c.name)]
+    exceptions = load_exceptions(args.exceptions)
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futs = {pool.submit(run_case, c, args): c for c in cases}
+        for f in concurrent.futures.as_completed(futs):
+            c = futs[f]
+            results[c.name] = (f.result(), sorted({n.op_type for n in c.model.graph.node}))
+
+    per_op = collections.defaultdict(collections.Counter)
+    unexpected = []
+    for name, ((status, detail), ops) in sorted(results.items()):
+        for op in ops:
+            per_op[op][status] += 1
+        if status == "fail":
+            if name in exceptions:
+                per_op[ops[0]]["excepted"] += 1
+            else:
+                unexpected.append((name, detail))
+    accepted = {op: c for op, c in per_op.items() if c["pass"] + c["fail"] > 0}
+    print(f"{'op':24} {'pass':>5} {'fail':>5} {'skip':>5}")
+    for op, c in sorted(accepted.items()):
+        print(f"{op:24} {c['pass']:5} {c['fail']:5} {c['skipped']:5}")
+    tot = collections.Counter(s for (s, _), _ in results.values())
+    print(f"\nnode tests: {len(results)} cases; for accepted ops: {tot['pass']} pass, {tot['fail']} fail "
+          f"({tot['fail'] - len(unexpected)} listed in exceptions.txt), {tot['skipped']} skipped (dtype/"
+          f"non-tensor); {tot['not-accepted']} use an op zplan does not accept")
+    for name, reason in sorted(exceptions.items()):
+        if name in results and results[name][0][0] == "pass":
+            print(f"note: {name} is listed as an exception but passes now")
+    for name, detail in unexpected:
+        print(f"FAIL {name}: {detail}")
+    return 1 if unexpected else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
