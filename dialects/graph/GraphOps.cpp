@@ -1,0 +1,436 @@
+//===- GraphOps.cpp - zg operations ---------------------------------------===//
+//
+// Op verifiers. Every verifier reports through emitOpError: a malformed graph
+// is a user-facing error, never an assertion.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/graph/GraphOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/STLExtras.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace zplan::graph;
+
+std::optional<SmallVector<int64_t>>
+zplan::graph::broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  size_t rank = std::max(a.size(), b.size());
+  SmallVector<int64_t> out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return std::nullopt;
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+bool zplan::graph::broadcastsTo(ArrayRef<int64_t> from, ArrayRef<int64_t> to) {
+  if (from.size() > to.size())
+    return false;
+  size_t lead = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[lead + i])
+      return false;
+  return true;
+}
+
+static RankedTensorType rtt(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+static std::string shapeStr(ArrayRef<int64_t> s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    out += (i ? "x" : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+/// Checks that `operands` broadcast to exactly the result's shape.
+static LogicalResult verifyBroadcastResult(Operation *op, ValueRange operands,
+                                           Value result) {
+  SmallVector<int64_t> shape;
+  bool first = true;
+  for (Value v : operands) {
+    auto s = rtt(v).getShape();
+    if (first) {
+      shape.assign(s.begin(), s.end());
+      first = false;
+      continue;
+    }
+    auto b = broadcastShapes(shape, s);
+    if (!b)
+      return op->emitOpError("operand shapes ")
+             << shapeStr(shape) << " and " << shapeStr(s)
+             << " do not broadcast";
+    shape = *b;
+  }
+  if (ArrayRef<int64_t>(shape) != rtt(result).getShape())
+    return op->emitOpError("result shape ")
+           << shapeStr(rtt(result).getShape())
+           << " is not the broadcast shape " << shapeStr(shape);
+  return success();
+}
+
+static LogicalResult verifyBinary(Operation *op, bool boolResult) {
+  Value lhs = op->getOperand(0), rhs = op->getOperand(1);
+  if (rtt(lhs).getElementType() != rtt(rhs).getElementType())
+    return op->emitOpError("operands have different element types");
+  if (!boolResult &&
+      rtt(op->getResult(0)).getElementType() != rtt(lhs).getElementType())
+    return op->emitOpError("result element type differs from the operands'");
+  return verifyBroadcastResult(op, op->getOperands(), op->getResult(0));
+}
+
+#define ZG_BINARY_VERIFIER(OP, BOOL)                                           \
+  LogicalResult OP::verify() { return verifyBinary(*this, BOOL); }
+ZG_BINARY_VERIFIER(AddOp, false)
+ZG_BINARY_VERIFIER(SubOp, false)
+ZG_BINARY_VERIFIER(MulOp, false)
+ZG_BINARY_VERIFIER(DivOp, false)
+ZG_BINARY_VERIFIER(PowOp, false)
+ZG_BINARY_VERIFIER(MaxOp, false)
+ZG_BINARY_VERIFIER(MinOp, false)
+ZG_BINARY_VERIFIER(EqualOp, true)
+ZG_BINARY_VERIFIER(LessOp, true)
+ZG_BINARY_VERIFIER(GreaterOp, true)
+ZG_BINARY_VERIFIER(LessEqualOp, true)
+ZG_BINARY_VERIFIER(GreaterEqualOp, true)
+ZG_BINARY_VERIFIER(AndOp, true)
+ZG_BINARY_VERIFIER(OrOp, true)
+#undef ZG_BINARY_VERIFIER
+
+LogicalResult WhereOp::verify() {
+  if (rtt(getLhs()).getElementType() != rtt(getRhs()).getElementType() ||
+      rtt(getLhs()).getElementType() != rtt(getResult()).getElementType())
+    return emitOpError("branches and result must have one element type");
+  return verifyBroadcastResult(*this, getOperands(), getResult());
+}
+
+LogicalResult GeluOp::verify() {
+  if (getApproximate() != "none" && getApproximate() != "tanh")
+    return emitOpError("approximate must be \"none\" or \"tanh\", got \"")
+           << getApproximate() << "\"";
+  return success();
+}
+
+LogicalResult MatmulOp::verify() {
+  auto a = rtt(getLhs()).getShape(), b = rtt(getRhs()).getShape();
+  if (a.empty() || b.empty())
+    return emitOpError("operands must have rank >= 1");
+  if (rtt(getLhs()).getElementType() != rtt(getRhs()).getElementType())
+    return emitOpError("operands have different element types");
+  SmallVector<int64_t> as(a), bs(b);
+  bool aVec = as.size() == 1, bVec = bs.size() == 1;
+  if (aVec)
+    as.insert(as.begin(), 1);
+  if (bVec)
+    bs.push_back(1);
+  int64_t k1 = as.back(), k2 = bs[bs.size() - 2];
+  if (k1 != k2)
+    return emitOpError("contraction dims differ: ") << k1 << " vs " << k2;
+  auto batch = broadcastShapes(ArrayRef<int64_t>(as).drop_back(2),
+                               ArrayRef<int64_t>(bs).drop_back(2));
+  if (!batch)
+    return emitOpError("batch dims do not broadcast");
+  SmallVector<int64_t> out(*batch);
+  if (!aVec)
+    out.push_back(as[as.size() - 2]);
+  if (!bVec)
+    out.push_back(bs.back());
+  if (ArrayRef<int64_t>(out) != rtt(getResult()).getShape())
+    return emitOpError("result shape ")
+           << shapeStr(rtt(getResult()).getShape()) << " should be "
+           << shapeStr(out);
+  return success();
+}
+
+LogicalResult LinearOp::verify() {
+  auto x = rtt(getInput()).getShape(), w = rtt(getWeight()).getShape();
+  if (x.empty())
+    return emitOpError("input must have rank >= 1");
+  if (w.size() != 2)
+    return emitOpError("weight must be 2-D, got rank ") << w.size();
+  int64_t k = getTransW() ? w[1] : w[0];
+  int64_t n = getTransW() ? w[0] : w[1];
+  if (x.back() != k)
+    return emitOpError("input's last dim ")
+           << x.back() << " does not match the weight's K = " << k;
+  if (getBias()) {
+    auto b = rtt(getBias()).getShape();
+    if (b.size() != 1 || b[0] != n)
+      return emitOpError("bias must have shape [") << n << "]";
+  }
+  SmallVector<int64_t> out(x);
+  out.back() = n;
+  if (ArrayRef<int64_t>(out) != rtt(getResult()).getShape())
+    return emitOpError("result shape should be ") << shapeStr(out);
+  return success();
+}
+
+static LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
+  if (axis < 0 || axis >= rank)
+    return op->emitOpError("axis ")
+           << axis << " out of range for rank " << rank;
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  return verifyAxis(*this, getAxis(), rtt(getInput()).getRank());
+}
+
+LogicalResult LayerNormOp::verify() {
+  auto x = rtt(getInput()).getShape();
+  if (failed(verifyAxis(*this, getAxis(), x.size())))
+    return failure();
+  auto norm = x.drop_front(getAxis());
+  if (!broadcastsTo(rtt(getScale()).getShape(), norm))
+    return emitOpError("scale does not broadcast to the normalised dims ")
+           << shapeStr(norm);
+  if (getBias() && !broadcastsTo(rtt(getBias()).getShape(), norm))
+    return emitOpError("bias does not broadcast to the normalised dims ")
+           << shapeStr(norm);
+  if (rtt(getResult()) != rtt(getInput()))
+    return emitOpError("result type must equal the input type");
+  return success();
+}
+
+LogicalResult RmsNormOp::verify() {
+  auto x = rtt(getInput()).getShape();
+  if (x.empty())
+    return emitOpError("input must have rank >= 1");
+  if (getScale()) {
+    auto s = rtt(getScale()).getShape();
+    if (s.size() != 1 || s[0] != x.back())
+      return emitOpError("scale must have shape [") << x.back() << "]";
+  }
+  if (rtt(getResult()) != rtt(getInput()))
+    return emitOpError("result type must equal the input type");
+  return success();
+}
+
+static LogicalResult verifyReduce(Operation *op, ArrayRef<int64_t> axes,
+                                  bool keepdims) {
+  auto x = rtt(op->getOperand(0)).getShape();
+  if (axes.empty())
+    return op->emitOpError("axes must not be empty");
+  SmallVector<int64_t> out;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (failed(verifyAxis(op, axes[i], x.size())))
+      return failure();
+    if (i && axes[i] <= axes[i - 1])
+      return op->emitOpError("axes must be sorted and unique");
+  }
+  for (int64_t d = 0; d < (int64_t)x.size(); ++d) {
+    if (llvm::is_contained(axes, d)) {
+      if (keepdims)
+        out.push_back(1);
+    } else {
+      out.push_back(x[d]);
+    }
+  }
+  if (ArrayRef<int64_t>(out) != rtt(op->getResult(0)).getShape())
+    return op->emitOpError("result shape should be ") << shapeStr(out);
+  return success();
+}
+
+LogicalResult ReduceSumOp::verify() {
+  return verifyReduce(*this, getAxes(), getKeepdims());
+}
+LogicalResult ReduceMeanOp::verify() {
+  return verifyReduce(*this, getAxes(), getKeepdims());
+}
+LogicalResult ReduceMaxOp::verify() {
+  return verifyReduce(*this, getAxes(), getKeepdims());
+}
+
+LogicalResult TransposeOp::verify() {
+  auto x = rtt(getInput()).getShape();
+  auto perm = getPerm();
+  if (perm.size() != x.size())
+    return emitOpError("perm has ")
+           << perm.size() << " entries for rank " << x.size();
+  SmallVector<bool> seen(x.size(), false);
+  SmallVector<int64_t> out;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= (int64_t)x.size() || seen[p])
+      return emitOpError("perm is not a permutation");
+    seen[p] = true;
+    out.push_back(x[p]);
+  }
+  if (ArrayRef<int64_t>(out) != rtt(getResult()).getShape())
+    return emitOpError("result shape should be ") << shapeStr(out);
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  if (rtt(getInput()).getNumElements() != rtt(getResult()).getNumElements())
+    return emitOpError("element counts differ: ")
+           << rtt(getInput()).getNumElements() << " vs "
+           << rtt(getResult()).getNumElements();
+  if (rtt(getInput()).getElementType() != rtt(getResult()).getElementType())
+    return emitOpError("element types differ");
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one operand");
+  auto out = rtt(getResult()).getShape();
+  if (failed(verifyAxis(*this, getAxis(), out.size())))
+    return failure();
+  int64_t total = 0;
+  for (Value v : getInputs()) {
+    auto s = rtt(v).getShape();
+    if (s.size() != out.size())
+      return emitOpError("operand ranks differ");
+    for (size_t d = 0; d < s.size(); ++d)
+      if ((int64_t)d != getAxis() && s[d] != out[d])
+        return emitOpError("operand dim ") << d << " differs from result";
+    total += s[getAxis()];
+  }
+  if (total != out[getAxis()])
+    return emitOpError("sizes along axis add up to ")
+           << total << ", result has " << out[getAxis()];
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  auto x = rtt(getInput()).getShape();
+  auto out = rtt(getResult()).getShape();
+  if (getStarts().size() != x.size() || getSteps().size() != x.size() ||
+      out.size() != x.size())
+    return emitOpError("starts, steps and result need one entry per dim");
+  for (size_t d = 0; d < x.size(); ++d) {
+    int64_t st = getStarts()[d], step = getSteps()[d];
+    if (step == 0)
+      return emitOpError("step of dim ") << d << " is zero";
+    if (out[d] == 0)
+      continue;
+    int64_t last = st + (out[d] - 1) * step;
+    if (st < 0 || st >= x[d] || last < 0 || last >= x[d])
+      return emitOpError("dim ") << d << " reads outside [0, " << x[d] << ")";
+  }
+  return success();
+}
+
+LogicalResult SplitOp::verify() {
+  auto x = rtt(getInput()).getShape();
+  if (failed(verifyAxis(*this, getAxis(), x.size())))
+    return failure();
+  int64_t total = 0;
+  for (Value r : getResults()) {
+    auto s = rtt(r).getShape();
+    if (s.size() != x.size())
+      return emitOpError("result ranks differ from input");
+    for (size_t d = 0; d < s.size(); ++d)
+      if ((int64_t)d != getAxis() && s[d] != x[d])
+        return emitOpError("result dim ") << d << " differs from input";
+    total += s[getAxis()];
+  }
+  if (total != x[getAxis()])
+    return emitOpError("split sizes add up to ")
+           << total << ", input has " << x[getAxis()];
+  return success();
+}
+
+LogicalResult GatherOp::verify() {
+  auto d = rtt(getData()).getShape(), i = rtt(getIndices()).getShape();
+  if (failed(verifyAxis(*this, getAxis(), d.size())))
+    return failure();
+  SmallVector<int64_t> out(d.begin(), d.begin() + getAxis());
+  out.append(i.begin(), i.end());
+  out.append(d.begin() + getAxis() + 1, d.end());
+  if (ArrayRef<int64_t>(out) != rtt(getResult()).getShape())
+    return emitOpError("result shape should be ") << shapeStr(out);
+  return success();
+}
+
+LogicalResult ExpandOp::verify() {
+  if (!broadcastsTo(rtt(getInput()).getShape(), rtt(getResult()).getShape()))
+    return emitOpError("input ")
+           << shapeStr(rtt(getInput()).getShape()) << " does not broadcast to "
+           << shapeStr(rtt(getResult()).getShape());
+  return success();
+}
+
+LogicalResult EmbeddingOp::verify() {
+  auto t = rtt(getTable()).getShape(), ids = rtt(getIds()).getShape();
+  if (t.size() != 2)
+    return emitOpError("table must be 2-D");
+  SmallVector<int64_t> out(ids);
+  out.push_back(t[1]);
+  if (ArrayRef<int64_t>(out) != rtt(getResult()).getShape())
+    return emitOpError("result shape should be ") << shapeStr(out);
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  auto q = rtt(getQ()).getShape(), k = rtt(getK()).getShape(),
+       v = rtt(getV()).getShape();
+  if (q.size() != 4 || k.size() != 4 || v.size() != 4)
+    return emitOpError("q, k and v must be 4-D [B, H, S, D]");
+  if (k[0] != q[0] || v[0] != q[0])
+    return emitOpError("batch sizes differ");
+  if (k[1] != v[1] || k[2] != v[2])
+    return emitOpError("k and v differ in heads or length");
+  if (k[1] == 0 || q[1] % k[1] != 0)
+    return emitOpError("query heads (")
+           << q[1] << ") are not a multiple of kv heads (" << k[1] << ")";
+  if (k[3] != q[3])
+    return emitOpError("q and k head dims differ");
+  SmallVector<int64_t> out = {q[0], q[1], q[2], v[3]};
+  if (ArrayRef<int64_t>(out) != rtt(getResult()).getShape())
+    return emitOpError("result shape should be ") << shapeStr(out);
+  if (getMask()) {
+    SmallVector<int64_t> scores = {q[0], q[1], q[2], k[2]};
+    if (!broadcastsTo(rtt(getMask()).getShape(), scores))
+      return emitOpError("mask does not broadcast to the scores ")
+             << shapeStr(scores);
+  }
+  return success();
+}
+
+LogicalResult CausalMaskOp::verify() {
+  if (rtt(getResult()).getRank() < 2)
+    return emitOpError("result must have rank >= 2");
+  if (!isa<FloatType>(rtt(getResult()).getElementType()))
+    return emitOpError("result must be a float tensor");
+  return success();
+}
+
+LogicalResult ConstantOp::verify() {
+  auto t = dyn_cast<RankedTensorType>(getValue().getType());
+  if (!t || t != rtt(getResult()))
+    return emitOpError("value type must equal the result type");
+  return success();
+}
+
+LogicalResult WeightOp::verify() {
+  auto t = rtt(getResult());
+  if (getValue()) {
+    if (!getFile().empty())
+      return emitOpError("has both an inline value and a file");
+    if (getValue()->getType() != t)
+      return emitOpError("value type must equal the result type");
+    return success();
+  }
+  if (getFile().empty())
+    return emitOpError("needs a file or an inline value");
+  if (getOffset() < 0 || getLength() < 0)
+    return emitOpError("offset and length must be >= 0");
+  unsigned bits = t.getElementType().getIntOrFloatBitWidth();
+  int64_t bytes = t.getNumElements() * ((bits + 7) / 8);
+  if (getLength() != bytes)
+    return emitOpError("length ")
+           << getLength() << " does not match the type's " << bytes
+           << " bytes";
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "dialects/graph/GraphOps.cpp.inc"

@@ -1,0 +1,393 @@
+//===- GraphOps.td - zg operations -------------------------*- tablegen -*-===//
+//
+// Every op works on statically shaped tensors. Semantics are ONNX's unless the
+// description says otherwise; the runtime implements exactly what is written
+// here.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZPLAN_DIALECTS_GRAPH_GRAPHOPS_TD
+#define ZPLAN_DIALECTS_GRAPH_GRAPHOPS_TD
+
+include "dialects/graph/GraphDialect.td"
+include "mlir/IR/OpBase.td"
+include "mlir/IR/BuiltinAttributes.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/IR/OpBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def ZG_Tensor : StaticShapeTensorOf<[AnyType]>;
+def ZG_BoolTensor : StaticShapeTensorOf<[I1]>;
+def ZG_IntTensor : StaticShapeTensorOf<[I32, I64]>;
+
+class ZG_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Graph_Dialect, mnemonic, traits> {
+  // One generic-looking syntax for every op keeps the printed graph uniform
+  // and easy to CHECK in lit tests.
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise unary ops.
+//===----------------------------------------------------------------------===//
+
+class ZG_UnaryOp<string mnemonic, string formula>
+    : ZG_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = "elementwise " # mnemonic;
+  let description = "Elementwise: `result[i] = " # formula # "`. The result "
+                    "has the operand's shape and element type.";
+  let arguments = (ins ZG_Tensor:$input);
+  let results = (outs ZG_Tensor:$result);
+}
+
+def ZG_NegOp : ZG_UnaryOp<"neg", "-input[i]">;
+def ZG_ExpOp : ZG_UnaryOp<"exp", "exp(input[i])">;
+def ZG_LogOp : ZG_UnaryOp<"log", "log(input[i])">;
+def ZG_SqrtOp : ZG_UnaryOp<"sqrt", "sqrt(input[i])">;
+def ZG_ReciprocalOp : ZG_UnaryOp<"reciprocal", "1 / input[i]">;
+def ZG_TanhOp : ZG_UnaryOp<"tanh", "tanh(input[i])">;
+def ZG_ErfOp : ZG_UnaryOp<"erf", "erf(input[i])">;
+def ZG_SigmoidOp : ZG_UnaryOp<"sigmoid", "1 / (1 + exp(-input[i]))">;
+def ZG_ReluOp : ZG_UnaryOp<"relu", "max(input[i], 0)">;
+def ZG_CosOp : ZG_UnaryOp<"cos", "cos(input[i])">;
+def ZG_SinOp : ZG_UnaryOp<"sin", "sin(input[i])">;
+def ZG_AbsOp : ZG_UnaryOp<"abs", "|input[i]|">;
+def ZG_SiluOp : ZG_UnaryOp<"silu", "input[i] * sigmoid(input[i])">;
+
+def ZG_NotOp : ZG_Op<"not", [Pure, SameOperandsAndResultType]> {
+  let summary = "elementwise logical not";
+  let description = "`result[i] = !input[i]` on i1 tensors (ONNX Not).";
+  let arguments = (ins ZG_BoolTensor:$input);
+  let results = (outs ZG_BoolTensor:$result);
+}
+
+def ZG_IsNanOp : ZG_Op<"is_nan", [Pure, SameOperandsAndResultShape]> {
+  let summary = "elementwise NaN test";
+  let description = [{
+    `result[i] = isnan(input[i])` (ONNX IsNaN). The runtime has no opcode for
+    it: exporters emit it after a softmax to zero fully masked rows, and the
+    attention recognition absorbs that pattern (zg.attention gives zeros for
+    fully masked rows).
+  }];
+  let arguments = (ins ZG_Tensor:$input);
+  let results = (outs ZG_BoolTensor:$result);
+}
+
+def ZG_CastOp : ZG_Op<"cast", [Pure, SameOperandsAndResultShape]> {
+  let summary = "element type conversion";
+  let description = [{
+    Converts every element to the result's element type (ONNX Cast). Float to
+    integer truncates toward zero; bool is 0 / 1; anything non-zero casts to
+    true.
+  }];
+  let arguments = (ins ZG_Tensor:$input);
+  let results = (outs ZG_Tensor:$result);
+}
+
+def ZG_GeluOp : ZG_Op<"gelu", [Pure, SameOperandsAndResultType]> {
+  let summary = "Gaussian error linear unit";
+  let description = [{
+    `approximate = "none"`: `0.5 x (1 + erf(x / sqrt(2)))`.
+    `approximate = "tanh"`: `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`.
+    Same semantics as ONNX Gelu (opset 20).
+  }];
+  let arguments = (ins ZG_Tensor:$input, StrAttr:$approximate);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise binary ops with numpy broadcasting.
+//===----------------------------------------------------------------------===//
+
+class ZG_BinaryOp<string mnemonic, string formula, Type resultType = ZG_Tensor>
+    : ZG_Op<mnemonic, [Pure]> {
+  let summary = "elementwise " # mnemonic # " with broadcasting";
+  let description = "`result = " # formula # "` with numpy (ONNX "
+                    "multidirectional) broadcasting of lhs and rhs to the "
+                    "result's shape. Both operands have the same element type.";
+  let arguments = (ins ZG_Tensor:$lhs, ZG_Tensor:$rhs);
+  let results = (outs resultType:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_AddOp : ZG_BinaryOp<"add", "lhs + rhs">;
+def ZG_SubOp : ZG_BinaryOp<"sub", "lhs - rhs">;
+def ZG_MulOp : ZG_BinaryOp<"mul", "lhs * rhs">;
+def ZG_DivOp : ZG_BinaryOp<"div", "lhs / rhs (integers truncate)">;
+def ZG_PowOp : ZG_BinaryOp<"pow", "pow(lhs, rhs)">;
+def ZG_MaxOp : ZG_BinaryOp<"max", "max(lhs, rhs)">;
+def ZG_MinOp : ZG_BinaryOp<"min", "min(lhs, rhs)">;
+def ZG_EqualOp : ZG_BinaryOp<"equal", "lhs == rhs", ZG_BoolTensor>;
+def ZG_LessOp : ZG_BinaryOp<"less", "lhs < rhs", ZG_BoolTensor>;
+def ZG_GreaterOp : ZG_BinaryOp<"greater", "lhs > rhs", ZG_BoolTensor>;
+def ZG_LessEqualOp : ZG_BinaryOp<"less_equal", "lhs <= rhs", ZG_BoolTensor>;
+def ZG_GreaterEqualOp
+    : ZG_BinaryOp<"greater_equal", "lhs >= rhs", ZG_BoolTensor>;
+def ZG_AndOp : ZG_BinaryOp<"and", "lhs && rhs (i1)", ZG_BoolTensor>;
+def ZG_OrOp : ZG_BinaryOp<"or", "lhs || rhs (i1)", ZG_BoolTensor>;
+
+def ZG_WhereOp : ZG_Op<"where", [Pure]> {
+  let summary = "elementwise select with broadcasting";
+  let description = [{
+    `result = condition ? lhs : rhs`, all three broadcast (numpy rules) to the
+    result's shape (ONNX Where).
+  }];
+  let arguments = (ins ZG_BoolTensor:$condition, ZG_Tensor:$lhs,
+                   ZG_Tensor:$rhs);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra.
+//===----------------------------------------------------------------------===//
+
+def ZG_MatmulOp : ZG_Op<"matmul", [Pure]> {
+  let summary = "matrix product with ONNX MatMul semantics";
+  let description = [{
+    numpy.matmul: a 1-D lhs is treated as [1, K] and a 1-D rhs as [K, 1] (the
+    added dim is removed from the result); the leading (batch) dims of both
+    broadcast. Result: [...batch, M, N].
+  }];
+  let arguments = (ins ZG_Tensor:$lhs, ZG_Tensor:$rhs);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_LinearOp : ZG_Op<"linear", [Pure]> {
+  let summary = "fully connected layer";
+  let description = [{
+    `result[..., n] = alpha * sum_k input[..., k] * W[k, n] + bias[n]`.
+    `weight` is stored [K, N] when `trans_w` is false and [N, K] (PyTorch's
+    nn.Linear layout) when it is true. `bias` is optional, of shape [N]. The
+    input has rank >= 1; the result has the input's shape with the last dim
+    replaced by N.
+
+    Example:
+    ```mlir
+    %y = zg.linear %x, %w, %b {alpha = 1.0 : f64, trans_w = false}
+        : (tensor<2x16x64xf32>, tensor<64x256xf32>, tensor<256xf32>)
+        -> tensor<2x16x256xf32>
+    ```
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$weight,
+                   Optional<ZG_Tensor>:$bias,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_w,
+                   DefaultValuedAttr<F64Attr, "1.0">:$alpha);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisation and friends.
+//===----------------------------------------------------------------------===//
+
+def ZG_SoftmaxOp : ZG_Op<"softmax", [Pure, SameOperandsAndResultType]> {
+  let summary = "softmax along one axis";
+  let description = [{
+    `exp(x - max) / sum(exp(x - max))` along `axis` (opset-13 semantics; axis
+    is normalised to [0, rank)).
+  }];
+  let arguments = (ins ZG_Tensor:$input, I64Attr:$axis);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_LayerNormOp : ZG_Op<"layer_norm", [Pure]> {
+  let summary = "layer normalisation";
+  let description = [{
+    Normalises over the trailing dims [axis, rank): `(x - mean) /
+    sqrt(var + epsilon) * scale + bias` with the biased variance, computed in
+    fp32 (ONNX LayerNormalization, stash_type 1). `scale` and the optional
+    `bias` have the shape of the normalised dims (or broadcast to it). `axis`
+    is normalised to [0, rank).
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$scale,
+                   Optional<ZG_Tensor>:$bias, I64Attr:$axis, F64Attr:$epsilon);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_RmsNormOp : ZG_Op<"rms_norm", [Pure]> {
+  let summary = "root mean square normalisation over the last axis";
+  let description = [{
+    `x / sqrt(mean(x^2 over the last axis) + epsilon) * scale`, with `scale`
+    of shape [D] (optional: 1 when absent).
+  }];
+  let arguments = (ins ZG_Tensor:$input, Optional<ZG_Tensor>:$scale,
+                   F64Attr:$epsilon);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+class ZG_ReduceOp<string mnemonic, string what> : ZG_Op<mnemonic, [Pure]> {
+  let summary = what # " over axes";
+  let description = "The " # what # " over `axes` (normalised to [0, rank), "
+                    "sorted, unique; never empty). With `keepdims` the reduced "
+                    "dims stay with size 1, otherwise they are removed.";
+  let arguments = (ins ZG_Tensor:$input, DenseI64ArrayAttr:$axes,
+                   BoolAttr:$keepdims);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_ReduceSumOp : ZG_ReduceOp<"reduce_sum", "sum">;
+def ZG_ReduceMeanOp : ZG_ReduceOp<"reduce_mean", "mean">;
+def ZG_ReduceMaxOp : ZG_ReduceOp<"reduce_max", "maximum">;
+
+//===----------------------------------------------------------------------===//
+// Data movement.
+//===----------------------------------------------------------------------===//
+
+def ZG_TransposeOp : ZG_Op<"transpose", [Pure]> {
+  let summary = "permutation of dims";
+  let description = "`result` dim i is `input` dim `perm[i]` (ONNX Transpose).";
+  let arguments = (ins ZG_Tensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_ReshapeOp : ZG_Op<"reshape", [Pure]> {
+  let summary = "reshape to the result's static shape";
+  let description = "Row-major reinterpretation; element counts are equal.";
+  let arguments = (ins ZG_Tensor:$input);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_ConcatOp : ZG_Op<"concat", [Pure]> {
+  let summary = "concatenation along one axis";
+  let description = "Operands in order along `axis` (in [0, rank)).";
+  let arguments = (ins Variadic<ZG_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_SliceOp : ZG_Op<"slice", [Pure]> {
+  let summary = "strided slice";
+  let description = [{
+    One start and one step per input dim (starts in [0, dim), steps non-zero,
+    negative steps walk backwards); the result's shape gives the number of
+    elements taken along each dim: `result[i...] = input[starts + i * steps]`.
+    The importer clamps ONNX Slice's starts/ends/axes into this form.
+  }];
+  let arguments = (ins ZG_Tensor:$input, DenseI64ArrayAttr:$starts,
+                   DenseI64ArrayAttr:$steps);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_SplitOp : ZG_Op<"split", [Pure]> {
+  let summary = "split into consecutive parts along one axis";
+  let description = [{
+    The results, in order, are consecutive pieces of `input` along `axis`;
+    their sizes along `axis` come from the result types and add up to the
+    input's dim. The planner lowers it to one `slice` per result.
+  }];
+  let arguments = (ins ZG_Tensor:$input, I64Attr:$axis);
+  let results = (outs Variadic<ZG_Tensor>:$results);
+  let hasVerifier = 1;
+}
+
+def ZG_GatherOp : ZG_Op<"gather", [Pure]> {
+  let summary = "ONNX Gather";
+  let description = [{
+    `result` has shape `data[:axis] + indices.shape + data[axis+1:]`; negative
+    indices count from the end of dim `axis`.
+  }];
+  let arguments = (ins ZG_Tensor:$data, ZG_IntTensor:$indices, I64Attr:$axis);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_ExpandOp : ZG_Op<"expand", [Pure]> {
+  let summary = "broadcast to the result's shape";
+  let description = "numpy broadcasting of `input` to the result's shape, "
+                    "which must equal the broadcast of the two shapes.";
+  let arguments = (ins ZG_Tensor:$input);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure]> {
+  let summary = "embedding lookup";
+  let description = [{
+    `result[ids..., :] = table[ids[ids...], :]` with table [V, D] and integer
+    ids in [0, V): result shape `ids.shape + [D]`.
+  }];
+  let arguments = (ins ZG_Tensor:$table, ZG_IntTensor:$ids);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention.
+//===----------------------------------------------------------------------===//
+
+def ZG_AttentionOp : ZG_Op<"attention", [Pure]> {
+  let summary = "scaled dot-product attention core";
+  let description = [{
+    q [B, Hq, S, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv], optional additive
+    mask broadcastable to [B, Hq, S, T]. Hq is a multiple of Hkv: query head h
+    uses kv head h / (Hq / Hkv) (grouped-query attention).
+    `scores = scale * q k^T + mask`; with `causal`, position j is masked for
+    query i when j > i + (T - S). `result = softmax(scores) v` : [B, Hq, S, Dv].
+    A fully masked row gives zeros.
+  }];
+  let arguments = (ins ZG_Tensor:$q, ZG_Tensor:$k, ZG_Tensor:$v,
+                   Optional<ZG_Tensor>:$mask, F64Attr:$scale,
+                   BoolAttr:$causal);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_CausalMaskOp : ZG_Op<"causal_mask", [Pure]> {
+  let summary = "additive causal mask";
+  let description = [{
+    Result [..., S, T] (rank >= 2): 0 where j <= i + (T - S), else
+    `masked_value` (e.g. -inf or the dtype's lowest value). The importer
+    produces it instead of a large folded constant; the attention recognition
+    turns it into `causal = true`. It never reaches the runtime.
+  }];
+  let arguments = (ins F64Attr:$masked_value);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Parameters and constants.
+//===----------------------------------------------------------------------===//
+
+def ZG_ConstantOp : ZG_Op<"constant", [Pure]> {
+  let summary = "constant tensor";
+  let description = "A small constant; `value`'s type is the result type.";
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_WeightOp : ZG_Op<"weight", [Pure]> {
+  let summary = "model parameter";
+  let description = [{
+    A parameter of the model, by reference: `file` is the external-data path
+    as written in the model (relative to the model's folder), `offset` and
+    `length` the byte range there, holding the result's element type in
+    little-endian row-major order. A small inline initializer has an empty
+    `file` and its values in `value`. `name` is the ONNX initializer name (for
+    reports only: nothing matches on it).
+
+    Example:
+    ```mlir
+    %w = zg.weight {file = "model.onnx.data", length = 16384 : i64,
+                    name = "w", offset = 0 : i64} : () -> tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, StrAttr:$file, I64Attr:$offset,
+                   I64Attr:$length, OptionalAttr<ElementsAttr>:$value);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+#endif // ZPLAN_DIALECTS_GRAPH_GRAPHOPS_TD
