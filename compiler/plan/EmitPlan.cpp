@@ -1,0 +1,685 @@
+//===- EmitPlan.cpp - Scheduled, memory-planned IR to a plan file ---------===//
+//
+// Reads the schedule (streams, events) and the memory plan (offsets) from the
+// IR, recomputes the tensor facts with the same liveness analysis the memory
+// plan used, and writes every table of plan.fbs. Opcode numbers, dtypes,
+// spaces and kinds are cast from the numbers plan.fbs documents, so that the
+// code does not depend on flatc's enum naming flags.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/plan/EmitPlan.h"
+#include "compiler/plan/Passes.h"
+
+#include "dialects/dist/ZdDialect.h"
+#include "dialects/graph/GraphOps.h"
+
+#include "zrt/plan_generated.h"
+#include "zrt/plan_file.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/APFloat.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <filesystem>
+
+using namespace mlir;
+namespace fb = zrt::fb;
+namespace fs = std::filesystem;
+
+namespace zplan::plan {
+namespace {
+
+std::vector<int64_t> shapeOf(Value v) {
+  auto shape = cast<ShapedType>(v.getType()).getShape();
+  return {shape.begin(), shape.end()};
+}
+
+/// Appends `value` in `dtype`'s little-endian encoding (floats rounded to
+/// nearest even, as the runtime's own conversions do).
+void appendFloat(std::vector<uint8_t> &out, double value, PlanDType dtype) {
+  auto put = [&](uint64_t bits, unsigned bytes) {
+    for (unsigned i = 0; i < bytes; ++i)
+      out.push_back(uint8_t(bits >> (8 * i)));
+  };
+  llvm::APFloat f(value);
+  bool lost = false;
+  switch (dtype) {
+  case PlanDType::F32:
+    f.convert(llvm::APFloat::IEEEsingle(), llvm::APFloat::rmNearestTiesToEven,
+              &lost);
+    put(f.bitcastToAPInt().getZExtValue(), 4);
+    return;
+  case PlanDType::BF16:
+    f.convert(llvm::APFloat::BFloat(), llvm::APFloat::rmNearestTiesToEven,
+              &lost);
+    put(f.bitcastToAPInt().getZExtValue(), 2);
+    return;
+  case PlanDType::F16:
+    f.convert(llvm::APFloat::IEEEhalf(), llvm::APFloat::rmNearestTiesToEven,
+              &lost);
+    put(f.bitcastToAPInt().getZExtValue(), 2);
+    return;
+  default:
+    return;
+  }
+}
+
+void appendInt(std::vector<uint8_t> &out, int64_t value, PlanDType dtype) {
+  unsigned bytes = dtypeBytes(dtype);
+  for (unsigned i = 0; i < bytes; ++i)
+    out.push_back(uint8_t(uint64_t(value) >> (8 * i)));
+}
+
+/// The elements of a constant in `dtype`, or failure for attribute kinds
+/// whose values cannot be enumerated.
+LogicalResult encodeElements(ElementsAttr attr, PlanDType dtype,
+                             std::vector<uint8_t> &out) {
+  Type et = attr.getElementType();
+  if (isa<FloatType>(et)) {
+    auto values = attr.tryGetValues<llvm::APFloat>();
+    if (!values)
+      return failure();
+    for (const llvm::APFloat &v : *values)
+      appendFloat(out, v.convertToDouble(), dtype);
+    return success();
+  }
+  if (isa<IntegerType>(et)) {
+    auto values = attr.tryGetValues<llvm::APInt>();
+    if (!values)
+      return failure();
+    bool isBool = et.getIntOrFloatBitWidth() == 1;
+    for (const llvm::APInt &v : *values)
+      appendInt(out, isBool ? int64_t(v.getZExtValue()) : v.getSExtValue(),
+                dtype);
+    return success();
+  }
+  return failure();
+}
+
+/// The causal mask zg.causal_mask stands for, materialised: 0 where
+/// j <= i + (T - S), else the masked value; leading dims repeat it.
+void encodeCausalMask(graph::CausalMaskOp op, PlanDType dtype,
+                      std::vector<uint8_t> &out) {
+  std::vector<int64_t> shape = shapeOf(op.getResult());
+  int64_t s = shape[shape.size() - 2], t = shape.back();
+  uint64_t outer = 1;
+  for (size_t i = 0; i + 2 < shape.size(); ++i)
+    outer *= uint64_t(shape[i]);
+  double masked = op.getMaskedValue().convertToDouble();
+  for (uint64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < s; ++i)
+      for (int64_t j = 0; j < t; ++j)
+        appendFloat(out, j <= i + (t - s) ? 0.0 : masked, dtype);
+}
+
+/// The source's own dtype for a weight stored with element type `et`.
+std::optional<PlanDType> sourceDType(Type et) {
+  if (et.isF32())
+    return PlanDType::F32;
+  if (et.isBF16())
+    return PlanDType::BF16;
+  if (et.isF16())
+    return PlanDType::F16;
+  return planDTypeOf(et, PlanDType::F32);
+}
+
+struct Emitter {
+  ModuleOp module;
+  const EmitOptions &options;
+  PlanSummary &summary;
+  flatbuffers::FlatBufferBuilder fbb{1 << 20};
+  Liveness lv;
+  func::FuncOp func;
+  PlanDType floatDType = PlanDType::F32;
+
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
+  std::vector<flatbuffers::Offset<fb::Constant>> constants;
+  std::vector<flatbuffers::Offset<fb::WeightSource>> weights;
+  std::vector<flatbuffers::Offset<fb::WeightBinding>> bindings;
+  std::vector<flatbuffers::Offset<fb::Instr>> instrs;
+  std::map<std::string, int> sourceIndex;
+  std::vector<uint64_t> offsets;
+  std::vector<int> constantOf;
+  uint64_t hash = zrt::kFnvOffsetBasis;
+
+  Emitter(ModuleOp module, const EmitOptions &options, PlanSummary &summary)
+      : module(module), options(options), summary(summary) {}
+
+  int64_t meshAttr(StringRef name) {
+    if (auto a = module->getAttrOfType<IntegerAttr>(name))
+      return a.getInt();
+    return 1;
+  }
+
+  int root(int i) const {
+    while (lv.tensors[i].aliasOf >= 0)
+      i = lv.tensors[i].aliasOf;
+    return i;
+  }
+
+  LogicalResult readOffsets() {
+    offsets.assign(lv.tensors.size(), 0);
+    Block &body = func.getBody().front();
+    for (BlockArgument arg : body.getArguments()) {
+      auto a = func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
+                                                  attr::kOffset);
+      if (!a)
+        return func.emitError()
+               << "zplan-emit: argument " << arg.getArgNumber()
+               << " has no zplan.offset (run --zplan-memory-plan first)";
+      offsets[lv.indexOf.lookup(arg)] = uint64_t(a.getInt());
+    }
+    for (Operation &op : body.without_terminator()) {
+      if (op.getNumResults() == 0)
+        continue;
+      auto a = op.getAttrOfType<DenseI64ArrayAttr>(attr::kOffsets);
+      if (!a || a.size() != int64_t(op.getNumResults()))
+        return op.emitError() << "zplan-emit: op has no zplan.offsets for "
+                                 "each result (run --zplan-memory-plan first)";
+      for (auto [r, off] : llvm::zip(op.getResults(), a.asArrayRef()))
+        offsets[lv.indexOf.lookup(r)] = uint64_t(off);
+    }
+    return success();
+  }
+
+  std::string tensorName(const TensorInfo &t, int index) {
+    if (auto arg = dyn_cast<BlockArgument>(t.value)) {
+      if (auto n = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                     "zg.name"))
+        return n.str();
+      return "arg" + std::to_string(arg.getArgNumber());
+    }
+    Operation *def = t.value.getDefiningOp();
+    std::string base = opName(def);
+    if (def->getNumResults() > 1)
+      base += ":" + std::to_string(cast<OpResult>(t.value).getResultNumber());
+    if (base == def->getName().getStringRef())
+      base += "#" + std::to_string(index);
+    return base;
+  }
+
+  LogicalResult emitTensors() {
+    constantOf.assign(lv.tensors.size(), -1);
+    for (size_t i = 0; i < lv.tensors.size(); ++i) {
+      const TensorInfo &t = lv.tensors[i];
+      Operation *def = t.value.getDefiningOp();
+      if (t.kind == TensorKind::Constant) {
+        std::vector<uint8_t> data;
+        if (auto mask = dyn_cast<graph::CausalMaskOp>(def)) {
+          encodeCausalMask(mask, t.dtype, data);
+        } else {
+          auto value = cast<graph::ConstantOp>(def).getValue();
+          if (failed(encodeElements(value, t.dtype, data)))
+            return def->emitError()
+                   << "zplan-emit: cannot read the elements of this constant";
+        }
+        std::vector<int64_t> shape = shapeOf(t.value);
+        constantOf[i] = int(constants.size());
+        constants.push_back(fb::CreateConstant(
+            fbb, static_cast<fb::DType>(t.dtype),
+            fbb.CreateVector(shape), fbb.CreateVector(data)));
+      }
+      int r = root(int(i));
+      std::vector<int64_t> shape = shapeOf(t.value);
+      tensors.push_back(fb::CreateTensor(
+          fbb, fbb.CreateString(tensorName(t, int(i))),
+          static_cast<fb::DType>(t.dtype), fbb.CreateVector(shape),
+          static_cast<fb::MemSpace>(lv.tensors[r].space), offsets[r],
+          alignArena(lv.tensors[r].bytes), static_cast<fb::TensorKind>(t.kind),
+          constantOf[i], t.aliasOf >= 0 ? r : -1));
+    }
+    summary.numTensors = tensors.size();
+    return success();
+  }
+
+  /// A path the runtime can open: relative to the plan's folder when one
+  /// exists, else absolute.
+  std::string weightPath(StringRef file) {
+    std::error_code ec;
+    fs::path model = fs::absolute(fs::path(options.modelDir), ec);
+    fs::path abs = (model / file.str()).lexically_normal();
+    fs::path planDir =
+        fs::absolute(fs::path(options.planPath), ec).parent_path();
+    fs::path rel = abs.lexically_relative(planDir.lexically_normal());
+    if (!rel.empty())
+      return rel.string();
+    return abs.string();
+  }
+
+  /// Adds (or finds) the WeightSource for a weight's source attributes.
+  FailureOr<int> sourceFor(Operation *op, StringRef name, StringAttr file,
+                           IntegerAttr offset, IntegerAttr length,
+                           ElementsAttr value, Type elementType,
+                           ArrayRef<int64_t> sourceShape) {
+    std::optional<PlanDType> dt = sourceDType(elementType);
+    if (!dt)
+      return op->emitError() << "zplan-emit: weight element type "
+                             << elementType << " has no plan dtype";
+    std::string path = file && !file.getValue().empty()
+                           ? weightPath(file.getValue())
+                           : std::string();
+    std::string key = name.str() + "\x1f" + path + "\x1f" +
+                      std::to_string(offset ? offset.getInt() : 0) + "\x1f" +
+                      std::to_string(length ? length.getInt() : 0);
+    if (path.empty())
+      key += "\x1f" + std::to_string(reinterpret_cast<uintptr_t>(
+                          value ? value.getAsOpaquePointer() : nullptr));
+    auto it = sourceIndex.find(key);
+    if (it != sourceIndex.end())
+      return it->second;
+    flatbuffers::Offset<flatbuffers::Vector<uint8_t>> inlineData = 0;
+    if (path.empty()) {
+      if (!value)
+        return op->emitError()
+               << "zplan-emit: weight '" << name
+               << "' has neither an external file nor an inline value";
+      std::vector<uint8_t> data;
+      if (failed(encodeElements(value, *dt, data)))
+        return op->emitError() << "zplan-emit: cannot read the inline value "
+                                  "of weight '"
+                               << name << "'";
+      inlineData = fbb.CreateVector(data);
+    }
+    std::vector<int64_t> shape(sourceShape.begin(), sourceShape.end());
+    int index = int(weights.size());
+    weights.push_back(fb::CreateWeightSource(
+        fbb, fbb.CreateString(name.str()), fbb.CreateString(path),
+        offset ? uint64_t(offset.getInt()) : 0,
+        length ? uint64_t(length.getInt()) : 0, static_cast<fb::DType>(*dt),
+        fbb.CreateVector(shape), inlineData));
+    sourceIndex[key] = index;
+    return index;
+  }
+
+  /// The per-tp-index piece lists of `zd.pieces` (or one whole-tensor piece
+  /// when absent).
+  FailureOr<std::vector<flatbuffers::Offset<
+      flatbuffers::Vector<flatbuffers::Offset<fb::Piece>>>>>
+  piecesFor(Operation *op, ArrayAttr pieces, ArrayRef<int64_t> localShape,
+            ArrayRef<int64_t> sourceShape, int tp) {
+    std::vector<flatbuffers::Offset<
+        flatbuffers::Vector<flatbuffers::Offset<fb::Piece>>>>
+        perTp;
+    if (!pieces) {
+      if (localShape != sourceShape)
+        return op->emitError()
+               << "zplan-emit: weight's local shape differs from its source "
+                  "shape but it has no zd.pieces";
+      std::vector<int64_t> zero(localShape.size(), 0);
+      std::vector<int64_t> size(localShape.begin(), localShape.end());
+      auto piece = fb::CreatePiece(fbb, fbb.CreateVector(zero),
+                                   fbb.CreateVector(zero),
+                                   fbb.CreateVector(size));
+      auto list = fbb.CreateVector(
+          std::vector<flatbuffers::Offset<fb::Piece>>{piece});
+      perTp.assign(tp, list);
+      return perTp;
+    }
+    if (int64_t(pieces.size()) != tp)
+      return op->emitError() << "zplan-emit: zd.pieces has " << pieces.size()
+                             << " lists but tp is " << tp;
+    for (Attribute perRank : pieces) {
+      auto list = dyn_cast<ArrayAttr>(perRank);
+      if (!list)
+        return op->emitError() << "zplan-emit: zd.pieces entries must be "
+                                  "arrays of piece dictionaries";
+      std::vector<flatbuffers::Offset<fb::Piece>> out;
+      for (Attribute p : list) {
+        auto dict = dyn_cast<DictionaryAttr>(p);
+        auto src = dict ? dict.getAs<DenseI64ArrayAttr>("src_start") : nullptr;
+        auto dst = dict ? dict.getAs<DenseI64ArrayAttr>("dst_start") : nullptr;
+        auto size = dict ? dict.getAs<DenseI64ArrayAttr>("size") : nullptr;
+        if (!src || !dst || !size)
+          return op->emitError() << "zplan-emit: a zd.pieces entry lacks "
+                                    "src_start, dst_start or size";
+        std::vector<int64_t> s(src.asArrayRef().begin(), src.asArrayRef().end());
+        std::vector<int64_t> d(dst.asArrayRef().begin(), dst.asArrayRef().end());
+        std::vector<int64_t> z(size.asArrayRef().begin(),
+                               size.asArrayRef().end());
+        out.push_back(fb::CreatePiece(fbb, fbb.CreateVector(s),
+                                      fbb.CreateVector(d), fbb.CreateVector(z)));
+      }
+      perTp.push_back(fbb.CreateVector(out));
+    }
+    return perTp;
+  }
+
+  LogicalResult emitBindings() {
+    int tp = summary.tp, dp = summary.dp, world = summary.world;
+    for (size_t i = 0; i < lv.tensors.size(); ++i) {
+      const TensorInfo &t = lv.tensors[i];
+      if (t.kind != TensorKind::Weight && t.kind != TensorKind::WeightShard)
+        continue;
+      Operation *def = t.value.getDefiningOp();
+      std::vector<int64_t> localShape, sourceShape;
+      ArrayAttr pieces;
+      FailureOr<int> source = failure();
+      uint64_t shardElements = 0;
+      Type et = cast<ShapedType>(t.value.getType()).getElementType();
+      if (auto w = dyn_cast<graph::WeightOp>(def)) {
+        localShape = shapeOf(t.value);
+        sourceShape = localShape;
+        if (auto s = def->getAttrOfType<DenseI64ArrayAttr>("zd.source_shape"))
+          sourceShape.assign(s.asArrayRef().begin(), s.asArrayRef().end());
+        pieces = def->getAttrOfType<ArrayAttr>("zd.pieces");
+        source = sourceFor(def, w.getName(), w.getFileAttr(), w.getOffsetAttr(),
+                           w.getLengthAttr(), w.getValueAttr(), et,
+                           sourceShape);
+      } else {
+        auto s = cast<dist::WeightShardOp>(def);
+        localShape.assign(s.getLocalShape().begin(), s.getLocalShape().end());
+        sourceShape.assign(s.getSourceShape().begin(),
+                           s.getSourceShape().end());
+        pieces = s.getPiecesAttr();
+        shardElements = elementCount(t.value);
+        if (s.getDp() != dp)
+          return def->emitError() << "zplan-emit: shard made for dp = "
+                                  << s.getDp() << " but the mesh has dp = "
+                                  << dp;
+        source = sourceFor(def, s.getName(), s.getFileAttr(),
+                           s.getOffsetAttr(), s.getLengthAttr(),
+                           s.getValueAttr(), et, sourceShape);
+      }
+      if (failed(source))
+        return failure();
+      auto perTp = piecesFor(def, pieces, localShape, sourceShape, tp);
+      if (failed(perTp))
+        return failure();
+      uint64_t localElements = 1;
+      for (int64_t d : localShape)
+        localElements *= uint64_t(d);
+      std::vector<flatbuffers::Offset<fb::RankSlice>> ranks;
+      for (int r = 0; r < world; ++r) {
+        int tpIndex = r % tp, dpIndex = r / tp;
+        uint64_t begin = 0, end = localElements;
+        if (t.kind == TensorKind::WeightShard) {
+          begin = uint64_t(dpIndex) * shardElements;
+          end = begin + shardElements;
+        }
+        ranks.push_back(
+            fb::CreateRankSlice(fbb, (*perTp)[tpIndex], begin, end));
+      }
+      bindings.push_back(fb::CreateWeightBinding(
+          fbb, int(i), *source, fbb.CreateVector(localShape),
+          fbb.CreateVector(ranks)));
+    }
+    summary.numWeights = weights.size();
+    return success();
+  }
+
+  void countComm(Operation *op, uint16_t opcode, AxisKind axis,
+                 uint64_t inBytes, uint64_t outBytes) {
+    static const std::map<uint16_t, std::string> kinds = {
+        {opc::kAllReduce, "all_reduce"},
+        {opc::kAllGather, "all_gather"},
+        {opc::kReduceScatter, "reduce_scatter"},
+        {opc::kBroadcast, "broadcast"},
+        {opc::kGatherParam, "gather_param"}};
+    uint64_t n = axis == AxisKind::Tp ? uint64_t(summary.tp)
+                                      : uint64_t(summary.dp);
+    std::string axisName = axis == AxisKind::Tp ? "tp" : "dp";
+    CommFigure &f = summary.comm[kinds.at(opcode)][axisName];
+    f.count += 1;
+    uint64_t payload = 0, sent = 0;
+    switch (opcode) {
+    case opc::kAllReduce:
+      payload = inBytes;
+      sent = 2 * (n - 1) * inBytes / n;
+      break;
+    case opc::kAllGather:
+    case opc::kGatherParam:
+      payload = outBytes;
+      sent = (n - 1) * inBytes;
+      break;
+    case opc::kReduceScatter:
+      payload = inBytes;
+      sent = (n - 1) * inBytes / n;
+      break;
+    case opc::kBroadcast:
+      payload = inBytes;
+      sent = n > 1 ? inBytes : 0;
+      break;
+    }
+    f.payloadBytes += payload;
+    f.sentBytes += sent;
+  }
+
+  int indexOf(Value v) { return lv.indexOf.lookup(v); }
+
+  LogicalResult emitInstr(Operation *op) {
+    std::optional<uint16_t> opcode = opcodeOf(op);
+    if (!opcode)
+      return op->emitError() << "zplan-emit: op " << op->getName()
+                             << " has no plan opcode";
+    std::vector<int32_t> inputs, outputs;
+    for (Value v : op->getOperands())
+      inputs.push_back(indexOf(v));
+    for (Value v : op->getResults())
+      outputs.push_back(indexOf(v));
+    std::vector<int64_t> ints;
+    std::vector<double> floats;
+    AxisKind axis = AxisKind::None;
+
+    auto streamAttr = op->getAttrOfType<StringAttr>(attr::kStream);
+    if (!streamAttr)
+      return op->emitError()
+             << "zplan-emit: op has no zplan.stream (run --zplan-schedule)";
+    uint8_t stream = streamAttr.getValue() == "comm"   ? 1
+                     : streamAttr.getValue() == "copy" ? 2
+                                                       : 0;
+    std::vector<int32_t> waits;
+    if (auto w = op->getAttrOfType<DenseI64ArrayAttr>(attr::kWaits))
+      for (int64_t e : w.asArrayRef())
+        waits.push_back(int32_t(e));
+    int32_t signal = -1;
+    if (auto s = op->getAttrOfType<IntegerAttr>(attr::kSignal))
+      signal = int32_t(s.getInt());
+
+    // zg.split becomes one slice per result; only the last one signals,
+    // and the first one waits, so stream order covers the others.
+    if (auto split = dyn_cast<graph::SplitOp>(op)) {
+      auto inShape = cast<ShapedType>(split.getInput().getType()).getShape();
+      int64_t axisDim = split.getAxis(), at = 0;
+      for (auto [k, r] : llvm::enumerate(split.getResults())) {
+        std::vector<int64_t> sliceInts(inShape.size(), 0);
+        sliceInts[axisDim] = at;
+        sliceInts.insert(sliceInts.end(), inShape.size(), 1);
+        at += cast<ShapedType>(r.getType()).getShape()[axisDim];
+        std::vector<int32_t> out = {indexOf(r)};
+        bool lastOne = k + 1 == split.getNumResults();
+        instrs.push_back(fb::CreateInstr(
+            fbb, static_cast<fb::Op>(opc::kSlice), fbb.CreateVector(inputs),
+            fbb.CreateVector(out), fbb.CreateVector(sliceInts),
+            fbb.CreateVector(std::vector<double>{}),
+            static_cast<fb::Axis>(0), static_cast<fb::Stream>(stream),
+            fbb.CreateVector(k == 0 ? waits : std::vector<int32_t>{}),
+            lastOne ? signal : -1, fbb.CreateString(opName(op))));
+      }
+      return success();
+    }
+
+    LogicalResult ok = success();
+    llvm::TypeSwitch<Operation *>(op)
+        .Case([&](graph::MatmulOp) { ints = {0, 0}; })
+        .Case([&](graph::LinearOp l) {
+          ints = {l.getTransW() ? 1 : 0};
+          floats = {l.getAlpha().convertToDouble()};
+        })
+        .Case([&](graph::SoftmaxOp s) { ints = {s.getAxis()}; })
+        .Case([&](graph::LayerNormOp l) {
+          ints = {l.getAxis()};
+          floats = {l.getEpsilon().convertToDouble()};
+        })
+        .Case([&](graph::RmsNormOp r) {
+          floats = {r.getEpsilon().convertToDouble()};
+        })
+        .Case<graph::ReduceSumOp, graph::ReduceMeanOp, graph::ReduceMaxOp>(
+            [&](auto r) {
+              ints.push_back(r.getKeepdims() ? 1 : 0);
+              for (int64_t a : r.getAxes())
+                ints.push_back(a);
+            })
+        .Case([&](graph::TransposeOp t) {
+          ints.assign(t.getPerm().begin(), t.getPerm().end());
+        })
+        .Case([&](graph::ConcatOp c) { ints = {c.getAxis()}; })
+        .Case([&](graph::SliceOp s) {
+          ints.assign(s.getStarts().begin(), s.getStarts().end());
+          ints.insert(ints.end(), s.getSteps().begin(), s.getSteps().end());
+        })
+        .Case([&](graph::GatherOp g) { ints = {g.getAxis()}; })
+        .Case([&](graph::EmbeddingOp e) {
+          auto stride = op->getAttrOfType<IntegerAttr>("zd.vocab_stride");
+          ints = {stride ? stride.getInt() : 0};
+        })
+        .Case([&](graph::AttentionOp a) {
+          ints = {a.getCausal() ? 1 : 0};
+          floats = {a.getScale().convertToDouble()};
+        })
+        .Case([&](dist::AllGatherOp g) { ints = {g.getDim()}; })
+        .Case([&](dist::ReduceScatterOp r) { ints = {r.getDim()}; })
+        .Case([&](dist::BroadcastOp b) { ints = {b.getRoot()}; })
+        .Case([&](graph::IsNanOp) {
+          ok = op->emitError() << "zplan-emit: zg.is_nan has no plan opcode "
+                                  "(the attention recognition should have "
+                                  "absorbed it)";
+        })
+        .Default([](Operation *) {});
+    if (failed(ok))
+      return failure();
+
+    if (isCollectiveOp(op)) {
+      axis = axisOf(op);
+      const TensorInfo &in = lv.tensors[indexOf(op->getOperand(0))];
+      const TensorInfo &out = lv.tensors[indexOf(op->getResult(0))];
+      hash = zrt::collective_hash_step(hash, *opcode, uint8_t(axis),
+                                       uint8_t(in.dtype),
+                                       elementCount(op->getOperand(0)));
+      countComm(op, *opcode, axis, in.bytes, out.bytes);
+    }
+    instrs.push_back(fb::CreateInstr(
+        fbb, static_cast<fb::Op>(*opcode), fbb.CreateVector(inputs),
+        fbb.CreateVector(outputs), fbb.CreateVector(ints),
+        fbb.CreateVector(floats), static_cast<fb::Axis>(axis),
+        static_cast<fb::Stream>(stream), fbb.CreateVector(waits), signal,
+        fbb.CreateString(opName(op))));
+    return success();
+  }
+
+  LogicalResult emitIO(std::vector<flatbuffers::Offset<fb::IOBinding>> &ins,
+                       std::vector<flatbuffers::Offset<fb::IOBinding>> &outs) {
+    int dp = summary.dp;
+    Block &body = func.getBody().front();
+    for (BlockArgument arg : body.getArguments()) {
+      unsigned n = arg.getArgNumber();
+      auto name = func.getArgAttrOfType<StringAttr>(n, "zg.name");
+      bool split = func.getArgAttr(n, "zd.batch_split") != nullptr;
+      std::vector<int64_t> shape = shapeOf(arg);
+      if (split && !shape.empty())
+        shape[0] *= dp;
+      const TensorInfo &t = lv.tensors[indexOf(arg)];
+      ins.push_back(fb::CreateIOBinding(
+          fbb, fbb.CreateString(name ? name.str() : "arg" + std::to_string(n)),
+          indexOf(arg), static_cast<fb::DType>(t.dtype),
+          fbb.CreateVector(shape), split));
+    }
+    Operation *ret = body.getTerminator();
+    for (auto [n, v] : llvm::enumerate(ret->getOperands())) {
+      auto name = func.getResultAttrOfType<StringAttr>(n, "zg.name");
+      bool split = func.getResultAttr(n, "zd.batch_split") != nullptr;
+      std::vector<int64_t> shape = shapeOf(v);
+      if (split && !shape.empty())
+        shape[0] *= dp;
+      const TensorInfo &t = lv.tensors[indexOf(v)];
+      outs.push_back(fb::CreateIOBinding(
+          fbb,
+          fbb.CreateString(name ? name.str() : "out" + std::to_string(n)),
+          indexOf(v), static_cast<fb::DType>(t.dtype), fbb.CreateVector(shape),
+          split));
+    }
+    return success();
+  }
+
+  LogicalResult run(std::vector<uint8_t> &payload) {
+    FailureOr<func::FuncOp> f = getPlanFunction(module);
+    if (failed(f))
+      return failure();
+    func = *f;
+    auto dtypeAttr = module->getAttrOfType<StringAttr>(attr::kDType);
+    auto arenaAttr = module->getAttrOfType<DenseI64ArrayAttr>(attr::kArenaBytes);
+    auto eventsAttr = module->getAttrOfType<IntegerAttr>(attr::kNumEvents);
+    auto hashAttr = module->getAttrOfType<IntegerAttr>(attr::kCollectiveHash);
+    if (!dtypeAttr || !arenaAttr || arenaAttr.size() != 2 || !eventsAttr ||
+        !hashAttr)
+      return module.emitError() << "zplan-emit: the module lacks the "
+                                   "schedule or the memory plan (run "
+                                   "--zplan-schedule and --zplan-memory-plan)";
+    floatDType = *parseFloatDType(dtypeAttr.getValue());
+    summary.tp = int(meshAttr("zd.tp"));
+    summary.dp = int(meshAttr("zd.dp"));
+    summary.world = summary.tp * summary.dp;
+    summary.dtype = floatDType;
+
+    FailureOr<Liveness> built = Liveness::build(func, floatDType);
+    if (failed(built))
+      return failure();
+    lv = std::move(*built);
+    if (failed(readOffsets()) || failed(emitTensors()) ||
+        failed(emitBindings()))
+      return failure();
+    for (Operation *op : lv.steps)
+      if (failed(emitInstr(op)))
+        return failure();
+    summary.numInstructions = instrs.size();
+    uint64_t recorded = hashAttr.getValue().getZExtValue();
+    if (recorded != hash)
+      return module.emitError()
+             << "zplan-emit: the collective sequence changed after "
+                "scheduling (hash " << recorded << " recorded, " << hash
+             << " emitted)";
+    summary.collectiveHash = hash;
+
+    std::vector<flatbuffers::Offset<fb::IOBinding>> ins, outs;
+    if (failed(emitIO(ins, outs)))
+      return failure();
+
+    uint64_t arena[kNumSpaces] = {uint64_t(arenaAttr[0]),
+                                  uint64_t(arenaAttr[1])};
+    summary.memory = computeMemoryFigures(lv, arena);
+    const MemoryFigures &m = summary.memory;
+    std::vector<flatbuffers::Offset<fb::RankMemory>> memory;
+    for (int r = 0; r < summary.world; ++r)
+      memory.push_back(fb::CreateRankMemory(
+          fbb, r, fbb.CreateVector(std::vector<uint64_t>{arena[0], arena[1]}),
+          m.residentWeightBytes, m.peakGatheredParamBytes, m.activationBytes,
+          m.collectiveBufferBytes, m.workspaceBytes, arena[0], arena[1]));
+
+    auto fingerprint = fb::CreateFingerprint(
+        fbb, summary.world, summary.tp, summary.dp,
+        static_cast<fb::Backend>(options.backend),
+        static_cast<fb::DType>(floatDType));
+    auto plan = fb::CreatePlan(
+        fbb, zrt::kPlanVersionMajor, zrt::kPlanVersionMinor, fingerprint,
+        fbb.CreateString(options.producer), fbb.CreateVector(tensors),
+        fbb.CreateVector(constants), fbb.CreateVector(weights),
+        fbb.CreateVector(bindings), fbb.CreateVector(ins),
+        fbb.CreateVector(outs), fbb.CreateVector(instrs),
+        int32_t(eventsAttr.getInt()), fbb.CreateVector(memory), hash,
+        options.zeroStage);
+    fb::FinishPlanBuffer(fbb, plan);
+    payload.assign(fbb.GetBufferPointer(),
+                   fbb.GetBufferPointer() + fbb.GetSize());
+    return success();
+  }
+};
+
+} // namespace
+
+LogicalResult emitPlan(ModuleOp module, const EmitOptions &options,
+                       std::vector<uint8_t> &payload, PlanSummary &summary) {
+  Emitter emitter(module, options, summary);
+  return emitter.run(payload);
+}
+
+} // namespace zplan::plan

@@ -1,0 +1,286 @@
+//===- MemoryPlan.cpp - --zplan-memory-plan -------------------------------===//
+//
+// Places every tensor in its arena from the liveness analysis, writes the
+// offsets into the IR, orders storage reuse across streams with events and
+// checks the per-rank memory budgets.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/plan/MemoryPlanAnalysis.h"
+#include "compiler/plan/OpInfo.h"
+#include "compiler/plan/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+
+#include <array>
+#include <limits>
+#include <map>
+
+namespace zplan::plan {
+#define GEN_PASS_DEF_ZPLANMEMORYPLAN
+#include "compiler/plan/Passes.h.inc"
+} // namespace zplan::plan
+
+using namespace mlir;
+
+namespace zplan::plan {
+namespace {
+
+std::string formatBytes(uint64_t bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%llu bytes (%.2f %s)",
+                static_cast<unsigned long long>(bytes), v, units[u]);
+  return buf;
+}
+
+struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
+  using ZplanMemoryPlanBase::ZplanMemoryPlanBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext *ctx = module.getContext();
+    std::optional<PlanDType> floatDType = parseFloatDType(dtype);
+    if (!floatDType) {
+      module.emitError() << "zplan-memory-plan: unknown dtype '" << dtype
+                         << "' (expected fp32, bf16 or fp16)";
+      return signalPassFailure();
+    }
+    FailureOr<func::FuncOp> func = getPlanFunction(module);
+    if (failed(func))
+      return signalPassFailure();
+    if (!module->hasAttr(attr::kNumEvents)) {
+      module.emitError() << "zplan-memory-plan: the module has no schedule "
+                            "(run --zplan-schedule first)";
+      return signalPassFailure();
+    }
+    FailureOr<Liveness> lv = Liveness::build(*func, *floatDType);
+    if (failed(lv))
+      return signalPassFailure();
+    ArenaPlan placed = planArenas(lv->requests());
+
+    // Offsets into the IR; a view takes its base's offset.
+    auto offsetOf = [&](Value v) -> int64_t {
+      int i = lv->indexOf.lookup(v);
+      while (lv->tensors[i].aliasOf >= 0)
+        i = lv->tensors[i].aliasOf;
+      return int64_t(placed.offsets[i]);
+    };
+    Block &body = func->getBody().front();
+    for (BlockArgument arg : body.getArguments())
+      func->setArgAttr(arg.getArgNumber(), attr::kOffset,
+                       IntegerAttr::get(IntegerType::get(ctx, 64),
+                                        offsetOf(arg)));
+    for (Operation &op : body.without_terminator()) {
+      if (op.getNumResults() == 0)
+        continue;
+      llvm::SmallVector<int64_t> offsets;
+      for (Value r : op.getResults())
+        offsets.push_back(offsetOf(r));
+      op.setAttr(attr::kOffsets, DenseI64ArrayAttr::get(ctx, offsets));
+    }
+    for (const TensorInfo &t : lv->tensors)
+      (t.aliasOf >= 0 ? numAliases : numBuffers) += 1;
+
+    if (failed(orderReuseAcrossStreams(*lv, placed, module)))
+      return signalPassFailure();
+
+    module->setAttr(attr::kArenaBytes,
+                    DenseI64ArrayAttr::get(
+                        ctx, {int64_t(placed.arenaBytes[0]),
+                              int64_t(placed.arenaBytes[1])}));
+    module->setAttr(attr::kPeakLiveBytes,
+                    DenseI64ArrayAttr::get(
+                        ctx, {int64_t(placed.peakLiveBytes[0]),
+                              int64_t(placed.peakLiveBytes[1])}));
+
+    if (gpuMem != 0 && placed.arenaBytes[0] > gpuMem) {
+      module.emitError()
+          << "zplan-memory-plan: the device arena needs "
+          << formatBytes(placed.arenaBytes[0]) << " per rank but --gpu-mem is "
+          << formatBytes(gpuMem) << ": over by "
+          << formatBytes(placed.arenaBytes[0] - gpuMem)
+          << "; try --zero 3 (with dp > 1), --offload-param cpu, a larger "
+             "--tp or a smaller --batch";
+      return signalPassFailure();
+    }
+    if (hostMem != 0 && placed.arenaBytes[1] > hostMem) {
+      module.emitError()
+          << "zplan-memory-plan: the host arena needs "
+          << formatBytes(placed.arenaBytes[1]) << " per rank but --host-mem is "
+          << formatBytes(hostMem) << ": over by "
+          << formatBytes(placed.arenaBytes[1] - hostMem)
+          << "; try more ranks (--world with --zero 3 shards the parameters "
+             "over more dp ranks), a larger --tp or --offload-param none";
+      return signalPassFailure();
+    }
+  }
+
+  /// A buffer that reuses bytes last touched on another stream must not be
+  /// written before that stream is done with them. For each instruction
+  /// that writes a result, find the buffers freed earlier on other streams
+  /// whose bytes it overlaps and wait on the latest such op of each stream
+  /// (streams run in order, so that covers the earlier ones).
+  LogicalResult orderReuseAcrossStreams(const Liveness &lv,
+                                        const ArenaPlan &placed,
+                                        ModuleOp module) {
+    MLIRContext *ctx = module.getContext();
+    auto numEventsAttr = module->getAttrOfType<IntegerAttr>(attr::kNumEvents);
+    int64_t numEvents = numEventsAttr.getInt();
+
+    struct Freed {
+      unsigned space;
+      uint64_t begin, end;
+      int64_t lastUse; // the last step touching it on this stream
+    };
+    // freed[t]: storage whose last touch on stream t has happened, pending
+    // until every other stream is ordered after that touch.
+    std::vector<Freed> freed[3];
+    // synced[s][t]: the latest step of stream t that stream s is ordered
+    // after, through waits this pass or the schedule added.
+    int64_t synced[3][3];
+    for (auto &row : synced)
+      for (int64_t &v : row)
+        v = -1;
+
+    // The steps at which each owning tensor's storage is released, with the
+    // last touching step per stream (producer included: a dead result is
+    // still written).
+    std::map<int64_t, std::vector<int>> endingAt;
+    for (size_t i = 0; i < lv.tensors.size(); ++i) {
+      const TensorInfo &t = lv.tensors[i];
+      if (t.aliasOf >= 0 || t.bytes == 0 || lv.isWholeRun(t))
+        continue;
+      endingAt[t.end].push_back(int(i));
+    }
+    // Which tensors (owning storage) each step touches, by root.
+    auto touchesOf = [&](Operation *op, llvm::SmallVectorImpl<int> &roots) {
+      auto add = [&](Value v) {
+        auto it = lv.indexOf.find(v);
+        if (it == lv.indexOf.end())
+          return;
+        int i = it->second;
+        while (lv.tensors[i].aliasOf >= 0)
+          i = lv.tensors[i].aliasOf;
+        roots.push_back(i);
+      };
+      for (Value v : op->getOperands())
+        add(v);
+      for (Value v : op->getResults())
+        add(v);
+    };
+    // lastTouch[tensor][stream]
+    std::vector<std::array<int64_t, 3>> lastTouch(
+        lv.tensors.size(), std::array<int64_t, 3>{-1, -1, -1});
+    bool used[3] = {false, false, false};
+    size_t prunedSize[3] = {0, 0, 0};
+    for (Operation *op : lv.steps) {
+      used[unsigned(streamOf(op))] = true;
+      llvm::SmallVector<int> roots;
+      touchesOf(op, roots);
+      unsigned s = unsigned(streamOf(op));
+      int64_t step = lv.stepOf.lookup(op);
+      for (int r : roots)
+        lastTouch[r][s] = std::max(lastTouch[r][s], step);
+    }
+
+    // With one stream in use, stream order alone makes reuse safe.
+    if (int(used[0]) + int(used[1]) + int(used[2]) <= 1)
+      return success();
+
+    auto eventOfStep = [&](int64_t step) -> int64_t {
+      Operation *producer = lv.steps[step];
+      if (auto sig = producer->getAttrOfType<IntegerAttr>(attr::kSignal))
+        return sig.getInt();
+      producer->setAttr(attr::kSignal,
+                        IntegerAttr::get(IntegerType::get(ctx, 64), numEvents));
+      return numEvents++;
+    };
+
+    for (Operation *op : lv.steps) {
+      int64_t step = lv.stepOf.lookup(op);
+      unsigned s = unsigned(streamOf(op));
+      // Waits the schedule already placed order this stream after the
+      // producers' streams.
+      llvm::SmallVector<int64_t> waits;
+      if (auto existing = op->getAttrOfType<DenseI64ArrayAttr>(attr::kWaits))
+        waits.assign(existing.asArrayRef().begin(),
+                     existing.asArrayRef().end());
+      for (Value operand : op->getOperands()) {
+        Operation *producer = operand.getDefiningOp();
+        if (!producer || isStorageOp(producer))
+          continue;
+        unsigned t = unsigned(streamOf(producer));
+        if (t != s)
+          synced[s][t] = std::max(synced[s][t], lv.stepOf.lookup(producer));
+      }
+      // Bytes this op writes.
+      for (Value result : op->getResults()) {
+        int i = lv.indexOf.lookup(result);
+        const TensorInfo &t = lv.tensors[i];
+        if (t.aliasOf >= 0 || t.bytes == 0)
+          continue;
+        uint64_t b = placed.offsets[i], e = b + placed.alignedBytes[i];
+        for (unsigned other = 0; other < 3; ++other) {
+          if (other == s)
+            continue;
+          int64_t latest = -1;
+          for (const Freed &f : freed[other])
+            if (f.space == t.space && f.lastUse > synced[s][other] &&
+                f.begin < e && b < f.end)
+              latest = std::max(latest, f.lastUse);
+          if (latest < 0)
+            continue;
+          int64_t event = eventOfStep(latest);
+          if (!llvm::is_contained(waits, event))
+            waits.push_back(event);
+          synced[s][other] = latest;
+          ++numReuseEvents;
+        }
+      }
+      if (!waits.empty())
+        op->setAttr(attr::kWaits, DenseI64ArrayAttr::get(ctx, waits));
+
+      // Storage whose life ends here becomes reusable; remember, per
+      // stream, the last op that touched it.
+      auto ending = endingAt.find(step);
+      if (ending != endingAt.end()) {
+        for (int i : ending->second) {
+          const TensorInfo &t = lv.tensors[i];
+          for (unsigned str = 0; str < 3; ++str)
+            if (lastTouch[i][str] >= 0)
+              freed[str].push_back(
+                  {t.space, placed.offsets[i],
+                   placed.offsets[i] + placed.alignedBytes[i],
+                   lastTouch[i][str]});
+        }
+      }
+      // Drop entries every other used stream is already ordered after;
+      // only when a list has doubled, to keep this linear overall.
+      for (unsigned str = 0; str < 3; ++str) {
+        if (freed[str].size() <= std::max<size_t>(64, 2 * prunedSize[str]))
+          continue;
+        int64_t covered = std::numeric_limits<int64_t>::max();
+        for (unsigned o = 0; o < 3; ++o)
+          if (o != str && used[o])
+            covered = std::min(covered, synced[o][str]);
+        llvm::erase_if(freed[str],
+                       [&](const Freed &f) { return f.lastUse <= covered; });
+        prunedSize[str] = freed[str].size();
+      }
+    }
+    module->setAttr(attr::kNumEvents,
+                    IntegerAttr::get(IntegerType::get(ctx, 64), numEvents));
+    return success();
+  }
+};
+
+} // namespace
+} // namespace zplan::plan

@@ -1,0 +1,101 @@
+//===- MemoryPlanAnalysis.h - Liveness of every tensor over the schedule --===//
+//
+// The analysis half of the memory plan: which tensors exist, what kind each
+// is (plan.fbs TensorKind), its plan dtype, size and memory space, the steps
+// of the schedule during which its storage must stay intact, and which
+// tensors are views of another's storage. The --zplan-memory-plan pass turns
+// this into offsets; the emitter and the report read it again.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZPLAN_COMPILER_PLAN_MEMORYPLANANALYSIS_H
+#define ZPLAN_COMPILER_PLAN_MEMORYPLANANALYSIS_H
+
+#include "compiler/plan/ArenaPlanner.h"
+#include "compiler/plan/OpInfo.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <vector>
+
+namespace zplan::plan {
+
+/// plan.fbs TensorKind numbers.
+enum class TensorKind : uint8_t {
+  Activation = 0,
+  Input = 1,
+  Output = 2,
+  Weight = 3,
+  WeightShard = 4,
+  Gathered = 5,
+  Constant = 6,
+  Workspace = 7
+};
+
+struct TensorInfo {
+  mlir::Value value;
+  TensorKind kind = TensorKind::Activation;
+  PlanDType dtype = PlanDType::F32;
+  unsigned space = 0;
+  /// elements * dtype size (the arena reserves this rounded up to 256).
+  uint64_t bytes = 0;
+  /// Live steps, inclusive; only meaningful for tensors that own storage.
+  int64_t begin = 0, end = 0;
+  /// The tensor whose storage this one shares, or -1.
+  int aliasOf = -1;
+  /// Produced by all_reduce / all_gather / reduce_scatter / broadcast.
+  bool collectiveResult = false;
+};
+
+/// The function the plan is made of: @main, or the only function with a body.
+/// Emits an error on the module and fails otherwise.
+mlir::FailureOr<mlir::func::FuncOp> getPlanFunction(mlir::ModuleOp module);
+
+class Liveness {
+public:
+  /// Builds the liveness of every tensor of `func` over its block order
+  /// (storage ops are not steps). Emits an error and fails on IR the plan
+  /// cannot hold (unsupported element types, uses after zd.release, a graph
+  /// input returned as an output).
+  static mlir::FailureOr<Liveness> build(mlir::func::FuncOp func,
+                                         PlanDType floatDType);
+
+  std::vector<TensorInfo> tensors;
+  llvm::DenseMap<mlir::Value, int> indexOf;
+  /// Instruction ops in schedule order.
+  std::vector<mlir::Operation *> steps;
+  llvm::DenseMap<mlir::Operation *, int64_t> stepOf;
+
+  int64_t lastStep() const {
+    return steps.empty() ? 0 : int64_t(steps.size()) - 1;
+  }
+  bool isWholeRun(const TensorInfo &t) const {
+    return t.begin <= 0 && t.end >= lastStep();
+  }
+  /// The arena requests, one per tensor in tensor order (aliases and
+  /// zero-byte tensors request 0 bytes).
+  std::vector<BufferRequest> requests() const;
+};
+
+/// Figures of the memory report, for one rank (all ranks hold the same local
+/// shapes, so they are equal on every rank).
+struct MemoryFigures {
+  uint64_t residentWeightBytes = 0;
+  uint64_t peakGatheredParamBytes = 0;
+  uint64_t activationBytes = 0;
+  uint64_t collectiveBufferBytes = 0;
+  uint64_t workspaceBytes = 0;
+  uint64_t arenaBytes[kNumSpaces] = {0, 0};
+};
+
+/// Computes the figures from the liveness and the arena sizes: resident
+/// weights are the exact bytes of weights and shards (all spaces); the peaks
+/// are the largest sums of aligned bytes live at one step, by category.
+MemoryFigures computeMemoryFigures(const Liveness &liveness,
+                                   const uint64_t arenaBytes[kNumSpaces]);
+
+} // namespace zplan::plan
+
+#endif // ZPLAN_COMPILER_PLAN_MEMORYPLANANALYSIS_H

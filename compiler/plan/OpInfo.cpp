@@ -1,0 +1,204 @@
+//===- OpInfo.cpp - What the planner needs to know about each op ----------===//
+
+#include "compiler/plan/OpInfo.h"
+
+#include "dialects/dist/ZdDialect.h"
+#include "dialects/graph/GraphOps.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Location.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+
+namespace zplan::plan {
+
+std::optional<PlanDType> parseFloatDType(llvm::StringRef name) {
+  if (name == "fp32")
+    return PlanDType::F32;
+  if (name == "bf16")
+    return PlanDType::BF16;
+  if (name == "fp16")
+    return PlanDType::F16;
+  return std::nullopt;
+}
+
+llvm::StringRef dtypeName(PlanDType dtype) {
+  switch (dtype) {
+  case PlanDType::F32:
+    return "fp32";
+  case PlanDType::BF16:
+    return "bf16";
+  case PlanDType::F16:
+    return "fp16";
+  case PlanDType::I64:
+    return "i64";
+  case PlanDType::I32:
+    return "i32";
+  case PlanDType::Bool8:
+    return "bool";
+  }
+  return "?";
+}
+
+std::optional<PlanDType> planDTypeOf(Type elementType, PlanDType floatDType) {
+  if (isa<FloatType>(elementType))
+    return floatDType;
+  if (auto intType = dyn_cast<IntegerType>(elementType)) {
+    switch (intType.getWidth()) {
+    case 1:
+      return PlanDType::Bool8;
+    case 32:
+      return PlanDType::I32;
+    case 64:
+      return PlanDType::I64;
+    default:
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+unsigned dtypeBytes(PlanDType dtype) {
+  switch (dtype) {
+  case PlanDType::F32:
+  case PlanDType::I32:
+    return 4;
+  case PlanDType::BF16:
+  case PlanDType::F16:
+    return 2;
+  case PlanDType::I64:
+    return 8;
+  case PlanDType::Bool8:
+    return 1;
+  }
+  return 0;
+}
+
+bool isStorageOp(Operation *op) {
+  return isa<graph::WeightOp, dist::WeightShardOp, graph::ConstantOp,
+             graph::CausalMaskOp>(op);
+}
+
+bool isCollectiveOp(Operation *op) {
+  return isa<dist::AllReduceOp, dist::AllGatherOp, dist::ReduceScatterOp,
+             dist::BroadcastOp, dist::GatherParamOp>(op);
+}
+
+bool isViewOp(Operation *op) { return isa<graph::ReshapeOp>(op); }
+
+StreamKind streamOf(Operation *op) {
+  if (isCollectiveOp(op))
+    return StreamKind::Comm;
+  if (isa<dist::PrefetchOp, dist::EvictOp>(op))
+    return StreamKind::Copy;
+  return StreamKind::Compute;
+}
+
+llvm::StringRef streamName(StreamKind stream) {
+  switch (stream) {
+  case StreamKind::Compute:
+    return "compute";
+  case StreamKind::Comm:
+    return "comm";
+  case StreamKind::Copy:
+    return "copy";
+  }
+  return "?";
+}
+
+AxisKind axisOf(Operation *op) {
+  if (isa<dist::GatherParamOp>(op))
+    return AxisKind::Dp;
+  if (auto axis = op->getAttrOfType<StringAttr>("axis")) {
+    if (axis.getValue() == "tp")
+      return AxisKind::Tp;
+    if (axis.getValue() == "dp")
+      return AxisKind::Dp;
+  }
+  return AxisKind::None;
+}
+
+std::optional<uint16_t> opcodeOf(Operation *op) {
+  // Ops whose name equals the plan's opcode name one to one (the zg dialect
+  // keeps them aligned on purpose).
+  static const llvm::StringMap<uint16_t> byName = {
+      {"zg.neg", 1},          {"zg.exp", 2},
+      {"zg.log", 3},          {"zg.sqrt", 4},
+      {"zg.reciprocal", 5},   {"zg.tanh", 6},
+      {"zg.erf", 7},          {"zg.sigmoid", 8},
+      {"zg.relu", 9},         {"zg.cos", 10},
+      {"zg.sin", 11},         {"zg.abs", 12},
+      {"zg.silu", 15},        {"zg.cast", 16},
+      {"zg.not", 17},         {"zg.add", 32},
+      {"zg.sub", 33},         {"zg.mul", 34},
+      {"zg.div", 35},         {"zg.pow", 36},
+      {"zg.max", 37},         {"zg.min", 38},
+      {"zg.equal", 39},       {"zg.less", 40},
+      {"zg.greater", 41},     {"zg.and", 42},
+      {"zg.or", 43},          {"zg.less_equal", 44},
+      {"zg.greater_equal", 45}, {"zg.where", 46},
+      {"zg.matmul", 64},      {"zg.linear", 65},
+      {"zg.softmax", 80},     {"zg.layer_norm", 81},
+      {"zg.rms_norm", 82},    {"zg.reduce_sum", 83},
+      {"zg.reduce_mean", 84}, {"zg.reduce_max", 85},
+      {"zg.transpose", 96},   {"zg.reshape", opc::kReshape},
+      {"zg.concat", 98},      {"zg.slice", opc::kSlice},
+      {"zg.split", opc::kSlice}, {"zg.gather", 100},
+      {"zg.expand", 101},     {"zg.embedding", 102},
+      {"zg.attention", 112},  {"zd.all_reduce", opc::kAllReduce},
+      {"zd.all_gather", opc::kAllGather},
+      {"zd.reduce_scatter", opc::kReduceScatter},
+      {"zd.broadcast", opc::kBroadcast},
+      {"zd.gather_param", opc::kGatherParam},
+      {"zd.release", opc::kRelease},
+      {"zd.prefetch", opc::kPrefetch},
+      {"zd.evict", opc::kEvict}};
+  if (auto gelu = dyn_cast<graph::GeluOp>(op))
+    return gelu.getApproximate() == "tanh" ? uint16_t(13) : uint16_t(14);
+  auto it = byName.find(op->getName().getStringRef());
+  if (it == byName.end())
+    return std::nullopt;
+  return it->second;
+}
+
+unsigned spaceOf(Value value) {
+  Operation *def = value.getDefiningOp();
+  if (!def)
+    return 0;
+  if (auto shard = dyn_cast<dist::WeightShardOp>(def))
+    return shard.getSpace() == "host" ? 1 : 0;
+  if (isa<graph::WeightOp>(def)) {
+    auto space = def->getAttrOfType<StringAttr>("zd.space");
+    return space && space.getValue() == "host" ? 1 : 0;
+  }
+  if (isa<dist::EvictOp>(def))
+    return 1;
+  return 0;
+}
+
+uint64_t elementCount(Value value) {
+  auto type = cast<ShapedType>(value.getType());
+  uint64_t n = 1;
+  for (int64_t d : type.getShape())
+    n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+std::string opName(Operation *op) {
+  Location loc = op->getLoc();
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    for (Location inner : fused.getLocations())
+      if (auto name = dyn_cast<NameLoc>(inner))
+        return name.getName().str();
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return name.getName().str();
+  if (auto weight = dyn_cast<graph::WeightOp>(op))
+    return weight.getName().str();
+  if (auto shard = dyn_cast<dist::WeightShardOp>(op))
+    return shard.getName().str();
+  return op->getName().getStringRef().str();
+}
+
+} // namespace zplan::plan

@@ -1,0 +1,87 @@
+//===- OpInfo.h - What the planner needs to know about each op ------------===//
+//
+// One table from the zg/zd ops to the plan's vocabulary: which ops become
+// instructions and which only define storage (weights, shards, constants),
+// the stream each instruction runs on, its plan.fbs opcode, and the plan
+// dtype of every tensor. The schedule, the memory plan and the emitter all
+// read it, so that they never disagree about an op.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZPLAN_COMPILER_PLAN_OPINFO_H
+#define ZPLAN_COMPILER_PLAN_OPINFO_H
+
+#include "mlir/IR/Operation.h"
+#include "mlir/IR/Value.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace zplan::plan {
+
+/// plan.fbs DType numbers.
+enum class PlanDType : uint8_t { F32 = 0, BF16 = 1, F16 = 2, I64 = 3, I32 = 4, Bool8 = 5 };
+
+/// plan.fbs Stream numbers.
+enum class StreamKind : uint8_t { Compute = 0, Comm = 1, Copy = 2 };
+
+/// plan.fbs Axis numbers.
+enum class AxisKind : uint8_t { None = 0, Tp = 1, Dp = 2, World = 3 };
+
+/// plan.fbs Op numbers used by the planner directly.
+namespace opc {
+constexpr uint16_t kCopy = 0, kReshape = 97, kSlice = 99, kAllReduce = 128,
+                   kAllGather = 129, kReduceScatter = 130, kBroadcast = 131,
+                   kBarrier = 132, kGatherParam = 144, kRelease = 145,
+                   kPrefetch = 160, kEvict = 161;
+} // namespace opc
+
+/// Parses "fp32" | "bf16" | "fp16" into the plan dtype of float tensors.
+std::optional<PlanDType> parseFloatDType(llvm::StringRef name);
+llvm::StringRef dtypeName(PlanDType dtype);
+
+/// The plan dtype a tensor of element type `type` is stored in: float types
+/// take `floatDType`, integers and i1 keep their own.
+std::optional<PlanDType> planDTypeOf(mlir::Type elementType,
+                                     PlanDType floatDType);
+unsigned dtypeBytes(PlanDType dtype);
+
+/// Ops that define storage live for the whole run and run no instruction:
+/// zg.weight, zd.weight_shard, zg.constant, zg.causal_mask.
+bool isStorageOp(mlir::Operation *op);
+
+/// True for the communicating instructions plan.fbs hashes: all_reduce,
+/// all_gather, reduce_scatter, broadcast, gather_param.
+bool isCollectiveOp(mlir::Operation *op);
+
+/// Results that share their operand's storage (zg.reshape).
+bool isViewOp(mlir::Operation *op);
+
+/// The stream an instruction runs on: comm for collectives and gathers, copy
+/// for host/device transfers, compute for everything else.
+StreamKind streamOf(mlir::Operation *op);
+llvm::StringRef streamName(StreamKind stream);
+
+/// The mesh axis of a collective (gather_param runs over dp), else None.
+AxisKind axisOf(mlir::Operation *op);
+
+/// The plan opcode of an instruction op; nullopt for ops the plan cannot
+/// express (the emitter names them in its error). zg.split is lowered to one
+/// slice per result and reports kSlice here.
+std::optional<uint16_t> opcodeOf(mlir::Operation *op);
+
+/// The memory space (0 device, 1 host) of a value: host for host-placed
+/// shards and weights and for evicted copies.
+unsigned spaceOf(mlir::Value value);
+
+/// Number of elements of a statically shaped tensor value.
+uint64_t elementCount(mlir::Value value);
+
+/// A readable name for an op: its NameLoc (the ONNX node name) if it has one.
+std::string opName(mlir::Operation *op);
+
+} // namespace zplan::plan
+
+#endif // ZPLAN_COMPILER_PLAN_OPINFO_H

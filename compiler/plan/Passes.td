@@ -1,0 +1,95 @@
+//===- Passes.td - Planner passes --------------------------*- tablegen -*-===//
+//
+// The last phases of zplan before emission: one schedule with streams and
+// events, then a static memory plan over that schedule.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZPLAN_COMPILER_PLAN_PASSES_TD
+#define ZPLAN_COMPILER_PLAN_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ZplanSchedule : Pass<"zplan-schedule", "mlir::ModuleOp"> {
+  let summary = "Fix the instruction order, streams, events and collective hash";
+  let description = [{
+    Takes the block order of `func.func @main` as the one SPMD order (it is
+    topological by SSA dominance, and it keeps the placement of gathers and
+    prefetches that the ZeRO and offload passes chose), and gives every
+    instruction a stream: `comm` for collectives and `zd.gather_param`, `copy`
+    for `zd.prefetch` / `zd.evict`, `compute` for the rest. Storage ops
+    (`zg.weight`, `zd.weight_shard`, `zg.constant`) run no instruction and get
+    no stream. Where an instruction reads a value produced on another stream,
+    the producer signals an event and the consumer waits on it (once per
+    stream pair and point in order).
+
+    All ranks run the same instruction stream, so the collective sequence is
+    identical on every rank as long as no collective sits under control flow
+    that could depend on the rank: the pass refuses any op with regions in
+    the function. It records the collective hash that plan.fbs defines
+    (FNV-1a 64 over op, axis, dtype and element count of each communicating
+    instruction) on the module.
+
+    Before:
+    ```mlir
+    %y = zd.all_reduce %x {axis = "tp"} : tensor<2x64xf32>
+    %z = zg.add %y, %y : (tensor<2x64xf32>, tensor<2x64xf32>) -> tensor<2x64xf32>
+    ```
+    After:
+    ```mlir
+    %y = zd.all_reduce %x {axis = "tp", zplan.signal = 0 : i64, zplan.stream = "comm"} : ...
+    %z = zg.add %y, %y {zplan.stream = "compute", zplan.waits = array<i64: 0>} : ...
+    ```
+    and `zplan.num_events = 1 : i64`, `zplan.collective_hash = ... : ui64` on
+    the module.
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", "\"fp32\"",
+           "Plan dtype of float tensors (fp32, bf16, fp16): enters the hash">,
+  ];
+  let statistics = [
+    Statistic<"numInstructions", "instructions", "Instructions scheduled">,
+    Statistic<"numCollectives", "collectives", "Communicating instructions">,
+    Statistic<"numEvents", "events", "Cross-stream events">,
+  ];
+}
+
+def ZplanMemoryPlan : Pass<"zplan-memory-plan", "mlir::ModuleOp"> {
+  let summary = "Give every tensor a static offset in its memory space's arena";
+  let description = [{
+    Computes liveness over the schedule (`--zplan-schedule` must have run):
+    a tensor lives from the instruction that defines it to its last reader;
+    a `zg.reshape` result shares its operand's storage and extends its life;
+    a gathered parameter ends at its `zd.release`; weights, shards,
+    constants, graph inputs and outputs live for the whole run. Tensors are
+    stored in the plan dtype (float tensors take `dtype`, integers keep
+    theirs). Offsets come from a best-fit placement in one arena per memory
+    space (device, host), 256-byte aligned.
+
+    Every op gets `zplan.offsets = array<i64: ...>` (one per result), every
+    argument `zplan.offset`, and the module `zplan.arena_bytes` and
+    `zplan.peak_live_bytes` (device, host). Where a buffer reuses bytes last
+    read or written on another stream, the new writer waits on an event of
+    that stream, so that reuse is safe with concurrent streams.
+
+    With `gpu-mem` (device) or `host-mem` (host) non-zero, a plan whose
+    arena exceeds the budget fails, saying which arena is over by how much
+    and which flags would help.
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", "\"fp32\"",
+           "Plan dtype of float tensors (fp32, bf16, fp16)">,
+    Option<"gpuMem", "gpu-mem", "uint64_t", "0",
+           "Device memory per rank in bytes (0: unlimited)">,
+    Option<"hostMem", "host-mem", "uint64_t", "0",
+           "Host memory per rank in bytes (0: unlimited)">,
+  ];
+  let statistics = [
+    Statistic<"numBuffers", "buffers", "Tensors given storage">,
+    Statistic<"numAliases", "aliases", "Tensors sharing another's storage">,
+    Statistic<"numReuseEvents", "reuse-events",
+              "Events added for cross-stream storage reuse">,
+  ];
+}
+
+#endif // ZPLAN_COMPILER_PLAN_PASSES_TD

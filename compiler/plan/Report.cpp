@@ -1,0 +1,104 @@
+//===- Report.cpp - The memory/communication report ------------------------===//
+
+#include "compiler/plan/Report.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <sstream>
+
+namespace zplan::plan {
+namespace {
+
+std::string human(uint64_t bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%llu (%.2f %s)",
+                static_cast<unsigned long long>(bytes), v, units[u]);
+  return buf;
+}
+
+} // namespace
+
+std::string formatReport(const PlanSummary &s) {
+  std::ostringstream os;
+  const MemoryFigures &m = s.memory;
+  os << "zplan report: world " << s.world << " (tp " << s.tp << " x dp "
+     << s.dp << "), dtype " << dtypeName(s.dtype).str() << ", "
+     << s.numInstructions << " instructions, " << s.numTensors
+     << " tensors, " << s.numWeights << " weight sources\n";
+  // Every rank holds the same local shapes, so the figures are the same on
+  // every rank; they are printed per rank all the same, as the plan records.
+  for (int r = 0; r < s.world; ++r) {
+    os << "rank " << r << " (tp " << r % s.tp << ", dp " << r / s.tp
+       << "):\n";
+    os << "  resident weight bytes      " << human(m.residentWeightBytes)
+       << "\n";
+    os << "  peak gathered param bytes  " << human(m.peakGatheredParamBytes)
+       << "\n";
+    os << "  activation bytes (peak)    " << human(m.activationBytes) << "\n";
+    os << "  collective buffer bytes    " << human(m.collectiveBufferBytes)
+       << "\n";
+    os << "  workspace bytes            " << human(m.workspaceBytes) << "\n";
+    os << "  planned peak (device)      " << human(m.arenaBytes[0]) << "\n";
+    os << "  planned host bytes         " << human(m.arenaBytes[1]) << "\n";
+  }
+  os << "communication per step, per rank (bytes sent, ring algorithms):\n";
+  if (s.comm.empty())
+    os << "  none\n";
+  for (const auto &[kind, axes] : s.comm)
+    for (const auto &[axis, f] : axes)
+      os << "  " << kind << " over " << axis << ": " << f.count
+         << " calls, payload " << human(f.payloadBytes) << ", sent "
+         << human(f.sentBytes) << "\n";
+  char hash[32];
+  std::snprintf(hash, sizeof(hash), "0x%016llx",
+                static_cast<unsigned long long>(s.collectiveHash));
+  os << "collective hash " << hash << "\n";
+  return os.str();
+}
+
+std::string formatReportJson(const PlanSummary &s) {
+  using nlohmann::json;
+  const MemoryFigures &m = s.memory;
+  json comm = json::object(), payload = json::object(),
+       calls = json::object();
+  for (const auto &[kind, axes] : s.comm)
+    for (const auto &[axis, f] : axes) {
+      comm[kind][axis] = f.sentBytes;
+      payload[kind][axis] = f.payloadBytes;
+      calls[kind][axis] = f.count;
+    }
+  json ranks = json::array();
+  for (int r = 0; r < s.world; ++r)
+    ranks.push_back({{"rank", r},
+                     {"tp_index", r % s.tp},
+                     {"dp_index", r / s.tp},
+                     {"resident_weight_bytes", m.residentWeightBytes},
+                     {"peak_gathered_param_bytes", m.peakGatheredParamBytes},
+                     {"activation_bytes", m.activationBytes},
+                     {"collective_buffer_bytes", m.collectiveBufferBytes},
+                     {"workspace_bytes", m.workspaceBytes},
+                     {"planned_peak_bytes", m.arenaBytes[0]},
+                     {"planned_host_bytes", m.arenaBytes[1]},
+                     {"comm", comm},
+                     {"comm_payload", payload},
+                     {"comm_calls", calls}});
+  json out = {{"world", s.world},
+              {"tp", s.tp},
+              {"dp", s.dp},
+              {"dtype", dtypeName(s.dtype).str()},
+              {"instructions", s.numInstructions},
+              {"tensors", s.numTensors},
+              {"collective_hash", s.collectiveHash},
+              {"ranks", ranks}};
+  return out.dump(2) + "\n";
+}
+
+} // namespace zplan::plan

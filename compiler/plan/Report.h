@@ -1,0 +1,26 @@
+//===- Report.h - The memory/communication report -------------------------===//
+
+#ifndef ZPLAN_COMPILER_PLAN_REPORT_H
+#define ZPLAN_COMPILER_PLAN_REPORT_H
+
+#include "compiler/plan/EmitPlan.h"
+
+#include <string>
+
+namespace zplan::plan {
+
+/// The human-readable report: per rank the memory figures, per step the
+/// bytes sent per collective kind and mesh axis.
+std::string formatReport(const PlanSummary &summary);
+
+/// The same as JSON: {"world", "tp", "dp", "dtype", "collective_hash",
+/// "ranks": [{"rank", "resident_weight_bytes", "peak_gathered_param_bytes",
+/// "activation_bytes", "collective_buffer_bytes", "workspace_bytes",
+/// "planned_peak_bytes", "planned_host_bytes", "comm": {kind: {axis:
+/// bytes sent}}, "comm_payload": {kind: {axis: bytes}}, "comm_calls": {kind:
+/// {axis: count}}}]}.
+std::string formatReportJson(const PlanSummary &summary);
+
+} // namespace zplan::plan
+
+#endif // ZPLAN_COMPILER_PLAN_REPORT_H
