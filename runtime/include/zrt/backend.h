@@ -1,0 +1,94 @@
+// zrt/backend.h - the interface a compute backend implements (cpu here; cuda in runtime/src/cuda/).
+//
+// The executor decodes the plan once, at load time, into Steps whose tensor references already point into
+// the arenas the backend allocated; the hot path then calls execute() per compute step and never
+// allocates. Collectives and ZeRO gathers do not reach the backend: the executor hands them to the
+// Communicator, asking the backend only for block copies (copy_blocks) to permute gathered data.
+//
+// Adding a backend:
+//   1. implement this class (allocate() returns memory the backend's kernels can address; write/read move
+//      bytes between host memory and an arena; execute() runs one compute step on the step's stream);
+//   2. return it from make_backend() in runtime/src/backend.cpp for its BackendKind;
+//   3. pair it with a Communicator that understands its pointers (cuda: NCCL on device pointers, with the
+//      stream from stream()).
+#ifndef ZRT_BACKEND_H
+#define ZRT_BACKEND_H
+
+#include <memory>
+#include <vector>
+
+#include "zrt/status.h"
+#include "zrt/types.h"
+
+namespace zrt {
+
+constexpr int kMaxRank = 8;
+
+/// A tensor as a step sees it: a pointer into an arena plus the plan's local shape.
+struct TensorRef {
+  void *data = nullptr;
+  DType dtype = DType::f32;
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  uint64_t bytes = 0;  // reserved bytes (>= elements * dtype size)
+  MemSpace space = MemSpace::device;
+  int index = -1;      // the plan's tensor index, for messages
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= shape[i];
+    return n;
+  }
+};
+
+/// One decoded instruction. `op` is the zrt::fb::Op value of the plan (see runtime/schema/plan.fbs for
+/// the operand and attribute layout of each opcode). An optional operand that is absent has data nullptr.
+struct Step {
+  uint16_t op = 0;
+  Axis axis = Axis::none;
+  uint8_t stream = 0;  // zrt::fb::Stream
+  int index = 0;       // instruction index in the plan
+  std::string name;
+  std::vector<TensorRef> inputs;
+  std::vector<TensorRef> outputs;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char *name() const = 0;
+  virtual BackendKind kind() const = 0;
+
+  /// Allocates `bytes` of memory in `space` (one arena, or runtime scratch). Called only at load time.
+  virtual Status allocate(MemSpace space, size_t bytes, void **out) = 0;
+  /// Frees what allocate() returned.
+  virtual void deallocate(MemSpace space, void *p) = 0;
+  /// Copies host memory into an arena / an arena into host memory (loading, binding, reading back).
+  virtual Status write(MemSpace space, void *dst, const void *src, size_t bytes) = 0;
+  virtual Status read(MemSpace space, void *dst, const void *src, size_t bytes) = 0;
+  virtual Status zero(MemSpace space, void *dst, size_t bytes) = 0;
+  /// `count` blocks of `block` bytes: block i goes from src + i * src_stride to dst + i * dst_stride.
+  /// Used to permute the data of all_gather / reduce_scatter along a dimension other than the first.
+  virtual Status copy_blocks(void *dst, size_t dst_stride, const void *src, size_t src_stride, size_t block,
+                             size_t count) = 0;
+
+  /// Called once with every compute step before anything runs: check support, size workspaces. Returns
+  /// the bytes of scratch the backend allocated for itself (reported in MemoryReport).
+  virtual Status prepare(const RankInfo &rank, const std::vector<Step> &steps, size_t *scratch_bytes) = 0;
+  /// Runs one compute step (elementwise .. attention, reshape, fill, prefetch/evict).
+  virtual Status execute(const Step &step) = 0;
+  /// Waits for every step queued so far.
+  virtual Status synchronize() = 0;
+  /// The native stream a communicator should use (cudaStream_t on cuda), nullptr on cpu.
+  virtual void *native_stream(uint8_t stream) { (void)stream; return nullptr; }
+};
+
+/// The CPU backend: the reference kernels on ordinary memory.
+std::unique_ptr<Backend> make_cpu_backend();
+/// The backend for `kind`, or an error when this build lacks it.
+Status make_backend(BackendKind kind, std::unique_ptr<Backend> *out);
+
+}  // namespace zrt
+
+#endif  // ZRT_BACKEND_H

@@ -1,0 +1,65 @@
+// zrt/communicator.h - the interface a communicator implements (MPI here; NCCL in runtime/src/nccl/).
+//
+// A communicator has two planes:
+//  - the data plane: collectives on arena memory of its backend (host pointers for MPI, device pointers
+//    plus a stream for NCCL), over the tp, dp or world group of the mesh;
+//  - the control plane: small host-memory exchanges on the world group used at start-up (agreement on the
+//    plan and on errors) and to assemble outputs on rank 0. The NCCL communicator keeps MPI for this plane.
+//
+// Groups follow docs/design.md: world = tp x dp, rank r has tp index r % tp and dp index r / tp; a tp group
+// is the ranks of one dp index, in tp-index order; a dp group the ranks of one tp index, in dp-index order.
+// "Group order" below means that order.
+#ifndef ZRT_COMMUNICATOR_H
+#define ZRT_COMMUNICATOR_H
+
+#include <memory>
+#include <string>
+
+#include "zrt/status.h"
+#include "zrt/types.h"
+
+namespace zrt {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual const char *name() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  /// Sets up the tp and dp groups for a mesh (tp * dp must equal world_size()).
+  virtual Status set_mesh(int tp, int dp) = 0;
+  virtual int group_size(Axis axis) const = 0;
+  virtual int group_rank(Axis axis) const = 0;
+
+  // --- data plane. `stream` is the backend's native stream (nullptr on cpu). send may equal recv.
+  /// Element-wise sum of `count` elements over the group, result on every member.
+  virtual Status all_reduce(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream) = 0;
+  /// Concatenates every member's `bytes` in group order into recv (group_size * bytes).
+  virtual Status all_gather(Axis axis, const void *send, void *recv, size_t bytes, void *stream) = 0;
+  /// Sums send (group_size blocks of `count` elements) over the group; member i keeps block i.
+  virtual Status reduce_scatter(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream) = 0;
+  /// Copies `bytes` from the member with group rank `root` to every member.
+  virtual Status broadcast(Axis axis, void *buf, size_t bytes, int root, void *stream) = 0;
+  virtual Status barrier(Axis axis) = 0;
+
+  // --- control plane (host memory, world group).
+  /// Element-wise min and max of n u64 values over the world.
+  virtual Status agree(const uint64_t *in, uint64_t *min, uint64_t *max, int n) = 0;
+  /// Copies `bytes` from world rank `root` to every rank.
+  virtual Status broadcast_host(void *buf, size_t bytes, int root) = 0;
+  /// Rank `root` receives counts[r] bytes from every rank r, concatenated in rank order into recv
+  /// (counts is read on every rank; send holds counts[rank()] bytes).
+  virtual Status gather_host(const void *send, void *recv, const size_t *counts, int root) = 0;
+  /// Ends every rank of the job (used when a rank cannot continue and the others may be blocked).
+  virtual void abort(int code) = 0;
+};
+
+/// Initialises MPI if nobody has (MPI_Init_thread, MPI_THREAD_SERIALIZED) and returns a communicator over
+/// MPI_COMM_WORLD. Errors on MPI calls are returned as Status, not fatal.
+Status make_mpi_communicator(std::unique_ptr<Communicator> *out);
+/// Finalises MPI if make_mpi_communicator initialised it.
+void finalize_mpi();
+
+}  // namespace zrt
+
+#endif  // ZRT_COMMUNICATOR_H

@@ -1,0 +1,63 @@
+// zrt/types.h - value types shared by the runtime's public API and its backend/communicator interfaces.
+#ifndef ZRT_TYPES_H
+#define ZRT_TYPES_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zrt {
+
+/// Element types; the values equal zrt::fb::DType in runtime/schema/plan.fbs.
+enum class DType : uint8_t { f32 = 0, bf16 = 1, f16 = 2, i64 = 3, i32 = 4, bool8 = 5 };
+/// Memory spaces; the values equal zrt::fb::MemSpace. Each space is one arena per rank.
+enum class MemSpace : uint8_t { device = 0, host = 1 };
+constexpr int kNumMemSpaces = 2;
+/// Mesh axes of a collective; the values equal zrt::fb::Axis.
+enum class Axis : uint8_t { none = 0, tp = 1, dp = 2, world = 3 };
+/// Backends; the values equal zrt::fb::Backend.
+enum class BackendKind : uint8_t { cpu = 0, cuda = 1 };
+
+size_t dtype_size(DType t);
+const char *dtype_name(DType t);
+
+/// Where this process sits in the mesh: world = tp x dp, tp index r % tp, dp index r / tp.
+struct RankInfo {
+  int rank = 0;
+  int world = 1;
+  int tp = 1;
+  int dp = 1;
+  int tp_index() const { return rank % tp; }
+  int dp_index() const { return rank / tp; }
+};
+
+/// A graph input or output as the plan declares it (global shape: the whole batch).
+struct IOInfo {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> global_shape;
+  bool batch_split = false;
+  size_t global_bytes() const;
+};
+
+/// Planned and measured memory of this rank, in bytes, per memory space (index by MemSpace).
+struct MemoryReport {
+  int rank = 0;
+  uint64_t planned_arena_bytes[kNumMemSpaces] = {};
+  /// High-water mark of arena bytes written: the largest offset + bytes of any tensor that an instruction
+  /// wrote, or that the runtime filled (weights, constants, bound inputs).
+  uint64_t measured_arena_bytes[kNumMemSpaces] = {};
+  /// The same, counting instruction outputs only.
+  uint64_t measured_instr_bytes[kNumMemSpaces] = {};
+  /// Memory the runtime holds outside the plan's arenas: kernel scratch and collective staging, sized once
+  /// at load time from the plan.
+  uint64_t runtime_scratch_bytes = 0;
+  /// The plan's own figures (RankMemory).
+  uint64_t planned_peak_bytes = 0;
+  uint64_t planned_host_bytes = 0;
+};
+
+}  // namespace zrt
+
+#endif  // ZRT_TYPES_H

@@ -1,0 +1,84 @@
+// zrt/zrt.h - the zplan runtime's C++ API: load a plan, bind inputs, run, read outputs, query memory.
+//
+//   std::unique_ptr<zrt::Session> s;
+//   zrt::Status st = zrt::Session::open("model.zplan", {}, &s);     // collective over the MPI job
+//   st = s->bind_input("input_ids", ids.data(), ids.size() * 8);     // the global batch
+//   st = s->run();
+//   st = s->read_output("logits", out.data(), out.size() * 4);      // the global output, on rank 0
+//   zrt::shutdown();                                                 // MPI_Finalize if zrt started MPI
+//
+// Every rank of the job makes the same calls in the same order: open(), run() and read_output() are
+// collective. Errors come back as Status; open() makes all ranks agree, so a problem on one rank (a
+// corrupt plan, a missing weights file, a world size the plan was not made for) fails open() on every
+// rank with the same message and nobody hangs.
+#ifndef ZRT_ZRT_H
+#define ZRT_ZRT_H
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zrt/status.h"
+#include "zrt/types.h"
+
+namespace zrt {
+
+enum class InitMode {
+  file,    // weights come from the plan's sources (external data files, inline initializers)
+  random,  // file-backed weights get deterministic random values (graph-only benchmark models)
+};
+
+struct Options {
+  InitMode init = InitMode::file;
+  uint64_t seed = 0;
+  BackendKind backend = BackendKind::cpu;
+};
+
+class Session {
+ public:
+  /// Loads, verifies and prepares a plan; allocates its arenas and loads this rank's weights. Collective.
+  static Status open(const std::string &plan_path, const Options &options, std::unique_ptr<Session> *out);
+  /// The same for a plan file image held in memory; relative weight paths resolve against base_dir.
+  static Status open_buffer(const void *data, size_t bytes, const std::string &base_dir, const Options &options,
+                            std::unique_ptr<Session> *out);
+  ~Session();
+  Session(const Session &) = delete;
+  Session &operator=(const Session &) = delete;
+
+  const RankInfo &rank_info() const;
+  const std::vector<IOInfo> &inputs() const;
+  const std::vector<IOInfo> &outputs() const;
+  /// The plan's producer string ("zplan 0.1 (...)").
+  std::string producer() const;
+
+  /// Binds a graph input from the global tensor (`bytes` == IOInfo::global_bytes()); this rank keeps the
+  /// rows of its dp group when the input is batch-split.
+  Status bind_input(const std::string &name, const void *data, size_t bytes);
+  /// Binds every input to deterministic random values (floats uniform in [-1, 1); integer ids in
+  /// [0, rows of the table they index), found from the embedding or gather that reads them).
+  Status bind_random_inputs(uint64_t seed);
+  /// Runs the instruction stream once. Collective.
+  Status run();
+  /// Assembles the global output on `root` (other ranks may pass data == nullptr). Collective.
+  Status read_output(const std::string &name, void *data, size_t bytes, int root = 0);
+  /// This rank's own output tensor (its rows), `bytes` == local elements * dtype size.
+  Status read_local_output(const std::string &name, void *data, size_t bytes, std::vector<int64_t> *local_shape);
+
+  MemoryReport memory_report() const;
+
+  struct Impl;
+
+ private:
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Ends MPI if zrt started it. Call once, after every Session is gone.
+void shutdown();
+/// Stops every rank of the job at once (MPI_Abort) with `code`; for a rank that cannot continue while the
+/// others may wait in a collective.
+[[noreturn]] void abort_job(int code);
+
+}  // namespace zrt
+
+#endif  // ZRT_ZRT_H

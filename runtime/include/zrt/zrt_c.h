@@ -1,0 +1,54 @@
+/* zrt/zrt_c.h - the zplan runtime's C API, a thin layer over zrt/zrt.h for other languages.
+ *
+ * Every function returns 0 on success and a nonzero zrt error code (the values of zrt::Code) on failure;
+ * zrt_last_error() then gives the message (thread-local, valid until the next call on the thread).
+ * Collective calls (zrt_open, zrt_run, zrt_read_output) must be made by every rank of the job. */
+#ifndef ZRT_ZRT_C_H
+#define ZRT_ZRT_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zrt_session zrt_session;
+
+typedef struct zrt_memory_report {
+  int rank;
+  uint64_t planned_arena_bytes[2];  /* indexed by memory space: 0 device, 1 host */
+  uint64_t measured_arena_bytes[2];
+  uint64_t measured_instr_bytes[2];
+  uint64_t runtime_scratch_bytes;
+} zrt_memory_report;
+
+/* init_random: 0 loads weights from the plan's files, 1 fills file-backed weights from `seed`. */
+int zrt_open(const char *plan_path, int init_random, uint64_t seed, zrt_session **out);
+void zrt_close(zrt_session *s);
+const char *zrt_last_error(void);
+
+int zrt_rank(const zrt_session *s);
+int zrt_world_size(const zrt_session *s);
+int zrt_num_inputs(const zrt_session *s);
+int zrt_num_outputs(const zrt_session *s);
+/* Name and global size in bytes of input/output i (NULL / 0 when i is out of range). */
+const char *zrt_input_name(const zrt_session *s, int i);
+size_t zrt_input_bytes(const zrt_session *s, int i);
+const char *zrt_output_name(const zrt_session *s, int i);
+size_t zrt_output_bytes(const zrt_session *s, int i);
+
+int zrt_bind_input(zrt_session *s, const char *name, const void *data, size_t bytes);
+int zrt_run(zrt_session *s);
+/* The global output on rank 0; other ranks may pass data = NULL. */
+int zrt_read_output(zrt_session *s, const char *name, void *data, size_t bytes);
+int zrt_get_memory_report(const zrt_session *s, zrt_memory_report *out);
+
+/* Ends MPI if zrt started it; call after closing every session. */
+void zrt_shutdown(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZRT_ZRT_C_H */

@@ -1,0 +1,77 @@
+// The C API over zrt::Session.
+#include "zrt/zrt_c.h"
+
+#include <string>
+
+#include "zrt/zrt.h"
+
+struct zrt_session {
+  std::unique_ptr<zrt::Session> s;
+};
+
+namespace {
+thread_local std::string g_last_error;
+
+int set(const zrt::Status &st) {
+  if (st.ok()) return 0;
+  g_last_error = st.message();
+  return static_cast<int>(st.code());
+}
+}  // namespace
+
+extern "C" {
+
+int zrt_open(const char *plan_path, int init_random, uint64_t seed, zrt_session **out) {
+  if (!plan_path || !out) return set(zrt::error(zrt::Code::invalid_argument, "zrt_open: null argument"));
+  zrt::Options o;
+  o.init = init_random ? zrt::InitMode::random : zrt::InitMode::file;
+  o.seed = seed;
+  std::unique_ptr<zrt::Session> s;
+  if (int rc = set(zrt::Session::open(plan_path, o, &s))) return rc;
+  *out = new zrt_session{std::move(s)};
+  return 0;
+}
+
+void zrt_close(zrt_session *s) { delete s; }
+const char *zrt_last_error(void) { return g_last_error.c_str(); }
+int zrt_rank(const zrt_session *s) { return s->s->rank_info().rank; }
+int zrt_world_size(const zrt_session *s) { return s->s->rank_info().world; }
+int zrt_num_inputs(const zrt_session *s) { return static_cast<int>(s->s->inputs().size()); }
+int zrt_num_outputs(const zrt_session *s) { return static_cast<int>(s->s->outputs().size()); }
+
+const char *zrt_input_name(const zrt_session *s, int i) {
+  return i >= 0 && i < zrt_num_inputs(s) ? s->s->inputs()[i].name.c_str() : nullptr;
+}
+size_t zrt_input_bytes(const zrt_session *s, int i) {
+  return i >= 0 && i < zrt_num_inputs(s) ? s->s->inputs()[i].global_bytes() : 0;
+}
+const char *zrt_output_name(const zrt_session *s, int i) {
+  return i >= 0 && i < zrt_num_outputs(s) ? s->s->outputs()[i].name.c_str() : nullptr;
+}
+size_t zrt_output_bytes(const zrt_session *s, int i) {
+  return i >= 0 && i < zrt_num_outputs(s) ? s->s->outputs()[i].global_bytes() : 0;
+}
+
+int zrt_bind_input(zrt_session *s, const char *name, const void *data, size_t bytes) {
+  return set(s->s->bind_input(name ? name : "", data, bytes));
+}
+int zrt_run(zrt_session *s) { return set(s->s->run()); }
+int zrt_read_output(zrt_session *s, const char *name, void *data, size_t bytes) {
+  return set(s->s->read_output(name ? name : "", data, bytes));
+}
+
+int zrt_get_memory_report(const zrt_session *s, zrt_memory_report *out) {
+  const zrt::MemoryReport r = s->s->memory_report();
+  out->rank = r.rank;
+  for (int i = 0; i < 2; ++i) {
+    out->planned_arena_bytes[i] = r.planned_arena_bytes[i];
+    out->measured_arena_bytes[i] = r.measured_arena_bytes[i];
+    out->measured_instr_bytes[i] = r.measured_instr_bytes[i];
+  }
+  out->runtime_scratch_bytes = r.runtime_scratch_bytes;
+  return 0;
+}
+
+void zrt_shutdown(void) { zrt::shutdown(); }
+
+}  // extern "C"

@@ -1,0 +1,722 @@
+// Reading and verifying plan files. Every check runs before the executor allocates anything, in the order
+// docs/design.md gives: size, magic, CRC, FlatBuffers verifier, version, fingerprint, then every index,
+// dtype, shape, arena range, attribute count and weight piece, and finally the collective hash.
+#include "plan.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "zrt/plan_file.h"
+
+namespace zrt {
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_str(const Shape &s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+Shape to_shape(const flatbuffers::Vector<int64_t> *v) {
+  Shape s;
+  if (v) s.assign(v->begin(), v->end());
+  return s;
+}
+
+int64_t numel(const Shape &s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+bool broadcasts_to(const Shape &in, const Shape &out) {
+  if (in.size() > out.size()) return false;
+  for (size_t k = 0; k < in.size(); ++k) {
+    int64_t a = in[in.size() - 1 - k], b = out[out.size() - 1 - k];
+    if (a != 1 && a != b) return false;
+  }
+  return true;
+}
+
+bool broadcast_shape(const Shape &a, const Shape &b, Shape *out) {
+  size_t r = std::max(a.size(), b.size());
+  Shape o(r);
+  for (size_t k = 0; k < r; ++k) {
+    int64_t x = k < a.size() ? a[a.size() - 1 - k] : 1, y = k < b.size() ? b[b.size() - 1 - k] : 1;
+    if (x != y && x != 1 && y != 1) return false;
+    o[r - 1 - k] = x == 1 ? y : x;
+  }
+  *out = o;
+  return true;
+}
+
+struct TInfo {
+  DType dtype = DType::f32;
+  Shape shape;
+  int64_t numel = 0;
+  MemSpace space = MemSpace::device;
+  uint64_t offset = 0, bytes = 0;
+  fb::TensorKind kind = fb::TensorKind::activation;
+  std::string name;
+};
+
+/// Operand counts and attribute counts of one opcode. ints == -1: any count the per-op check decides.
+struct OpSig {
+  int min_in, max_in, outs, ints, floats;
+};
+
+bool op_signature(fb::Op op, OpSig *s) {
+  const auto v = static_cast<int>(op);
+  if ((v >= 0 && v <= 17)) { *s = {1, 1, 1, 0, 0}; return true; }
+  if (v >= 32 && v <= 45) { *s = {2, 2, 1, 0, 0}; return true; }
+  switch (op) {
+    case fb::Op::where: *s = {3, 3, 1, 0, 0}; return true;
+    case fb::Op::matmul: *s = {2, 2, 1, 2, 0}; return true;
+    case fb::Op::linear: *s = {2, 3, 1, 1, 1}; return true;
+    case fb::Op::softmax: *s = {1, 1, 1, 1, 0}; return true;
+    case fb::Op::layer_norm: *s = {2, 3, 1, 1, 1}; return true;
+    case fb::Op::rms_norm: *s = {1, 2, 1, 0, 1}; return true;
+    case fb::Op::reduce_sum:
+    case fb::Op::reduce_mean:
+    case fb::Op::reduce_max: *s = {1, 1, 1, -1, 0}; return true;
+    case fb::Op::transpose: *s = {1, 1, 1, -1, 0}; return true;
+    case fb::Op::reshape: *s = {1, 1, 1, 0, 0}; return true;
+    case fb::Op::concat: *s = {1, 1 << 20, 1, 1, 0}; return true;
+    case fb::Op::slice: *s = {1, 1, 1, -1, 0}; return true;
+    case fb::Op::gather: *s = {2, 2, 1, 1, 0}; return true;
+    case fb::Op::expand: *s = {1, 1, 1, 0, 0}; return true;
+    case fb::Op::embedding: *s = {2, 2, 1, 1, 0}; return true;
+    case fb::Op::fill: *s = {0, 0, 1, 0, 1}; return true;
+    case fb::Op::attention: *s = {3, 4, 1, 1, 1}; return true;
+    case fb::Op::all_reduce: *s = {1, 1, 1, 0, 0}; return true;
+    case fb::Op::all_gather:
+    case fb::Op::reduce_scatter:
+    case fb::Op::broadcast: *s = {1, 1, 1, 1, 0}; return true;
+    case fb::Op::barrier: *s = {0, 0, 0, 0, 0}; return true;
+    case fb::Op::gather_param: *s = {1, 1, 1, 0, 0}; return true;
+    case fb::Op::release: *s = {1, 1, 0, 0, 0}; return true;
+    case fb::Op::prefetch:
+    case fb::Op::evict: *s = {1, 1, 1, 0, 0}; return true;
+    default: return false;
+  }
+}
+
+/// Inputs that an instruction may leave out by passing -1 (optional operands).
+bool optional_input(fb::Op op, size_t i) {
+  return (op == fb::Op::linear && i == 2) || (op == fb::Op::layer_norm && i == 2) ||
+         (op == fb::Op::rms_norm && i == 1) || (op == fb::Op::attention && i == 3);
+}
+
+class Verifier {
+ public:
+  Verifier(const fb::Plan &p, const Launch &l) : p_(p), l_(l) {}
+  Status run();
+
+ private:
+  Status fail(const std::string &m) { return error(Code::plan_invalid, m); }
+  std::string tn(int i) const {
+    return "tensor " + std::to_string(i) + (i >= 0 && i < (int)t_.size() ? " '" + t_[i].name + "'" : "");
+  }
+  Status check_tensors();
+  Status check_constants_and_weights();
+  Status check_io();
+  Status check_instr(int idx, const fb::Instr &in);
+  Status check_shapes(fb::Op op, const fb::Instr &in, const std::vector<int> &ins, const std::vector<int> &outs,
+                      const std::string &where);
+  int group(fb::Axis a) const {
+    switch (a) {
+      case fb::Axis::tp: return tp_;
+      case fb::Axis::dp: return dp_;
+      case fb::Axis::world: return world_;
+      default: return 1;
+    }
+  }
+
+  const fb::Plan &p_;
+  const Launch &l_;
+  int tp_ = 1, dp_ = 1, world_ = 1;
+  std::vector<TInfo> t_;
+  uint64_t arena_[kNumMemSpaces] = {};
+};
+
+Status Verifier::run() {
+  if (p_.version_major() != kPlanVersionMajor)
+    return error(Code::mismatch, "plan format version " + std::to_string(p_.version_major()) + "." +
+                                     std::to_string(p_.version_minor()) + " is not supported (this runtime reads " +
+                                     std::to_string(kPlanVersionMajor) + ".x up to " +
+                                     std::to_string(kPlanVersionMajor) + "." + std::to_string(kPlanVersionMinor) + ")");
+  if (p_.version_minor() > kPlanVersionMinor)
+    return error(Code::mismatch, "plan format version " + std::to_string(p_.version_major()) + "." +
+                                     std::to_string(p_.version_minor()) + " is newer than this runtime's " +
+                                     std::to_string(kPlanVersionMajor) + "." + std::to_string(kPlanVersionMinor));
+  const fb::Fingerprint *fp = p_.fingerprint();
+  if (!fp) return fail("the plan has no fingerprint");
+  world_ = fp->world();
+  tp_ = fp->tp();
+  dp_ = fp->dp();
+  if (tp_ < 1 || dp_ < 1 || world_ != tp_ * dp_)
+    return fail("fingerprint mesh is inconsistent: world " + std::to_string(world_) + " != tp " + std::to_string(tp_) +
+                " x dp " + std::to_string(dp_));
+  if (world_ != l_.world)
+    return error(Code::mismatch, "the plan is for " + std::to_string(world_) + " ranks (tp " + std::to_string(tp_) +
+                                     " x dp " + std::to_string(dp_) + ") but the job has " + std::to_string(l_.world) +
+                                     " (start it with mpirun -np " + std::to_string(world_) + ")");
+  if (static_cast<int>(fp->backend()) != static_cast<int>(l_.backend))
+    return error(Code::mismatch, std::string("the plan is for backend '") + fb::EnumNameBackend(fp->backend()) +
+                                     "' but this launch runs backend '" +
+                                     (l_.backend == BackendKind::cpu ? "cpu" : "cuda") + "'");
+  if (static_cast<int>(fp->dtype()) > static_cast<int>(fb::DType::MAX)) return fail("fingerprint dtype is unknown");
+  const auto *mem = p_.memory();
+  if (!mem || static_cast<int>(mem->size()) != world_)
+    return fail("Plan.memory must hold one RankMemory per rank (" + std::to_string(world_) + "), it holds " +
+                std::to_string(mem ? mem->size() : 0));
+  const fb::RankMemory *rm = mem->Get(l_.rank);
+  if (!rm) return fail("Plan.memory has no entry for rank " + std::to_string(l_.rank));
+  if (rm->arena_bytes())
+    for (size_t s = 0; s < rm->arena_bytes()->size() && s < kNumMemSpaces; ++s) arena_[s] = rm->arena_bytes()->Get(s);
+  ZRT_RETURN_IF_ERROR(check_tensors());
+  ZRT_RETURN_IF_ERROR(check_constants_and_weights());
+  ZRT_RETURN_IF_ERROR(check_io());
+  if (p_.num_events() < 0) return fail("num_events is negative");
+  if (const auto *instrs = p_.instrs())
+    for (size_t i = 0; i < instrs->size(); ++i) ZRT_RETURN_IF_ERROR(check_instr(static_cast<int>(i), *instrs->Get(i)));
+  uint64_t h = compute_collective_hash(p_);
+  if (h != p_.collective_hash()) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf),
+                  "collective hash mismatch: the plan records 0x%016llx, its instructions hash to 0x%016llx",
+                  static_cast<unsigned long long>(p_.collective_hash()), static_cast<unsigned long long>(h));
+    return fail(buf);
+  }
+  return {};
+}
+
+Status Verifier::check_tensors() {
+  const auto *ts = p_.tensors();
+  const size_t n = ts ? ts->size() : 0;
+  t_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const fb::Tensor *t = ts->Get(i);
+    TInfo &ti = t_[i];
+    ti.name = t->name() ? t->name()->str() : "";
+    const std::string w = tn(static_cast<int>(i));
+    if (static_cast<int>(t->dtype()) < 0 || t->dtype() > fb::DType::MAX) return fail(w + ": unknown dtype");
+    if (static_cast<int>(t->space()) < 0 || t->space() > fb::MemSpace::MAX) return fail(w + ": unknown memory space");
+    if (static_cast<int>(t->kind()) < 0 || t->kind() > fb::TensorKind::MAX) return fail(w + ": unknown kind");
+    ti.dtype = static_cast<DType>(t->dtype());
+    ti.space = static_cast<MemSpace>(t->space());
+    ti.kind = t->kind();
+    ti.shape = to_shape(t->shape());
+    if (ti.shape.size() > static_cast<size_t>(8)) return fail(w + ": rank " + std::to_string(ti.shape.size()) + " > 8");
+    int64_t ne = 1;
+    for (int64_t d : ti.shape) {
+      if (d < 0) return fail(w + ": negative dimension in shape " + shape_str(ti.shape));
+      if (d > 0 && ne > (int64_t{1} << 50) / d) return fail(w + ": shape " + shape_str(ti.shape) + " is too large");
+      ne *= d;
+    }
+    ti.numel = ne;
+    ti.offset = t->offset();
+    ti.bytes = t->bytes();
+    const uint64_t need = static_cast<uint64_t>(ne) * dtype_size(ti.dtype);
+    if (ti.bytes < need)
+      return fail(w + ": reserves " + std::to_string(ti.bytes) + " bytes, its shape " + shape_str(ti.shape) +
+                  " needs " + std::to_string(need));
+    const uint64_t arena = arena_[static_cast<int>(ti.space)];
+    if (ti.offset > arena || ti.bytes > arena - ti.offset)
+      return fail(w + ": [" + std::to_string(ti.offset) + ", " + std::to_string(ti.offset + ti.bytes) +
+                  ") overflows the " + fb::EnumNameMemSpace(t->space()) + " arena of " + std::to_string(arena) +
+                  " bytes of rank " + std::to_string(l_.rank));
+    if (ti.offset % 8 != 0 && dtype_size(ti.dtype) > 1 && ti.offset % dtype_size(ti.dtype) != 0)
+      return fail(w + ": offset " + std::to_string(ti.offset) + " is not aligned to its element size");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const fb::Tensor *t = ts->Get(i);
+    const std::string w = tn(static_cast<int>(i));
+    if (t->alias_of() != -1) {
+      const int b = t->alias_of();
+      if (b < 0 || b >= static_cast<int>(n) || b == static_cast<int>(i))
+        return fail(w + ": alias_of " + std::to_string(b) + " is not a tensor index");
+      if (t_[b].space != t_[i].space || t_[b].offset != t_[i].offset || t_[b].bytes != t_[i].bytes)
+        return fail(w + ": an alias must have the space, offset and bytes of its base " + tn(b));
+    }
+    if (t->kind() == fb::TensorKind::constant) {
+      const int c = t->constant();
+      if (!p_.constants() || c < 0 || c >= static_cast<int>(p_.constants()->size()))
+        return fail(w + ": constant index " + std::to_string(c) + " is out of range");
+    }
+  }
+  return {};
+}
+
+Status Verifier::check_constants_and_weights() {
+  const int nt = static_cast<int>(t_.size());
+  if (const auto *cs = p_.constants()) {
+    for (size_t i = 0; i < cs->size(); ++i) {
+      const fb::Constant *c = cs->Get(i);
+      if (c->dtype() > fb::DType::MAX) return fail("constant " + std::to_string(i) + ": unknown dtype");
+      Shape s = to_shape(c->shape());
+      for (int64_t d : s)
+        if (d < 0 || d > (int64_t{1} << 40)) return fail("constant " + std::to_string(i) + ": bad shape " + shape_str(s));
+      const uint64_t need = static_cast<uint64_t>(numel(s)) * dtype_size(static_cast<DType>(c->dtype()));
+      const uint64_t have = c->data() ? c->data()->size() : 0;
+      if (have != need)
+        return fail("constant " + std::to_string(i) + ": holds " + std::to_string(have) + " bytes, shape " +
+                    shape_str(s) + " needs " + std::to_string(need));
+    }
+    for (int i = 0; i < nt; ++i) {
+      const fb::Tensor *t = p_.tensors()->Get(i);
+      if (t->kind() != fb::TensorKind::constant) continue;
+      const fb::Constant *c = cs->Get(t->constant());
+      if (numel(to_shape(c->shape())) != t_[i].numel || static_cast<DType>(c->dtype()) != t_[i].dtype)
+        return fail(tn(i) + ": its constant's dtype or element count differs from the tensor's");
+    }
+  }
+  const auto *ws = p_.weights();
+  const int nw = ws ? static_cast<int>(ws->size()) : 0;
+  for (int i = 0; i < nw; ++i) {
+    const fb::WeightSource *w = ws->Get(i);
+    const std::string wn = "weight " + std::to_string(i) + " '" + (w->name() ? w->name()->str() : "") + "'";
+    if (w->dtype() > fb::DType::MAX) return fail(wn + ": unknown dtype");
+    Shape s = to_shape(w->shape());
+    if (s.size() > 8) return fail(wn + ": rank > 8");
+    for (int64_t d : s)
+      if (d < 0 || d > (int64_t{1} << 40)) return fail(wn + ": bad shape " + shape_str(s));
+    const uint64_t need = static_cast<uint64_t>(numel(s)) * dtype_size(static_cast<DType>(w->dtype()));
+    const bool has_file = w->file() && w->file()->size() > 0;
+    if (has_file) {
+      if (w->length() != need)
+        return fail(wn + ": length " + std::to_string(w->length()) + " differs from its shape's " + std::to_string(need) +
+                    " bytes");
+      if (w->offset() > UINT64_MAX - w->length()) return fail(wn + ": offset + length overflows");
+    } else {
+      const uint64_t have = w->inline_data() ? w->inline_data()->size() : 0;
+      if (have != need)
+        return fail(wn + ": has no file and " + std::to_string(have) + " inline bytes, its shape needs " +
+                    std::to_string(need));
+    }
+  }
+  const auto *bs = p_.bindings();
+  if (!bs) return {};
+  for (size_t bi = 0; bi < bs->size(); ++bi) {
+    const fb::WeightBinding *b = bs->Get(bi);
+    const std::string bn = "weight binding " + std::to_string(bi);
+    if (b->tensor() < 0 || b->tensor() >= nt) return fail(bn + ": tensor index " + std::to_string(b->tensor()) + " is out of range");
+    if (b->source() < 0 || b->source() >= nw) return fail(bn + ": source index " + std::to_string(b->source()) + " is out of range");
+    const TInfo &ti = t_[b->tensor()];
+    if (ti.kind != fb::TensorKind::weight && ti.kind != fb::TensorKind::weight_shard)
+      return fail(bn + ": " + tn(b->tensor()) + " is not a weight or weight_shard tensor");
+    const fb::WeightSource *src = ws->Get(b->source());
+    Shape ss = to_shape(src->shape()), ls = to_shape(b->local_shape());
+    if (ls.size() != ss.size()) return fail(bn + ": local shape " + shape_str(ls) + " and source shape " + shape_str(ss) + " differ in rank");
+    for (int64_t d : ls)
+      if (d < 0) return fail(bn + ": negative local dimension");
+    const int64_t local_n = numel(ls);
+    if (!b->ranks() || static_cast<int>(b->ranks()->size()) != world_)
+      return fail(bn + ": needs one RankSlice per rank (" + std::to_string(world_) + ")");
+    for (int r = 0; r < world_; ++r) {
+      const fb::RankSlice *rs = b->ranks()->Get(r);
+      const std::string rn = bn + " (" + tn(b->tensor()) + "), rank " + std::to_string(r);
+      if (rs->flat_end() < rs->flat_begin()) return fail(rn + ": flat range is reversed");
+      const uint64_t keep = rs->flat_end() - rs->flat_begin();
+      if (keep != static_cast<uint64_t>(ti.numel))
+        return fail(rn + ": keeps " + std::to_string(keep) + " elements, the tensor holds " + std::to_string(ti.numel));
+      if (ti.kind == fb::TensorKind::weight && (rs->flat_begin() != 0 || keep != static_cast<uint64_t>(local_n)))
+        return fail(rn + ": a resident weight must keep the whole local tensor [0, " + std::to_string(local_n) + ")");
+      if (ti.kind == fb::TensorKind::weight_shard) {
+        // Shards are gathered over dp in group order, so dp index d must hold the d-th block.
+        const uint64_t want = static_cast<uint64_t>(r / tp_) * keep;
+        if (rs->flat_begin() != want || keep * dp_ < static_cast<uint64_t>(local_n))
+          return fail(rn + ": a ZeRO shard of dp index " + std::to_string(r / tp_) + " must keep [" +
+                      std::to_string(want) + ", " + std::to_string(want + keep) + ") and dp shards must cover " +
+                      std::to_string(local_n) + " elements");
+      }
+      if (!rs->pieces()) continue;
+      for (size_t pi = 0; pi < rs->pieces()->size(); ++pi) {
+        const fb::Piece *pc = rs->pieces()->Get(pi);
+        Shape a = to_shape(pc->src_start()), d = to_shape(pc->dst_start()), z = to_shape(pc->size());
+        const std::string pn = rn + ", piece " + std::to_string(pi);
+        if (a.size() != ss.size() || d.size() != ss.size() || z.size() != ss.size())
+          return fail(pn + ": src_start, dst_start and size must have the source's rank " + std::to_string(ss.size()));
+        for (size_t k = 0; k < ss.size(); ++k)
+          if (z[k] < 0 || a[k] < 0 || d[k] < 0 || a[k] + z[k] > ss[k] || d[k] + z[k] > ls[k])
+            return fail(pn + ": box src " + shape_str(a) + " dst " + shape_str(d) + " size " + shape_str(z) +
+                        " is outside the source " + shape_str(ss) + " or the local tensor " + shape_str(ls));
+      }
+    }
+  }
+  return {};
+}
+
+Status Verifier::check_io() {
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto *v = pass == 0 ? p_.inputs() : p_.outputs();
+    if (!v) continue;
+    for (size_t i = 0; i < v->size(); ++i) {
+      const fb::IOBinding *b = v->Get(i);
+      const std::string bn = std::string(pass == 0 ? "input" : "output") + " '" + (b->name() ? b->name()->str() : "") + "'";
+      if (!b->name() || b->name()->size() == 0) return fail(bn + ": has no name");
+      if (b->tensor() < 0 || b->tensor() >= static_cast<int>(t_.size()))
+        return fail(bn + ": tensor index " + std::to_string(b->tensor()) + " is out of range");
+      const TInfo &ti = t_[b->tensor()];
+      if (static_cast<DType>(b->dtype()) != ti.dtype) return fail(bn + ": dtype differs from " + tn(b->tensor()));
+      Shape g = to_shape(b->global_shape());
+      if (g.size() != ti.shape.size()) return fail(bn + ": global shape " + shape_str(g) + " and local shape " + shape_str(ti.shape) + " differ in rank");
+      for (size_t k = 0; k < g.size(); ++k) {
+        int64_t want = g[k];
+        if (k == 0 && b->batch_split()) {
+          if (g[0] % dp_ != 0)
+            return fail(bn + ": batch " + std::to_string(g[0]) + " is not divisible by dp " + std::to_string(dp_));
+          want = g[0] / dp_;
+        }
+        if (ti.shape[k] != want)
+          return fail(bn + ": local shape " + shape_str(ti.shape) + " does not match global shape " + shape_str(g) +
+                      (b->batch_split() ? " split over dp " + std::to_string(dp_) : ""));
+      }
+      if (b->batch_split() && g.empty()) return fail(bn + ": batch_split needs rank >= 1");
+    }
+  }
+  return {};
+}
+
+Status Verifier::check_instr(int idx, const fb::Instr &in) {
+  const fb::Op op = in.op();
+  const char *opname = fb::EnumNameOp(op);
+  std::string where = "instruction " + std::to_string(idx) + " (" + (opname && *opname ? opname : "?") +
+                      (in.name() ? " '" + in.name()->str() + "'" : "") + ")";
+  OpSig sig;
+  if (!op_signature(op, &sig)) return fail(where + ": unknown opcode " + std::to_string(static_cast<int>(op)));
+  const int nin = in.inputs() ? static_cast<int>(in.inputs()->size()) : 0;
+  const int nout = in.outputs() ? static_cast<int>(in.outputs()->size()) : 0;
+  const int nints = in.ints() ? static_cast<int>(in.ints()->size()) : 0;
+  const int nfl = in.floats() ? static_cast<int>(in.floats()->size()) : 0;
+  if (nin < sig.min_in || nin > sig.max_in)
+    return fail(where + ": has " + std::to_string(nin) + " inputs, expects " + std::to_string(sig.min_in) +
+                (sig.max_in != sig.min_in ? " to " + std::to_string(sig.max_in) : ""));
+  if (nout != sig.outs) return fail(where + ": has " + std::to_string(nout) + " outputs, expects " + std::to_string(sig.outs));
+  if (sig.ints >= 0 && nints != sig.ints)
+    return fail(where + ": has " + std::to_string(nints) + " ints, expects " + std::to_string(sig.ints));
+  if (nfl != sig.floats) return fail(where + ": has " + std::to_string(nfl) + " floats, expects " + std::to_string(sig.floats));
+  std::vector<int> ins, outs;
+  for (int i = 0; i < nin; ++i) {
+    int t = in.inputs()->Get(i);
+    if (t == -1 && optional_input(op, i)) { ins.push_back(-1); continue; }
+    if (t < 0 || t >= static_cast<int>(t_.size())) return fail(where + ": input " + std::to_string(i) + " is tensor index " + std::to_string(t) + ", out of range");
+    ins.push_back(t);
+  }
+  for (int i = 0; i < nout; ++i) {
+    int t = in.outputs()->Get(i);
+    if (t < 0 || t >= static_cast<int>(t_.size())) return fail(where + ": output " + std::to_string(i) + " is tensor index " + std::to_string(t) + ", out of range");
+    const auto k = t_[t].kind;
+    if (k == fb::TensorKind::input || k == fb::TensorKind::constant || k == fb::TensorKind::weight || k == fb::TensorKind::weight_shard) {
+      // Prefetch and evict may move weights between spaces; nothing else writes a bound tensor.
+      if (!(op == fb::Op::prefetch || op == fb::Op::evict))
+        return fail(where + ": writes " + tn(t) + ", which is a bound " + fb::EnumNameTensorKind(k) + " tensor");
+    }
+    outs.push_back(t);
+  }
+  if (in.axis() > fb::Axis::MAX) return fail(where + ": unknown axis");
+  if (is_collective(op) && op != fb::Op::gather_param && in.axis() == fb::Axis::none)
+    return fail(where + ": a collective needs an axis (tp, dp or world)");
+  if (op == fb::Op::gather_param && in.axis() != fb::Axis::dp && in.axis() != fb::Axis::none)
+    return fail(where + ": gather_param runs over dp");
+  if (in.stream() > fb::Stream::MAX) return fail(where + ": unknown stream");
+  if (in.waits())
+    for (int e : *in.waits())
+      if (e < 0 || e >= p_.num_events()) return fail(where + ": waits on event " + std::to_string(e) + ", out of range");
+  if (in.signal() < -1 || in.signal() >= p_.num_events()) return fail(where + ": signals event " + std::to_string(in.signal()) + ", out of range");
+  return check_shapes(op, in, ins, outs, where);
+}
+
+Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<int> &ins, const std::vector<int> &outs,
+                              const std::string &where) {
+  auto I = [&](size_t i) -> const TInfo & { return t_[ins[i]]; };
+  auto O = [&]() -> const TInfo & { return t_[outs[0]]; };
+  auto ints = [&](int i) { return in.ints()->Get(i); };
+  auto bad = [&](const std::string &m) { return fail(where + ": " + m); };
+  auto is_fl = [](DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; };
+  const int v = static_cast<int>(op);
+  if (v <= 17) {
+    if (I(0).shape != O().shape) return bad("input shape " + shape_str(I(0).shape) + " differs from output shape " + shape_str(O().shape));
+    if (op != fb::Op::cast && op != fb::Op::copy && I(0).dtype != O().dtype) return bad("input and output dtypes differ");
+    if (op == fb::Op::not_ && I(0).dtype != DType::bool8) return bad("not needs bool8");
+    return {};
+  }
+  if (v >= 32 && v <= 46) {
+    Shape bc = I(0).shape;
+    for (size_t i = 1; i < ins.size(); ++i)
+      if (!broadcast_shape(bc, I(i).shape, &bc)) return bad("operands " + shape_str(I(0).shape) + " and " + shape_str(I(i).shape) + " do not broadcast");
+    if (bc != O().shape) return bad("broadcast shape " + shape_str(bc) + " differs from output shape " + shape_str(O().shape));
+    return {};
+  }
+  const int g = group(in.axis());
+  switch (op) {
+    case fb::Op::matmul: {
+      Shape a = I(0).shape, b = I(1).shape;
+      if (a.empty() || b.empty()) return bad("operands must have rank >= 1");
+      const bool av = a.size() == 1, bv = b.size() == 1;
+      if (av) a.insert(a.begin(), 1);
+      if (bv) b.push_back(1);
+      if (ints(0) && !av) std::swap(a[a.size() - 1], a[a.size() - 2]);
+      if (ints(1) && !bv) std::swap(b[b.size() - 1], b[b.size() - 2]);
+      if (a.back() != b[b.size() - 2]) return bad("contraction dims differ: " + shape_str(I(0).shape) + " x " + shape_str(I(1).shape));
+      Shape ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2), bc;
+      if (!broadcast_shape(ba, bb, &bc)) return bad("batch dims do not broadcast");
+      if (!av) bc.push_back(a[a.size() - 2]);
+      if (!bv) bc.push_back(b.back());
+      if (bc != O().shape) return bad("output shape " + shape_str(O().shape) + " is not the product's " + shape_str(bc));
+      if (!is_fl(I(0).dtype) || !is_fl(I(1).dtype) || !is_fl(O().dtype)) return bad("operands must be float");
+      return {};
+    }
+    case fb::Op::linear: {
+      const Shape &x = I(0).shape, &w = I(1).shape;
+      if (x.empty() || w.size() != 2) return bad("x must have rank >= 1 and W rank 2");
+      const bool tw = ints(0) != 0;
+      const int64_t K = tw ? w[1] : w[0], N = tw ? w[0] : w[1];
+      if (x.back() != K) return bad("W " + shape_str(w) + " does not match x " + shape_str(x));
+      Shape o = x;
+      o.back() = N;
+      if (o != O().shape) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
+      if (ins.size() > 2 && ins[2] >= 0 && I(2).numel != N) return bad("bias must have N elements");
+      return {};
+    }
+    case fb::Op::softmax:
+    case fb::Op::layer_norm: {
+      const Shape &x = I(0).shape;
+      const int64_t ax = ints(0);
+      if (ax < -static_cast<int64_t>(x.size()) || ax >= static_cast<int64_t>(x.size())) return bad("axis " + std::to_string(ax) + " is out of range");
+      if (x != O().shape) return bad("input and output shapes differ");
+      if (op == fb::Op::layer_norm) {
+        const size_t a = ax < 0 ? ax + x.size() : ax;
+        int64_t n = 1;
+        for (size_t k = a; k < x.size(); ++k) n *= x[k];
+        if (I(1).numel != n || (ins.size() > 2 && ins[2] >= 0 && I(2).numel != n)) return bad("scale and bias must cover the normalised dims");
+      }
+      return {};
+    }
+    case fb::Op::rms_norm: {
+      if (I(0).shape.empty() || I(0).shape != O().shape) return bad("input and output shapes differ");
+      if (ins.size() > 1 && ins[1] >= 0 && I(1).numel != I(0).shape.back()) return bad("scale must have the last dim's size");
+      return {};
+    }
+    case fb::Op::reduce_sum:
+    case fb::Op::reduce_mean:
+    case fb::Op::reduce_max: {
+      const Shape &x = I(0).shape;
+      const int nints = in.ints() ? static_cast<int>(in.ints()->size()) : 0;
+      if (nints < 2 || nints - 1 > static_cast<int>(x.size())) return bad("ints must be [keepdims, axis...] with 1 to rank axes");
+      std::vector<bool> red(x.size(), false);
+      for (int i = 1; i < nints; ++i) {
+        int64_t a = ints(i);
+        if (a < 0 || a >= static_cast<int64_t>(x.size()) || red[a]) return bad("axis " + std::to_string(a) + " is out of range or repeated");
+        red[a] = true;
+      }
+      Shape o;
+      for (size_t k = 0; k < x.size(); ++k)
+        if (!red[k]) o.push_back(x[k]);
+        else if (ints(0)) o.push_back(1);
+      if (o != O().shape) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
+      return {};
+    }
+    case fb::Op::transpose: {
+      const Shape &x = I(0).shape;
+      const int nints = in.ints() ? static_cast<int>(in.ints()->size()) : 0;
+      if (nints != static_cast<int>(x.size())) return bad("perm must have one entry per dim");
+      Shape o;
+      std::vector<bool> seen(x.size(), false);
+      for (int i = 0; i < nints; ++i) {
+        int64_t p = ints(i);
+        if (p < 0 || p >= nints || seen[p]) return bad("perm is not a permutation");
+        seen[p] = true;
+        o.push_back(x[p]);
+      }
+      if (o != O().shape || I(0).dtype != O().dtype) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
+      return {};
+    }
+    case fb::Op::reshape:
+    case fb::Op::expand: {
+      if (I(0).dtype != O().dtype) return bad("dtypes differ");
+      if (op == fb::Op::reshape && I(0).numel != O().numel) return bad("element counts differ");
+      if (op == fb::Op::expand && !broadcasts_to(I(0).shape, O().shape)) return bad("input does not broadcast to the output");
+      return {};
+    }
+    case fb::Op::concat: {
+      const Shape &o = O().shape;
+      int64_t ax = ints(0);
+      if (ax < 0) ax += o.size();
+      if (ax < 0 || ax >= static_cast<int64_t>(o.size())) return bad("axis is out of range");
+      int64_t sum = 0;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        if (I(i).shape.size() != o.size() || I(i).dtype != O().dtype) return bad("operand " + std::to_string(i) + " differs in rank or dtype");
+        for (size_t k = 0; k < o.size(); ++k)
+          if (static_cast<int64_t>(k) != ax && I(i).shape[k] != o[k]) return bad("operand " + std::to_string(i) + " differs off the axis");
+        sum += I(i).shape[ax];
+      }
+      if (sum != o[ax]) return bad("operand sizes do not sum to the output's");
+      return {};
+    }
+    case fb::Op::slice: {
+      const Shape &x = I(0).shape, &o = O().shape;
+      const int nints = in.ints() ? static_cast<int>(in.ints()->size()) : 0;
+      if (nints != 2 * static_cast<int>(x.size())) return bad("ints must be [starts..., steps...], one per dim");
+      if (o.size() != x.size() || I(0).dtype != O().dtype) return bad("output rank or dtype differs");
+      for (size_t k = 0; k < x.size(); ++k) {
+        const int64_t s = ints(k), st = ints(k + x.size());
+        if (o[k] == 0) continue;
+        const int64_t last = s + (o[k] - 1) * st;
+        if (st == 0 || s < 0 || s >= x[k] || last < 0 || last >= x[k]) return bad("dim " + std::to_string(k) + " slices outside the input");
+      }
+      return {};
+    }
+    case fb::Op::gather: {
+      const Shape &d = I(0).shape;
+      int64_t ax = ints(0);
+      if (ax < 0) ax += d.size();
+      if (ax < 0 || ax >= static_cast<int64_t>(d.size())) return bad("axis is out of range");
+      if (I(1).dtype != DType::i64 && I(1).dtype != DType::i32) return bad("indices must be i64 or i32");
+      Shape o(d.begin(), d.begin() + ax);
+      o.insert(o.end(), I(1).shape.begin(), I(1).shape.end());
+      o.insert(o.end(), d.begin() + ax + 1, d.end());
+      if (o != O().shape || I(0).dtype != O().dtype) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
+      return {};
+    }
+    case fb::Op::embedding: {
+      const Shape &w = I(0).shape;
+      if (w.size() != 2) return bad("table must be [V, D]");
+      if (I(1).dtype != DType::i64 && I(1).dtype != DType::i32) return bad("ids must be i64 or i32");
+      Shape o = I(1).shape;
+      o.push_back(w[1]);
+      if (o != O().shape || I(0).dtype != O().dtype) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
+      if (ints(0) < 0) return bad("vocab_stride is negative");
+      return {};
+    }
+    case fb::Op::fill: return {};
+    case fb::Op::attention: {
+      const Shape &q = I(0).shape, &k = I(1).shape;
+      if (q.size() != 4 || k.size() != 4 || I(2).shape != k) return bad("q, k, v must be rank 4 with v shaped like k");
+      if (k[0] != q[0] || k[3] != q[3] || k[1] <= 0 || q[1] % k[1] != 0) return bad("k " + shape_str(k) + " does not fit q " + shape_str(q));
+      if (O().shape != q) return bad("output shape must equal q's");
+      if (ins.size() > 3 && ins[3] >= 0 && !broadcasts_to(I(3).shape, Shape{q[0], q[1], q[2], k[2]}))
+        return bad("mask " + shape_str(I(3).shape) + " does not broadcast to [B, Hq, S, T]");
+      return {};
+    }
+    case fb::Op::all_reduce:
+      if (I(0).numel != O().numel || I(0).dtype != O().dtype) return bad("send and receive differ in size or dtype");
+      if (!is_fl(I(0).dtype) && I(0).dtype != DType::i64 && I(0).dtype != DType::i32) return bad("all_reduce needs a numeric dtype");
+      return {};
+    case fb::Op::all_gather:
+    case fb::Op::reduce_scatter: {
+      const Shape &a = I(0).shape, &b = O().shape;
+      const int64_t dim = ints(0);
+      if (a.size() != b.size() || dim < 0 || dim >= static_cast<int64_t>(a.size()) || I(0).dtype != O().dtype) return bad("dim is out of range or ranks/dtypes differ");
+      const Shape &small = op == fb::Op::all_gather ? a : b, &big = op == fb::Op::all_gather ? b : a;
+      for (size_t k = 0; k < a.size(); ++k)
+        if (big[k] != (static_cast<int64_t>(k) == dim ? small[k] * g : small[k]))
+          return bad(shape_str(a) + " -> " + shape_str(b) + " is not a split of dim " + std::to_string(dim) + " over " + std::to_string(g) + " ranks");
+      return {};
+    }
+    case fb::Op::broadcast:
+      if (I(0).numel != O().numel || I(0).dtype != O().dtype) return bad("send and receive differ");
+      if (ints(0) < 0 || ints(0) >= g) return bad("root " + std::to_string(ints(0)) + " is not in the group of " + std::to_string(g));
+      return {};
+    case fb::Op::barrier:
+    case fb::Op::release: return {};
+    case fb::Op::gather_param:
+      if (I(0).dtype != O().dtype) return bad("dtypes differ");
+      if (I(0).numel * dp_ < O().numel) return bad("dp shards of " + std::to_string(I(0).numel) + " elements cannot cover " + std::to_string(O().numel));
+      return {};
+    case fb::Op::prefetch:
+    case fb::Op::evict:
+      if (I(0).numel != O().numel || I(0).dtype != O().dtype) return bad("source and destination differ");
+      return {};
+    default: return bad("no shape rule for this opcode");
+  }
+}
+
+}  // namespace
+
+bool is_collective(fb::Op op) {
+  switch (op) {
+    case fb::Op::all_reduce:
+    case fb::Op::all_gather:
+    case fb::Op::reduce_scatter:
+    case fb::Op::broadcast:
+    case fb::Op::barrier:
+    case fb::Op::gather_param: return true;
+    default: return false;
+  }
+}
+
+uint64_t compute_collective_hash(const fb::Plan &p) {
+  uint64_t h = kFnvOffsetBasis;
+  if (!p.instrs()) return h;
+  for (const fb::Instr *in : *p.instrs()) {
+    if (!is_collective(in->op())) continue;
+    uint8_t dt = 0;
+    uint64_t count = 0;
+    if (in->op() != fb::Op::barrier && in->inputs() && in->inputs()->size() > 0 && p.tensors()) {
+      const int t = in->inputs()->Get(0);
+      if (t >= 0 && t < static_cast<int>(p.tensors()->size())) {
+        const fb::Tensor *ten = p.tensors()->Get(t);
+        dt = static_cast<uint8_t>(ten->dtype());
+        count = 1;
+        if (ten->shape())
+          for (int64_t d : *ten->shape()) count *= static_cast<uint64_t>(d);
+      }
+    }
+    h = collective_hash_step(h, static_cast<uint16_t>(in->op()), static_cast<uint8_t>(in->axis()), dt, count);
+  }
+  return h;
+}
+
+Status verify_plan(const uint8_t *file, size_t n, const Launch &launch, const fb::Plan **plan, uint64_t *chash) {
+  const uint8_t *payload = nullptr;
+  uint64_t len = 0;
+  std::string e = check_plan_header(file, n, &payload, &len);
+  if (!e.empty()) return error(Code::plan_invalid, e);
+  if (len < 8 || !fb::PlanBufferHasIdentifier(payload))
+    return error(Code::plan_invalid, "the payload is not a FlatBuffer with file identifier \"ZPLN\"");
+  flatbuffers::Verifier::Options opts;
+  opts.max_tables = 1u << 26;
+  flatbuffers::Verifier v(payload, static_cast<size_t>(len), opts);
+  if (!fb::VerifyPlanBuffer(v)) return error(Code::plan_invalid, "the FlatBuffers verifier rejects the payload");
+  const fb::Plan *p = fb::GetPlan(payload);
+  Verifier ver(*p, launch);
+  ZRT_RETURN_IF_ERROR(ver.run());
+  *plan = p;
+  *chash = compute_collective_hash(*p);
+  return {};
+}
+
+Status PlanFile::from_bytes(std::vector<uint8_t> bytes, const std::string &label, const std::string &base_dir,
+                            const Launch &launch, std::unique_ptr<PlanFile> *out) {
+  std::unique_ptr<PlanFile> pf(new PlanFile());
+  pf->bytes_ = std::move(bytes);
+  pf->label_ = label;
+  pf->base_dir_ = base_dir;
+  pf->file_hash_ = fnv1a64(pf->bytes_.data(), pf->bytes_.size());
+  Status s = verify_plan(pf->bytes_.data(), pf->bytes_.size(), launch, &pf->plan_, &pf->collective_hash_);
+  if (!s.ok()) return s.with_context("plan '" + label + "'");
+  *out = std::move(pf);
+  return {};
+}
+
+Status PlanFile::load(const std::string &path, const Launch &launch, std::unique_ptr<PlanFile> *out) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return error(Code::not_found, "cannot open plan file '" + path + "': " + std::strerror(errno));
+  const std::streamoff size = f.tellg();
+  if (size < 0) return error(Code::io_error, "cannot read plan file '" + path + "'");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  f.seekg(0);
+  if (size > 0 && !f.read(reinterpret_cast<char *>(bytes.data()), size))
+    return error(Code::io_error, "cannot read plan file '" + path + "'");
+  std::string dir = ".";
+  const size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos) dir = slash == 0 ? "/" : path.substr(0, slash);
+  return from_bytes(std::move(bytes), path, dir, launch, out);
+}
+
+}  // namespace zrt
