@@ -1,0 +1,184 @@
+//===- ZdOps.td - zd operations ------------------------------*- tablegen -*-===//
+//
+// Collectives, ZeRO parameter handling and host/device transfers. Every op
+// works on ranked tensors whose types are rank-local and verifies its shapes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZPLAN_DIALECTS_DIST_ZDOPS_TD
+#define ZPLAN_DIALECTS_DIST_ZDOPS_TD
+
+include "dialects/dist/ZdDialect.td"
+include "dialects/dist/ZdAttrs.td"
+include "mlir/IR/BuiltinAttributes.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+def Zd_AllReduceOp : Zd_Op<"all_reduce", [SameOperandsAndResultType]> {
+  let summary = "sum over a mesh axis";
+  let description = [{
+    Every rank of the `axis` group ("tp" or "dp") receives the elementwise sum
+    of the group's tensors.
+
+    ```mlir
+    %y = zd.all_reduce %x {axis = "tp"} : tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, StrAttr:$axis);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Zd_AllGatherOp : Zd_Op<"all_gather"> {
+  let summary = "concatenate the group's tensors along a dimension";
+  let description = [{
+    Dimension `dim` of the result is the group size times that of the
+    operand; the parts are concatenated in group order.
+
+    ```mlir
+    %y = zd.all_gather %x {axis = "tp", dim = 2 : i64}
+        : tensor<2x16x128xf32> -> tensor<2x16x512xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, StrAttr:$axis, I64Attr:$dim);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat =
+      "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Zd_ReduceScatterOp : Zd_Op<"reduce_scatter"> {
+  let summary = "sum over the group, then keep this rank's part along a dim";
+  let description = [{
+    Dimension `dim` of the operand is the group size times that of the
+    result; rank i of the group keeps part i of the sum.
+
+    ```mlir
+    %y = zd.reduce_scatter %x {axis = "dp", dim = 0 : i64}
+        : tensor<8x64xf32> -> tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, StrAttr:$axis, I64Attr:$dim);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat =
+      "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Zd_BroadcastOp : Zd_Op<"broadcast", [SameOperandsAndResultType]> {
+  let summary = "copy the root's tensor to every rank of the group";
+  let description = [{
+    ```mlir
+    %y = zd.broadcast %x {axis = "dp", root = 0 : i64} : tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, StrAttr:$axis, I64Attr:$root);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// ZeRO
+//===----------------------------------------------------------------------===//
+
+def Zd_WeightShardOp : Zd_Op<"weight_shard", [Pure]> {
+  let summary = "this dp rank's flat ZeRO-3 shard of a tp-local parameter";
+  let description = [{
+    The parameter is described as in `zg.weight` (name; file, offset and
+    length of its external data, or the inline `value`), plus the full
+    `source_shape`, the tp-local shape `local_shape`, the optional per-tp-index
+    `pieces` (see docs/dist-contract.md) and the dp group size. The result is
+    the flat 1-D shard of ceil(elements(local_shape) / dp) elements: the
+    tp-local tensor flattened and zero-padded to dp * shard elements, of which
+    dp rank d holds part d. `space` is "device" or "host" (offload).
+
+    ```mlir
+    %s = zd.weight_shard {name = "w", file = "m.data", offset = 0 : i64,
+                          length = 16384 : i64,
+                          source_shape = array<i64: 64, 64>,
+                          local_shape = array<i64: 64, 64>, dp = 2 : i64,
+                          space = "device"} : tensor<2048xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, OptionalAttr<StrAttr>:$file,
+                       OptionalAttr<I64Attr>:$offset,
+                       OptionalAttr<I64Attr>:$length,
+                       OptionalAttr<ElementsAttr>:$value,
+                       DenseI64ArrayAttr:$source_shape,
+                       DenseI64ArrayAttr:$local_shape,
+                       OptionalAttr<ArrayAttr>:$pieces, I64Attr:$dp,
+                       StrAttr:$space);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Zd_GatherParamOp : Zd_Op<"gather_param"> {
+  let summary = "all_gather of a ZeRO shard over dp into the tp-local tensor";
+  let description = [{
+    Gathers the flat shards of the dp group and drops the zero padding: the
+    result has the parameter's tp-local shape. Its storage stays alive until
+    the matching `zd.release`.
+
+    ```mlir
+    %w = zd.gather_param %s : tensor<2048xf32> -> tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$shard);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$shard attr-dict `:` type($shard) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Zd_ReleaseOp : Zd_Op<"release"> {
+  let summary = "end of a gathered parameter's lifetime";
+  let description = [{
+    No data moves; the storage of the gathered parameter (the result of
+    `zd.gather_param`, or the device copy `zd.prefetch` made of a resident
+    weight) may be reused by any op scheduled after this one.
+
+    ```mlir
+    zd.release %w : tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$gathered);
+  let assemblyFormat = "$gathered attr-dict `:` type($gathered)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Host/device traffic
+//===----------------------------------------------------------------------===//
+
+def Zd_PrefetchOp : Zd_Op<"prefetch", [SameOperandsAndResultType]> {
+  let summary = "copy a host-resident tensor to the device (copy stream)";
+  let description = [{
+    ```mlir
+    %d = zd.prefetch %h : tensor<2048xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Zd_EvictOp : Zd_Op<"evict", [SameOperandsAndResultType]> {
+  let summary = "copy a device tensor to host memory (copy stream)";
+  let description = [{
+    ```mlir
+    %h = zd.evict %d : tensor<2048xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+#endif // ZPLAN_DIALECTS_DIST_ZDOPS_TD
