@@ -1,0 +1,171 @@
+// Internal helpers of the CUDA kernels: dtype-generic loads and stores, broadcast index maps, block
+// reductions and the launch geometry shared by every kernel file.
+#ifndef ZK_CUDA_COMMON_CUH
+#define ZK_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "zk/cuda_kernels.h"
+
+namespace zk {
+namespace cuda {
+namespace detail {
+
+// --- typed storage ---------------------------------------------------------------------------------------
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+template <class T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+
+/// Float -> integer as the reference does: truncation toward zero, saturating, NaN -> 0.
+__device__ __forceinline__ int64_t f2i(float v) {
+  if (v != v) return 0;
+  if (v >= 9.2233720368547758e18f) return INT64_MAX;
+  if (v <= -9.2233720368547758e18f) return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+
+// --- dtype tags at run time (uniform across a launch, so the switch never diverges) ----------------------
+__device__ __forceinline__ float load_f(const void *p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float *>(p)[i];
+    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+    case DType::f16: return __half2float(static_cast<const __half *>(p)[i]);
+    case DType::i64: return static_cast<float>(static_cast<const int64_t *>(p)[i]);
+    case DType::i32: return static_cast<float>(static_cast<const int32_t *>(p)[i]);
+    case DType::bool8: return static_cast<const uint8_t *>(p)[i] ? 1.0f : 0.0f;
+  }
+  return 0.0f;
+}
+__device__ __forceinline__ void store_f(void *p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::f32: static_cast<float *>(p)[i] = v; break;
+    case DType::bf16: static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); break;
+    case DType::f16: static_cast<__half *>(p)[i] = __float2half_rn(v); break;
+    // Floats truncate toward zero into integers, as the reference does (NaN maps to 0 to stay defined).
+    case DType::i64: static_cast<int64_t *>(p)[i] = f2i(v); break;
+    case DType::i32: {
+      int64_t w = f2i(v);
+      w = w > INT32_MAX ? INT32_MAX : (w < INT32_MIN ? INT32_MIN : w);
+      static_cast<int32_t *>(p)[i] = static_cast<int32_t>(w);
+      break;
+    }
+    case DType::bool8: static_cast<uint8_t *>(p)[i] = v != 0.0f ? 1 : 0; break;
+  }
+}
+__device__ __forceinline__ int64_t load_i(const void *p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f32: return f2i(static_cast<const float *>(p)[i]);
+    case DType::bf16: return f2i(__bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]));
+    case DType::f16: return f2i(__half2float(static_cast<const __half *>(p)[i]));
+    case DType::i64: return static_cast<const int64_t *>(p)[i];
+    case DType::i32: return static_cast<const int32_t *>(p)[i];
+    case DType::bool8: return static_cast<const uint8_t *>(p)[i] ? 1 : 0;
+  }
+  return 0;
+}
+__device__ __forceinline__ void store_i(void *p, DType t, int64_t i, int64_t v) {
+  switch (t) {
+    case DType::f32: static_cast<float *>(p)[i] = static_cast<float>(v); break;
+    case DType::bf16: static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(static_cast<float>(v)); break;
+    case DType::f16: static_cast<__half *>(p)[i] = __float2half_rn(static_cast<float>(v)); break;
+    case DType::i64: static_cast<int64_t *>(p)[i] = v; break;
+    case DType::i32: static_cast<int32_t *>(p)[i] = static_cast<int32_t>(v); break;
+    case DType::bool8: static_cast<uint8_t *>(p)[i] = v != 0 ? 1 : 0; break;
+  }
+}
+
+// --- index maps --------------------------------------------------------------------------------------------
+/// Maps a dense row-major output index to the element offsets of up to N operands read with arbitrary
+/// strides (0 along broadcast dims). Passed to kernels by value.
+template <int N>
+struct IndexMap {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t st[N][kMaxRank] = {};
+  __device__ __forceinline__ void offsets(int64_t i, int64_t (&off)[N]) const {
+    for (int k = 0; k < N; ++k) off[k] = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      const int64_t c = i % dims[d];
+      i /= dims[d];
+      for (int k = 0; k < N; ++k) off[k] += c * st[k][d];
+    }
+  }
+};
+
+inline void dense_strides(const Dims &s, int64_t *st) {
+  int64_t acc = 1;
+  for (int i = s.rank - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= s.d[i];
+  }
+}
+inline void broadcast_strides(const Dims &in, const Dims &out, int64_t *st) {
+  int64_t acc = 1;
+  for (int i = out.rank - 1, j = in.rank - 1; i >= 0; --i, --j) {
+    if (j >= 0) {
+      st[i] = in.d[j] == 1 ? 0 : acc;
+      acc *= in.d[j];
+    } else {
+      st[i] = 0;
+    }
+  }
+}
+
+// --- launch geometry ----------------------------------------------------------------------------------------
+constexpr int kThreads = 256;
+/// Grid for a grid-stride loop over n elements: enough blocks to fill the device, never more than needed.
+inline unsigned grid_for(int64_t n, int threads = kThreads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  if (b > 132 * 32) b = 132 * 32;
+  return static_cast<unsigned>(b);
+}
+
+// --- reductions ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+/// Sum over the block; every thread gets the result. `red` is 32 floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float *red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // `red` may still be read by a previous reduction
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < nw ? red[lane] : 0.0f;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float *red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < nw ? red[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+/// The launcher tier's last step: a launch error (bad configuration) or an earlier asynchronous fault.
+inline cudaError_t launched() { return cudaGetLastError(); }
+
+/// Turns a launcher's cudaError_t into the backend op's status.
+#define ZK_LAUNCH(expr) ZK_CUDA_TRY(expr)
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace zk
+
+#endif  // ZK_CUDA_COMMON_CUH

@@ -1,0 +1,403 @@
+// Elementwise kernels: unary maps, casts, numpy-broadcast binary ops, where, expand, fill and the two
+// elementwise fusions the plan's patterns allow (bias + activation, gated MLP product).
+//
+// Tier 1 is the __global__ kernels, tier 2 the launchers in namespace `launch` (raw pointers, sizes,
+// index maps and a stream, returning cudaError_t), tier 3 the zk::cuda entry points that check dtypes and
+// shapes exactly as the CPU reference does.
+#include <cstring>
+#include <type_traits>
+
+#include "common.cuh"
+
+namespace zk {
+namespace cuda {
+namespace {
+
+using detail::IndexMap;
+using detail::kThreads;
+using detail::load_f;
+using detail::load_i;
+using detail::store_f;
+using detail::store_i;
+using detail::to_f32;
+using detail::from_f32;
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+
+__device__ __forceinline__ float apply_unary(Unary op, float v) {
+  switch (op) {
+    case Unary::copy: return v;
+    case Unary::neg: return -v;
+    case Unary::exp: return expf(v);
+    case Unary::log: return logf(v);
+    case Unary::sqrt: return sqrtf(v);
+    case Unary::reciprocal: return 1.0f / v;
+    case Unary::tanh: return tanhf(v);
+    case Unary::erf: return erff(v);
+    case Unary::sigmoid: return 1.0f / (1.0f + expf(-v));
+    case Unary::relu: return v > 0.0f ? v : 0.0f;
+    case Unary::cos: return cosf(v);
+    case Unary::sin: return sinf(v);
+    case Unary::abs: return fabsf(v);
+    case Unary::gelu_tanh: return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+    case Unary::gelu_erf: return 0.5f * v * (1.0f + erff(v * kInvSqrt2));
+    case Unary::silu: return v / (1.0f + expf(-v));
+    default: return v;
+  }
+}
+
+__device__ __forceinline__ float apply_binary(Binary op, float x, float y) {
+  switch (op) {
+    case Binary::add: return x + y;
+    case Binary::sub: return x - y;
+    case Binary::mul: return x * y;
+    case Binary::div: return x / y;
+    case Binary::pow: return powf(x, y);
+    case Binary::max: return (x != x) || x > y ? x : y;
+    case Binary::min: return (x != x) || x < y ? x : y;
+    case Binary::equal: return x == y ? 1.0f : 0.0f;
+    case Binary::less: return x < y ? 1.0f : 0.0f;
+    case Binary::greater: return x > y ? 1.0f : 0.0f;
+    case Binary::less_equal: return x <= y ? 1.0f : 0.0f;
+    case Binary::greater_equal: return x >= y ? 1.0f : 0.0f;
+    default: return 0.0f;
+  }
+}
+
+__device__ __forceinline__ int64_t ipow(int64_t b, int64_t e) {
+  if (e < 0) return b == 1 ? 1 : (b == -1 ? ((e & 1) ? -1 : 1) : 0);
+  int64_t r = 1;
+  while (e > 0) {
+    if (e & 1) r *= b;
+    b *= b;
+    e >>= 1;
+  }
+  return r;
+}
+
+__device__ __forceinline__ int64_t apply_binary_int(Binary op, int64_t x, int64_t y) {
+  switch (op) {
+    case Binary::add: return x + y;
+    case Binary::sub: return x - y;
+    case Binary::mul: return x * y;
+    case Binary::div: return y == 0 ? 0 : x / y;
+    case Binary::pow: return ipow(x, y);
+    case Binary::max: return x > y ? x : y;
+    case Binary::min: return x < y ? x : y;
+    case Binary::equal: return x == y;
+    case Binary::less: return x < y;
+    case Binary::greater: return x > y;
+    case Binary::less_equal: return x <= y;
+    case Binary::greater_equal: return x >= y;
+    case Binary::and_: return (x != 0) && (y != 0);
+    case Binary::or_: return (x != 0) || (y != 0);
+  }
+  return 0;
+}
+
+#define ZK_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// --- tier 1 ---------------------------------------------------------------------------------------------------
+template <class T>
+__global__ void unary_kernel(Unary op, const T *__restrict__ x, T *__restrict__ y, int64_t n) {
+  ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_unary(op, to_f32(x[i])));
+}
+
+__global__ void unary_int_kernel(Unary op, const void *x, DType t, void *y, int64_t n) {
+  ZK_GRID_STRIDE(i, n) {
+    int64_t v = load_i(x, t, i);
+    switch (op) {
+      case Unary::neg: v = -v; break;
+      case Unary::abs: v = v < 0 ? -v : v; break;
+      case Unary::relu: v = v < 0 ? 0 : v; break;
+      case Unary::not_: v = v ? 0 : 1; break;
+      default: break;
+    }
+    store_i(y, t, i, v);
+  }
+}
+
+__global__ void cast_kernel(const void *x, DType xt, void *y, DType yt, int64_t n, bool via_float) {
+  ZK_GRID_STRIDE(i, n) {
+    if (via_float) store_f(y, yt, i, load_f(x, xt, i));
+    else store_i(y, yt, i, load_i(x, xt, i));
+  }
+}
+
+template <bool Dense>
+__global__ void binary_kernel(Binary op, bool as_float, const void *a, DType at, const void *b, DType bt, void *y,
+                              DType yt, int64_t n, IndexMap<2> map) {
+  ZK_GRID_STRIDE(i, n) {
+    int64_t off[2] = {i, i};
+    if (!Dense) map.offsets(i, off);
+    if (as_float) store_f(y, yt, i, apply_binary(op, load_f(a, at, off[0]), load_f(b, bt, off[1])));
+    else store_i(y, yt, i, apply_binary_int(op, load_i(a, at, off[0]), load_i(b, bt, off[1])));
+  }
+}
+
+/// The hot path of residual adds and scalings: one storage type, equal shapes, no index math.
+template <class T>
+__global__ void binary_dense_kernel(Binary op, const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ y,
+                                    int64_t n) {
+  ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_binary(op, to_f32(a[i]), to_f32(b[i])));
+}
+
+__global__ void where_kernel(const void *c, DType ct, const void *a, DType at, const void *b, DType bt, void *y,
+                             DType yt, int64_t n, IndexMap<3> map, bool as_float) {
+  ZK_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    map.offsets(i, off);
+    const bool cond = load_i(c, ct, off[0]) != 0;
+    if (as_float) store_f(y, yt, i, cond ? load_f(a, at, off[1]) : load_f(b, bt, off[2]));
+    else store_i(y, yt, i, cond ? load_i(a, at, off[1]) : load_i(b, bt, off[2]));
+  }
+}
+
+template <class E>
+__global__ void expand_kernel(const E *__restrict__ x, E *__restrict__ y, int64_t n, IndexMap<1> map) {
+  ZK_GRID_STRIDE(i, n) {
+    int64_t off[1];
+    map.offsets(i, off);
+    y[i] = x[off[0]];
+  }
+}
+
+__global__ void fill_kernel(void *y, DType t, int64_t n, double v) {
+  ZK_GRID_STRIDE(i, n) {
+    if (t == DType::f32 || t == DType::bf16 || t == DType::f16) store_f(y, t, i, static_cast<float>(v));
+    else store_i(y, t, i, static_cast<int64_t>(v));
+  }
+}
+
+template <class T>
+__global__ void bias_act_kernel(Unary act, const T *__restrict__ x, const T *__restrict__ bias, T *__restrict__ y,
+                                int64_t n, int64_t cols) {
+  ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_unary(act, to_f32(x[i]) + to_f32(bias[i % cols])));
+}
+
+template <class T>
+__global__ void gated_kernel(Unary act, const T *__restrict__ g, const T *__restrict__ u, T *__restrict__ y, int64_t n) {
+  ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_unary(act, to_f32(g[i])) * to_f32(u[i]));
+}
+
+}  // namespace
+
+// --- tier 2 -------------------------------------------------------------------------------------------------------
+namespace launch {
+
+template <class T>
+cudaError_t unary(Unary op, const T *x, T *y, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  unary_kernel<T><<<detail::grid_for(n), kThreads, 0, s>>>(op, x, y, n);
+  return detail::launched();
+}
+
+cudaError_t cast(const void *x, DType xt, void *y, DType yt, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  cast_kernel<<<detail::grid_for(n), kThreads, 0, s>>>(x, xt, y, yt, n, is_float(xt));
+  return detail::launched();
+}
+
+cudaError_t binary(Binary op, bool as_float, const void *a, DType at, const void *b, DType bt, void *y, DType yt,
+                   int64_t n, const IndexMap<2> *map, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  if (map) binary_kernel<false><<<detail::grid_for(n), kThreads, 0, s>>>(op, as_float, a, at, b, bt, y, yt, n, *map);
+  else binary_kernel<true><<<detail::grid_for(n), kThreads, 0, s>>>(op, as_float, a, at, b, bt, y, yt, n, IndexMap<2>{});
+  return detail::launched();
+}
+
+template <class T>
+cudaError_t binary_dense(Binary op, const T *a, const T *b, T *y, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  binary_dense_kernel<T><<<detail::grid_for(n), kThreads, 0, s>>>(op, a, b, y, n);
+  return detail::launched();
+}
+
+cudaError_t expand(const void *x, void *y, size_t elem, int64_t n, const IndexMap<1> &map, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  const unsigned g = detail::grid_for(n);
+  switch (elem) {
+    case 1: expand_kernel<uint8_t><<<g, kThreads, 0, s>>>(static_cast<const uint8_t *>(x), static_cast<uint8_t *>(y), n, map); break;
+    case 2: expand_kernel<uint16_t><<<g, kThreads, 0, s>>>(static_cast<const uint16_t *>(x), static_cast<uint16_t *>(y), n, map); break;
+    case 4: expand_kernel<uint32_t><<<g, kThreads, 0, s>>>(static_cast<const uint32_t *>(x), static_cast<uint32_t *>(y), n, map); break;
+    default: expand_kernel<uint64_t><<<g, kThreads, 0, s>>>(static_cast<const uint64_t *>(x), static_cast<uint64_t *>(y), n, map); break;
+  }
+  return detail::launched();
+}
+
+template <class T>
+cudaError_t bias_act(Unary act, const T *x, const T *bias, T *y, int64_t n, int64_t cols, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  bias_act_kernel<T><<<detail::grid_for(n), kThreads, 0, s>>>(act, x, bias, y, n, cols);
+  return detail::launched();
+}
+
+template <class T>
+cudaError_t gated(Unary act, const T *g, const T *u, T *y, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  gated_kernel<T><<<detail::grid_for(n), kThreads, 0, s>>>(act, g, u, y, n);
+  return detail::launched();
+}
+
+}  // namespace launch
+
+// --- tier 3 ---------------------------------------------------------------------------------------------------------
+namespace {
+
+/// Calls f with a typed null pointer of the float storage type `t` (fp32, bf16 or fp16).
+template <class F>
+cudaError_t with_float_type(DType t, F &&f) {
+  switch (t) {
+    case DType::f32: return f(static_cast<float *>(nullptr));
+    case DType::bf16: return f(static_cast<__nv_bfloat16 *>(nullptr));
+    default: return f(static_cast<__half *>(nullptr));
+  }
+}
+
+}  // namespace
+
+GpuStatus unary(Unary op, const In &x, const Out &out, cudaStream_t s) {
+  if (x.shape != out.shape) return kernel_failure("unary: input and output shapes differ");
+  const int64_t n = x.shape.numel();
+  if (op == Unary::copy) {
+    if (x.dtype != out.dtype) return cast(x, out, s);
+    if (x.data != out.data && n > 0)
+      ZK_CUDA_TRY(cudaMemcpyAsync(out.data, x.data, static_cast<size_t>(n) * dtype_size(x.dtype), cudaMemcpyDeviceToDevice, s));
+    return {};
+  }
+  bool int_path = false;
+  if (op == Unary::not_) {
+    if (x.dtype != DType::bool8 || out.dtype != DType::bool8) return kernel_failure("not: operands must be bool8");
+    int_path = true;
+  } else {
+    if (x.dtype != out.dtype) return kernel_failure("unary: input and output dtypes differ");
+    if (!is_float(x.dtype)) {
+      if (op != Unary::neg && op != Unary::abs && op != Unary::relu)
+        return kernel_failure("unary: this op needs a floating-point dtype");
+      int_path = true;
+    }
+  }
+  if (int_path) {
+    if (n > 0) {
+      unary_int_kernel<<<detail::grid_for(n), kThreads, 0, s>>>(op, x.data, x.dtype, out.data, n);
+      ZK_CUDA_TRY(detail::launched());
+    }
+    return {};
+  }
+  ZK_CUDA_TRY(with_float_type(x.dtype, [&](auto *tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch::unary<T>(op, static_cast<const T *>(x.data), static_cast<T *>(out.data), n, s);
+  }));
+  return {};
+}
+
+GpuStatus cast(const In &x, const Out &out, cudaStream_t s) {
+  if (x.shape != out.shape) return kernel_failure("cast: input and output shapes differ");
+  const int64_t n = x.shape.numel();
+  if (x.dtype == out.dtype) {
+    if (x.data != out.data && n > 0)
+      ZK_CUDA_TRY(cudaMemcpyAsync(out.data, x.data, static_cast<size_t>(n) * dtype_size(x.dtype), cudaMemcpyDeviceToDevice, s));
+    return {};
+  }
+  ZK_CUDA_TRY(launch::cast(x.data, x.dtype, out.data, out.dtype, n, s));
+  return {};
+}
+
+GpuStatus binary(Binary op, const In &a, const In &b, const Out &out, cudaStream_t s) {
+  if (!broadcastable(a.shape, out.shape) || !broadcastable(b.shape, out.shape))
+    return kernel_failure("binary: operands do not broadcast to the output shape");
+  Dims bc;
+  if (!broadcast_shapes(a.shape, b.shape, &bc) || bc.numel() != out.shape.numel())
+    return kernel_failure("binary: broadcast of the operands is not the output shape");
+  const bool logical = op == Binary::and_ || op == Binary::or_;
+  const bool as_float = !logical && (is_float(a.dtype) || is_float(b.dtype));
+  const int64_t n = out.shape.numel();
+  const bool dense = a.shape == out.shape && b.shape == out.shape;
+  if (dense && as_float && a.dtype == out.dtype && b.dtype == out.dtype && is_float(out.dtype)) {
+    ZK_CUDA_TRY(with_float_type(out.dtype, [&](auto *tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      return launch::binary_dense<T>(op, static_cast<const T *>(a.data), static_cast<const T *>(b.data),
+                                     static_cast<T *>(out.data), n, s);
+    }));
+    return {};
+  }
+  IndexMap<2> map;
+  map.rank = out.shape.rank;
+  for (int i = 0; i < out.shape.rank; ++i) map.dims[i] = out.shape.d[i];
+  detail::broadcast_strides(a.shape, out.shape, map.st[0]);
+  detail::broadcast_strides(b.shape, out.shape, map.st[1]);
+  ZK_CUDA_TRY(launch::binary(op, as_float, a.data, a.dtype, b.data, b.dtype, out.data, out.dtype, n,
+                             dense ? nullptr : &map, s));
+  return {};
+}
+
+GpuStatus where(const In &c, const In &a, const In &b, const Out &out, cudaStream_t s) {
+  if (!broadcastable(c.shape, out.shape) || !broadcastable(a.shape, out.shape) || !broadcastable(b.shape, out.shape))
+    return kernel_failure("where: operands do not broadcast to the output shape");
+  const int64_t n = out.shape.numel();
+  if (n == 0) return {};
+  IndexMap<3> map;
+  map.rank = out.shape.rank;
+  for (int i = 0; i < out.shape.rank; ++i) map.dims[i] = out.shape.d[i];
+  detail::broadcast_strides(c.shape, out.shape, map.st[0]);
+  detail::broadcast_strides(a.shape, out.shape, map.st[1]);
+  detail::broadcast_strides(b.shape, out.shape, map.st[2]);
+  where_kernel<<<detail::grid_for(n), kThreads, 0, s>>>(c.data, c.dtype, a.data, a.dtype, b.data, b.dtype, out.data,
+                                                         out.dtype, n, map, is_float(out.dtype));
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus expand(const In &x, const Out &out, cudaStream_t s) {
+  if (!broadcastable(x.shape, out.shape)) return kernel_failure("expand: input does not broadcast to the output shape");
+  if (x.dtype != out.dtype) return kernel_failure("expand: input and output dtypes differ");
+  IndexMap<1> map;
+  map.rank = out.shape.rank;
+  for (int i = 0; i < out.shape.rank; ++i) map.dims[i] = out.shape.d[i];
+  detail::broadcast_strides(x.shape, out.shape, map.st[0]);
+  ZK_CUDA_TRY(launch::expand(x.data, out.data, dtype_size(x.dtype), out.shape.numel(), map, s));
+  return {};
+}
+
+GpuStatus fill(double value, const Out &out, cudaStream_t s) {
+  const int64_t n = out.shape.numel();
+  if (n == 0) return {};
+  fill_kernel<<<detail::grid_for(n), kThreads, 0, s>>>(out.data, out.dtype, n, value);
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus bias_act(Unary act, const In &x, const In &bias, const Out &out, cudaStream_t s) {
+  if (x.shape != out.shape || x.shape.rank < 1) return kernel_failure("bias_act: input and output shapes differ");
+  if (!is_float(x.dtype) || x.dtype != out.dtype || bias.dtype != x.dtype)
+    return kernel_failure("bias_act: x, bias and out must share one float dtype");
+  const int64_t cols = x.shape.d[x.shape.rank - 1];
+  if (bias.shape.numel() != cols) return kernel_failure("bias_act: bias must have x's last dim");
+  if (act != Unary::gelu_tanh && act != Unary::gelu_erf && act != Unary::silu && act != Unary::relu && act != Unary::copy)
+    return kernel_failure("bias_act: the activation must be gelu_tanh, gelu_erf, silu, relu or copy");
+  ZK_CUDA_TRY(with_float_type(x.dtype, [&](auto *tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch::bias_act<T>(act, static_cast<const T *>(x.data), static_cast<const T *>(bias.data),
+                               static_cast<T *>(out.data), x.shape.numel(), cols, s);
+  }));
+  return {};
+}
+
+GpuStatus gated(Unary act, const In &g, const In &u, const Out &out, cudaStream_t s) {
+  if (g.shape != out.shape || u.shape != out.shape) return kernel_failure("gated: gate, up and out shapes differ");
+  if (!is_float(g.dtype) || g.dtype != out.dtype || u.dtype != g.dtype)
+    return kernel_failure("gated: gate, up and out must share one float dtype");
+  if (act != Unary::silu && act != Unary::gelu_tanh && act != Unary::gelu_erf)
+    return kernel_failure("gated: the activation must be silu, gelu_tanh or gelu_erf");
+  ZK_CUDA_TRY(with_float_type(g.dtype, [&](auto *tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch::gated<T>(act, static_cast<const T *>(g.data), static_cast<const T *>(u.data),
+                            static_cast<T *>(out.data), out.shape.numel(), s);
+  }));
+  return {};
+}
+
+}  // namespace cuda
+}  // namespace zk

@@ -1,0 +1,120 @@
+// zk/cuda_kernels.h - the CUDA kernels of zplan: fp32 math over f32/bf16/f16 storage, on a stream.
+//
+// The API mirrors the CPU reference kernels (zk/cpu_kernels.h) on purpose: the same zk::In / zk::Out
+// descriptors (their `data` now device pointers), the same shapes and attribute meanings, one extra
+// cudaStream_t. Every function here is the top tier of a kernel (see STYLE.md): it validates dtypes and
+// shapes on the host, returns a GpuStatus naming the failed check, and only then calls the launcher tier
+// (zk::cuda::launch, raw pointers + sizes + stream, returning cudaError_t), which starts the __global__
+// kernels. Nothing here synchronises the stream or allocates device memory: scratch comes from the caller
+// (the plan's workspace buffers), so every call can be captured into a CUDA graph.
+//
+// Numerics: loads widen to fp32, math runs in fp32 (row reductions too; reductions over many elements
+// use fp32 tree sums, accurate to well under 1e-5 relative), stores round to nearest even.
+#ifndef ZK_CUDA_KERNELS_H
+#define ZK_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "zk/cpu_kernels.h"
+#include "zk/cuda_status.h"
+
+namespace zk {
+namespace cuda {
+
+using cpu::Binary;
+using cpu::Reduce;
+using cpu::Unary;
+
+/// Whether a CUDA device of compute capability >= 9.0 and at least `min_bytes` of free memory is present.
+/// On failure `why` says what is missing ("no CUDA device: cudaGetDeviceCount returned ...",
+/// "device 0 is sm_80; zplan's kernels are built for sm_90", "only N MiB free, M MiB needed").
+bool device_usable(size_t min_bytes, std::string *why);
+
+// --- elementwise -------------------------------------------------------------------------------------
+/// out = f(x); shapes equal; float dtypes (copy/neg/abs/relu also integers; not_ on bool8). copy may convert.
+GpuStatus unary(Unary op, const In &x, const Out &out, cudaStream_t stream);
+/// Numeric conversion between any two dtypes (floats truncate toward zero into integers).
+GpuStatus cast(const In &x, const Out &out, cudaStream_t stream);
+/// out = a (op) b, numpy broadcasting of both to out's shape (rank <= kMaxRank).
+GpuStatus binary(Binary op, const In &a, const In &b, const Out &out, cudaStream_t stream);
+/// out = cond ? a : b, all broadcast.
+GpuStatus where(const In &cond, const In &a, const In &b, const Out &out, cudaStream_t stream);
+/// Broadcasts x to out's shape (same dtype).
+GpuStatus expand(const In &x, const Out &out, cudaStream_t stream);
+GpuStatus fill(double value, const Out &out, cudaStream_t stream);
+/// Fused: out = act(x + bias), bias [N] over x's last dim; act is gelu_tanh, gelu_erf, silu, relu or copy.
+GpuStatus bias_act(Unary act, const In &x, const In &bias, const Out &out, cudaStream_t stream);
+/// Gated MLP product: out = act(gate) * up, shapes equal; act is silu, gelu_tanh or gelu_erf.
+GpuStatus gated(Unary act, const In &gate, const In &up, const Out &out, cudaStream_t stream);
+
+// --- rows --------------------------------------------------------------------------------------------
+GpuStatus softmax(const In &x, const Out &out, int axis, cudaStream_t stream);
+/// Softmax over the last axis of x * scale + mask (mask optional, broadcast to x), with an optional causal
+/// mask: for x [..., S, T], row i sees columns j <= i + (T - S).
+GpuStatus masked_softmax(const In &x, const In &mask, const Out &out, bool causal, float scale, cudaStream_t stream);
+GpuStatus layer_norm(const In &x, const In &scale, const In &bias, const Out &out, int axis, float eps,
+                     cudaStream_t stream);
+GpuStatus rms_norm(const In &x, const In &scale, const Out &out, float eps, cudaStream_t stream);
+/// Fused residual + norm over the last axis: sum = x + residual (written when sum.data != nullptr),
+/// out = layer_norm(sum) (bias optional) or, with rms, rms_norm(sum).
+GpuStatus residual_norm(const In &x, const In &residual, const In &scale, const In &bias, const Out &sum,
+                        const Out &out, bool rms, float eps, cudaStream_t stream);
+GpuStatus reduce(Reduce op, const In &x, const Out &out, const int64_t *axes, int naxes, bool keepdims,
+                 cudaStream_t stream);
+
+// --- data movement -----------------------------------------------------------------------------------
+GpuStatus transpose(const In &x, const Out &out, const int64_t *perm, cudaStream_t stream);
+GpuStatus concat(const In *xs, int n, const Out &out, int axis, cudaStream_t stream);
+GpuStatus slice(const In &x, const Out &out, const int64_t *starts, const int64_t *steps, cudaStream_t stream);
+/// ONNX Gather. Indices are data on the device and are not checked on the host: an index outside
+/// [-dim, dim) yields a zero row (the CPU kernel reports it as an error instead).
+GpuStatus gather(const In &data, const In &indices, const Out &out, int axis, cudaStream_t stream);
+/// Vocabulary-parallel embedding; ids outside [row_start, row_start + V_local) give zero rows.
+GpuStatus embedding(const In &table, const In &ids, const Out &out, int64_t row_start, cudaStream_t stream);
+
+// --- attention ---------------------------------------------------------------------------------------
+/// Fused attention (flash-attention style, online softmax, fp32 accumulation): q [B, Hq, S, Dh],
+/// k, v [B, Hkv, T, Dh], optional additive mask broadcastable to [B, Hq, S, T], out [B, Hq, S, Dh].
+/// bf16/f16 with Dh in {64, 128} run on tensor cores; every other case on a plain fp32 path.
+GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, bool causal, float scale,
+                    cudaStream_t stream);
+
+// --- matrix products (cuBLASLt) ----------------------------------------------------------------------
+/// What a cuBLASLt epilogue fuses into a linear: nothing, + bias, gelu (tanh form), gelu(x + bias).
+enum class Epilogue : uint8_t { none, bias, gelu, gelu_bias };
+
+/// A cuBLASLt handle plus a cache of the algorithms chosen per problem. One per device per thread.
+class Blas {
+ public:
+  static GpuStatus create(std::unique_ptr<Blas> *out);
+  ~Blas();
+  Blas(const Blas &) = delete;
+  Blas &operator=(const Blas &) = delete;
+  struct Impl;
+  Impl *impl() { return impl_; }
+
+ private:
+  Blas() = default;
+  Impl *impl_ = nullptr;
+};
+
+/// The workspace a matrix product may use; the plan reserves a buffer of at least this (kind workspace).
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+
+/// ONNX MatMul (batch broadcast, trans_a / trans_b on the last two dims) with fp32 accumulation; a, b and
+/// out share one float dtype. workspace may be null (then workspace_bytes must be 0).
+GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool trans_a, bool trans_b, void *workspace,
+                 size_t workspace_bytes, cudaStream_t stream);
+/// out[..., N] = alpha * x[..., K] W (+ bias) (then gelu for the gelu epilogues); W [K, N] or [N, K] with
+/// trans_w; x, W, out share one float dtype; bias [N] of that dtype when the epilogue takes one.
+GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool trans_w, float alpha,
+                 Epilogue epilogue, void *workspace, size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace zk
+
+#endif  // ZK_CUDA_KERNELS_H

@@ -1,0 +1,213 @@
+// Data-movement kernels: transpose, slice (both as one strided copy), concat (as 2-D copies), gather and the
+// vocabulary-parallel embedding. They move elements and never convert: operand and result dtypes agree.
+// Elements travel as unsigned integers of the element's width, so one instantiation serves every dtype of
+// that width.
+#include "common.cuh"
+
+namespace zk {
+namespace cuda {
+namespace {
+
+using detail::IndexMap;
+using detail::kThreads;
+
+#define ZK_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// --- tier 1 -----------------------------------------------------------------------------------------------------
+template <class E>
+__global__ void strided_copy_kernel(const E *__restrict__ x, E *__restrict__ y, int64_t n, int64_t base, IndexMap<1> map) {
+  ZK_GRID_STRIDE(i, n) {
+    int64_t off[1];
+    map.offsets(i, off);
+    y[i] = x[base + off[0]];
+  }
+}
+
+template <class E>
+__global__ void gather_kernel(const E *__restrict__ x, const void *idx, DType it, E *__restrict__ y, int64_t total,
+                              int64_t n, int64_t inner, int64_t dim) {
+  ZK_GRID_STRIDE(i, total) {
+    const int64_t c = i % inner, j = (i / inner) % n, o = i / (inner * n);
+    int64_t id = detail::load_i(idx, it, j);
+    if (id < 0) id += dim;
+    y[i] = (id >= 0 && id < dim) ? x[(o * dim + id) * inner + c] : E(0);
+  }
+}
+
+template <class E>
+__global__ void embedding_kernel(const E *__restrict__ table, const void *ids, DType it, E *__restrict__ y, int64_t total,
+                                 int64_t D, int64_t V, int64_t row_start) {
+  ZK_GRID_STRIDE(i, total) {
+    const int64_t j = i / D, c = i % D;
+    const int64_t local = detail::load_i(ids, it, j) - row_start;
+    // Rows another tensor-parallel rank owns are zero here; the all_reduce that follows adds them in.
+    y[i] = (local >= 0 && local < V) ? table[local * D + c] : E(0);
+  }
+}
+
+template <class F>
+cudaError_t by_width(size_t es, F &&f) {
+  switch (es) {
+    case 1: return f(static_cast<uint8_t *>(nullptr));
+    case 2: return f(static_cast<uint16_t *>(nullptr));
+    case 4: return f(static_cast<uint32_t *>(nullptr));
+    default: return f(static_cast<uint64_t *>(nullptr));
+  }
+}
+
+}  // namespace
+
+// --- tier 2 -----------------------------------------------------------------------------------------------------
+namespace launch {
+
+cudaError_t strided_copy(const void *x, void *y, size_t es, int64_t n, int64_t base, const IndexMap<1> &map,
+                         cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  return by_width(es, [&](auto *tag) {
+    using E = std::remove_pointer_t<decltype(tag)>;
+    strided_copy_kernel<E><<<detail::grid_for(n), kThreads, 0, s>>>(static_cast<const E *>(x), static_cast<E *>(y), n,
+                                                                     base, map);
+    return detail::launched();
+  });
+}
+
+cudaError_t gather(const void *x, size_t es, const void *idx, DType it, void *y, int64_t outer, int64_t n, int64_t inner,
+                   int64_t dim, cudaStream_t s) {
+  const int64_t total = outer * n * inner;
+  if (total == 0) return cudaSuccess;
+  return by_width(es, [&](auto *tag) {
+    using E = std::remove_pointer_t<decltype(tag)>;
+    gather_kernel<E><<<detail::grid_for(total), kThreads, 0, s>>>(static_cast<const E *>(x), idx, it,
+                                                                   static_cast<E *>(y), total, n, inner, dim);
+    return detail::launched();
+  });
+}
+
+cudaError_t embedding(const void *table, size_t es, const void *ids, DType it, void *y, int64_t count, int64_t D,
+                      int64_t V, int64_t row_start, cudaStream_t s) {
+  const int64_t total = count * D;
+  if (total == 0) return cudaSuccess;
+  return by_width(es, [&](auto *tag) {
+    using E = std::remove_pointer_t<decltype(tag)>;
+    embedding_kernel<E><<<detail::grid_for(total), kThreads, 0, s>>>(static_cast<const E *>(table), ids, it,
+                                                                      static_cast<E *>(y), total, D, V, row_start);
+    return detail::launched();
+  });
+}
+
+}  // namespace launch
+
+// --- tier 3 ------------------------------------------------------------------------------------------------------
+GpuStatus transpose(const In &x, const Out &out, const int64_t *perm, cudaStream_t s) {
+  const int r = x.shape.rank;
+  if (out.shape.rank != r) return kernel_failure("transpose: output rank differs");
+  if (x.dtype != out.dtype) return kernel_failure("transpose: dtypes differ");
+  bool seen[kMaxRank] = {};
+  int64_t xs[kMaxRank];
+  detail::dense_strides(x.shape, xs);
+  IndexMap<1> map;
+  map.rank = r;
+  for (int i = 0; i < r; ++i) {
+    if (perm[i] < 0 || perm[i] >= r || seen[perm[i]]) return kernel_failure("transpose: perm is not a permutation");
+    seen[perm[i]] = true;
+    if (out.shape.d[i] != x.shape.d[perm[i]]) return kernel_failure("transpose: output shape is not the permuted shape");
+    map.dims[i] = out.shape.d[i];
+    map.st[0][i] = xs[perm[i]];
+  }
+  ZK_CUDA_TRY(launch::strided_copy(x.data, out.data, dtype_size(x.dtype), out.shape.numel(), 0, map, s));
+  return {};
+}
+
+GpuStatus concat(const In *xs, int n, const Out &out, int axis, cudaStream_t s) {
+  const int r = out.shape.rank;
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return kernel_failure("concat: axis out of range");
+  int64_t total = 0;
+  for (int k = 0; k < n; ++k) {
+    if (xs[k].shape.rank != r) return kernel_failure("concat: operand rank differs from the output's");
+    if (xs[k].dtype != out.dtype) return kernel_failure("concat: operand dtype differs from the output's");
+    for (int i = 0; i < r; ++i)
+      if (i != axis && xs[k].shape.d[i] != out.shape.d[i]) return kernel_failure("concat: operand dims differ off the axis");
+    total += xs[k].shape.d[axis];
+  }
+  if (total != out.shape.d[axis]) return kernel_failure("concat: operand sizes do not sum to the output's");
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= out.shape.d[i];
+  for (int i = axis + 1; i < r; ++i) inner *= out.shape.d[i];
+  const size_t es = dtype_size(out.dtype);
+  const size_t out_row = static_cast<size_t>(out.shape.d[axis] * inner) * es;
+  size_t at = 0;
+  for (int k = 0; k < n; ++k) {
+    const size_t row = static_cast<size_t>(xs[k].shape.d[axis] * inner) * es;
+    // Each operand is `outer` rows of `row` bytes landing at column `at` of rows of `out_row` bytes: one 2-D copy.
+    if (row > 0 && outer > 0)
+      ZK_CUDA_TRY(cudaMemcpy2DAsync(static_cast<uint8_t *>(out.data) + at, out_row, xs[k].data, row, row,
+                                    static_cast<size_t>(outer), cudaMemcpyDeviceToDevice, s));
+    at += row;
+  }
+  return {};
+}
+
+GpuStatus slice(const In &x, const Out &out, const int64_t *starts, const int64_t *steps, cudaStream_t s) {
+  const int r = x.shape.rank;
+  if (out.shape.rank != r) return kernel_failure("slice: output rank differs");
+  if (x.dtype != out.dtype) return kernel_failure("slice: dtypes differ");
+  int64_t xs[kMaxRank];
+  detail::dense_strides(x.shape, xs);
+  IndexMap<1> map;
+  map.rank = r;
+  int64_t base = 0;
+  for (int i = 0; i < r; ++i) {
+    const int64_t n = out.shape.d[i];
+    if (n < 0) return kernel_failure("slice: negative size");
+    if (n > 0) {
+      if (steps[i] == 0) return kernel_failure("slice: zero step");
+      const int64_t last = starts[i] + (n - 1) * steps[i];
+      if (starts[i] < 0 || starts[i] >= x.shape.d[i] || last < 0 || last >= x.shape.d[i])
+        return kernel_failure("slice: range outside the input");
+    }
+    base += starts[i] * xs[i];
+    map.dims[i] = n;
+    map.st[0][i] = steps[i] * xs[i];
+  }
+  ZK_CUDA_TRY(launch::strided_copy(x.data, out.data, dtype_size(x.dtype), out.shape.numel(), base, map, s));
+  return {};
+}
+
+GpuStatus gather(const In &data, const In &indices, const Out &out, int axis, cudaStream_t s) {
+  const int r = data.shape.rank;
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return kernel_failure("gather: axis out of range");
+  if (indices.dtype != DType::i64 && indices.dtype != DType::i32) return kernel_failure("gather: indices must be i64 or i32");
+  if (data.dtype != out.dtype) return kernel_failure("gather: dtypes differ");
+  Dims expect;
+  for (int i = 0; i < axis; ++i) expect.d[expect.rank++] = data.shape.d[i];
+  if (expect.rank + indices.shape.rank + (r - axis - 1) > kMaxRank) return kernel_failure("gather: rank too large");
+  for (int i = 0; i < indices.shape.rank; ++i) expect.d[expect.rank++] = indices.shape.d[i];
+  for (int i = axis + 1; i < r; ++i) expect.d[expect.rank++] = data.shape.d[i];
+  if (expect != out.shape) return kernel_failure("gather: output shape is not the gathered shape");
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= data.shape.d[i];
+  for (int i = axis + 1; i < r; ++i) inner *= data.shape.d[i];
+  ZK_CUDA_TRY(launch::gather(data.data, dtype_size(data.dtype), indices.data, indices.dtype, out.data, outer,
+                             indices.shape.numel(), inner, data.shape.d[axis], s));
+  return {};
+}
+
+GpuStatus embedding(const In &table, const In &ids, const Out &out, int64_t row_start, cudaStream_t s) {
+  if (table.shape.rank != 2) return kernel_failure("embedding: table must be [V, D]");
+  if (ids.dtype != DType::i64 && ids.dtype != DType::i32) return kernel_failure("embedding: ids must be i64 or i32");
+  if (table.dtype != out.dtype) return kernel_failure("embedding: dtypes differ");
+  const int64_t V = table.shape.d[0], D = table.shape.d[1];
+  if (out.shape.rank != ids.shape.rank + 1 || out.shape.d[out.shape.rank - 1] != D)
+    return kernel_failure("embedding: output must be [ids..., D]");
+  for (int i = 0; i < ids.shape.rank; ++i)
+    if (out.shape.d[i] != ids.shape.d[i]) return kernel_failure("embedding: output must be [ids..., D]");
+  ZK_CUDA_TRY(launch::embedding(table.data, dtype_size(table.dtype), ids.data, ids.dtype, out.data, ids.shape.numel(), D,
+                                V, row_start, s));
+  return {};
+}
+
+}  // namespace cuda
+}  // namespace zk

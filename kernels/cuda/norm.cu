@@ -1,0 +1,331 @@
+// Row kernels: softmax (plain, and masked with scale + additive mask + causal), layer norm, RMS norm, the
+// fused residual + norm, and the reductions. One thread block per row; row statistics accumulate in fp32
+// with block tree reductions, two passes over the row (mean, then centred squares) so that a large mean
+// does not cancel the variance away.
+#include <type_traits>
+
+#include "common.cuh"
+
+namespace zk {
+namespace cuda {
+namespace {
+
+using detail::block_max;
+using detail::block_sum;
+using detail::from_f32;
+using detail::IndexMap;
+using detail::load_f;
+using detail::to_f32;
+
+/// Threads per row block: enough to cover short rows without idle warps, 256 for long rows.
+inline int row_threads(int64_t n) {
+  if (n <= 64) return 32;
+  if (n <= 128) return 64;
+  if (n <= 512) return 128;
+  return 256;
+}
+
+// --- tier 1 ------------------------------------------------------------------------------------------------
+/// Softmax over `n` elements at stride `inner`; the mask (if any) is read through `mmap` at the element's
+/// dense index, causal rows are the `S` rows of each [S, n] matrix (query i sees j <= i + n - S).
+template <class T, class U>
+__global__ void softmax_kernel(const T *__restrict__ x, U *__restrict__ y, int64_t n, int64_t inner, float scale,
+                               const void *mask, DType mt, IndexMap<1> mmap, bool causal, int64_t S) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  const int64_t o = row / inner, in = row % inner;
+  const int64_t base = o * n * inner + in;
+  const int64_t limit = causal ? (row % S) + (n - S) : n;  // last visible column, inclusive, when causal
+  auto value = [&](int64_t j) -> float {
+    if (causal && j > limit) return -INFINITY;
+    float v = to_f32(x[base + j * inner]) * scale;
+    if (mask) {
+      int64_t off[1];
+      mmap.offsets(base + j * inner, off);
+      v += load_f(mask, mt, off[0]);
+    }
+    return v;
+  };
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, value(j));
+  mx = block_max(mx, red);
+  float sum = 0.0f;
+  if (isfinite(mx))
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += expf(value(j) - mx);
+  sum = block_sum(sum, red);
+  // A row with no finite maximum (fully masked) has no defined softmax: zeros, as the reference writes.
+  const bool ok = isfinite(mx) && sum > 0.0f;
+  const float inv = ok ? 1.0f / sum : 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    y[base + j * inner] = from_f32<U>(ok ? expf(value(j) - mx) * inv : 0.0f);
+}
+
+/// Layer norm or RMS norm of one row of `n`, optionally of (x + residual), which is then also stored.
+template <class T, bool Rms, bool Residual>
+__global__ void norm_kernel(const T *__restrict__ x, const T *__restrict__ r, const T *__restrict__ scale,
+                            const T *__restrict__ bias, T *__restrict__ sum_out, T *__restrict__ y, int64_t n, float eps) {
+  __shared__ float red[32];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * n;
+  // The fused form normalises the rounded sum, exactly what the unfused add then norm would see.
+  auto load = [&](int64_t j) -> float {
+    if (!Residual) return to_f32(x[base + j]);
+    return to_f32(from_f32<T>(to_f32(x[base + j]) + to_f32(r[base + j])));
+  };
+  float mean = 0.0f;
+  if (!Rms) {
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += load(j);
+    mean = block_sum(s, red) / static_cast<float>(n);
+  }
+  float ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float d = load(j) - mean;
+    ss += d * d;
+  }
+  ss = block_sum(ss, red);
+  const float inv = rsqrtf(ss / static_cast<float>(n) + eps);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float v = load(j);
+    if (Residual && sum_out) sum_out[base + j] = from_f32<T>(v);
+    float o = (v - mean) * inv;
+    if (scale) o *= to_f32(scale[j]);
+    if (bias) o += to_f32(bias[j]);
+    y[base + j] = from_f32<T>(o);
+  }
+}
+
+__device__ __forceinline__ float nan_max(float a, float b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a > b ? a : b;
+}
+
+/// One warp per output element; the reduced set is walked through `rmap`, the output's base through `kmap`.
+__global__ void reduce_kernel(Reduce op, const void *x, DType xt, void *y, DType yt, int64_t outputs, int64_t count,
+                              IndexMap<1> kmap, IndexMap<1> rmap) {
+  const int lane = threadIdx.x & 31;
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (w >= outputs) return;
+  int64_t base[1];
+  kmap.offsets(w, base);
+  const bool fl = xt == DType::f32 || xt == DType::bf16 || xt == DType::f16;
+  if (fl) {
+    double acc = op == Reduce::max ? -INFINITY : 0.0;
+    for (int64_t j = lane; j < count; j += 32) {
+      int64_t off[1];
+      rmap.offsets(j, off);
+      const float v = load_f(x, xt, base[0] + off[0]);
+      acc = op == Reduce::max ? nan_max(static_cast<float>(acc), v) : acc + v;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const double other = __shfl_xor_sync(0xffffffffu, acc, o);
+      acc = op == Reduce::max ? nan_max(static_cast<float>(acc), static_cast<float>(other)) : acc + other;
+    }
+    if (lane == 0) {
+      if (op == Reduce::mean) acc = count ? acc / static_cast<double>(count) : NAN;
+      detail::store_f(y, yt, w, static_cast<float>(acc));
+    }
+  } else {
+    long long acc = op == Reduce::max ? LLONG_MIN : 0;
+    for (int64_t j = lane; j < count; j += 32) {
+      int64_t off[1];
+      rmap.offsets(j, off);
+      const long long v = detail::load_i(x, xt, base[0] + off[0]);
+      acc = op == Reduce::max ? (v > acc ? v : acc) : acc + v;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const long long other = __shfl_xor_sync(0xffffffffu, acc, o);
+      acc = op == Reduce::max ? (other > acc ? other : acc) : acc + other;
+    }
+    if (lane == 0) {
+      if (op == Reduce::mean) acc = count ? acc / count : 0;
+      detail::store_i(y, yt, w, acc);
+    }
+  }
+}
+
+template <class F>
+cudaError_t with_float_type(DType t, F &&f) {
+  switch (t) {
+    case DType::f32: return f(static_cast<float *>(nullptr));
+    case DType::bf16: return f(static_cast<__nv_bfloat16 *>(nullptr));
+    default: return f(static_cast<__half *>(nullptr));
+  }
+}
+
+}  // namespace
+
+// --- tier 2 ---------------------------------------------------------------------------------------------------
+namespace launch {
+
+template <class T, class U>
+cudaError_t softmax(const T *x, U *y, int64_t rows, int64_t n, int64_t inner, float scale, const void *mask, DType mt,
+                    const IndexMap<1> &mmap, bool causal, int64_t S, cudaStream_t s) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  softmax_kernel<T, U><<<static_cast<unsigned>(rows), row_threads(n), 0, s>>>(x, y, n, inner, scale, mask, mt, mmap,
+                                                                               causal, S > 0 ? S : 1);
+  return detail::launched();
+}
+
+template <class T>
+cudaError_t norm(const T *x, const T *r, const T *scale, const T *bias, T *sum, T *y, int64_t rows, int64_t n, bool rms,
+                 float eps, cudaStream_t s) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  const unsigned g = static_cast<unsigned>(rows);
+  const int t = row_threads(n);
+  if (rms) {
+    if (r) norm_kernel<T, true, true><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
+    else norm_kernel<T, true, false><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
+  } else {
+    if (r) norm_kernel<T, false, true><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
+    else norm_kernel<T, false, false><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
+  }
+  return detail::launched();
+}
+
+}  // namespace launch
+
+// --- tier 3 ---------------------------------------------------------------------------------------------------------
+namespace {
+
+GpuStatus softmax_common(const In &x, const In &mask, const Out &out, int axis, bool causal, float scale,
+                         cudaStream_t s) {
+  if (x.shape != out.shape) return kernel_failure("softmax: input and output shapes differ");
+  if (!is_float(x.dtype) || !is_float(out.dtype)) return kernel_failure("softmax: operands must be float");
+  if (x.dtype != out.dtype) return kernel_failure("softmax: input and output dtypes differ");
+  const int r = x.shape.rank;
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return kernel_failure("softmax: axis out of range");
+  int64_t outer = 1, inner = 1, n = x.shape.d[axis];
+  for (int i = 0; i < axis; ++i) outer *= x.shape.d[i];
+  for (int i = axis + 1; i < r; ++i) inner *= x.shape.d[i];
+  IndexMap<1> mmap;
+  if (mask.data) {
+    if (!broadcastable(mask.shape, x.shape)) return kernel_failure("masked_softmax: mask does not broadcast to x");
+    if (!is_float(mask.dtype)) return kernel_failure("masked_softmax: mask must be float");
+    mmap.rank = r;
+    for (int i = 0; i < r; ++i) mmap.dims[i] = x.shape.d[i];
+    detail::broadcast_strides(mask.shape, x.shape, mmap.st[0]);
+  }
+  int64_t S = 1;
+  if (causal) {
+    if (r < 2) return kernel_failure("masked_softmax: causal needs x of rank >= 2");
+    S = x.shape.d[r - 2];
+    if (S > n) return kernel_failure("masked_softmax: causal needs S <= T");
+  }
+  ZK_CUDA_TRY(with_float_type(x.dtype, [&](auto *tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch::softmax<T, T>(static_cast<const T *>(x.data), static_cast<T *>(out.data), outer * inner, n, inner,
+                                 scale, mask.data, mask.dtype, mmap, causal, S, s);
+  }));
+  return {};
+}
+
+}  // namespace
+
+GpuStatus softmax(const In &x, const Out &out, int axis, cudaStream_t s) {
+  return softmax_common(x, In{}, out, axis, false, 1.0f, s);
+}
+
+GpuStatus masked_softmax(const In &x, const In &mask, const Out &out, bool causal, float scale, cudaStream_t s) {
+  return softmax_common(x, mask, out, -1, causal, scale, s);
+}
+
+GpuStatus layer_norm(const In &x, const In &scale, const In &bias, const Out &out, int axis, float eps, cudaStream_t s) {
+  if (x.shape != out.shape) return kernel_failure("layer_norm: input and output shapes differ");
+  if (!is_float(x.dtype) || x.dtype != out.dtype) return kernel_failure("layer_norm: x and out must share one float dtype");
+  const int r = x.shape.rank;
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return kernel_failure("layer_norm: axis out of range");
+  int64_t rows = 1, n = 1;
+  for (int i = 0; i < axis; ++i) rows *= x.shape.d[i];
+  for (int i = axis; i < r; ++i) n *= x.shape.d[i];
+  if (scale.data && (scale.shape.numel() != n || scale.dtype != x.dtype))
+    return kernel_failure("layer_norm: scale must have the normalised size and x's dtype");
+  if (bias.data && (bias.shape.numel() != n || bias.dtype != x.dtype))
+    return kernel_failure("layer_norm: bias must have the normalised size and x's dtype");
+  ZK_CUDA_TRY(with_float_type(x.dtype, [&](auto *tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch::norm<T>(static_cast<const T *>(x.data), nullptr, static_cast<const T *>(scale.data),
+                           static_cast<const T *>(bias.data), nullptr, static_cast<T *>(out.data), rows, n, false, eps, s);
+  }));
+  return {};
+}
+
+GpuStatus rms_norm(const In &x, const In &scale, const Out &out, float eps, cudaStream_t s) {
+  if (x.shape != out.shape) return kernel_failure("rms_norm: input and output shapes differ");
+  if (!is_float(x.dtype) || x.dtype != out.dtype) return kernel_failure("rms_norm: x and out must share one float dtype");
+  if (x.shape.rank < 1) return kernel_failure("rms_norm: input must have rank >= 1");
+  const int64_t n = x.shape.d[x.shape.rank - 1];
+  const int64_t rows = n ? x.shape.numel() / n : 0;
+  if (scale.data && (scale.shape.numel() != n || scale.dtype != x.dtype))
+    return kernel_failure("rms_norm: scale must have the last dim's size and x's dtype");
+  ZK_CUDA_TRY(with_float_type(x.dtype, [&](auto *tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch::norm<T>(static_cast<const T *>(x.data), nullptr, static_cast<const T *>(scale.data), nullptr, nullptr,
+                           static_cast<T *>(out.data), rows, n, true, eps, s);
+  }));
+  return {};
+}
+
+GpuStatus residual_norm(const In &x, const In &res, const In &scale, const In &bias, const Out &sum, const Out &out,
+                        bool rms, float eps, cudaStream_t s) {
+  if (x.shape != out.shape || res.shape != x.shape) return kernel_failure("residual_norm: x, residual and out shapes differ");
+  if (sum.data && sum.shape != x.shape) return kernel_failure("residual_norm: sum shape differs from x's");
+  if (!is_float(x.dtype) || x.dtype != out.dtype || res.dtype != x.dtype || (sum.data && sum.dtype != x.dtype))
+    return kernel_failure("residual_norm: operands must share one float dtype");
+  if (x.shape.rank < 1) return kernel_failure("residual_norm: input must have rank >= 1");
+  const int64_t n = x.shape.d[x.shape.rank - 1];
+  const int64_t rows = n ? x.shape.numel() / n : 0;
+  if (scale.data && (scale.shape.numel() != n || scale.dtype != x.dtype))
+    return kernel_failure("residual_norm: scale must have the last dim's size and x's dtype");
+  if (bias.data && (rms || bias.shape.numel() != n || bias.dtype != x.dtype))
+    return kernel_failure("residual_norm: bias must have the last dim's size and x's dtype (and no bias with rms)");
+  ZK_CUDA_TRY(with_float_type(x.dtype, [&](auto *tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return launch::norm<T>(static_cast<const T *>(x.data), static_cast<const T *>(res.data),
+                           static_cast<const T *>(scale.data), static_cast<const T *>(bias.data),
+                           static_cast<T *>(sum.data), static_cast<T *>(out.data), rows, n, rms, eps, s);
+  }));
+  return {};
+}
+
+GpuStatus reduce(Reduce op, const In &x, const Out &out, const int64_t *axes, int naxes, bool keepdims, cudaStream_t s) {
+  const int r = x.shape.rank;
+  bool red[kMaxRank] = {};
+  for (int i = 0; i < naxes; ++i) {
+    if (axes[i] < 0 || axes[i] >= r) return kernel_failure("reduce: axis out of range");
+    if (red[axes[i]]) return kernel_failure("reduce: repeated axis");
+    red[axes[i]] = true;
+  }
+  Dims expect;
+  IndexMap<1> kmap, rmap;
+  int64_t xs[kMaxRank];
+  detail::dense_strides(x.shape, xs);
+  for (int i = 0; i < r; ++i) {
+    if (red[i]) {
+      if (keepdims) expect.d[expect.rank++] = 1;
+      rmap.st[0][rmap.rank] = xs[i];
+      rmap.dims[rmap.rank++] = x.shape.d[i];
+    } else {
+      expect.d[expect.rank++] = x.shape.d[i];
+      kmap.st[0][kmap.rank] = xs[i];
+      kmap.dims[kmap.rank++] = x.shape.d[i];
+    }
+  }
+  if (expect != out.shape) return kernel_failure("reduce: output shape is not the reduced shape");
+  int64_t count = 1, outputs = 1;
+  for (int i = 0; i < rmap.rank; ++i) count *= rmap.dims[i];
+  for (int i = 0; i < kmap.rank; ++i) outputs *= kmap.dims[i];
+  if (op == Reduce::max && count == 0) return kernel_failure("reduce_max: reducing an empty set");
+  if (outputs == 0) return {};
+  const int threads = 256;
+  const int64_t blocks = (outputs * 32 + threads - 1) / threads;
+  reduce_kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(op, x.data, x.dtype, out.data, out.dtype, outputs, count,
+                                                                   kmap, rmap);
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+}  // namespace cuda
+}  // namespace zk
