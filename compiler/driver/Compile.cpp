@@ -1,0 +1,365 @@
+//===- Compile.cpp - The compile path of the zplan CLI --------------------===//
+//
+// zplan MODEL.onnx [--tp N] [--zero 0|1|2|3] [--world N]
+//       [--offload-param none|cpu] [--batch B --seq S] [--dim NAME=V]
+//       [--dtype fp32|bf16|fp16] [--target cpu|cuda] [--gpu-mem BYTES]
+//       [--host-mem BYTES] [--persist-threshold N] [--prefetch-bytes N]
+//       [--max-live-bytes N] [--keep-logits-sharded] [--report]
+//       [--report-json FILE] -o PLAN
+//
+// import -> recognition -> sharding (tp, ZeRO, offload) -> schedule ->
+// memory plan -> emit. Every stage reports through MLIR diagnostics; the
+// plan (and the JSON report) are written only when all stages succeed,
+// each atomically.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/driver/Compile.h"
+
+#include "compiler/import/Import.h"
+#include "compiler/plan/EmitPlan.h"
+#include "compiler/plan/Passes.h"
+#include "compiler/plan/Report.h"
+#include "compiler/transforms/Passes.h"
+#include "dialects/dist/ZdDialect.h"
+#include "dialects/graph/GraphOps.h"
+#if ZPLAN_HAVE_SHARDING
+#include "compiler/sharding/Pipeline.h"
+#endif
+
+#include "zrt/plan_file.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+using namespace mlir;
+
+namespace zplan::driver {
+namespace {
+
+/// The compile path's own flags. Driver.cpp owns the CLI::App and parses
+/// once; the values land here.
+struct CompileFlags {
+  int tp = 1;
+  int zero = 0;
+  int world = 0; // 0: world = tp
+  std::string offloadParam = "none";
+  std::string dtype = "fp32";
+  std::string target = "cpu";
+  std::string gpuMem, hostMem;
+  int64_t persistThreshold = 0, prefetchBytes = 0, maxLiveBytes = 0;
+  bool keepLogitsSharded = false;
+  bool report = false;
+  std::string reportJson;
+};
+
+CompileFlags &flags() {
+  static CompileFlags f;
+  return f;
+}
+
+/// Parses a byte count with an optional binary suffix: "85899345920",
+/// "80G", "512MiB".
+bool parseBytes(const std::string &text, uint64_t &out) {
+  llvm::StringRef s(text);
+  uint64_t scale = 1;
+  for (auto [suffix, factor] :
+       {std::pair<const char *, uint64_t>{"KiB", 1ull << 10},
+        {"MiB", 1ull << 20},
+        {"GiB", 1ull << 30},
+        {"TiB", 1ull << 40},
+        {"K", 1ull << 10},
+        {"M", 1ull << 20},
+        {"G", 1ull << 30},
+        {"T", 1ull << 40},
+        {"B", 1}}) {
+    if (s.consume_back(suffix)) {
+      scale = factor;
+      break;
+    }
+  }
+  uint64_t v = 0;
+  if (s.empty() || s.getAsInteger(10, v))
+    return false;
+  if (v != 0 && scale > UINT64_MAX / v)
+    return false;
+  out = v * scale;
+  return true;
+}
+
+/// Prints diagnostics as "zplan: error: MESSAGE [LOCATION]" on stderr.
+class StderrDiagnostics {
+public:
+  explicit StderrDiagnostics(MLIRContext &ctx)
+      : handler(&ctx, [](Diagnostic &diag) {
+          std::string loc;
+          llvm::raw_string_ostream os(loc);
+          diag.getLocation().print(os);
+          const char *severity = "error";
+          if (diag.getSeverity() == DiagnosticSeverity::Warning)
+            severity = "warning";
+          else if (diag.getSeverity() == DiagnosticSeverity::Note)
+            severity = "note";
+          else if (diag.getSeverity() == DiagnosticSeverity::Remark)
+            severity = "remark";
+          llvm::errs() << "zplan: " << severity << ": " << diag.str();
+          if (!loc.empty() && loc != "loc(unknown)")
+            llvm::errs() << " [" << loc << "]";
+          llvm::errs() << "\n";
+          for (Diagnostic &note : diag.getNotes())
+            llvm::errs() << "zplan: note: " << note.str() << "\n";
+          return success();
+        }) {}
+
+private:
+  ScopedDiagnosticHandler handler;
+};
+
+/// Warns once per external-data file that does not exist next to the model:
+/// graph-only exports compile, and the plan refers to the files by name.
+void warnMissingWeightFiles(ModuleOp module, const std::string &modelPath) {
+  llvm::SmallString<256> dir(modelPath);
+  llvm::sys::path::remove_filename(dir);
+  std::set<std::string> seen;
+  module.walk([&](Operation *op) {
+    auto file = op->getAttrOfType<StringAttr>("file");
+    if (!isa<graph::WeightOp, dist::WeightShardOp>(op) || !file ||
+        file.getValue().empty() || !seen.insert(file.str()).second)
+      return;
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, file.getValue());
+    if (!llvm::sys::fs::exists(path))
+      std::cerr << "zplan: warning: external data file '" << path.str().str()
+                << "' does not exist: the plan refers to it by name, and "
+                   "zrun needs it (or --init random) to run\n";
+  });
+}
+
+/// Checks the flags against each other; returns an error message or "".
+std::string validate(const CompileFlags &f, const CommonOptions &o,
+                     uint64_t &gpuMem, uint64_t &hostMem) {
+  if (o.output.empty())
+    return "no output: give the plan file with -o PLAN";
+  if (llvm::sys::fs::is_directory(o.output))
+    return "-o '" + o.output + "' is a directory";
+  if (f.tp < 1)
+    return "--tp " + std::to_string(f.tp) + " must be at least 1";
+  if (f.world < 0)
+    return "--world " + std::to_string(f.world) + " must be at least 1";
+  int world = f.world > 0 ? f.world : f.tp;
+  if (world % f.tp != 0)
+    return "--world " + std::to_string(world) + " is not a multiple of --tp " +
+           std::to_string(f.tp) + " (world = tp x dp)";
+  if (f.zero < 0 || f.zero > 3)
+    return "--zero " + std::to_string(f.zero) + " must be 0, 1, 2 or 3";
+  if (f.offloadParam != "none" && f.offloadParam != "cpu")
+    return "--offload-param '" + f.offloadParam + "' must be none or cpu";
+  if (!plan::parseFloatDType(f.dtype))
+    return "--dtype '" + f.dtype + "' must be fp32, bf16 or fp16";
+  if (f.target != "cpu" && f.target != "cuda")
+    return "--target '" + f.target + "' must be cpu or cuda";
+  if (!f.gpuMem.empty() && !parseBytes(f.gpuMem, gpuMem))
+    return "--gpu-mem '" + f.gpuMem +
+           "' is not a byte count (e.g. 85899345920 or 80G)";
+  if (!f.hostMem.empty() && !parseBytes(f.hostMem, hostMem))
+    return "--host-mem '" + f.hostMem +
+           "' is not a byte count (e.g. 549755813888 or 512G)";
+  if (f.persistThreshold < 0 || f.prefetchBytes < 0 || f.maxLiveBytes < 0)
+    return "--persist-threshold, --prefetch-bytes and --max-live-bytes must "
+           "not be negative";
+  int64_t dp = world / f.tp;
+  int64_t batch = o.import.batch;
+  if (batch == 0)
+    return "--batch 0 must be at least 1";
+  if (batch > 0 && batch % dp != 0)
+    return "--batch " + std::to_string(batch) +
+           " does not split evenly over dp = " + std::to_string(dp) +
+           " ranks (--world " + std::to_string(world) + " / --tp " +
+           std::to_string(f.tp) + ")";
+  if (o.import.seq == 0)
+    return "--seq 0 must be at least 1";
+  return {};
+}
+
+std::string commandLine(const CompileFlags &f, const CommonOptions &o) {
+  std::ostringstream os;
+  os << llvm::sys::path::filename(o.model).str() << " --tp " << f.tp
+     << " --zero " << f.zero << " --world " << (f.world > 0 ? f.world : f.tp);
+  if (o.import.batch >= 0)
+    os << " --batch " << o.import.batch;
+  if (o.import.seq >= 0)
+    os << " --seq " << o.import.seq;
+  for (const auto &[name, value] : o.import.dims)
+    os << " --dim " << name << "=" << value;
+  os << " --dtype " << f.dtype << " --target " << f.target;
+  if (f.offloadParam != "none")
+    os << " --offload-param " << f.offloadParam;
+  return os.str();
+}
+
+/// Writes `text` to `path` through a temporary file and a rename.
+bool writeTextAtomically(const std::string &path, const std::string &text) {
+  std::string tmp = path + ".tmp";
+  std::FILE *file = std::fopen(tmp.c_str(), "wb");
+  if (!file)
+    return false;
+  bool ok = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  ok = std::fclose(file) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+void addCompileFlags(CLI::App &app) {
+  CompileFlags &f = flags();
+  app.add_option("--tp", f.tp, "Tensor-parallel degree");
+  app.add_option("--zero", f.zero, "ZeRO stage: 0, 1, 2 or 3");
+  app.add_option("--world", f.world, "Number of ranks (default: --tp)");
+  app.add_option("--offload-param", f.offloadParam,
+                 "Parameter placement: none or cpu (pinned host memory)");
+  app.add_option("--dtype", f.dtype, "Storage dtype: fp32, bf16 or fp16");
+  app.add_option("--target", f.target, "Backend: cpu or cuda");
+  app.add_option("--gpu-mem", f.gpuMem,
+                 "Device memory per rank in bytes (suffix K, M, G, T)");
+  app.add_option("--host-mem", f.hostMem,
+                 "Host memory per rank in bytes (suffix K, M, G, T)");
+  app.add_option("--persist-threshold", f.persistThreshold,
+                 "ZeRO-3: parameters below this many bytes stay whole");
+  app.add_option("--prefetch-bytes", f.prefetchBytes,
+                 "ZeRO-3: bytes of parameters gathered ahead of use");
+  app.add_option("--max-live-bytes", f.maxLiveBytes,
+                 "ZeRO-3: cap on gathered parameter bytes alive at once");
+  app.add_flag("--keep-logits-sharded", f.keepLogitsSharded,
+               "Leave the LM head's logits split over tp");
+  app.add_flag("--report", f.report,
+               "Print the per-rank memory and communication report");
+  app.add_option("--report-json", f.reportJson,
+                 "Write the report as JSON to this file");
+}
+
+int compileCommand(MLIRContext &context, const CommonOptions &options) {
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now();
+  const CompileFlags &f = flags();
+  uint64_t gpuMem = 0, hostMem = 0;
+  std::string err = validate(f, options, gpuMem, hostMem);
+  if (!err.empty()) {
+    std::cerr << "zplan: error: " << err << "\n";
+    return 2;
+  }
+  int world = f.world > 0 ? f.world : f.tp;
+  int dp = world / f.tp;
+  if (f.zero == 3 && dp == 1)
+    std::cerr << "zplan: note: --zero 3 with dp = 1 (world = tp = " << world
+              << ") partitions nothing: every parameter stays whole on every "
+                 "rank\n";
+  if (f.zero == 1 || f.zero == 2)
+    std::cerr << "zplan: note: ZeRO stages 1 and 2 shard only training state "
+                 "(gradients, optimizer state); an inference plan keeps the "
+                 "parameters replicated\n";
+
+  context.loadDialect<func::FuncDialect, graph::GraphDialect,
+                      dist::ZdDialect>();
+  StderrDiagnostics diagnostics(context);
+
+  import::ImportOptions importOptions = options.import;
+  // Graph-only exports (tests/models/bench) compile: the plan refers to the
+  // weights by file name and the runtime checks the files when it loads
+  // them; warnMissingWeightFiles names every file missing now.
+  importOptions.allowMissingData = true;
+  OwningOpRef<ModuleOp> module =
+      import::importOnnxFile(context, options.model, importOptions);
+  if (!module)
+    return 1;
+  warnMissingWeightFiles(*module, options.model);
+
+  PassManager pm(&context, ModuleOp::getOperationName());
+  transforms::buildRecognitionPipeline(pm);
+#if ZPLAN_HAVE_SHARDING
+  sharding::ShardingOptions sharding;
+  sharding.tp = f.tp;
+  sharding.dp = dp;
+  sharding.zeroStage = f.zero;
+  sharding.keepLogitsSharded = f.keepLogitsSharded;
+  sharding.persistThreshold = f.persistThreshold;
+  sharding.prefetchBytes = f.prefetchBytes;
+  sharding.maxLiveBytes = f.maxLiveBytes;
+  sharding.offload = f.offloadParam == "cpu"
+                         ? sharding::ShardingOptions::Offload::Cpu
+                         : sharding::ShardingOptions::Offload::None;
+  sharding::buildShardingPipeline(pm, sharding);
+#else
+  if (f.tp != 1 || dp != 1 || f.zero == 3 || f.offloadParam != "none") {
+    std::cerr << "zplan: error: this build has no sharding pipeline: only "
+                 "--tp 1 --world 1 without --zero 3 or --offload-param "
+                 "compile\n";
+    return 1;
+  }
+#endif
+  plan::ZplanScheduleOptions schedule;
+  schedule.dtype = f.dtype;
+  pm.addPass(plan::createZplanSchedule(schedule));
+  plan::ZplanMemoryPlanOptions memory;
+  memory.dtype = f.dtype;
+  memory.gpuMem = gpuMem;
+  memory.hostMem = hostMem;
+  pm.addPass(plan::createZplanMemoryPlan(memory));
+  if (failed(pm.run(*module)))
+    return 1;
+
+  plan::EmitOptions emit;
+  emit.planPath = options.output;
+  llvm::SmallString<256> modelDir(options.model);
+  llvm::sys::path::remove_filename(modelDir);
+  emit.modelDir = modelDir.empty() ? "." : std::string(modelDir.str());
+  emit.backend = f.target == "cuda" ? 1 : 0;
+  emit.zeroStage = f.zero;
+  emit.producer = "zplan 0.1 (" + commandLine(f, options) + ")";
+  std::vector<uint8_t> payload;
+  plan::PlanSummary summary;
+  if (failed(plan::emitPlan(*module, emit, payload, summary)))
+    return 1;
+
+  // The JSON report first: if it cannot be written, no plan appears either.
+  if (!f.reportJson.empty() &&
+      !writeTextAtomically(f.reportJson, plan::formatReportJson(summary))) {
+    std::cerr << "zplan: error: cannot write the JSON report '"
+              << f.reportJson << "'\n";
+    return 1;
+  }
+  err = zrt::write_plan_file(options.output, payload.data(), payload.size());
+  if (!err.empty()) {
+    std::cerr << "zplan: error: " << err << "\n";
+    if (!f.reportJson.empty())
+      std::remove(f.reportJson.c_str());
+    return 1;
+  }
+  if (f.report)
+    std::cout << plan::formatReport(summary);
+  double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  std::cerr << "zplan: wrote " << options.output << " ("
+            << payload.size() + zrt::kPlanHeaderBytes << " bytes, "
+            << summary.numInstructions << " instructions) in " << seconds
+            << " s\n";
+  return 0;
+}
+
+} // namespace zplan::driver

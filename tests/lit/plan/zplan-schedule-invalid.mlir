@@ -1,0 +1,47 @@
+// RUN: zplan-opt --allow-unregistered-dialect --split-input-file --verify-diagnostics --zplan-schedule %s
+
+// Tests that an op with a region is refused: a collective under control flow
+// could run on some ranks and not on others.
+module {
+  func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+    // expected-error@+1 {{zplan-schedule: ops with regions are not supported}}
+    "test.region"() ({
+      %r = zd.all_reduce %x {axis = "tp"} : tensor<4xf32>
+      "test.yield"() : () -> ()
+    }) : () -> ()
+    return %x : tensor<4xf32>
+  }
+}
+
+// -----
+
+// Tests that a module without a function body has nothing to schedule.
+// expected-error@+1 {{zplan: the module has no function with a body}}
+module {
+  func.func private @main(tensor<4xf32>) -> tensor<4xf32>
+}
+
+// -----
+
+// Tests that several functions without a @main are ambiguous.
+// expected-error@+1 {{zplan: several functions and none is @main}}
+module {
+  func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+    return %x : tensor<4xf32>
+  }
+  func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {
+    return %x : tensor<4xf32>
+  }
+}
+
+// -----
+
+// Tests that a collective on an element type the plan cannot store is
+// refused (it could not enter the collective hash).
+module attributes {zd.tp = 2 : i64} {
+  func.func @main(%x: tensor<4xi8>) -> tensor<4xi8> {
+    // expected-error@+1 {{zplan-schedule: collective on unsupported element type 'i8'}}
+    %r = zd.all_reduce %x {axis = "tp"} : tensor<4xi8>
+    return %r : tensor<4xi8>
+  }
+}
