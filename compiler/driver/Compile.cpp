@@ -23,9 +23,7 @@
 #include "compiler/transforms/Passes.h"
 #include "dialects/dist/ZdDialect.h"
 #include "dialects/graph/GraphOps.h"
-#if ZPLAN_HAVE_SHARDING
 #include "compiler/sharding/Pipeline.h"
-#endif
 
 #include "zrt/plan_file.h"
 
@@ -292,7 +290,6 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
 
   PassManager pm(&context, ModuleOp::getOperationName());
   transforms::buildRecognitionPipeline(pm);
-#if ZPLAN_HAVE_SHARDING
   sharding::ShardingOptions sharding;
   sharding.tp = f.tp;
   sharding.dp = dp;
@@ -305,14 +302,6 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
                          ? sharding::ShardingOptions::Offload::Cpu
                          : sharding::ShardingOptions::Offload::None;
   sharding::buildShardingPipeline(pm, sharding);
-#else
-  if (f.tp != 1 || dp != 1 || f.zero == 3 || f.offloadParam != "none") {
-    std::cerr << "zplan: error: this build has no sharding pipeline: only "
-                 "--tp 1 --world 1 without --zero 3 or --offload-param "
-                 "compile\n";
-    return 1;
-  }
-#endif
   plan::ZplanScheduleOptions schedule;
   schedule.dtype = f.dtype;
   pm.addPass(plan::createZplanSchedule(schedule));
