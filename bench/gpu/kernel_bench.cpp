@@ -1,0 +1,178 @@
+// Times the CUDA kernels and cuBLASLt products at the sizes of the benchmark models (batch 8, sequence
+// 1024, bf16) and prints one line per kernel: median time, achieved TFLOP/s or GB/s, and the ceiling it is
+// measured against (a device-to-device copy and an 8192^3 bf16 product, both timed here first).
+// Inputs are random (never zeros: zeros run faster than real data on this hardware).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "zk/cuda_kernels.h"
+
+namespace {
+
+namespace zc = zk::cuda;
+using zk::Dims;
+using zk::DType;
+
+#define CHECK_CUDA(x)                                                                        \
+  do {                                                                                       \
+    cudaError_t e_ = (x);                                                                    \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s failed at %s:%d: %s\n", #x, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+#define CHECK_GPU(x)                                                   \
+  do {                                                                 \
+    zc::GpuStatus s_ = (x);                                            \
+    if (!s_.ok()) {                                                    \
+      std::fprintf(stderr, "%s\n", s_.message.c_str());                \
+      std::exit(1);                                                    \
+    }                                                                  \
+  } while (0)
+
+struct Buf {
+  void *p = nullptr;
+  DType t;
+  Dims s;
+  Buf(DType t_, Dims s_) : t(t_), s(s_) {
+    const size_t n = static_cast<size_t>(s.numel());
+    CHECK_CUDA(cudaMalloc(&p, n * zk::dtype_size(t)));
+    std::vector<uint8_t> h(n * zk::dtype_size(t));
+    std::mt19937 g(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (size_t i = 0; i < n; ++i) zk::store_f32(h.data(), t, static_cast<int64_t>(i), u(g));
+    CHECK_CUDA(cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice));
+  }
+  ~Buf() { cudaFree(p); }
+  zk::In in() const { return zk::In{p, t, s}; }
+  zk::Out out() { return zk::Out{p, t, s}; }
+};
+
+/// Median milliseconds of `reps` runs of f after `warm` warm-up runs, timed with events on `s`.
+double time_ms(cudaStream_t s, const std::function<void()> &f, int warm = 3, int reps = 20) {
+  for (int i = 0; i < warm; ++i) f();
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  std::vector<double> v;
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < reps; ++i) {
+    CHECK_CUDA(cudaEventRecord(a, s));
+    f();
+    CHECK_CUDA(cudaEventRecord(b, s));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    v.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  std::string why;
+  if (!zc::device_usable(size_t{8} << 30, &why)) {
+    std::printf("SKIPPED: %s\n", why.c_str());
+    return 77;
+  }
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreate(&s));
+  std::unique_ptr<zc::Blas> blas;
+  CHECK_GPU(zc::Blas::create(&blas));
+  void *ws;
+  CHECK_CUDA(cudaMalloc(&ws, zc::kGemmWorkspaceBytes));
+
+  std::printf("%-44s %10s %12s %10s\n", "kernel", "ms", "rate", "of peak");
+  // Ceilings.
+  const size_t cb = size_t{2} << 30;
+  void *c0, *c1;
+  CHECK_CUDA(cudaMalloc(&c0, cb));
+  CHECK_CUDA(cudaMalloc(&c1, cb));
+  CHECK_CUDA(cudaMemset(c0, 1, cb));
+  double ms = time_ms(s, [&] { CHECK_CUDA(cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice, s)); });
+  const double bw = 2.0 * cb / (ms * 1e-3) / 1e9;
+  std::printf("%-44s %10.3f %9.0f GB/s %9s\n", "copy d2d 2 GiB (read + write)", ms, bw, "ceiling");
+  cudaFree(c0);
+  cudaFree(c1);
+  double peak = 0;
+  {
+    Buf a(DType::bf16, Dims{8192, 8192}), b(DType::bf16, Dims{8192, 8192}), c(DType::bf16, Dims{8192, 8192});
+    ms = time_ms(s, [&] { CHECK_GPU(zc::matmul(*blas, a.in(), b.in(), c.out(), false, false, ws, zc::kGemmWorkspaceBytes, s)); });
+    peak = 2.0 * 8192.0 * 8192 * 8192 / (ms * 1e-3) / 1e12;
+    std::printf("%-44s %10.3f %9.1f TF/s %9s\n", "matmul bf16 8192^3", ms, peak, "ceiling");
+  }
+  auto gemm = [&](const char *name, int64_t M, int64_t K, int64_t N, bool tw, zc::Epilogue e) {
+    Buf x(DType::bf16, Dims{M, K}), w(DType::bf16, tw ? Dims{N, K} : Dims{K, N}), y(DType::bf16, Dims{M, N}),
+        bias(DType::bf16, Dims{N});
+    const bool wb = e == zc::Epilogue::bias || e == zc::Epilogue::gelu_bias;
+    double t = time_ms(s, [&] {
+      CHECK_GPU(zc::linear(*blas, x.in(), w.in(), wb ? bias.in() : zk::In{}, y.out(), tw, 1.0f, e, ws,
+                           zc::kGemmWorkspaceBytes, s));
+    });
+    const double tf = 2.0 * M * K * N / (t * 1e-3) / 1e12;
+    std::printf("%-44s %10.3f %9.1f TF/s %8.0f%%\n", name, t, tf, 100.0 * tf / peak);
+  };
+  gemm("linear gpt2-350m qkv 8192x1024x3072 +bias", 8192, 1024, 3072, false, zc::Epilogue::bias);
+  gemm("linear gpt2-350m fc 8192x1024x4096 gelu+bias", 8192, 1024, 4096, false, zc::Epilogue::gelu_bias);
+  gemm("linear gpt2-350m proj 8192x4096x1024 +bias", 8192, 4096, 1024, false, zc::Epilogue::bias);
+  gemm("linear gpt2-350m lm head 8192x1024x50257 tw", 8192, 1024, 50257, true, zc::Epilogue::none);
+  gemm("linear llama-1b gate 8192x2048x5632 tw", 8192, 2048, 5632, true, zc::Epilogue::none);
+  gemm("linear llama-1b down 8192x5632x2048 tw", 8192, 5632, 2048, true, zc::Epilogue::none);
+  gemm("linear llama-1b lm head 8192x2048x32000 tw", 8192, 2048, 32000, true, zc::Epilogue::none);
+
+  auto attn = [&](const char *name, int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t Dh, bool causal) {
+    Buf q(DType::bf16, Dims{B, Hq, S, Dh}), k(DType::bf16, Dims{B, Hkv, S, Dh}), v(DType::bf16, Dims{B, Hkv, S, Dh}),
+        o(DType::bf16, Dims{B, Hq, S, Dh});
+    double t = time_ms(s, [&] { CHECK_GPU(zc::attention(q.in(), k.in(), v.in(), zk::In{}, o.out(), causal, 0.125f, s)); });
+    const double flops = 4.0 * B * Hq * S * S * Dh * (causal ? 0.5 : 1.0);
+    const double tf = flops / (t * 1e-3) / 1e12;
+    std::printf("%-44s %10.3f %9.1f TF/s %8.0f%%\n", name, t, tf, 100.0 * tf / peak);
+  };
+  attn("attention gpt2-350m 8x16x1024x64 causal", 8, 16, 16, 1024, 64, true);
+  attn("attention llama-1b 8x32/8x1024x64 causal", 8, 32, 8, 1024, 64, true);
+  attn("attention 8x16x1024x128 causal", 8, 16, 16, 1024, 128, true);
+  attn("attention 8x16x1024x64 full", 8, 16, 16, 1024, 64, false);
+
+  auto mem = [&](const char *name, double bytes, const std::function<void()> &f) {
+    double t = time_ms(s, f);
+    const double gbs = bytes / (t * 1e-3) / 1e9;
+    std::printf("%-44s %10.3f %9.0f GB/s %8.0f%%\n", name, t, gbs, 100.0 * gbs / bw);
+  };
+  {
+    Buf x(DType::bf16, Dims{8192, 1024}), r(DType::bf16, Dims{8192, 1024}), g(DType::bf16, Dims{1024}),
+        b(DType::bf16, Dims{1024}), y(DType::bf16, Dims{8192, 1024}), sum(DType::bf16, Dims{8192, 1024});
+    const double e = 8192.0 * 1024 * 2;
+    mem("layer_norm bf16 8192x1024", 2 * e, [&] { CHECK_GPU(zc::layer_norm(x.in(), g.in(), b.in(), y.out(), -1, 1e-5f, s)); });
+    mem("residual+layer_norm bf16 8192x1024", 4 * e,
+        [&] { CHECK_GPU(zc::residual_norm(x.in(), r.in(), g.in(), b.in(), sum.out(), y.out(), false, 1e-5f, s)); });
+    mem("add bf16 8192x1024", 3 * e, [&] { CHECK_GPU(zc::binary(zk::cpu::Binary::add, x.in(), r.in(), y.out(), s)); });
+    mem("bias+gelu bf16 8192x1024", 2 * e, [&] { CHECK_GPU(zc::bias_act(zk::cpu::Unary::gelu_tanh, x.in(), b.in(), y.out(), s)); });
+    int64_t perm[4] = {0, 2, 1, 3};
+    Buf t4(DType::bf16, Dims{8, 1024, 16, 64}), t5(DType::bf16, Dims{8, 16, 1024, 64});
+    mem("transpose bf16 [8,1024,16,64] -> 0213", 2 * e, [&] { CHECK_GPU(zc::transpose(t4.in(), t5.out(), perm, s)); });
+  }
+  {
+    Buf x(DType::bf16, Dims{8192, 2048}), g(DType::bf16, Dims{2048}), y(DType::bf16, Dims{8192, 2048});
+    mem("rms_norm bf16 8192x2048", 2 * 8192.0 * 2048 * 2, [&] { CHECK_GPU(zc::rms_norm(x.in(), g.in(), y.out(), 1e-6f, s)); });
+    Buf a(DType::bf16, Dims{8192, 5632}), u(DType::bf16, Dims{8192, 5632}), o(DType::bf16, Dims{8192, 5632});
+    mem("gated silu bf16 8192x5632", 3 * 8192.0 * 5632 * 2,
+        [&] { CHECK_GPU(zc::gated(zk::cpu::Unary::silu, a.in(), u.in(), o.out(), s)); });
+    Buf sm(DType::bf16, Dims{8 * 16 * 1024, 1024}), so(DType::bf16, Dims{8 * 16 * 1024, 1024});
+    mem("softmax bf16 [131072,1024]", 2 * 131072.0 * 1024 * 2, [&] { CHECK_GPU(zc::softmax(sm.in(), so.out(), -1, s)); });
+  }
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  cudaFree(ws);
+  return 0;
+}
