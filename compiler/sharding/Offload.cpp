@@ -1,0 +1,126 @@
+//===- Offload.cpp - --zplan-offload --------------------------------------===//
+//
+// Parameter offload (ZeRO-Inference): parameters live in pinned host memory
+// and reach the device through zd.prefetch on the copy stream. Prefetches are
+// pipelined one parameter ahead: the copy for parameter k is issued where
+// parameter k - 1 is gathered (ZeRO-3) or first used (resident weights), so
+// it overlaps the compute that uses k - 1.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/sharding/Passes.h"
+#include "compiler/sharding/Sharding.h"
+#include "dialects/graph/GraphOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace zplan::sharding {
+#define GEN_PASS_DEF_ZPLANOFFLOAD
+#include "compiler/sharding/Passes.h.inc"
+} // namespace zplan::sharding
+
+using namespace mlir;
+using namespace zplan;
+using namespace zplan::sharding;
+namespace zg = zplan::graph;
+
+namespace {
+
+/// One parameter to bring to the device: a ZeRO shard (through its gather)
+/// or a resident weight (through its first use).
+struct Item {
+  Operation *source; // zd.weight_shard or zg.weight
+  Operation *point;  // the gather or the first user, in the block
+  int64_t position;
+};
+
+struct ZplanOffloadPass
+    : zplan::sharding::impl::ZplanOffloadBase<ZplanOffloadPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (param != "none" && param != "cpu") {
+      module.emitError("offload param must be 'none' or 'cpu', got '")
+          << param << "'";
+      return signalPassFailure();
+    }
+    if (param == "none")
+      return;
+    for (auto func : module.getOps<func::FuncOp>())
+      if (!func.isExternal())
+        offload(func);
+  }
+
+  void offload(func::FuncOp func) {
+    Block &body = func.getBody().front();
+    DenseMap<Operation *, int64_t> index;
+    int64_t n = 0;
+    for (Operation &op : body)
+      index[&op] = n++;
+    SmallVector<Item> items;
+    OpBuilder b(func.getContext());
+    for (Operation &op : body) {
+      if (auto shard = dyn_cast<dist::WeightShardOp>(op)) {
+        shard.setSpace("host");
+        for (Operation *user : shard->getUsers())
+          items.push_back({&op, user, index[body.findAncestorOpInBlock(*user)]});
+      } else if (auto w = dyn_cast<zg::WeightOp>(op)) {
+        if (w->use_empty())
+          continue;
+        w->setAttr(kSpace, b.getStringAttr("host"));
+        int64_t first = INT64_MAX;
+        Operation *firstOp = nullptr;
+        for (Operation *user : w->getUsers()) {
+          Operation *top = body.findAncestorOpInBlock(*user);
+          if (index[top] < first) {
+            first = index[top];
+            firstOp = top;
+          }
+        }
+        items.push_back({&op, firstOp, first});
+      }
+    }
+    llvm::stable_sort(items, [](const Item &a, const Item &b) {
+      return a.position < b.position;
+    });
+    for (auto [k, item] : llvm::enumerate(items)) {
+      Operation *where = items[k ? k - 1 : 0].point;
+      // Never ahead of the parameter's own definition.
+      if (index[where] <= index[item.source])
+        b.setInsertionPointAfter(item.source);
+      else
+        b.setInsertionPoint(where);
+      Value host = item.source->getResult(0);
+      auto prefetch =
+          dist::PrefetchOp::create(b, item.source->getLoc(), host.getType(),
+                                   host);
+      ++numPrefetch;
+      if (isa<dist::WeightShardOp>(item.source)) {
+        item.point->replaceUsesOfWith(host, prefetch.getResult());
+        continue;
+      }
+      // A resident weight's device copy lives from its prefetch to its last
+      // use; after that its storage is free again.
+      Operation *last = nullptr;
+      int64_t lastIndex = -1;
+      for (Operation *user : host.getUsers()) {
+        if (user == prefetch)
+          continue;
+        Operation *top = body.findAncestorOpInBlock(*user);
+        if (index.count(top) && index[top] > lastIndex) {
+          lastIndex = index[top];
+          last = top;
+        }
+      }
+      host.replaceAllUsesExcept(prefetch.getResult(), prefetch);
+      if (last && !isa<func::ReturnOp>(last)) {
+        b.setInsertionPointAfter(last);
+        dist::ReleaseOp::create(b, item.source->getLoc(),
+                                prefetch.getResult());
+      }
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,161 @@
+//===- Passes.td - sharding passes ---------------------------*- tablegen -*-===//
+//
+// Tensor parallelism (propagation, partition), ZeRO and offload passes. They
+// work on a module whose functions hold zg ops; the mesh is read from the
+// module attributes `zd.tp` / `zd.dp` (docs/dist-contract.md).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZPLAN_COMPILER_SHARDING_PASSES_TD
+#define ZPLAN_COMPILER_SHARDING_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ZplanSetMesh : Pass<"zplan-set-mesh", "mlir::ModuleOp"> {
+  let summary = "Record the device mesh (tp x dp) on the module";
+  let description = [{
+    Sets the module attributes `zd.tp` and `zd.dp` that every later sharding
+    pass reads. Both must be at least 1.
+
+    ```mlir
+    // --zplan-set-mesh="tp=2 dp=2"
+    module attributes {zd.dp = 2 : i64, zd.tp = 2 : i64} { ... }
+    ```
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", "1", "tensor-parallel group size">,
+    Option<"dp", "dp", "int64_t", "1", "data-parallel group size">,
+  ];
+  let dependentDialects = ["zplan::dist::ZdDialect"];
+}
+
+def ZplanTpPropagate : Pass<"zplan-tp-propagate", "mlir::ModuleOp"> {
+  let summary = "Seed Megatron shardings on weights and propagate them";
+  let description = [{
+    An analysis that annotates, without changing any type: every op gets
+    `zd.result_shardings` (one `#zd.sharding` per result) and, where it needs
+    an operand in another sharding than its producer gives,
+    `zd.operand_shardings`. Seeds are structural: a linear whose input is
+    replicated is split by output columns (heads found through the reshape
+    that follows; fused QKV split per segment; GQA K/V heads replicated on
+    the ranks whose query heads use them when tp exceeds their count); a
+    linear whose input is split on its last dimension is split by input rows
+    (its result is a partial sum); the token embedding and the LM head are
+    vocabulary-parallel (padded to a multiple of tp). Per-op rules carry the
+    splits through elementwise ops, reshapes, transposes, matmuls, norms and
+    attention.
+
+    ```mlir
+    %y = zg.linear %x, %w : ... -> tensor<2x16x256xf32>
+    // becomes, at tp = 2,
+    %y = zg.linear %x, %w {zd.result_shardings = [#zd.sharding<[_, _, tp]>]}
+    ```
+  }];
+  let statistics = [
+    Statistic<"numColumnSplit", "column-split", "linears split by columns">,
+    Statistic<"numRowSplit", "row-split", "linears split by rows">,
+    Statistic<"numVocabSplit", "vocab-split",
+              "vocabulary-parallel embeddings and LM heads">,
+    Statistic<"numReshards", "reshards",
+              "operands that need a sharding their producer does not give">,
+  ];
+  let dependentDialects = ["zplan::dist::ZdDialect"];
+}
+
+def ZplanTpPartition : Pass<"zplan-tp-partition", "mlir::ModuleOp"> {
+  let summary = "Rewrite to rank-local shapes and insert tp collectives";
+  let description = [{
+    Consumes the annotations of `--zplan-tp-propagate`: every type becomes
+    rank-local, a partial sum gets `zd.all_reduce` (a row-parallel linear's
+    bias is added after it), a vocabulary-parallel embedding gets
+    `zd.vocab_stride` and an all_reduce, a split value that a consumer needs
+    whole gets `zd.all_gather` (and a `zg.slice` dropping vocabulary padding),
+    and weights get `zd.source_shape` and `zd.pieces`. With
+    keep-logits-sharded, function results stay split. Afterwards every op is
+    verified and no annotation remains.
+
+    ```mlir
+    %y = zg.linear %x, %w {...[_, _, partial]...} : ... -> tensor<2x16x64xf32>
+    // becomes
+    %p = zg.linear %x, %w : (tensor<2x16x128xf32>, tensor<128x64xf32>) -> ...
+    %y = zd.all_reduce %p {axis = "tp"} : tensor<2x16x64xf32>
+    ```
+  }];
+  let options = [
+    Option<"keepLogitsSharded", "keep-logits-sharded", "bool", "false",
+           "leave tp-split function results split (no final all_gather)">,
+  ];
+  let statistics = [
+    Statistic<"numAllReduce", "all-reduce", "all_reduce ops inserted">,
+    Statistic<"numAllGather", "all-gather", "all_gather ops inserted">,
+    Statistic<"numWeightsSplit", "weights-split", "weights made tp-local">,
+  ];
+  let dependentDialects = ["zplan::dist::ZdDialect"];
+}
+
+def ZplanZero : Pass<"zplan-zero", "mlir::ModuleOp"> {
+  let summary = "ZeRO over dp: batch split, parameter shards, gather/release";
+  let description = [{
+    With dp > 1 the batch dimension of every function argument is divided by
+    dp. Stage 3 replaces each parameter of at least persist-threshold bytes by
+    `zd.weight_shard` (this dp rank's flat part), gathers it with
+    `zd.gather_param` before its first use and releases it after its last
+    use. A gather is moved earlier (prefetch) while the bytes gathered ahead
+    stay within prefetch-bytes and the gathered bytes alive within
+    max-live-bytes (0 = no cap). Stages 0-2 leave inference parameters
+    replicated.
+
+    ```mlir
+    %w = zg.weight {...} : () -> tensor<64x64xf32>
+    // becomes, at dp = 2,
+    %s = zd.weight_shard {..., dp = 2 : i64, space = "device"} : tensor<2048xf32>
+    %w = zd.gather_param %s : tensor<2048xf32> -> tensor<64x64xf32>
+    ...
+    zd.release %w : tensor<64x64xf32>
+    ```
+  }];
+  let options = [
+    Option<"stage", "stage", "int64_t", "0", "ZeRO stage (0-3)">,
+    Option<"persistThreshold", "persist-threshold", "int64_t", "0",
+           "parameters below this many bytes stay whole on every rank">,
+    Option<"prefetchBytes", "prefetch-bytes", "int64_t", "0",
+           "bytes of parameters gathered ahead of their first use">,
+    Option<"maxLiveBytes", "max-live-bytes", "int64_t", "0",
+           "cap on gathered parameter bytes alive at once (0 = none)">,
+  ];
+  let statistics = [
+    Statistic<"numSharded", "sharded", "parameters partitioned over dp">,
+    Statistic<"numPersistent", "persistent",
+              "parameters kept whole under persist-threshold">,
+    Statistic<"numHoisted", "hoisted", "gathers moved ahead of first use">,
+  ];
+  let dependentDialects = ["zplan::dist::ZdDialect"];
+}
+
+def ZplanOffload : Pass<"zplan-offload", "mlir::ModuleOp"> {
+  let summary = "Keep parameters in host memory, prefetch them ahead of use";
+  let description = [{
+    With param=cpu every ZeRO shard gets space = "host" and every resident
+    weight `zd.space = "host"`; a `zd.prefetch` (host -> device on the copy
+    stream) is placed one parameter ahead of the use (before the previous
+    parameter's gather or use). A prefetched resident weight is released
+    after its last use. param=none changes nothing.
+
+    ```mlir
+    %w = zd.gather_param %s : ...
+    // becomes
+    %d = zd.prefetch %s : tensor<2048xf32>
+    %w = zd.gather_param %d : ...
+    ```
+  }];
+  let options = [
+    Option<"param", "param", "std::string", "\"none\"",
+           "where parameters live: none (device) or cpu (pinned host)">,
+  ];
+  let statistics = [
+    Statistic<"numPrefetch", "prefetches", "zd.prefetch ops inserted">,
+  ];
+  let dependentDialects = ["zplan::dist::ZdDialect"];
+}
+
+#endif // ZPLAN_COMPILER_SHARDING_PASSES_TD

@@ -1,0 +1,44 @@
+//===- Pipeline.h - the sharding pipeline ----------------------*- C++ -*-===//
+//
+// The one entry the driver calls to add tensor parallelism, ZeRO and offload
+// to its pass manager.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZPLAN_COMPILER_SHARDING_PIPELINE_H
+#define ZPLAN_COMPILER_SHARDING_PIPELINE_H
+
+#include "mlir/Pass/PassManager.h"
+
+#include <cstdint>
+
+namespace zplan::sharding {
+
+struct ShardingOptions {
+  int tp = 1;
+  int dp = 1;
+  int zeroStage = 0;
+  bool keepLogitsSharded = false;
+  /// Parameters smaller than this many bytes stay whole on every rank.
+  int64_t persistThreshold = 0;
+  /// Bytes of parameters gathered ahead of their first use.
+  int64_t prefetchBytes = 0;
+  /// Cap on gathered parameter bytes alive at once; 0 means no cap.
+  int64_t maxLiveBytes = 0;
+  enum class Offload { None, Cpu } offload = Offload::None;
+};
+
+/// Adds set-mesh, tp-propagate, tp-partition, zero and offload to `pm`, which
+/// must run on a builtin.module.
+void buildShardingPipeline(mlir::OpPassManager &pm,
+                           const ShardingOptions &options);
+
+/// Registers the passes of this folder (the generated
+/// registerShardingPasses() of Passes.h does that alone) and the
+/// `zplan-sharding` pipeline (options tp, dp, zero, keep-logits-sharded,
+/// persist-threshold, prefetch-bytes, max-live-bytes, offload-param).
+void registerShardingPipeline();
+
+} // namespace zplan::sharding
+
+#endif // ZPLAN_COMPILER_SHARDING_PIPELINE_H

@@ -1,0 +1,738 @@
+//===- TpPropagate.cpp - --zplan-tp-propagate -----------------------------===//
+//
+// Seeds Megatron shardings on weights and carries them through the graph by
+// per-op rules, in one forward walk (SSA order is a topological order of the
+// graph). Nothing changes but attributes: every op with a split or partial
+// result gets `zd.result_shardings`, every op that needs an operand in
+// another sharding than its producer gives gets `zd.operand_shardings`, and
+// weights get the sharding their first consumer asks for.
+//
+// The rules never ask an activation to become split when its producer gives
+// it whole: that would need a rank-dependent slice, which the SPMD plan has
+// no op for. Only weights and constants (sliced at load time through
+// `zd.pieces`) can be asked for a split; when an activation would have to be,
+// the op falls back to whole operands, and partition gathers the split ones.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/sharding/Passes.h"
+#include "compiler/sharding/Sharding.h"
+#include "dialects/graph/GraphOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace zplan::sharding {
+#define GEN_PASS_DEF_ZPLANTPPROPAGATE
+#include "compiler/sharding/Passes.h.inc"
+} // namespace zplan::sharding
+
+using namespace mlir;
+using namespace zplan;
+using namespace zplan::sharding;
+namespace zg = zplan::graph;
+
+namespace {
+
+RankedTensorType rtt(Value v) { return cast<RankedTensorType>(v.getType()); }
+int64_t rankOf(Value v) { return rtt(v).getRank(); }
+
+bool isSliceable(Value v) {
+  Operation *def = v.getDefiningOp();
+  return def && isa<zg::WeightOp, zg::ConstantOp>(def);
+}
+
+/// Ops that compute each result element from the elements at the same
+/// (broadcast) index of their operands.
+bool isElementwise(Operation *op) {
+  return isa<zg::NegOp, zg::ExpOp, zg::LogOp, zg::SqrtOp, zg::ReciprocalOp,
+             zg::TanhOp, zg::ErfOp, zg::SigmoidOp, zg::ReluOp, zg::CosOp,
+             zg::SinOp, zg::AbsOp, zg::SiluOp, zg::NotOp, zg::IsNanOp,
+             zg::CastOp, zg::GeluOp, zg::AddOp, zg::SubOp, zg::MulOp,
+             zg::DivOp, zg::PowOp, zg::MaxOp, zg::MinOp, zg::EqualOp,
+             zg::LessOp, zg::GreaterOp, zg::LessEqualOp, zg::GreaterEqualOp,
+             zg::AndOp, zg::OrOp, zg::WhereOp>(op);
+}
+
+struct ColumnPlan {
+  int64_t blocks;
+  SmallVector<int64_t> segments;
+  bool vocab = false;
+};
+
+class Propagator {
+public:
+  Propagator(func::FuncOp func, int64_t tp)
+      : func(func), tp(tp), ctx(func.getContext()) {}
+
+  LogicalResult run();
+
+  /// What the walk decided, for the pass statistics.
+  struct Counts {
+    int64_t column = 0, row = 0, vocab = 0, reshards = 0;
+  } counts;
+
+private:
+  struct Rule {
+    SmallVector<Shard> operands;
+    SmallVector<Shard> results;
+  };
+
+  Shard get(Value v) const {
+    auto it = state.find(v);
+    return it == state.end() ? Shard::replicated(rankOf(v)) : it->second;
+  }
+  /// What a consumer sees: a partial sum is reduced right after its
+  /// producer (partition inserts the all_reduce there).
+  Shard eff(Value v) const {
+    Shard s = get(v);
+    return s.partial ? Shard::replicated(s.rank) : s;
+  }
+
+  Rule allReplicated(Operation *op);
+  Rule elementwise(Operation *op, int64_t excludedDim = -1);
+  FailureOr<Rule> linear(Operation *op, Value x, Value w, Value bias,
+                         bool transW);
+  Rule matmul(zg::MatmulOp op);
+  Rule attention(zg::AttentionOp op);
+  Rule embedding(zg::EmbeddingOp op);
+  FailureOr<Rule> ruleFor(Operation *op);
+
+  FailureOr<std::optional<ColumnPlan>> planColumn(Operation *op, Value result,
+                                                  Value weight);
+  bool reachesReturn(Value v);
+  int attentionRole(Value v);
+
+  func::FuncOp func;
+  int64_t tp;
+  MLIRContext *ctx;
+  DenseMap<Value, Shard> state;
+  llvm::MapVector<Operation *, SmallVector<Shard>> requirements;
+};
+
+} // namespace
+
+namespace {
+struct ZplanTpPropagatePass
+    : zplan::sharding::impl::ZplanTpPropagateBase<ZplanTpPropagatePass> {
+  using Base::Base;
+  void runOnOperation() override;
+};
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Rules
+//===----------------------------------------------------------------------===//
+
+Propagator::Rule Propagator::allReplicated(Operation *op) {
+  Rule r;
+  for (Value v : op->getOperands())
+    r.operands.push_back(Shard::replicated(rankOf(v)));
+  for (Value v : op->getResults())
+    r.results.push_back(Shard::replicated(rankOf(v)));
+  return r;
+}
+
+// Operands align to the result from the right (numpy broadcasting). The
+// result is split where a non-broadcast operand is; every other operand must
+// be split the same way, be broadcast along that dimension, or be a weight or
+// constant that can be sliced at load time.
+Propagator::Rule Propagator::elementwise(Operation *op, int64_t excludedDim) {
+  int64_t rank = rankOf(op->getResult(0));
+  std::optional<Shard> cand;
+  for (Value v : op->getOperands()) {
+    Shard e = eff(v);
+    if (e.dim < 0)
+      continue;
+    Shard c = Shard::split(rank, e.dim + rank - e.rank, e.blocks, e.segments);
+    if (cand && *cand != c)
+      return allReplicated(op);
+    cand = c;
+  }
+  if (!cand || cand->dim == excludedDim)
+    return allReplicated(op);
+  Rule r;
+  for (Value v : op->getOperands()) {
+    Shard e = eff(v);
+    int64_t local = cand->dim - (rank - e.rank);
+    if (local < 0 || rtt(v).getDimSize(local) == 1) {
+      r.operands.push_back(Shard::replicated(e.rank));
+      continue;
+    }
+    Shard want = Shard::split(e.rank, local, cand->blocks, cand->segments);
+    if (e != want && !isSliceable(v))
+      return allReplicated(op);
+    r.operands.push_back(want);
+  }
+  for (Value v : op->getResults()) {
+    (void)v;
+    r.results.push_back(*cand);
+  }
+  return r;
+}
+
+bool Propagator::reachesReturn(Value v) {
+  SmallVector<Value> work = {v};
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  while (!work.empty()) {
+    Value cur = work.pop_back_val();
+    for (Operation *user : cur.getUsers()) {
+      if (isa<func::ReturnOp>(user))
+        return true;
+      if (!seen.insert(user).second)
+        continue;
+      // Only ops that keep the last (vocabulary) dimension as it is.
+      bool keepsLast =
+          user->getNumResults() == 1 &&
+          rtt(user->getResult(0)).getShape().back() ==
+              rtt(cur).getShape().back();
+      if (keepsLast && (isElementwise(user) || isa<zg::ReshapeOp>(user)))
+        work.push_back(user->getResult(0));
+    }
+  }
+  return false;
+}
+
+// Which attention operand a projection feeds: 0 for queries, 1 or 2 for
+// keys/values, -1 when no zg.attention is reached (before the next linear).
+int Propagator::attentionRole(Value v) {
+  SmallVector<Value> work = {v};
+  llvm::SmallPtrSet<Operation *, 32> seen;
+  while (!work.empty()) {
+    Value cur = work.pop_back_val();
+    for (OpOperand &use : cur.getUses()) {
+      Operation *user = use.getOwner();
+      if (auto att = dyn_cast<zg::AttentionOp>(user))
+        return use.getOperandNumber() <= 2 ? use.getOperandNumber() : -1;
+      if (isa<zg::LinearOp, func::ReturnOp>(user) || !seen.insert(user).second)
+        continue;
+      if (seen.size() > 64)
+        return -1;
+      for (Value r : user->getResults())
+        work.push_back(r);
+    }
+  }
+  return -1;
+}
+
+// Decides how a linear whose input is whole splits its output columns. The
+// output is followed through elementwise ops (bias adds), through a split of
+// the last dimension (fused QKV: one segment per part) and to the reshape
+// that cuts the last dimension into [heads, head_dim]: the head count of each
+// part decides its split.
+FailureOr<std::optional<ColumnPlan>>
+Propagator::planColumn(Operation *op, Value result, Value weight) {
+  int64_t n = rtt(result).getShape().back();
+  if (reachesReturn(result)) {
+    // Vocabulary-parallel LM head: padded to a multiple of tp.
+    ColumnPlan plan{tp, {}, true};
+    return std::optional<ColumnPlan>(plan);
+  }
+
+  // Segments along the last dimension and the head count of each (0: none).
+  SmallVector<int64_t> segments;
+  SmallVector<std::pair<int64_t, Operation *>> heads; // (H, reshape)
+  SmallVector<int> roles;
+  auto findHeads = [&](Value v) {
+    SmallVector<Value> work = {v};
+    llvm::SmallPtrSet<Operation *, 16> seen;
+    int64_t last = rtt(v).getShape().back();
+    while (!work.empty()) {
+      Value cur = work.pop_back_val();
+      for (Operation *user : cur.getUsers()) {
+        if (!seen.insert(user).second || user->getNumResults() != 1)
+          continue;
+        auto out = rtt(user->getResult(0)).getShape();
+        auto in = rtt(cur).getShape();
+        if (auto reshape = dyn_cast<zg::ReshapeOp>(user)) {
+          if (out.size() >= 2 && out.size() == in.size() + 1 &&
+              out.back() * out[out.size() - 2] == last &&
+              out.drop_back(2) == in.drop_back(1)) {
+            Value r = user->getResult(0);
+            return std::make_tuple(out[out.size() - 2], user,
+                                   attentionRole(r));
+          }
+          if (!out.empty() && out.back() == last)
+            work.push_back(user->getResult(0));
+          continue;
+        }
+        if (isElementwise(user) && !out.empty() && out.back() == last)
+          work.push_back(user->getResult(0));
+      }
+    }
+    return std::make_tuple(int64_t(0), (Operation *)nullptr, -1);
+  };
+
+  zg::SplitOp split;
+  for (Operation *user : result.getUsers()) {
+    if (auto s = dyn_cast<zg::SplitOp>(user))
+      if (s.getAxis() == rankOf(result) - 1)
+        split = s;
+    // Through a bias add to the split.
+    if (isElementwise(user) && user->getNumResults() == 1)
+      for (Operation *u2 : user->getResult(0).getUsers())
+        if (auto s = dyn_cast<zg::SplitOp>(u2))
+          if (s.getAxis() == rankOf(result) - 1)
+            split = s;
+  }
+  if (split) {
+    for (Value r : split.getResults()) {
+      segments.push_back(rtt(r).getShape().back());
+      auto [h, reshape, role] = findHeads(r);
+      heads.push_back({h, reshape});
+      roles.push_back(role);
+    }
+  } else {
+    auto [h, reshape, role] = findHeads(result);
+    heads.push_back({h, reshape});
+    roles.push_back(role);
+  }
+
+  std::optional<int64_t> blocks;
+  for (auto [i, hp] : llvm::enumerate(heads)) {
+    auto [h, reshape] = hp;
+    int64_t size = segments.empty() ? n : segments[i];
+    int64_t b;
+    if (h > 0) {
+      if (h % tp == 0) {
+        b = tp;
+      } else if (roles[i] >= 1 && tp % h == 0) {
+        // GQA: each K/V head is replicated on the tp / h ranks whose query
+        // heads use it.
+        b = h;
+      } else {
+        StringRef what = roles[i] >= 1 ? "key/value" : "query";
+        InFlightDiagnostic diag =
+            reshape->emitError("tp = ")
+            << tp << " does not divide the " << h << " " << what
+            << " heads (dimension " << rtt(reshape->getResult(0)).getRank() - 2
+            << " of " << reshape->getResult(0).getType() << ")";
+        if (roles[i] >= 1)
+          diag << "; tp must divide them or be a multiple of them";
+        return failure();
+      }
+    } else {
+      if (size % tp != 0) {
+        op->emitError("tp = ")
+            << tp << " does not divide the hidden size " << size
+            << " (output features, dimension "
+            << (cast<zg::LinearOp>(op) && cast<zg::LinearOp>(op).getTransW()
+                    ? 0
+                    : 1)
+            << " of weight " << weight.getType() << ")";
+        return failure();
+      }
+      b = tp;
+    }
+    if (blocks && *blocks != b) {
+      op->emitError("fused projection mixes query heads split over tp = ")
+          << tp << " with key/value heads replicated over " << tp / b
+          << " ranks; unfuse the projection";
+      return failure();
+    }
+    blocks = b;
+  }
+  ColumnPlan plan{*blocks, segments, false};
+  return std::optional<ColumnPlan>(plan);
+}
+
+FailureOr<Propagator::Rule> Propagator::linear(Operation *op, Value x, Value w,
+                                               Value bias, bool transW) {
+  int64_t rank = rankOf(x);
+  Shard ex = eff(x);
+  Rule r;
+  int64_t kDim = transW ? 1 : 0, nDim = transW ? 0 : 1;
+  bool sliceable = isSliceable(w) && rankOf(w) == 2;
+  auto finish = [&](Shard xReq, Shard wReq, Shard bReq, Shard res) {
+    r.operands.push_back(xReq);
+    r.operands.push_back(wReq);
+    if (bias)
+      r.operands.push_back(bReq);
+    r.results.push_back(res);
+    return r;
+  };
+  Shard wRep = Shard::replicated(rankOf(w));
+  Shard bRep = bias ? Shard::replicated(rankOf(bias)) : Shard();
+  if (!sliceable) {
+    Shard xReq = ex.dim == rank - 1 ? Shard::replicated(rank) : ex;
+    return finish(xReq, wRep, bRep, xReq);
+  }
+  if (ex.dim == rank - 1 && ex.blocks == tp && ex.segments.empty()) {
+    // Row-parallel: each rank multiplies its slice of the input features by
+    // the matching rows; the result is a partial sum.
+    ++counts.row;
+    Shard res = Shard::replicated(rank);
+    res.partial = true;
+    return finish(ex, Shard::split(2, kDim, tp), bRep, res);
+  }
+  if (ex.dim == rank - 1)
+    ex = Shard::replicated(rank);
+  if (ex.dim >= 0)
+    return finish(ex, wRep, bRep, ex);
+  auto plan = planColumn(op, op->getResult(0), w);
+  if (failed(plan))
+    return failure();
+  if (!*plan)
+    return finish(ex, wRep, bRep, ex);
+  const ColumnPlan &p = **plan;
+  if (p.vocab)
+    ++counts.vocab;
+  else
+    ++counts.column;
+  return finish(ex, Shard::split(2, nDim, p.blocks, p.segments),
+                bias ? Shard::split(1, 0, p.blocks, p.segments) : Shard(),
+                Shard::split(rank, rank - 1, p.blocks, p.segments));
+}
+
+Propagator::Rule Propagator::matmul(zg::MatmulOp op) {
+  Value a = op.getLhs(), b = op.getRhs();
+  int64_t ra = rankOf(a), rb = rankOf(b), rank = rankOf(op.getResult());
+  if (ra < 2 || rb < 2)
+    return allReplicated(op);
+  Shard ea = eff(a), eb = eff(b);
+  if (!ea.segments.empty() || !eb.segments.empty())
+    return allReplicated(op);
+  auto sizeAt = [&](Value v, int64_t resultDim) -> int64_t {
+    int64_t local = resultDim - (rank - rankOf(v));
+    return local < 0 ? 1 : rtt(v).getDimSize(local);
+  };
+  Rule r;
+  auto done = [&](Shard sa, Shard sb, Shard res) {
+    r.operands = {sa, sb};
+    r.results = {res};
+    return r;
+  };
+  // A batch dimension split on both (or on one, the other broadcast there).
+  if (ea.dim >= 0 && ea.dim < ra - 2) {
+    int64_t rd = ea.dim + rank - ra;
+    Shard wantB = sizeAt(b, rd) == 1
+                      ? Shard::replicated(rb)
+                      : Shard::split(rb, rd - (rank - rb), ea.blocks);
+    if (eb == wantB || (isSliceable(b) && eb.isReplicated()))
+      return done(ea, wantB, Shard::split(rank, rd, ea.blocks));
+    return allReplicated(op);
+  }
+  if (eb.dim >= 0 && eb.dim < rb - 2) {
+    int64_t rd = eb.dim + rank - rb;
+    if (ea.isReplicated() && sizeAt(a, rd) == 1)
+      return done(ea, eb, Shard::split(rank, rd, eb.blocks));
+    return allReplicated(op);
+  }
+  if (ea.dim == ra - 2 && eb.isReplicated())
+    return done(ea, eb, Shard::split(rank, rank - 2, ea.blocks));
+  if (eb.dim == rb - 1 && ea.isReplicated())
+    return done(ea, eb, Shard::split(rank, rank - 1, eb.blocks));
+  if (ea.dim == ra - 1 && eb.dim == rb - 2 && ea.blocks == tp &&
+      eb.blocks == tp) {
+    Shard res = Shard::replicated(rank);
+    res.partial = true;
+    return done(ea, eb, res);
+  }
+  return allReplicated(op);
+}
+
+// Heads split: queries over tp, keys/values over tp or, with fewer K/V heads
+// than ranks, one K/V head per group of ranks.
+Propagator::Rule Propagator::attention(zg::AttentionOp op) {
+  Shard eq = eff(op.getQ()), ek = eff(op.getK()), ev = eff(op.getV());
+  int64_t hq = rtt(op.getQ()).getDimSize(1), hkv = rtt(op.getK()).getDimSize(1);
+  bool ok = eq.dim == 1 && eq.blocks == tp && eq.segments.empty() &&
+            ek.dim == 1 && ek.segments.empty() && ev == ek &&
+            (ek.blocks == tp ||
+             (ek.blocks == hkv && tp % hkv == 0 && hq % tp == 0));
+  Rule r;
+  r.operands = {eq, ek, ev};
+  if (Value mask = op.getMask()) {
+    Shard em = eff(mask);
+    int64_t mr = rankOf(mask);
+    int64_t headDim = 1 - (4 - mr);
+    if (headDim < 0 || rtt(mask).getDimSize(headDim) == 1) {
+      if (!em.isReplicated())
+        ok = false;
+      r.operands.push_back(Shard::replicated(mr));
+    } else {
+      Shard want = Shard::split(mr, headDim, tp);
+      if (em != want && !isSliceable(mask))
+        ok = false;
+      r.operands.push_back(want);
+    }
+  }
+  if (!ok)
+    return allReplicated(op);
+  r.results = {Shard::split(4, 1, tp)};
+  return r;
+}
+
+// The token embedding (ids come from a function argument) is vocabulary
+// parallel: each rank looks up the ids in its rows, zero elsewhere, and the
+// partial results are summed. Other lookups (positions) stay whole.
+Propagator::Rule Propagator::embedding(zg::EmbeddingOp op) {
+  Value ids = op.getIds();
+  Value cur = ids;
+  while (Operation *def = cur.getDefiningOp()) {
+    if (def->getNumOperands() != 1 ||
+        !isa<zg::CastOp, zg::ReshapeOp, zg::ExpandOp, zg::TransposeOp>(def))
+      break;
+    cur = def->getOperand(0);
+  }
+  Shard eIds = eff(ids);
+  int64_t rank = rankOf(op.getResult());
+  Rule r;
+  if (isa<BlockArgument>(cur) && isa<zg::WeightOp>(op.getTable().getDefiningOp()
+                                                       ? op.getTable()
+                                                             .getDefiningOp()
+                                                       : nullptr) &&
+      eIds.isReplicated()) {
+    ++counts.vocab;
+    Shard res = Shard::replicated(rank);
+    res.partial = true;
+    r.operands = {Shard::split(2, 0, tp), eIds};
+    r.results = {res};
+    return r;
+  }
+  r.operands = {Shard::replicated(2), eIds};
+  r.results = {eIds.dim >= 0 && eIds.segments.empty()
+                   ? Shard::split(rank, eIds.dim, eIds.blocks)
+                   : Shard::replicated(rank)};
+  return r;
+}
+
+FailureOr<Propagator::Rule> Propagator::ruleFor(Operation *op) {
+  if (isa<zg::WeightOp, zg::ConstantOp, zg::CausalMaskOp>(op))
+    return allReplicated(op);
+  if (isElementwise(op))
+    return elementwise(op);
+  if (auto lin = dyn_cast<zg::LinearOp>(op))
+    return linear(op, lin.getInput(), lin.getWeight(), lin.getBias(),
+                  lin.getTransW());
+  if (auto mm = dyn_cast<zg::MatmulOp>(op)) {
+    if (rankOf(mm.getRhs()) == 2 && isSliceable(mm.getRhs()) &&
+        mm.getRhs().getDefiningOp<zg::WeightOp>() && rankOf(mm.getLhs()) >= 2)
+      return linear(op, mm.getLhs(), mm.getRhs(), Value(), false);
+    return matmul(mm);
+  }
+  if (auto att = dyn_cast<zg::AttentionOp>(op))
+    return attention(att);
+  if (auto emb = dyn_cast<zg::EmbeddingOp>(op))
+    return embedding(emb);
+
+  // Ops that leave some dimensions alone and need others whole.
+  auto passExcept = [&](Value in, ArrayRef<int64_t> wholeDims) {
+    Shard e = eff(in);
+    if (e.dim >= 0 && llvm::is_contained(wholeDims, e.dim))
+      e = Shard::replicated(e.rank);
+    return e;
+  };
+  Rule r;
+  if (auto sm = dyn_cast<zg::SoftmaxOp>(op)) {
+    Shard e = passExcept(sm.getInput(), {sm.getAxis()});
+    r.operands = {e};
+    r.results = {e};
+    return r;
+  }
+  if (isa<zg::LayerNormOp, zg::RmsNormOp>(op)) {
+    Value x = op->getOperand(0);
+    int64_t rank = rankOf(x);
+    int64_t axis = rank - 1;
+    if (auto ln = dyn_cast<zg::LayerNormOp>(op))
+      axis = ln.getAxis();
+    SmallVector<int64_t> normed;
+    for (int64_t d = axis; d < rank; ++d)
+      normed.push_back(d);
+    Shard e = passExcept(x, normed);
+    if (!e.segments.empty())
+      e = Shard::replicated(rank);
+    r.operands.push_back(e);
+    for (Value v : op->getOperands().drop_front())
+      r.operands.push_back(Shard::replicated(rankOf(v)));
+    r.results = {e};
+    return r;
+  }
+  if (isa<zg::ReduceSumOp, zg::ReduceMeanOp, zg::ReduceMaxOp>(op)) {
+    auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
+    bool keep = op->getAttrOfType<BoolAttr>("keepdims").getValue();
+    Shard e = passExcept(op->getOperand(0), axes);
+    r.operands = {e};
+    Shard res = Shard::replicated(rankOf(op->getResult(0)));
+    if (e.dim >= 0) {
+      int64_t d = e.dim;
+      if (!keep)
+        d -= llvm::count_if(axes, [&](int64_t a) { return a < e.dim; });
+      res = Shard::split(res.rank, d, e.blocks, e.segments);
+    }
+    r.results = {res};
+    return r;
+  }
+  if (auto tr = dyn_cast<zg::TransposeOp>(op)) {
+    Shard e = eff(tr.getInput());
+    r.operands = {e};
+    Shard res = e;
+    if (e.dim >= 0)
+      res.dim = llvm::find(tr.getPerm(), e.dim) - tr.getPerm().begin();
+    r.results = {res};
+    return r;
+  }
+  if (auto rs = dyn_cast<zg::ReshapeOp>(op)) {
+    Shard e = eff(rs.getInput());
+    auto in = rtt(rs.getInput()).getShape(), out = rtt(rs.getResult()).getShape();
+    if (e.dim < 0)
+      return allReplicated(op);
+    int64_t d = mapReshapeDim(in, out, e.dim, e.blocks, !e.segments.empty());
+    if (d < 0)
+      return allReplicated(op);
+    r.operands = {e};
+    r.results = {Shard::split(out.size(), d, e.blocks, e.segments)};
+    return r;
+  }
+  if (auto cat = dyn_cast<zg::ConcatOp>(op))
+    return elementwise(op, cat.getAxis());
+  if (auto sl = dyn_cast<zg::SliceOp>(op)) {
+    Shard e = eff(sl.getInput());
+    if (e.dim >= 0) {
+      int64_t d = e.dim;
+      bool whole = sl.getStarts()[d] == 0 && sl.getSteps()[d] == 1 &&
+                   rtt(sl.getInput()).getDimSize(d) ==
+                       rtt(sl.getResult()).getDimSize(d);
+      if (!whole)
+        e = Shard::replicated(e.rank);
+    }
+    r.operands = {e};
+    r.results = {e};
+    return r;
+  }
+  if (auto sp = dyn_cast<zg::SplitOp>(op)) {
+    Shard e = eff(sp.getInput());
+    int64_t axis = sp.getAxis();
+    if (e.dim == axis) {
+      SmallVector<int64_t> sizes;
+      for (Value v : sp.getResults())
+        sizes.push_back(rtt(v).getDimSize(axis));
+      if (e.segments != sizes)
+        e = Shard::replicated(e.rank);
+    }
+    r.operands = {e};
+    for (Value v : sp.getResults()) {
+      (void)v;
+      r.results.push_back(e.dim == axis
+                              ? Shard::split(e.rank, axis, e.blocks)
+                              : e);
+    }
+    return r;
+  }
+  if (auto ex = dyn_cast<zg::ExpandOp>(op)) {
+    Shard e = eff(ex.getInput());
+    int64_t rank = rankOf(ex.getResult());
+    if (e.dim < 0)
+      return allReplicated(op);
+    int64_t rd = e.dim + rank - e.rank;
+    if (rtt(ex.getInput()).getDimSize(e.dim) !=
+        rtt(ex.getResult()).getDimSize(rd))
+      return allReplicated(op);
+    r.operands = {e};
+    r.results = {Shard::split(rank, rd, e.blocks, e.segments)};
+    return r;
+  }
+  return allReplicated(op);
+}
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+LogicalResult Propagator::run() {
+  bool failed = false;
+  func.walk([&](Operation *op) {
+    if (failed || op == func.getOperation())
+      return;
+    if (isa<func::ReturnOp>(op)) {
+      SmallVector<Shard> req;
+      for (Value v : op->getOperands())
+        req.push_back(Shard::replicated(rankOf(v)));
+      requirements[op] = req;
+      return;
+    }
+    if (!llvm::all_of(op->getOperandTypes(), llvm::IsaPred<RankedTensorType>) ||
+        !llvm::all_of(op->getResultTypes(), llvm::IsaPred<RankedTensorType>))
+      return;
+    FailureOr<Rule> rule = ruleFor(op);
+    if (mlir::failed(rule)) {
+      failed = true;
+      return;
+    }
+    for (auto [v, s] : llvm::zip(op->getResults(), rule->results))
+      if (!s.isReplicated())
+        state[v] = s;
+    if (op->getNumOperands())
+      requirements[op] = rule->operands;
+  });
+  if (failed)
+    return failure();
+
+  // A weight takes the sharding its first consumer asks for; consumers that
+  // ask for another get their own copy in partition.
+  func.walk([&](Operation *op) {
+    auto it = requirements.find(op);
+    if (it == requirements.end())
+      return;
+    for (auto [v, req] : llvm::zip(op->getOperands(), it->second))
+      if (isSliceable(v) && !state.count(v) && !req.isReplicated())
+        state[v] = req;
+  });
+
+  Builder b(ctx);
+  func.walk([&](Operation *op) {
+    if (op == func.getOperation())
+      return;
+    SmallVector<Attribute> results;
+    bool anySplit = false;
+    for (Value v : op->getResults()) {
+      if (!isa<RankedTensorType>(v.getType()))
+        continue;
+      Shard s = get(v);
+      anySplit |= !s.isReplicated();
+      results.push_back(s.toAttr(ctx, tp));
+    }
+    if (anySplit)
+      op->setAttr(kResultShardings, b.getArrayAttr(results));
+    auto it = requirements.find(op);
+    if (it == requirements.end())
+      return;
+    SmallVector<Attribute> operands;
+    bool differs = false;
+    for (auto [v, req] : llvm::zip(op->getOperands(), it->second)) {
+      if (req != eff(v)) {
+        differs = true;
+        if (!isSliceable(v))
+          ++counts.reshards;
+      }
+      operands.push_back(req.toAttr(ctx, tp));
+    }
+    if (differs)
+      op->setAttr(kOperandShardings, b.getArrayAttr(operands));
+  });
+  return success();
+}
+
+void ZplanTpPropagatePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  int64_t tp = dist::getMeshAxisSize(module, "tp");
+  if (tp < 1) {
+    module.emitError("zd.tp must be at least 1, got ") << tp;
+    return signalPassFailure();
+  }
+  // With one tp rank every tensor is whole: nothing to annotate.
+  if (tp == 1)
+    return;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal())
+      continue;
+    Propagator prop(func, tp);
+    if (failed(prop.run()))
+      return signalPassFailure();
+    numColumnSplit += prop.counts.column;
+    numRowSplit += prop.counts.row;
+    numVocabSplit += prop.counts.vocab;
+    numReshards += prop.counts.reshards;
+  }
+}
