@@ -412,6 +412,10 @@ LogicalResult ConstantOp::verify() {
 
 LogicalResult WeightOp::verify() {
   auto t = rtt(getResult());
+  // After tensor parallelism the result is the tp-local part and the source
+  // keeps its full shape in `zd.source_shape` (docs/dist-contract.md).
+  if (auto src = (*this)->getAttrOfType<DenseI64ArrayAttr>("zd.source_shape"))
+    t = RankedTensorType::get(src.asArrayRef(), t.getElementType());
   if (getValue()) {
     if (!getFile().empty())
       return emitOpError("has both an inline value and a file");
