@@ -1,0 +1,154 @@
+// The plan verifier rejects every kind of bad plan with a clear message, before anything is allocated.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "plan.h"
+#include "test_plans.h"
+#include "zrt/plan_file.h"
+
+using namespace zrt_test;
+
+namespace {
+
+zrt::Status verify(const std::vector<uint8_t> &file, int world, zrt::BackendKind be = zrt::BackendKind::cpu, int rank = 0) {
+  zrt::Launch l;
+  l.world = world;
+  l.rank = rank;
+  l.backend = be;
+  const fb::Plan *p = nullptr;
+  uint64_t h = 0;
+  return zrt::verify_plan(file.data(), file.size(), l, &p, &h);
+}
+
+void expect_reject(const zrt::Status &s, const std::string &needle) {
+  ASSERT_FALSE(s.ok()) << "expected a rejection mentioning '" << needle << "'";
+  EXPECT_NE(s.message().find(needle), std::string::npos) << "message was: " << s.message();
+}
+
+PlanBuilder good() { return Mlp().plan(2, 1, false); }
+
+}  // namespace
+
+TEST(Verifier, AcceptsWellFormedPlans) {
+  EXPECT_TRUE(verify(good().file(), 2).ok()) << verify(good().file(), 2).message();
+  EXPECT_TRUE(verify(Mlp().plan(2, 2, true).file(), 4).ok()) << verify(Mlp().plan(2, 2, true).file(), 4).message();
+  EXPECT_TRUE(verify(Collectives(2, 2).plan().file(), 4, zrt::BackendKind::cpu, 3).ok());
+}
+
+TEST(Verifier, HeaderChecks) {
+  std::vector<uint8_t> f = good().file();
+  expect_reject(verify(std::vector<uint8_t>(f.begin(), f.begin() + 10), 2), "shorter than the 24-byte plan header");
+  std::vector<uint8_t> m = f;
+  m[0] = 'X';
+  expect_reject(verify(m, 2), "bad magic");
+  expect_reject(verify(std::vector<uint8_t>(f.begin(), f.end() - 5), 2), "truncated");
+  for (size_t at : {f.size() / 2, f.size() - 1, size_t{30}}) {
+    std::vector<uint8_t> b = f;
+    b[at] ^= 0x10;
+    expect_reject(verify(b, 2), "CRC-32 mismatch");
+  }
+}
+
+TEST(Verifier, CorruptFlatBufferWithValidCrc) {
+  // A payload that is garbage but carries a correct CRC still fails the FlatBuffers verifier.
+  std::vector<uint8_t> payload(256, 0xAB);
+  std::memcpy(payload.data() + 4, "ZPLN", 4);
+  zrt::PlanHeader h = zrt::make_plan_header(payload.data(), payload.size());
+  std::vector<uint8_t> f(sizeof(h) + payload.size());
+  std::memcpy(f.data(), &h, sizeof(h));
+  std::memcpy(f.data() + sizeof(h), payload.data(), payload.size());
+  expect_reject(verify(f, 2), "FlatBuffers verifier");
+  std::memcpy(f.data() + sizeof(h) + 4, "ABCD", 4);
+  h = zrt::make_plan_header(f.data() + sizeof(h), payload.size());
+  std::memcpy(f.data(), &h, sizeof(h));
+  expect_reject(verify(f, 2), "file identifier");
+}
+
+TEST(Verifier, VersionAndFingerprint) {
+  PlanBuilder p = good();
+  p.version_major = zrt::kPlanVersionMajor + 1;
+  expect_reject(verify(p.file(), 2), "is not supported");
+  p = good();
+  p.version_minor = zrt::kPlanVersionMinor + 1;
+  expect_reject(verify(p.file(), 2), "newer than this runtime");
+  expect_reject(verify(good().file(), 4), "the plan is for 2 ranks (tp 2 x dp 1) but the job has 4");
+  expect_reject(verify(good().file(), 2, zrt::BackendKind::cuda), "backend 'cpu'");
+  p = good();
+  p.world_override = 3;
+  expect_reject(verify(p.file(), 3), "fingerprint mesh is inconsistent");
+}
+
+TEST(Verifier, IndicesRangesAndCounts) {
+  PlanBuilder p = good();
+  p.instrs[1].in[0] = 999;
+  expect_reject(verify(p.file(), 2), "tensor index 999, out of range");
+  p = good();
+  p.instrs[0].out[0] = -3;
+  expect_reject(verify(p.file(), 2), "out of range");
+  p = good();
+  p.arena_shrink = 16;
+  expect_reject(verify(p.file(), 2), "overflows the device arena");
+  p = good();
+  p.instrs[0].ints.push_back(7);
+  expect_reject(verify(p.file(), 2), "has 2 ints, expects 1");
+  p = good();
+  p.instrs[0].floats.clear();
+  expect_reject(verify(p.file(), 2), "has 0 floats, expects 1");
+  p = good();
+  p.tensors[p.instrs[1].out[0]].shape = {4, 3, 9};
+  expect_reject(verify(p.file(), 2), "reserves");
+  p = good();
+  p.hash_override = true;
+  expect_reject(verify(p.file(), 2), "collective hash mismatch");
+  p = good();
+  p.instrs[0].op = static_cast<fb::Op>(250);
+  expect_reject(verify(p.file(), 2), "unknown opcode 250");
+}
+
+TEST(Verifier, ShapesAndBindings) {
+  PlanBuilder p = good();
+  // fc1's output does not have W's N.
+  const int h = p.instrs[0].out[0];
+  p.tensors[h].shape = {4, 3, 9};
+  p.tensors[h].bytes = 4 * 3 * 9 * 4;
+  p.arena[0] += 1024;
+  expect_reject(verify(p.file(), 2), "output shape [4, 3, 9] should be [4, 3, 8]");
+  p = good();
+  p.bindings[0].ranks[1].pieces[0].src[1] = 12;  // box [12, 20) of a 16-wide source
+  expect_reject(verify(p.file(), 2), "is outside the source");
+  p = good();
+  p.bindings[0].ranks.pop_back();
+  expect_reject(verify(p.file(), 2), "needs one RankSlice per rank");
+  p = good();
+  p.weights[0].length -= 4;
+  expect_reject(verify(p.file(), 2), "length");
+  p = good();
+  p.inputs[0].global = {5, 3, 8};
+  expect_reject(verify(p.file(), 2), "does not match global shape");
+  PlanBuilder z = Mlp().plan(1, 2, true);
+  z.bindings[0].ranks[1].fb = 0;
+  z.bindings[0].ranks[1].fe = z.tensors[z.bindings[0].tensor].shape[0];
+  expect_reject(verify(z.file(), 2), "a ZeRO shard of dp index 1 must keep");
+}
+
+TEST(PlanFile, WriterRoundTripAndNoPartialFile) {
+  std::string dir = ::testing::TempDir();
+  if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  PlanBuilder p = good();
+  ASSERT_EQ(p.write(dir + "/ok.zplan"), "");
+  std::unique_ptr<zrt::PlanFile> pf;
+  zrt::Launch l;
+  l.world = 2;
+  zrt::Status s = zrt::PlanFile::load(dir + "/ok.zplan", l, &pf);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(pf->plan().instrs()->size(), p.instrs.size());
+  EXPECT_EQ(pf->base_dir(), dir);
+  // Writing into a folder that does not exist fails with the path and leaves nothing behind.
+  std::vector<uint8_t> pay = p.payload();
+  const std::string e = zrt::write_plan_file(dir + "/no/such/dir/x.zplan", pay.data(), pay.size());
+  EXPECT_NE(e.find("no/such/dir"), std::string::npos);
+  s = zrt::PlanFile::load(dir + "/missing.zplan", l, &pf);
+  expect_reject(s, "cannot open plan file");
+  EXPECT_EQ(zrt::crc32("123456789", 9), 0xCBF43926u);  // the standard CRC-32 check value
+}

@@ -1,0 +1,265 @@
+// zrun - runs a zplan plan on every rank of an MPI job.
+//
+//   mpirun -np WORLD zrun PLAN --input NAME=FILE.npy ... [--random-inputs] --output NAME=FILE.npy
+//          [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS]
+//
+// Input files hold the global batch (each dp group takes its rows); output files receive the whole
+// global output, written by rank 0. Every rank prints its planned and measured peak arena bytes and the
+// wall time of the run.
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "zrt/npy.h"
+#include "zrt/zrt.h"
+
+namespace {
+
+const char kUsage[] =
+    "usage: zrun PLAN [--input NAME=FILE.npy]... [--random-inputs] [--output NAME=FILE.npy]...\n"
+    "            [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS]\n";
+
+struct Args {
+  std::string plan;
+  std::vector<std::pair<std::string, std::string>> inputs, outputs;
+  bool random_inputs = false;
+  int repeat = 1;
+  bool init_random = false;
+  uint64_t seed = 0;
+  double timeout = 0;
+};
+
+// The rank as the launcher tells it, for messages printed before MPI is up (only rank 0 prints those).
+int launcher_rank() {
+  for (const char *v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+    if (const char *s = std::getenv(v)) return std::atoi(s);
+  return 0;
+}
+
+bool parse_pair(const std::string &flag, const char *v, std::vector<std::pair<std::string, std::string>> *out,
+                std::string *err) {
+  const std::string s = v;
+  const size_t eq = s.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) {
+    *err = flag + " expects NAME=FILE.npy, got '" + s + "'";
+    return false;
+  }
+  out->emplace_back(s.substr(0, eq), s.substr(eq + 1));
+  return true;
+}
+
+bool parse_number(const std::string &flag, const char *v, double lo, double hi, double *out, std::string *err) {
+  char *end = nullptr;
+  const double d = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(d >= lo && d <= hi)) {
+    *err = flag + " expects a number in [" + std::to_string(static_cast<long long>(lo)) + ", " +
+           std::to_string(static_cast<long long>(hi)) + "], got '" + v + "'";
+    return false;
+  }
+  *out = d;
+  return true;
+}
+
+bool parse_args(int argc, char **argv, Args *a, std::string *err) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto value = [&](const char **v) {
+      if (i + 1 >= argc) {
+        *err = f + " needs a value";
+        return false;
+      }
+      *v = argv[++i];
+      return true;
+    };
+    const char *v = nullptr;
+    double d = 0;
+    if (f == "--input") {
+      if (!value(&v) || !parse_pair(f, v, &a->inputs, err)) return false;
+    } else if (f == "--output") {
+      if (!value(&v) || !parse_pair(f, v, &a->outputs, err)) return false;
+    } else if (f == "--random-inputs") {
+      a->random_inputs = true;
+    } else if (f == "--repeat") {
+      if (!value(&v) || !parse_number(f, v, 1, 1e6, &d, err)) return false;
+      a->repeat = static_cast<int>(d);
+    } else if (f == "--init") {
+      if (!value(&v)) return false;
+      if (std::strcmp(v, "file") == 0) a->init_random = false;
+      else if (std::strcmp(v, "random") == 0) a->init_random = true;
+      else {
+        *err = std::string("--init expects 'file' or 'random', got '") + v + "'";
+        return false;
+      }
+    } else if (f == "--seed") {
+      if (!value(&v) || !parse_number(f, v, 0, 9e15, &d, err)) return false;
+      a->seed = static_cast<uint64_t>(d);
+    } else if (f == "--timeout") {
+      if (!value(&v) || !parse_number(f, v, 0, 1e7, &d, err)) return false;
+      a->timeout = d;
+    } else if (f == "-h" || f == "--help") {
+      *err = "";
+      return false;
+    } else if (!f.empty() && f[0] == '-') {
+      *err = "unknown flag '" + f + "'";
+      return false;
+    } else if (a->plan.empty()) {
+      a->plan = f;
+    } else {
+      *err = "unexpected argument '" + f + "' (one plan file only)";
+      return false;
+    }
+  }
+  if (a->plan.empty()) {
+    *err = "no plan file given";
+    return false;
+  }
+  return true;
+}
+
+/// Ends the process when the run takes longer than the limit, so that a dead or stuck peer cannot hang
+/// the job: exiting without MPI_Finalize makes mpirun stop every other rank.
+class Watchdog {
+ public:
+  explicit Watchdog(double seconds) {
+    if (seconds <= 0) return;
+    thread_ = std::thread([this, seconds] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) {
+        std::fprintf(stderr, "zrun: rank %d: timed out after %g s (a peer may have died or stalled); stopping the job\n",
+                     launcher_rank(), seconds);
+        std::fflush(stderr);
+        std::_Exit(124);
+      }
+    });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+/// A failure after every rank is running: print it on this rank and stop the whole job, since the other
+/// ranks may already wait in a collective.
+[[noreturn]] void die(int rank, const std::string &msg) {
+  std::fprintf(stderr, "zrun: rank %d: error: %s\n", rank, msg.c_str());
+  std::fflush(stderr);
+  zrt::abort_job(1);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  Args args;
+  std::string err;
+  if (!parse_args(argc, argv, &args, &err)) {
+    if (launcher_rank() == 0) {
+      if (!err.empty()) std::fprintf(stderr, "zrun: error: %s\n", err.c_str());
+      std::fputs(kUsage, stderr);
+    }
+    return err.empty() ? 0 : 2;
+  }
+  Watchdog watchdog(args.timeout);
+
+  zrt::Options opts;
+  opts.init = args.init_random ? zrt::InitMode::random : zrt::InitMode::file;
+  opts.seed = args.seed;
+  std::unique_ptr<zrt::Session> s;
+  zrt::Status st = zrt::Session::open(args.plan, opts, &s);
+  if (!st.ok()) {
+    // open() made every rank agree on the same message: rank 0 alone prints it.
+    if (launcher_rank() == 0) std::fprintf(stderr, "zrun: error: %s\n", st.message().c_str());
+    zrt::shutdown();
+    return 1;
+  }
+  const zrt::RankInfo ri = s->rank_info();
+
+  // Inputs: every rank reads the global file and keeps its rows. Names are checked both ways.
+  for (const auto &in : args.inputs) {
+    const zrt::IOInfo *info = nullptr;
+    for (const auto &io : s->inputs())
+      if (io.name == in.first) info = &io;
+    if (!info) die(ri.rank, "the plan has no input named '" + in.first + "'");
+    zrt::NpyArray a;
+    st = zrt::read_npy(in.second, &a, info->dtype == zrt::DType::bf16);
+    if (!st.ok()) die(ri.rank, st.message());
+    if (a.dtype != info->dtype || a.shape != info->global_shape) {
+      std::string want = "[", got = "[";
+      for (int64_t d : info->global_shape) want += std::to_string(d) + ",";
+      for (int64_t d : a.shape) got += std::to_string(d) + ",";
+      die(ri.rank, "input '" + in.first + "' from '" + in.second + "' is " + zrt::dtype_name(a.dtype) + " " + got +
+                       "], the plan expects " + zrt::dtype_name(info->dtype) + " " + want + "]");
+    }
+    st = s->bind_input(in.first, a.data.data(), a.data.size());
+    if (!st.ok()) die(ri.rank, st.message());
+  }
+  if (args.random_inputs) {
+    st = s->bind_random_inputs(args.seed);
+    if (!st.ok()) die(ri.rank, st.message());
+  } else {
+    for (const auto &io : s->inputs()) {
+      bool given = false;
+      for (const auto &in : args.inputs) given = given || in.first == io.name;
+      if (!given) die(ri.rank, "input '" + io.name + "' is not bound: pass --input " + io.name + "=FILE.npy or --random-inputs");
+    }
+  }
+  for (const auto &out : args.outputs) {
+    bool known = false;
+    for (const auto &io : s->outputs()) known = known || io.name == out.first;
+    if (!known) die(ri.rank, "the plan has no output named '" + out.first + "'");
+  }
+
+  double total_ms = 0, best_ms = 1e300;
+  for (int r = 0; r < args.repeat; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    st = s->run();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!st.ok()) die(ri.rank, st.message());
+    const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    total_ms += ms;
+    best_ms = std::min(best_ms, ms);
+  }
+
+  for (const auto &out : args.outputs) {
+    const zrt::IOInfo *info = nullptr;
+    for (const auto &io : s->outputs())
+      if (io.name == out.first) info = &io;
+    std::vector<uint8_t> buf(ri.rank == 0 ? info->global_bytes() : 0);
+    st = s->read_output(out.first, buf.data(), buf.size());
+    if (!st.ok()) die(ri.rank, st.message());
+    if (ri.rank == 0) {
+      st = zrt::write_npy(out.second, info->dtype, info->global_shape, buf.data());
+      if (!st.ok()) die(ri.rank, st.message());
+    }
+  }
+
+  const zrt::MemoryReport m = s->memory_report();
+  std::printf(
+      "zrun: rank %d/%d (tp %d/%d, dp %d/%d): planned arena device %llu B host %llu B; measured device %llu B host "
+      "%llu B (instructions %llu B / %llu B); runtime scratch %llu B; run %.3f ms (mean of %d, min %.3f ms)\n",
+      ri.rank, ri.world, ri.tp_index(), ri.tp, ri.dp_index(), ri.dp,
+      static_cast<unsigned long long>(m.planned_arena_bytes[0]), static_cast<unsigned long long>(m.planned_arena_bytes[1]),
+      static_cast<unsigned long long>(m.measured_arena_bytes[0]), static_cast<unsigned long long>(m.measured_arena_bytes[1]),
+      static_cast<unsigned long long>(m.measured_instr_bytes[0]), static_cast<unsigned long long>(m.measured_instr_bytes[1]),
+      static_cast<unsigned long long>(m.runtime_scratch_bytes), total_ms / args.repeat, args.repeat, best_ms);
+  std::fflush(stdout);
+  s.reset();
+  zrt::shutdown();
+  return 0;
+}
