@@ -1,0 +1,477 @@
+// The CUDA backend: one device arena (cudaMalloc) and one pinned host arena (cudaHostAlloc) per rank, the
+// zk::cuda kernels and cuBLASLt for every compute opcode, and CUDA graph replay of the whole step.
+//
+// Ordering: zrt::Step carries no event ids (the plan's waits/signal stay in the plan), so every step, every
+// host/device copy and every collective the communicator issues goes to ONE in-order stream; that ordering
+// satisfies every dependency the plan can name. native_stream() returns it for all three plan streams.
+//
+// Fusions, decided once in prepare() from the step list: a linear followed by gelu_tanh of its output (and
+// nothing else reading that output) becomes one cuBLASLt product with the GELU(+bias) epilogue; an add of
+// two equal-shaped tensors followed by a last-axis layer_norm / rms_norm of the sum becomes one
+// residual_norm kernel that still writes the sum.
+//
+// CUDA graphs (ZRT_CUDA_GRAPH=1, what zrun's --cuda-graph sets): the second run is captured and launched as
+// a graph, later runs replay it. Only plans without collectives are captured (the communicator issues
+// those outside the backend), which prepare() sees as gaps in the step indices.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_hooks.h"
+#include "cuda_status.h"
+#include "zk/cuda_kernels.h"
+#include "zrt/backend.h"
+#include "zrt/plan_generated.h"
+
+namespace zrt {
+
+// --- the watch hook (cuda_hooks.h) --------------------------------------------------------------------------
+namespace {
+CommWatch g_watch = nullptr;
+void *g_watch_ctx = nullptr;
+}  // namespace
+
+void set_comm_watch(CommWatch fn, void *ctx) {
+  g_watch = fn;
+  g_watch_ctx = ctx;
+}
+
+Status poll_comm_watch(double waited_s) { return g_watch ? g_watch(g_watch_ctx, waited_s) : Status(); }
+
+Status wait_stream(void *stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (!g_watch) {
+    ZRT_CUDA_CHECK(cudaStreamSynchronize(s));
+    return {};
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return {};
+    if (e != cudaErrorNotReady) return status_from_cuda(e, "cudaStreamQuery(stream)", __FILE__, __LINE__);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ZRT_RETURN_IF_ERROR(poll_comm_watch(waited));
+    std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.01 ? 5 : 200));
+  }
+}
+
+Status select_cuda_device(int *device) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    std::string why;
+    zk::cuda::device_usable(0, &why);
+    return error(Code::backend_error, "cuda backend: " + why);
+  }
+  int local = 0;
+  for (const char *v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char *s = std::getenv(v)) {
+      local = std::atoi(s);
+      break;
+    }
+  const int dev = local % n;
+  ZRT_CUDA_CHECK(cudaSetDevice(dev));
+  if (device) *device = dev;
+  return {};
+}
+
+namespace {
+
+using zk::cuda::Epilogue;
+
+zk::In in_of(const TensorRef &t) {
+  zk::In r;
+  r.data = t.data;
+  r.dtype = static_cast<zk::DType>(t.dtype);
+  r.shape.rank = t.rank;
+  for (int i = 0; i < t.rank; ++i) r.shape.d[i] = t.shape[i];
+  return r;
+}
+
+zk::Out out_of(const TensorRef &t) {
+  zk::Out r;
+  r.data = t.data;
+  r.dtype = static_cast<zk::DType>(t.dtype);
+  r.shape.rank = t.rank;
+  for (int i = 0; i < t.rank; ++i) r.shape.d[i] = t.shape[i];
+  return r;
+}
+
+zk::In opt_in(const Step &s, size_t i) { return i < s.inputs.size() ? in_of(s.inputs[i]) : zk::In{}; }
+
+bool same_shape(const TensorRef &a, const TensorRef &b) {
+  if (a.rank != b.rank) return false;
+  for (int i = 0; i < a.rank; ++i)
+    if (a.shape[i] != b.shape[i]) return false;
+  return true;
+}
+
+/// What prepare() decided for one step.
+enum class Plan : uint8_t { run, skip, linear_gelu, residual_norm };
+
+class CudaBackend final : public Backend {
+ public:
+  ~CudaBackend() override {
+    if (report_) {
+      std::fprintf(stderr,
+                   "zrt cuda: device memory in use (cudaMemGetInfo) peak %.1f MiB (at start %.1f MiB); arenas + "
+                   "scratch allocated by zrt %.1f MiB\n",
+                   peak_used_ / 1048576.0, base_used_ / 1048576.0, allocated_ / 1048576.0);
+    }
+    if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+    if (workspace_) cudaFree(workspace_);
+    blas_.reset();
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  const char *name() const override { return "cuda"; }
+  BackendKind kind() const override { return BackendKind::cuda; }
+
+  Status allocate(MemSpace space, size_t bytes, void **out) override {
+    ZRT_RETURN_IF_ERROR(init());
+    const size_t n = bytes ? bytes : 256;
+    if (space == MemSpace::device) {
+      std::string why;
+      if (!zk::cuda::device_usable(n, &why))
+        return error(Code::backend_error, "cuda backend: cannot allocate the " + std::to_string(bytes >> 20) +
+                                              " MiB device arena: " + why);
+      ZRT_CUDA_CHECK(cudaMalloc(out, n));
+    } else {
+      // Pinned, so that prefetch / evict copies run asynchronously on the stream.
+      ZRT_CUDA_CHECK(cudaHostAlloc(out, n, cudaHostAllocDefault));
+    }
+    allocated_ += space == MemSpace::device ? n : 0;
+    note_memory();
+    return {};
+  }
+
+  void deallocate(MemSpace space, void *p) override {
+    if (!p) return;
+    if (stream_) cudaStreamSynchronize(stream_);
+    if (space == MemSpace::device) cudaFree(p);
+    else cudaFreeHost(p);
+  }
+
+  Status write(MemSpace space, void *dst, const void *src, size_t bytes) override {
+    if (!bytes) return {};
+    ZRT_RETURN_IF_ERROR(wait_stream(stream_));
+    if (space == MemSpace::host) std::memcpy(dst, src, bytes);
+    else ZRT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    return {};
+  }
+
+  Status read(MemSpace space, void *dst, const void *src, size_t bytes) override {
+    if (!bytes) return {};
+    ZRT_RETURN_IF_ERROR(wait_stream(stream_));
+    if (space == MemSpace::host) std::memcpy(dst, src, bytes);
+    else ZRT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    return {};
+  }
+
+  Status zero(MemSpace space, void *dst, size_t bytes) override {
+    if (!bytes) return {};
+    ZRT_RETURN_IF_ERROR(wait_stream(stream_));
+    if (space == MemSpace::host) std::memset(dst, 0, bytes);
+    else ZRT_CUDA_CHECK(cudaMemset(dst, 0, bytes));
+    return {};
+  }
+
+  Status copy_blocks(void *dst, size_t dst_stride, const void *src, size_t src_stride, size_t block,
+                     size_t count) override {
+    if (!block || !count) return {};
+    if (count == 1) {
+      ZRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, block, cudaMemcpyDefault, stream_));
+      return {};
+    }
+    ZRT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, block, count, cudaMemcpyDefault, stream_));
+    return {};
+  }
+
+  Status prepare(const RankInfo &rank, const std::vector<Step> &steps, size_t *scratch_bytes) override {
+    ZRT_RETURN_IF_ERROR(init());
+    rank_ = rank;
+    // Uses of each tensor as an input, for the fusion that drops an intermediate.
+    std::unordered_map<int, int> uses;
+    for (const Step &s : steps)
+      for (const TensorRef &t : s.inputs)
+        if (t.index >= 0) ++uses[t.index];
+    bool gemm = false, contiguous = true;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const Step &s = steps[i];
+      ZRT_RETURN_IF_ERROR(check_supported(s));
+      const auto op = static_cast<fb::Op>(s.op);
+      gemm = gemm || op == fb::Op::matmul || op == fb::Op::linear;
+      if (i > 0 && s.index != steps[i - 1].index + 1) contiguous = false;
+      if (plan_.count(s.index)) continue;  // already the second half of a fusion
+      if (i + 1 >= steps.size() || steps[i + 1].index != s.index + 1 || fusion_off_) continue;
+      const Step &n = steps[i + 1];
+      const auto nop = static_cast<fb::Op>(n.op);
+      if (op == fb::Op::linear && nop == fb::Op::gelu_tanh && n.inputs[0].index == s.outputs[0].index &&
+          uses[s.outputs[0].index] == 1 && same_shape(n.outputs[0], s.outputs[0]) &&
+          n.outputs[0].dtype == s.outputs[0].dtype) {
+        plan_[s.index] = Plan::linear_gelu;
+        plan_[n.index] = Plan::skip;
+        fused_with_[s.index] = i + 1;
+        ++fusions_;
+      } else if (op == fb::Op::add && same_shape(s.inputs[0], s.outputs[0]) && same_shape(s.inputs[1], s.outputs[0]) &&
+                 s.inputs[0].dtype == s.outputs[0].dtype && s.inputs[1].dtype == s.outputs[0].dtype &&
+                 (nop == fb::Op::layer_norm || nop == fb::Op::rms_norm) && n.inputs[0].index == s.outputs[0].index &&
+                 n.inputs.size() >= 2 && n.inputs[1].data && n.outputs[0].dtype == s.outputs[0].dtype &&
+                 (nop == fb::Op::rms_norm || n.ints[0] == -1 || n.ints[0] == s.outputs[0].rank - 1)) {
+        plan_[s.index] = Plan::residual_norm;
+        plan_[n.index] = Plan::skip;
+        fused_with_[s.index] = i + 1;
+        ++fusions_;
+      }
+    }
+    steps_ = steps;  // fused steps read their partner from here
+    for (auto &kv : fused_with_) partner_[kv.first] = &steps_[kv.second];
+    graph_ok_ = graph_wanted_ && contiguous && !steps.empty();
+    first_index_ = steps.empty() ? 0 : steps.front().index;
+    size_t scratch = 0;
+    if (gemm) {
+      ZRT_GPU_CHECK(zk::cuda::Blas::create(&blas_));
+      ZRT_CUDA_CHECK(cudaMalloc(&workspace_, zk::cuda::kGemmWorkspaceBytes));
+      workspace_bytes_ = zk::cuda::kGemmWorkspaceBytes;
+      scratch += workspace_bytes_;
+      allocated_ += workspace_bytes_;
+    }
+    note_memory();
+    *scratch_bytes = scratch;
+    if (report_)
+      std::fprintf(stderr, "zrt cuda: %zu compute steps, %d fused pairs, cuda graph %s\n", steps.size(), fusions_,
+                   graph_ok_ ? "on" : (graph_wanted_ ? "off (the plan has collectives)" : "off"));
+    return {};
+  }
+
+  Status execute(const Step &s) override {
+    if (graph_exec_) return {};  // the graph replays the whole step list at synchronize()
+    if (graph_ok_ && runs_ == 1 && s.index == first_index_ && !capturing_) {
+      ZRT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      capturing_ = true;
+    }
+    auto it = plan_.find(s.index);
+    const Plan p = it == plan_.end() ? Plan::run : it->second;
+    switch (p) {
+      case Plan::skip: return {};
+      case Plan::linear_gelu: {
+        const Step &g = *partner_.at(s.index);
+        const bool bias = s.inputs.size() > 2 && s.inputs[2].data;
+        ZRT_GPU_CHECK(zk::cuda::linear(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(g.outputs[0]),
+                                       s.ints[0] != 0, static_cast<float>(s.floats[0]),
+                                       bias ? Epilogue::gelu_bias : Epilogue::gelu, workspace_, workspace_bytes_, stream_));
+        return {};
+      }
+      case Plan::residual_norm: {
+        const Step &nrm = *partner_.at(s.index);
+        const bool rms = static_cast<fb::Op>(nrm.op) == fb::Op::rms_norm;
+        ZRT_GPU_CHECK(zk::cuda::residual_norm(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(nrm.inputs[1]),
+                                              rms ? zk::In{} : opt_in(nrm, 2), out_of(s.outputs[0]),
+                                              out_of(nrm.outputs[0]), rms, static_cast<float>(nrm.floats[0]), stream_));
+        return {};
+      }
+      case Plan::run: break;
+    }
+    return dispatch(s);
+  }
+
+  Status synchronize() override {
+    if (capturing_) {
+      capturing_ = false;
+      cudaGraph_t g = nullptr;
+      ZRT_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+      graph_ = g;
+      ZRT_CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
+    }
+    if (graph_exec_) ZRT_CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream_));
+    ZRT_RETURN_IF_ERROR(wait_stream(stream_));
+    ZRT_CUDA_CHECK(cudaGetLastError());
+    ++runs_;
+    note_memory();
+    return {};
+  }
+
+  void *native_stream(uint8_t) override { return stream_; }
+
+ private:
+  Status init() {
+    if (stream_) return {};
+    ZRT_RETURN_IF_ERROR(select_cuda_device(&device_));
+    std::string why;
+    if (!zk::cuda::device_usable(0, &why)) return error(Code::backend_error, "cuda backend: " + why);
+    ZRT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    const char *g = std::getenv("ZRT_CUDA_GRAPH");
+    graph_wanted_ = g && std::strcmp(g, "0") != 0;
+    const char *r = std::getenv("ZRT_CUDA_REPORT");
+    report_ = r && std::strcmp(r, "0") != 0;
+    const char *f = std::getenv("ZRT_CUDA_NO_FUSION");
+    fusion_off_ = f && std::strcmp(f, "0") != 0;
+    size_t free_b = 0, total_b = 0;
+    ZRT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    base_used_ = total_b - free_b;
+    peak_used_ = base_used_;
+    return {};
+  }
+
+  void note_memory() {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) peak_used_ = std::max(peak_used_, total_b - free_b);
+  }
+
+  Status check_supported(const Step &s) const {
+    const auto op = static_cast<fb::Op>(s.op);
+    const int v = static_cast<int>(s.op);
+    const bool known = v <= 17 || (v >= 32 && v <= 46) || op == fb::Op::matmul || op == fb::Op::linear ||
+                       (v >= 80 && v <= 85) || (v >= 96 && v <= 103) || op == fb::Op::attention ||
+                       op == fb::Op::release || op == fb::Op::prefetch || op == fb::Op::evict;
+    if (!known) return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
+                                                      "'): opcode " + std::to_string(v) + " is not a compute op");
+    for (const TensorRef &t : s.inputs)
+      if (t.data && t.space == MemSpace::host && op != fb::Op::prefetch)
+        return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
+                                              "') reads host tensor " + std::to_string(t.index) +
+                                              " directly; only prefetch may (the plan must prefetch it first)");
+    return {};
+  }
+
+  Status copy(const TensorRef &from, const TensorRef &to) {
+    if (from.data == to.data) return {};
+    const size_t n = static_cast<size_t>(from.numel()) * dtype_size(from.dtype);
+    if (n) ZRT_CUDA_CHECK(cudaMemcpyAsync(to.data, from.data, n, cudaMemcpyDefault, stream_));
+    return {};
+  }
+
+  Status dispatch(const Step &s) {
+    namespace zc = zk::cuda;
+    using zk::cpu::Binary;
+    using zk::cpu::Reduce;
+    using zk::cpu::Unary;
+    const auto op = static_cast<fb::Op>(s.op);
+    const int v = static_cast<int>(s.op);
+    cudaStream_t st = stream_;
+    if (v <= 15) {
+      ZRT_GPU_CHECK(zc::unary(static_cast<Unary>(v), in_of(s.inputs[0]), out_of(s.outputs[0]), st));
+      return {};
+    }
+    if (op == fb::Op::cast) {
+      ZRT_GPU_CHECK(zc::cast(in_of(s.inputs[0]), out_of(s.outputs[0]), st));
+      return {};
+    }
+    if (op == fb::Op::not_) {
+      ZRT_GPU_CHECK(zc::unary(Unary::not_, in_of(s.inputs[0]), out_of(s.outputs[0]), st));
+      return {};
+    }
+    if (v >= 32 && v <= 45) {
+      ZRT_GPU_CHECK(zc::binary(static_cast<Binary>(v - 32), in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), st));
+      return {};
+    }
+    switch (op) {
+      case fb::Op::where:
+        ZRT_GPU_CHECK(zc::where(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]), st));
+        return {};
+      case fb::Op::matmul:
+        ZRT_GPU_CHECK(zc::matmul(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0,
+                                 s.ints[1] != 0, workspace_, workspace_bytes_, st));
+        return {};
+      case fb::Op::linear: {
+        const bool bias = s.inputs.size() > 2 && s.inputs[2].data;
+        ZRT_GPU_CHECK(zc::linear(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(s.outputs[0]),
+                                 s.ints[0] != 0, static_cast<float>(s.floats[0]), bias ? Epilogue::bias : Epilogue::none,
+                                 workspace_, workspace_bytes_, st));
+        return {};
+      }
+      case fb::Op::softmax:
+        ZRT_GPU_CHECK(zc::softmax(in_of(s.inputs[0]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), st));
+        return {};
+      case fb::Op::layer_norm:
+        ZRT_GPU_CHECK(zc::layer_norm(in_of(s.inputs[0]), opt_in(s, 1), opt_in(s, 2), out_of(s.outputs[0]),
+                                     static_cast<int>(s.ints[0]), static_cast<float>(s.floats[0]), st));
+        return {};
+      case fb::Op::rms_norm:
+        ZRT_GPU_CHECK(zc::rms_norm(in_of(s.inputs[0]), opt_in(s, 1), out_of(s.outputs[0]), static_cast<float>(s.floats[0]), st));
+        return {};
+      case fb::Op::reduce_sum:
+      case fb::Op::reduce_mean:
+      case fb::Op::reduce_max: {
+        const Reduce r = op == fb::Op::reduce_sum ? Reduce::sum : op == fb::Op::reduce_mean ? Reduce::mean : Reduce::max;
+        ZRT_GPU_CHECK(zc::reduce(r, in_of(s.inputs[0]), out_of(s.outputs[0]), s.ints.data() + 1,
+                                 static_cast<int>(s.ints.size()) - 1, s.ints[0] != 0, st));
+        return {};
+      }
+      case fb::Op::transpose:
+        ZRT_GPU_CHECK(zc::transpose(in_of(s.inputs[0]), out_of(s.outputs[0]), s.ints.data(), st));
+        return {};
+      case fb::Op::reshape:
+      case fb::Op::prefetch:
+      case fb::Op::evict:
+        // A reshape planned as an alias shares its input's storage: nothing to move. Prefetch and evict
+        // copy between the pinned host arena and the device arena, asynchronously on the stream.
+        return copy(s.inputs[0], s.outputs[0]);
+      case fb::Op::concat: {
+        std::vector<zk::In> xs;
+        for (const TensorRef &t : s.inputs) xs.push_back(in_of(t));
+        ZRT_GPU_CHECK(zc::concat(xs.data(), static_cast<int>(xs.size()), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), st));
+        return {};
+      }
+      case fb::Op::slice: {
+        const int r = s.inputs[0].rank;
+        ZRT_GPU_CHECK(zc::slice(in_of(s.inputs[0]), out_of(s.outputs[0]), s.ints.data(), s.ints.data() + r, st));
+        return {};
+      }
+      case fb::Op::gather:
+        ZRT_GPU_CHECK(zc::gather(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), st));
+        return {};
+      case fb::Op::expand: ZRT_GPU_CHECK(zc::expand(in_of(s.inputs[0]), out_of(s.outputs[0]), st)); return {};
+      case fb::Op::embedding:
+        ZRT_GPU_CHECK(zc::embedding(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
+                                    static_cast<int64_t>(rank_.tp_index()) * s.ints[0], st));
+        return {};
+      case fb::Op::fill: ZRT_GPU_CHECK(zc::fill(s.floats[0], out_of(s.outputs[0]), st)); return {};
+      case fb::Op::attention:
+        ZRT_GPU_CHECK(zc::attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3),
+                                    out_of(s.outputs[0]), s.ints[0] != 0, static_cast<float>(s.floats[0]), st));
+        return {};
+      case fb::Op::release: return {};
+      default: return error(Code::backend_error, "cuda backend: opcode " + std::to_string(v) + " is not a compute op");
+    }
+  }
+
+  RankInfo rank_;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<zk::cuda::Blas> blas_;
+  void *workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::unordered_map<int, Plan> plan_;
+  std::map<int, size_t> fused_with_;
+  std::unordered_map<int, const Step *> partner_;
+  std::vector<Step> steps_;
+  int fusions_ = 0;
+  bool fusion_off_ = false;
+  // CUDA graph state.
+  bool graph_wanted_ = false, graph_ok_ = false, capturing_ = false;
+  int first_index_ = 0;
+  int runs_ = 0;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  // Memory accounting.
+  bool report_ = false;
+  size_t base_used_ = 0, peak_used_ = 0, allocated_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::unique_ptr<Backend>(new CudaBackend()); }
+
+}  // namespace zrt
