@@ -290,6 +290,14 @@ Status open_common(std::vector<uint8_t> *bytes, const std::string *path, const s
   std::unique_ptr<Session::Impl> im(new Session::Impl());
   im->opts = options;
   ZRT_RETURN_IF_ERROR(make_mpi_communicator(&im->comm));
+  if (options.backend == BackendKind::cuda) {
+#ifdef ZRT_HAVE_CUDA
+    std::unique_ptr<Communicator> mpi = std::move(im->comm);
+    ZRT_RETURN_IF_ERROR(make_nccl_communicator(std::move(mpi), &im->comm));
+#else
+    return error(Code::mismatch, "this zrt was built without the cuda backend (no CUDA/NCCL at build time)");
+#endif
+  }
   Launch launch;
   launch.world = im->comm->world_size();
   launch.rank = im->comm->rank();

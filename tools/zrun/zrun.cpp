@@ -24,7 +24,7 @@ namespace {
 
 const char kUsage[] =
     "usage: zrun PLAN [--input NAME=FILE.npy]... [--random-inputs] [--output NAME=FILE.npy]...\n"
-    "            [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS]\n";
+    "            [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS] [--backend cpu|cuda]\n";
 
 struct Args {
   std::string plan;
@@ -34,6 +34,7 @@ struct Args {
   bool init_random = false;
   uint64_t seed = 0;
   double timeout = 0;
+  zrt::BackendKind backend = zrt::BackendKind::cpu;
 };
 
 // The rank as the launcher tells it, for messages printed before MPI is up (only rank 0 prints those).
@@ -103,6 +104,14 @@ bool parse_args(int argc, char **argv, Args *a, std::string *err) {
     } else if (f == "--timeout") {
       if (!value(&v) || !parse_number(f, v, 0, 1e7, &d, err)) return false;
       a->timeout = d;
+    } else if (f == "--backend") {
+      if (!value(&v)) return false;
+      if (std::strcmp(v, "cpu") == 0) a->backend = zrt::BackendKind::cpu;
+      else if (std::strcmp(v, "cuda") == 0) a->backend = zrt::BackendKind::cuda;
+      else {
+        *err = std::string("--backend expects 'cpu' or 'cuda', got '") + v + "'";
+        return false;
+      }
     } else if (f == "-h" || f == "--help") {
       *err = "";
       return false;
@@ -180,6 +189,7 @@ int main(int argc, char **argv) {
   zrt::Options opts;
   opts.init = args.init_random ? zrt::InitMode::random : zrt::InitMode::file;
   opts.seed = args.seed;
+  opts.backend = args.backend;
   std::unique_ptr<zrt::Session> s;
   zrt::Status st = zrt::Session::open(args.plan, opts, &s);
   if (!st.ok()) {
@@ -190,7 +200,12 @@ int main(int argc, char **argv) {
   }
   const zrt::RankInfo ri = s->rank_info();
 
-  // Inputs: every rank reads the global file and keeps its rows. Names are checked both ways.
+  // Inputs: random values first (when asked), then files, which override them; every rank reads the
+  // global file and keeps its rows. Names are checked both ways.
+  if (args.random_inputs) {
+    st = s->bind_random_inputs(args.seed);
+    if (!st.ok()) die(ri.rank, st.message());
+  }
   for (const auto &in : args.inputs) {
     const zrt::IOInfo *info = nullptr;
     for (const auto &io : s->inputs())
@@ -209,10 +224,7 @@ int main(int argc, char **argv) {
     st = s->bind_input(in.first, a.data.data(), a.data.size());
     if (!st.ok()) die(ri.rank, st.message());
   }
-  if (args.random_inputs) {
-    st = s->bind_random_inputs(args.seed);
-    if (!st.ok()) die(ri.rank, st.message());
-  } else {
+  if (!args.random_inputs) {
     for (const auto &io : s->inputs()) {
       bool given = false;
       for (const auto &in : args.inputs) given = given || in.first == io.name;

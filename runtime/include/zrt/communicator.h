@@ -59,6 +59,10 @@ class Communicator {
 Status make_mpi_communicator(std::unique_ptr<Communicator> *out);
 /// Finalises MPI if make_mpi_communicator initialised it.
 void finalize_mpi();
+/// The NCCL communicator of the cuda backend (built with ZRT_HAVE_CUDA only): NCCL for the data plane on
+/// device pointers and streams, the given MPI communicator for the control plane and for creating the
+/// NCCL communicators (unique ids broadcast over MPI). The Session calls it when Options::backend is cuda.
+Status make_nccl_communicator(std::unique_ptr<Communicator> mpi, std::unique_ptr<Communicator> *out);
 
 }  // namespace zrt
 

@@ -11,6 +11,15 @@
 namespace zrt {
 namespace {
 
+// The dispatch below maps opcodes onto the kernels' enums by value; these pin the correspondence.
+static_assert(static_cast<int>(zk::cpu::Unary::silu) == static_cast<int>(fb::Op::silu), "unary opcodes");
+static_assert(static_cast<int>(zk::cpu::Unary::gelu_tanh) == static_cast<int>(fb::Op::gelu_tanh), "unary opcodes");
+static_assert(static_cast<int>(zk::cpu::Binary::greater_equal) + 32 == static_cast<int>(fb::Op::greater_equal),
+              "binary opcodes");
+static_assert(static_cast<int>(zk::cpu::Binary::and_) + 32 == static_cast<int>(fb::Op::and_), "binary opcodes");
+static_assert(static_cast<int>(zk::DType::bool8) == static_cast<int>(fb::DType::bool8), "dtypes");
+static_assert(static_cast<int>(DType::bool8) == static_cast<int>(fb::DType::bool8), "dtypes");
+
 zk::In in_of(const TensorRef &t) {
   zk::In r;
   r.data = t.data;

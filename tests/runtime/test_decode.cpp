@@ -1,0 +1,132 @@
+// The executor decodes every opcode's operands and attributes (ints / floats layouts of plan.fbs) as the
+// reference kernels expect: one-instruction plans run through a Session, compared with a direct call of
+// the kernel (itself checked against float64 in test_kernels.cpp). Runs under mpirun -np 1.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+#include <functional>
+
+#include "plan_builder.h"
+#include "test_plans.h"
+#include "zk/cpu_kernels.h"
+#include "zrt/zrt.h"
+
+using namespace zrt_test;
+
+namespace {
+
+struct Arg {
+  fb::DType dt;
+  Shape shape;
+};
+
+std::vector<uint8_t> make_data(const Arg &a, uint64_t seed) {
+  const int64_t n = numel(a.shape);
+  std::vector<uint8_t> b(static_cast<size_t>(n) * esize(a.dt));
+  std::vector<float> v = lcg(static_cast<size_t>(n), seed);
+  for (int64_t i = 0; i < n; ++i) {
+    if (a.dt == fb::DType::f32) std::memcpy(b.data() + i * 4, &v[i], 4);
+    else if (a.dt == fb::DType::i64) { int64_t x = (i * 7 + static_cast<int64_t>(seed)) % 3; std::memcpy(b.data() + i * 8, &x, 8); }
+    else if (a.dt == fb::DType::bool8) b[i] = v[i] > 0;
+  }
+  return b;
+}
+
+zk::Dims dims(const Shape &s) {
+  zk::Dims d;
+  zk::Dims::from(s.data(), static_cast<int>(s.size()), &d);
+  return d;
+}
+
+using Oracle = std::function<zk::Result(const std::vector<zk::In> &, const zk::Out &)>;
+
+/// Runs `op` on inputs `ins` (random data; -1 marks an absent optional operand) and compares with `oracle`.
+void check(fb::Op op, const std::vector<Arg> &ins, const Arg &out, std::vector<int64_t> ints, std::vector<double> floats,
+           const Oracle &oracle, bool optional_last_absent = false) {
+  PlanBuilder p(1, 1);
+  std::vector<int32_t> idx;
+  std::vector<std::vector<uint8_t>> data;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    idx.push_back(p.input("in" + std::to_string(i), ins[i].dt, ins[i].shape, false));
+    data.push_back(make_data(ins[i], 100 + i));
+  }
+  if (optional_last_absent) idx.push_back(-1);
+  PlanBuilder::IO o{"out", 0, out.shape, false};
+  o.tensor = p.tensor("out", out.dt, out.shape, fb::TensorKind::output);
+  p.outputs.push_back(o);
+  p.op(op, idx, {o.tensor}, ints, floats);
+  std::vector<uint8_t> f = p.file();
+  std::unique_ptr<zrt::Session> s;
+  zrt::Status st = zrt::Session::open_buffer(f.data(), f.size(), ".", {}, &s);
+  ASSERT_TRUE(st.ok()) << fb::EnumNameOp(op) << ": " << st.message();
+  for (size_t i = 0; i < ins.size(); ++i) ASSERT_TRUE(s->bind_input("in" + std::to_string(i), data[i].data(), data[i].size()).ok());
+  st = s->run();
+  ASSERT_TRUE(st.ok()) << fb::EnumNameOp(op) << ": " << st.message();
+  std::vector<uint8_t> got(static_cast<size_t>(numel(out.shape)) * esize(out.dt)), want(got.size() + 64, 0);
+  ASSERT_TRUE(s->read_output("out", got.data(), got.size()).ok());
+  std::vector<zk::In> kin;
+  for (size_t i = 0; i < ins.size(); ++i) kin.push_back(zk::In{data[i].data(), static_cast<zk::DType>(ins[i].dt), dims(ins[i].shape)});
+  zk::Out kout{want.data(), static_cast<zk::DType>(out.dt), dims(out.shape)};
+  ASSERT_TRUE(oracle(kin, kout).ok()) << fb::EnumNameOp(op);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0) << fb::EnumNameOp(op) << " differs from the kernel";
+}
+
+const fb::DType F = fb::DType::f32, I64 = fb::DType::i64, B8 = fb::DType::bool8;
+
+}  // namespace
+
+TEST(World1, OpcodeDecoding) {
+  using namespace zk::cpu;
+  check(fb::Op::gelu_erf, {{F, {3, 4}}}, {F, {3, 4}}, {}, {}, [](auto &i, auto &o) { return unary(Unary::gelu_erf, i[0], o); });
+  check(fb::Op::silu, {{F, {5}}}, {F, {5}}, {}, {}, [](auto &i, auto &o) { return unary(Unary::silu, i[0], o); });
+  check(fb::Op::cast, {{F, {6}}}, {I64, {6}}, {}, {}, [](auto &i, auto &o) { return cast(i[0], o); });
+  check(fb::Op::pow, {{F, {2, 3}}, {F, {3}}}, {F, {2, 3}}, {}, {}, [](auto &i, auto &o) { return binary(Binary::pow, i[0], i[1], o); });
+  check(fb::Op::less, {{F, {2, 3}}, {F, {2, 1}}}, {B8, {2, 3}}, {}, {}, [](auto &i, auto &o) { return binary(Binary::less, i[0], i[1], o); });
+  check(fb::Op::where, {{B8, {2, 1}}, {F, {2, 3}}, {F, {3}}}, {F, {2, 3}}, {}, {}, [](auto &i, auto &o) { return where(i[0], i[1], i[2], o); });
+  check(fb::Op::matmul, {{F, {2, 5, 4}}, {F, {3, 5}}}, {F, {2, 4, 3}}, {1, 1}, {},
+        [](auto &i, auto &o) { std::vector<float> s(100); return matmul(i[0], i[1], o, true, true, s.data()); });
+  check(fb::Op::linear, {{F, {2, 3, 4}}, {F, {5, 4}}, {F, {5}}}, {F, {2, 3, 5}}, {1}, {0.5},
+        [](auto &i, auto &o) { return linear(i[0], i[1], i[2], o, true, 0.5f, nullptr); });
+  check(fb::Op::linear, {{F, {3, 4}}, {F, {4, 5}}}, {F, {3, 5}}, {0}, {2.0},
+        [](auto &i, auto &o) { return linear(i[0], i[1], zk::In{}, o, false, 2.0f, nullptr); }, true);
+  check(fb::Op::softmax, {{F, {2, 3, 4}}}, {F, {2, 3, 4}}, {1}, {}, [](auto &i, auto &o) { return softmax(i[0], o, 1); });
+  check(fb::Op::layer_norm, {{F, {2, 3, 4}}, {F, {3, 4}}, {F, {3, 4}}}, {F, {2, 3, 4}}, {1}, {1e-3},
+        [](auto &i, auto &o) { return layer_norm(i[0], i[1], i[2], o, 1, 1e-3f); });
+  check(fb::Op::rms_norm, {{F, {2, 6}}, {F, {6}}}, {F, {2, 6}}, {}, {1e-4},
+        [](auto &i, auto &o) { return rms_norm(i[0], i[1], o, 1e-4f); });
+  const int64_t axes[] = {0, 2};
+  check(fb::Op::reduce_mean, {{F, {2, 3, 4}}}, {F, {3}}, {0, 0, 2}, {},
+        [&](auto &i, auto &o) { return reduce(Reduce::mean, i[0], o, axes, 2, false); });
+  check(fb::Op::reduce_max, {{F, {2, 3, 4}}}, {F, {1, 3, 1}}, {1, 0, 2}, {},
+        [&](auto &i, auto &o) { return reduce(Reduce::max, i[0], o, axes, 2, true); });
+  const int64_t perm[] = {2, 0, 1};
+  check(fb::Op::transpose, {{F, {2, 3, 4}}}, {F, {4, 2, 3}}, {2, 0, 1}, {}, [&](auto &i, auto &o) { return transpose(i[0], o, perm); });
+  const int64_t starts[] = {1, 0, 3}, steps[] = {1, 2, -1};
+  check(fb::Op::slice, {{F, {2, 3, 4}}}, {F, {1, 2, 3}}, {1, 0, 3, 1, 2, -1}, {},
+        [&](auto &i, auto &o) { return slice(i[0], o, starts, steps); });
+  check(fb::Op::concat, {{F, {1, 3}}, {F, {2, 3}}, {F, {1, 3}}}, {F, {4, 3}}, {0}, {},
+        [](auto &i, auto &o) { return concat(i.data(), 3, o, 0); });
+  check(fb::Op::gather, {{F, {4, 3}}, {I64, {2, 2}}}, {F, {4, 2, 2}}, {1}, {}, [](auto &i, auto &o) { return gather(i[0], i[1], o, 1); });
+  check(fb::Op::embedding, {{F, {3, 4}}, {I64, {2, 5}}}, {F, {2, 5, 4}}, {3}, {},
+        [](auto &i, auto &o) { return embedding(i[0], i[1], o, 0); });
+  check(fb::Op::expand, {{F, {3, 1}}}, {F, {2, 3, 4}}, {}, {}, [](auto &i, auto &o) { return expand(i[0], o); });
+  check(fb::Op::fill, {}, {F, {2, 2}}, {}, {0.25}, [](auto &, auto &o) { return fill(0.25, o); });
+  check(fb::Op::reshape, {{F, {2, 6}}}, {F, {3, 4}}, {}, {}, [](auto &i, auto &o) {
+    std::memcpy(o.data, i[0].data, 48);
+    return zk::Result{};
+  });
+  check(fb::Op::attention, {{F, {1, 4, 3, 2}}, {F, {1, 2, 5, 2}}, {F, {1, 2, 5, 2}}, {F, {1, 1, 3, 5}}}, {F, {1, 4, 3, 2}},
+        {1}, {0.7}, [](auto &i, auto &o) {
+          std::vector<float> s(8);
+          return attention(i[0], i[1], i[2], i[3], o, true, 0.7f, s.data());
+        });
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  const int rc = RUN_ALL_TESTS();
+  MPI_Finalize();
+  return rc;
+}
