@@ -1,0 +1,175 @@
+// The CUDA backend end to end through zrt::Session: the same plan executed by the CPU backend (the
+// reference kernels) and by the CUDA backend, outputs compared; the MLP plan also against its float64
+// formula. Covers the fusions (linear + gelu, residual + norm), CUDA graph replay, and a plan whose
+// fingerprint names another backend. Runs as one MPI rank (singleton MPI start).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "test_plans.h"
+#include "zk/cpu_kernels.h"
+#include "zrt/zrt.h"
+
+namespace {
+
+using zrt_test::lcg;
+using zrt_test::PlanBuilder;
+namespace fb = zrt::fb;
+
+float tol_for(fb::DType t) { return t == fb::DType::f32 ? 1e-5f : t == fb::DType::bf16 ? 2e-2f : 1e-2f; }
+
+std::vector<uint8_t> to_dtype(const std::vector<float> &v, fb::DType t) {
+  const auto zt = static_cast<zk::DType>(t);
+  std::vector<uint8_t> b(v.size() * zk::dtype_size(zt));
+  for (size_t i = 0; i < v.size(); ++i) zk::store_f32(b.data(), zt, static_cast<int64_t>(i), v[i]);
+  return b;
+}
+
+std::vector<float> to_f32(const std::vector<uint8_t> &b, fb::DType t) {
+  const auto zt = static_cast<zk::DType>(t);
+  std::vector<float> v(b.size() / zk::dtype_size(zt));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = zk::load_f32(b.data(), zt, static_cast<int64_t>(i));
+  return v;
+}
+
+/// Opens `p` for `backend` (the fingerprint follows), binds inputs, runs `runs` times, returns output `out`.
+std::vector<float> run_plan(PlanBuilder p, zrt::BackendKind backend, const std::vector<std::pair<std::string, std::vector<float>>> &ins,
+                            const std::string &out, int runs = 1, std::vector<std::vector<float>> *each = nullptr) {
+  p.backend = backend == zrt::BackendKind::cuda ? fb::Backend::cuda : fb::Backend::cpu;
+  std::vector<uint8_t> file = p.file();
+  zrt::Options o;
+  o.backend = backend;
+  std::unique_ptr<zrt::Session> s;
+  zrt::Status st = zrt::Session::open_buffer(file.data(), file.size(), "/tmp", o, &s);
+  EXPECT_TRUE(st.ok()) << st.message();
+  if (!st.ok()) return {};
+  for (const auto &in : ins) {
+    fb::DType dt = p.dtype;
+    for (const auto &io : p.inputs)
+      if (io.name == in.first) dt = p.tensors[io.tensor].dtype;
+    std::vector<uint8_t> b = to_dtype(in.second, dt);
+    st = s->bind_input(in.first, b.data(), b.size());
+    EXPECT_TRUE(st.ok()) << st.message();
+  }
+  size_t bytes = 0;
+  for (const auto &io : s->outputs())
+    if (io.name == out) bytes = io.global_bytes();
+  std::vector<uint8_t> buf(bytes);
+  for (int r = 0; r < runs; ++r) {
+    st = s->run();
+    EXPECT_TRUE(st.ok()) << st.message();
+    std::fill(buf.begin(), buf.end(), 0xff);  // NaN: a run that writes nothing fails
+    st = s->read_output(out, buf.data(), buf.size());
+    EXPECT_TRUE(st.ok()) << st.message();
+    if (each) each->push_back(to_f32(buf, p.dtype));
+  }
+  return to_f32(buf, p.dtype);
+}
+
+::testing::AssertionResult close(const std::vector<float> &g, const std::vector<double> &r, double tol) {
+  if (g.size() != r.size()) return ::testing::AssertionFailure() << "sizes " << g.size() << " vs " << r.size();
+  double ss = 0;
+  for (double v : r) ss += v * v;
+  const double rms = r.empty() ? 0 : std::sqrt(ss / r.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!std::isfinite(g[i])) return ::testing::AssertionFailure() << "element " << i << " is " << g[i];
+    const double e = std::fabs(g[i] - r[i]) / std::max(std::fabs(r[i]), rms);
+    if (e > tol) return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << r[i] << " (rel " << e << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<double> widen(const std::vector<float> &v) { return std::vector<double>(v.begin(), v.end()); }
+
+TEST(CudaBackend, MlpMatchesFloat64AndCpuBackend) {
+  for (fb::DType dt : {fb::DType::f32, fb::DType::bf16, fb::DType::f16}) {
+    SCOPED_TRACE(fb::EnumNameDType(dt));
+    zrt_test::Mlp m;
+    PlanBuilder p = m.plan(1, 1, false, dt, "");
+    std::vector<float> gpu = run_plan(p, zrt::BackendKind::cuda, {{"x", m.x}}, "y");
+    std::vector<float> cpu = run_plan(p, zrt::BackendKind::cpu, {{"x", m.x}}, "y");
+    EXPECT_TRUE(close(gpu, widen(cpu), tol_for(dt)));
+    if (dt == fb::DType::f32) EXPECT_TRUE(close(gpu, m.expected(), 1e-5));
+  }
+}
+
+/// A pre-norm attention block on [B, 1, S, 64] (one head): s = x + r; n = layer_norm(s) (or rms_norm);
+/// a = attention(n, n, n, causal); y = a + s. The add + norm pair is what the backend fuses.
+PlanBuilder block_plan(fb::DType dt, bool rms, int64_t B, int64_t S, std::vector<float> *g, std::vector<float> *b) {
+  const int64_t D = 64;
+  PlanBuilder p(1, 1, dt);
+  *g = lcg(D, 5);
+  *b = lcg(D, 6);
+  auto bytes_of = [](const std::vector<float> &v) {
+    std::vector<uint8_t> o(v.size() * 4);
+    std::memcpy(o.data(), v.data(), o.size());
+    return o;
+  };
+  int x = p.input("x", dt, {B, 1, S, D}, true), r = p.input("r", dt, {B, 1, S, D}, true);
+  int G = p.param("g", {D}, -1, false, "", 0, fb::DType::f32, bytes_of(*g));
+  int Bi = p.param("b", {D}, -1, false, "", 0, fb::DType::f32, bytes_of(*b));
+  int s = p.act("s", {B, 1, S, D}), n = p.act("n", {B, 1, S, D}), a = p.act("a", {B, 1, S, D});
+  p.op(fb::Op::add, {x, r}, {s});
+  if (rms) p.op(fb::Op::rms_norm, {s, G}, {n}, {}, {1e-6});
+  else p.op(fb::Op::layer_norm, {s, G, Bi}, {n}, {3}, {1e-5});
+  p.op(fb::Op::attention, {n, n, n}, {a}, {1}, {0.125});
+  int y = p.output("y", {B, 1, S, D}, true);
+  p.op(fb::Op::add, {a, s}, {y});
+  return p;
+}
+
+TEST(CudaBackend, AttentionBlockWithResidualNormFusionMatchesCpuBackend) {
+  for (fb::DType dt : {fb::DType::f32, fb::DType::bf16, fb::DType::f16})
+    for (bool rms : {false, true}) {
+      SCOPED_TRACE(std::string(fb::EnumNameDType(dt)) + (rms ? " rms" : " layer_norm"));
+      std::vector<float> g, b;
+      PlanBuilder p = block_plan(dt, rms, 2, 77, &g, &b);
+      std::vector<float> x = lcg(2 * 77 * 64, 21), r = lcg(2 * 77 * 64, 22);
+      std::vector<float> gpu = run_plan(p, zrt::BackendKind::cuda, {{"x", x}, {"r", r}}, "y");
+      std::vector<float> cpu = run_plan(p, zrt::BackendKind::cpu, {{"x", x}, {"r", r}}, "y");
+      EXPECT_TRUE(close(gpu, widen(cpu), tol_for(dt)));
+    }
+}
+
+TEST(CudaBackend, CudaGraphReplayGivesTheSameOutputs) {
+  setenv("ZRT_CUDA_GRAPH", "1", 1);
+  std::vector<float> g, b;
+  PlanBuilder p = block_plan(fb::DType::bf16, false, 2, 130, &g, &b);
+  std::vector<float> x = lcg(2 * 130 * 64, 31), r = lcg(2 * 130 * 64, 32);
+  std::vector<std::vector<float>> each;
+  run_plan(p, zrt::BackendKind::cuda, {{"x", x}, {"r", r}}, "y", 4, &each);
+  unsetenv("ZRT_CUDA_GRAPH");
+  ASSERT_EQ(each.size(), 4u);
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(each[i], each[0]) << "run " << i;  // run 0 eager, 1 captured, 2-3 replayed
+  std::vector<float> cpu = run_plan(p, zrt::BackendKind::cpu, {{"x", x}, {"r", r}}, "y");
+  EXPECT_TRUE(close(each[3], widen(cpu), 2e-2));
+}
+
+TEST(CudaBackend, UnfusedPathAgreesWithFused) {
+  zrt_test::Mlp m;
+  PlanBuilder p = m.plan(1, 1, false, fb::DType::f32, "");
+  std::vector<float> fused = run_plan(p, zrt::BackendKind::cuda, {{"x", m.x}}, "y");
+  setenv("ZRT_CUDA_NO_FUSION", "1", 1);
+  std::vector<float> plain = run_plan(p, zrt::BackendKind::cuda, {{"x", m.x}}, "y");
+  unsetenv("ZRT_CUDA_NO_FUSION");
+  EXPECT_TRUE(close(fused, widen(plain), 1e-5));
+}
+
+TEST(CudaBackend, PlanForTheCpuIsRefusedBeforeAllocating) {
+  zrt_test::Mlp m;
+  PlanBuilder p = m.plan(1, 1, false, fb::DType::f32, "");
+  p.backend = fb::Backend::cpu;
+  std::vector<uint8_t> file = p.file();
+  zrt::Options o;
+  o.backend = zrt::BackendKind::cuda;
+  std::unique_ptr<zrt::Session> s;
+  zrt::Status st = zrt::Session::open_buffer(file.data(), file.size(), "/tmp", o, &s);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("cpu"), std::string::npos) << st.message();
+}
+
+}  // namespace
