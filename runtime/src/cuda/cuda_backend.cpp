@@ -10,6 +10,9 @@
 // two equal-shaped tensors followed by a last-axis layer_norm / rms_norm of the sum becomes one
 // residual_norm kernel that still writes the sum.
 //
+// Profiling (ZRT_CUDA_PROFILE=1, not with graphs): events around every step, summed per class (matrix
+// products, attention, norms, elementwise, data movement, copies) and printed when the backend is destroyed.
+//
 // CUDA graphs (ZRT_CUDA_GRAPH=1, what zrun's --cuda-graph sets): the second run is captured and launched as
 // a graph, later runs replay it. Only plans without collectives are captured (the communicator issues
 // those outside the backend), which prepare() sees as gaps in the step indices.
@@ -116,12 +119,38 @@ bool same_shape(const TensorRef &a, const TensorRef &b) {
   return true;
 }
 
+const char *const kClassNames[] = {"gemm", "attention", "norm/softmax", "elementwise", "movement", "copy"};
+constexpr int kClasses = 6;
+
+int class_of(fb::Op op) {
+  const int v = static_cast<int>(op);
+  if (op == fb::Op::matmul || op == fb::Op::linear) return 0;
+  if (op == fb::Op::attention) return 1;
+  if (v >= 80 && v <= 85) return 2;
+  if (op == fb::Op::reshape || op == fb::Op::prefetch || op == fb::Op::evict) return 5;
+  if (v >= 96 && v <= 102) return 4;
+  return 3;
+}
+
 /// What prepare() decided for one step.
 enum class Plan : uint8_t { run, skip, linear_gelu, residual_norm };
 
 class CudaBackend final : public Backend {
  public:
   ~CudaBackend() override {
+    if (profile_ && prof_runs_ > 0) {
+      double total = 0;
+      for (double t : class_ms_) total += t;
+      std::fprintf(stderr, "zrt cuda: profile over %d runs, per run: total %.3f ms", prof_runs_, total / prof_runs_);
+      for (int c = 0; c < kClasses; ++c)
+        std::fprintf(stderr, "; %s %.3f ms (%.1f%%)", kClassNames[c], class_ms_[c] / prof_runs_,
+                     total > 0 ? 100.0 * class_ms_[c] / total : 0.0);
+      std::fprintf(stderr, "\n");
+    }
+    for (auto &e : events_) {
+      cudaEventDestroy(e.first);
+      cudaEventDestroy(e.second);
+    }
     if (report_) {
       std::fprintf(stderr,
                    "zrt cuda: device memory in use (cudaMemGetInfo) peak %.1f MiB (at start %.1f MiB); arenas + "
@@ -261,6 +290,24 @@ class CudaBackend final : public Backend {
       ZRT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       capturing_ = true;
     }
+    if (!profile_ || graph_wanted_) return run_step(s);
+    if (prof_next_ == events_.size()) {
+      std::pair<cudaEvent_t, cudaEvent_t> e;
+      ZRT_CUDA_CHECK(cudaEventCreate(&e.first));
+      ZRT_CUDA_CHECK(cudaEventCreate(&e.second));
+      events_.push_back(e);
+      event_class_.push_back(0);
+    }
+    const size_t k = prof_next_++;
+    auto fused = plan_.find(s.index);
+    event_class_[k] = fused != plan_.end() && fused->second == Plan::residual_norm ? 2 : class_of(static_cast<fb::Op>(s.op));
+    ZRT_CUDA_CHECK(cudaEventRecord(events_[k].first, stream_));
+    ZRT_RETURN_IF_ERROR(run_step(s));
+    ZRT_CUDA_CHECK(cudaEventRecord(events_[k].second, stream_));
+    return {};
+  }
+
+  Status run_step(const Step &s) {
     auto it = plan_.find(s.index);
     const Plan p = it == plan_.end() ? Plan::run : it->second;
     switch (p) {
@@ -297,6 +344,18 @@ class CudaBackend final : public Backend {
     if (graph_exec_) ZRT_CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream_));
     ZRT_RETURN_IF_ERROR(wait_stream(stream_));
     ZRT_CUDA_CHECK(cudaGetLastError());
+    if (prof_next_ > 0) {
+      // The first run pays for module loading and algorithm selection: profile the later ones.
+      if (runs_ > 0) {
+        for (size_t k = 0; k < prof_next_; ++k) {
+          float ms = 0;
+          ZRT_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[k].first, events_[k].second));
+          class_ms_[event_class_[k]] += ms;
+        }
+        ++prof_runs_;
+      }
+      prof_next_ = 0;
+    }
     ++runs_;
     note_memory();
     return {};
@@ -315,6 +374,8 @@ class CudaBackend final : public Backend {
     graph_wanted_ = g && std::strcmp(g, "0") != 0;
     const char *r = std::getenv("ZRT_CUDA_REPORT");
     report_ = r && std::strcmp(r, "0") != 0;
+    const char *pr = std::getenv("ZRT_CUDA_PROFILE");
+    profile_ = pr && std::strcmp(pr, "0") != 0;
     const char *f = std::getenv("ZRT_CUDA_NO_FUSION");
     fusion_off_ = f && std::strcmp(f, "0") != 0;
     size_t free_b = 0, total_b = 0;
@@ -465,6 +526,13 @@ class CudaBackend final : public Backend {
   int runs_ = 0;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
+  // Profiling.
+  bool profile_ = false;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+  std::vector<int> event_class_;
+  size_t prof_next_ = 0;
+  int prof_runs_ = 0;
+  double class_ms_[kClasses] = {};
   // Memory accounting.
   bool report_ = false;
   size_t base_used_ = 0, peak_used_ = 0, allocated_ = 0;

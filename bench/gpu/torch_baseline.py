@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""The PyTorch peers of bench/gpu/run.sh: Hugging Face models built from config with random weights, batch 8,
+sequence 1024, bf16 inference (model cast to bf16, no KV cache, one forward), in eager mode and under
+torch.compile. Median of 6 timed forwards after 2 warm-ups, timed with CUDA events (configs and method as in
+../shared/BASELINES.md). Prints one JSON object per line and writes them all to --json.
+
+TFLOP/s counts (6 N + 12 L d s) / 3 = 2 N + 4 L d s FLOP per token (N parameters, L layers, d width,
+s sequence), the convention BASELINES.md uses.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+CONFIGS = {
+    "gpt2-350m": ("gpt2", dict(n_layer=24, n_embd=1024, n_head=16, n_positions=1024)),
+    "llama-1b": ("llama", dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                               num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=2048)),
+}
+
+
+def build(name):
+    import transformers as tf
+    kind, cfg = CONFIGS[name]
+    if kind == "gpt2":
+        c = tf.GPT2Config(**cfg)
+        m = tf.GPT2LMHeadModel(c)
+        layers, width, vocab = c.n_layer, c.n_embd, c.vocab_size
+    else:
+        c = tf.LlamaConfig(**cfg)
+        m = tf.LlamaForCausalLM(c)
+        layers, width, vocab = c.num_hidden_layers, c.hidden_size, c.vocab_size
+    return m, layers, width, vocab
+
+
+def flop_per_token(params, layers, width, seq):
+    return 2.0 * params + 4.0 * layers * width * seq
+
+
+def time_forward(fn, ids, warm=2, reps=6):
+    for _ in range(warm):
+        fn(ids)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn(ids)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", nargs="+", default=list(CONFIGS))
+    ap.add_argument("--modes", nargs="+", default=["eager", "compile"])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("torch_baseline: no CUDA device", file=sys.stderr)
+        return 77
+    out = []
+    torch.manual_seed(0)
+    for name in a.models:
+        model, layers, width, vocab = build(name)
+        params = sum(p.numel() for p in model.parameters())
+        model = model.to(device="cuda", dtype=torch.bfloat16).eval()
+        ids = torch.randint(0, vocab, (a.batch, a.seq), device="cuda")
+        for mode in a.modes:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            fwd = model if mode == "eager" else torch.compile(model)
+
+            @torch.inference_mode()
+            def step(x, f=fwd):
+                return f(input_ids=x, use_cache=False).logits
+
+            t0 = time.time()
+            step(ids)  # compile (or first-call) cost, outside the timed region
+            torch.cuda.synchronize()
+            warm_s = time.time() - t0
+            ms = time_forward(step, ids)
+            tok = a.batch * a.seq / (ms / 1e3)
+            tflops = tok * flop_per_token(params, layers, width, a.seq) / 1e12
+            r = dict(model=name, impl="torch-" + mode, ms=ms, tokens_per_s=tok, tflops=tflops,
+                     peak_gib=torch.cuda.max_memory_allocated() / 2**30,
+                     reserved_gib=torch.cuda.max_memory_reserved() / 2**30, params=params, layers=layers,
+                     width=width, first_call_s=warm_s)
+            print(json.dumps(r), flush=True)
+            out.append(r)
+            del fwd
+        del model
+        torch.cuda.empty_cache()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
