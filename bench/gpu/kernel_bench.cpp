@@ -144,6 +144,10 @@ int main() {
   attn("attention llama-1b 8x32/8x1024x64 causal", 8, 32, 8, 1024, 64, true);
   attn("attention 8x16x1024x128 causal", 8, 16, 16, 1024, 128, true);
   attn("attention 8x16x1024x64 full", 8, 16, 16, 1024, 64, false);
+  setenv("ZK_CUDA_ATTENTION", "wmma", 1);
+  attn("attention gpt2-350m causal (wmma kernel)", 8, 16, 16, 1024, 64, true);
+  attn("attention 8x16x1024x128 causal (wmma kernel)", 8, 16, 16, 1024, 128, true);
+  unsetenv("ZK_CUDA_ATTENTION");
 
   auto mem = [&](const char *name, double bytes, const std::function<void()> &f) {
     double t = time_ms(s, f);

@@ -1,0 +1,233 @@
+"""Independent checker of a zplan plan file, used by the lit tests.
+
+Reads the 24-byte header and checks magic, length and CRC-32 (zlib), then
+reads the FlatBuffer through flatc's JSON output (flatc is the reference
+FlatBuffers reader, independent of zplan's code) and checks what plan.fbs
+promises:
+  - every tensor lies inside its arena, 256-byte aligned; an alias has its
+    base's offset and bytes;
+  - tensors that are live at the same instruction never share a byte
+    (liveness recomputed here from the instruction list);
+  - the planned peak is the device arena and is at least the largest sum of
+    live bytes at any instruction;
+  - the collective hash recomputed from the instructions;
+  - every weight binding has one slice per rank, and ZeRO shards have
+    disjoint flat ranges that cover the tp-local tensor;
+  - the bindings and IO named on the command line.
+Prints a short summary that FileCheck can match.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+OPS_COMM = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
+            "barrier", "gather_param"}
+OP_CODES = {"all_reduce": 128, "all_gather": 129, "reduce_scatter": 130,
+            "broadcast": 131, "barrier": 132, "gather_param": 144}
+DTYPES = {"f32": 0, "bf16": 1, "f16": 2, "i64": 3, "i32": 4, "bool8": 5}
+AXES = {"none": 0, "tp": 1, "dp": 2, "world": 3}
+WHOLE_RUN = {"input", "output", "weight", "weight_shard", "constant"}
+
+
+def fail(msg):
+    print("check_plan: FAIL: " + msg)
+    sys.exit(1)
+
+
+def read_plan(path, schema):
+    data = open(path, "rb").read()
+    if len(data) < 24 or data[:8] != b"ZPLANv1\n":
+        fail("bad header magic")
+    n, crc, reserved = struct.unpack("<QII", data[8:24])
+    payload = data[24:]
+    if n != len(payload):
+        fail("payload length %d != %d" % (n, len(payload)))
+    if zlib.crc32(payload) & 0xFFFFFFFF != crc:
+        fail("CRC mismatch")
+    if reserved != 0:
+        fail("reserved header word is not 0")
+    with tempfile.TemporaryDirectory() as d:
+        binp = os.path.join(d, "plan.bin")
+        open(binp, "wb").write(payload)
+        subprocess.run(["flatc", "--json", "--strict-json", "--defaults-json",
+                        "--raw-binary", "-o", d, schema, "--", binp],
+                       check=True)
+        return json.load(open(os.path.join(d, "plan.json")))
+
+
+def elements(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("plan")
+    ap.add_argument("--schema", required=True)
+    args = ap.parse_args()
+    p = read_plan(args.plan, args.schema)
+    tensors = p["tensors"]
+    instrs = p["instrs"]
+    fp = p["fingerprint"]
+    world, tp, dp = fp["world"], fp["tp"], fp["dp"]
+    if world != tp * dp:
+        fail("world != tp * dp")
+    mem = p["memory"]
+    if len(mem) != world:
+        fail("memory has %d entries, world is %d" % (len(mem), world))
+    arena = [int(x) for x in mem[0]["arena_bytes"]]
+
+    # Storage: root of each tensor, alignment and arena bounds.
+    def root(i):
+        while tensors[i]["alias_of"] >= 0:
+            i = tensors[i]["alias_of"]
+        return i
+
+    for i, t in enumerate(tensors):
+        space = 0 if t["space"] == "device" else 1
+        if t["offset"] % 256:
+            fail("tensor %s offset not aligned" % t["name"])
+        if t["offset"] + t["bytes"] > arena[space]:
+            fail("tensor %s ends past its arena" % t["name"])
+        if t["alias_of"] >= 0:
+            b = tensors[root(i)]
+            if (b["offset"], b["bytes"]) != (t["offset"], t["bytes"]):
+                fail("alias %s differs from its base" % t["name"])
+        size = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4,
+                "bool8": 1}[t["dtype"]]
+        if t["kind"] != "weight_shard" and \
+                t["bytes"] < elements(t.get("shape", [])) * size:
+            fail("tensor %s reserves fewer bytes than it holds" % t["name"])
+
+    # Liveness from the instruction stream.
+    last = max(len(instrs) - 1, 0)
+    begin = {}
+    end = {}
+    for i, t in enumerate(tensors):
+        if t["kind"] in WHOLE_RUN:
+            begin[i], end[i] = 0, last
+    for step, ins in enumerate(instrs):
+        for o in ins.get("outputs", []):
+            r = root(o)
+            begin.setdefault(r, step)
+            end[r] = max(end.get(r, step), step)
+        for o in ins.get("inputs", []):
+            r = root(o)
+            if r not in begin:
+                fail("tensor %s read before it is written" % tensors[r]["name"])
+            end[r] = max(end[r], step)
+    for i, t in enumerate(tensors):
+        if t["kind"] == "output":
+            r = root(i)
+            begin[r], end[r] = 0, last
+    owners = [i for i in begin if tensors[i]["alias_of"] < 0
+              and tensors[i]["bytes"] > 0]
+    owners.sort(key=lambda i: (tensors[i]["space"], tensors[i]["offset"]))
+    # Sweep by address within each space: any two overlapping ranges must
+    # have disjoint lifetimes.
+    for a_idx in range(len(owners)):
+        a = owners[a_idx]
+        ta = tensors[a]
+        for b in owners[a_idx + 1:]:
+            tb = tensors[b]
+            if tb["space"] != ta["space"] or \
+                    tb["offset"] >= ta["offset"] + ta["bytes"]:
+                break
+            if not (end[a] < begin[b] or end[b] < begin[a]):
+                fail("tensors %s and %s overlap while both live" %
+                     (ta["name"], tb["name"]))
+    peak = 0
+    for step in range(last + 1):
+        live = sum(tensors[i]["bytes"] for i in owners
+                   if tensors[i]["space"] == "device"
+                   and begin[i] <= step <= end[i])
+        peak = max(peak, live)
+    if mem[0]["planned_peak_bytes"] != arena[0]:
+        fail("planned peak != device arena")
+    if arena[0] < peak:
+        fail("device arena %d below the live peak %d" % (arena[0], peak))
+
+    # Collective hash.
+    h = 0xcbf29ce484222325
+    for ins in instrs:
+        if ins["op"] not in OPS_COMM:
+            continue
+        if ins["op"] == "barrier":
+            dt, n = 0, 0
+        else:
+            t = tensors[ins["inputs"][0]]
+            dt, n = DTYPES[t["dtype"]], elements(t.get("shape", []))
+        for byte in struct.pack("<HBBQ", OP_CODES[ins["op"]], AXES[ins["axis"]],
+                                dt, n):
+            h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    if h != p["collective_hash"]:
+        fail("collective hash %d != recomputed %d" % (p["collective_hash"], h))
+
+    # Events: every wait names an event some earlier instruction signals.
+    signalled = set()
+    for ins in instrs:
+        for e in ins.get("waits", []):
+            if e not in signalled:
+                fail("instruction %s waits on event %d before it is signalled"
+                     % (ins.get("name", "?"), e))
+        if ins["signal"] >= 0:
+            if ins["signal"] >= p["num_events"]:
+                fail("event id out of range")
+            signalled.add(ins["signal"])
+
+    # Weight bindings.
+    resident = 0
+    for b in p.get("bindings", []):
+        t = tensors[b["tensor"]]
+        if len(b["ranks"]) != world:
+            fail("binding %s has %d rank slices" % (t["name"], len(b["ranks"])))
+        local = elements(b["local_shape"])
+        size = t["bytes"]
+        if t["kind"] == "weight_shard":
+            shard = elements(t["shape"])
+            for tpi in range(tp):
+                ranges = sorted((b["ranks"][d * tp + tpi]["flat_begin"],
+                                 b["ranks"][d * tp + tpi]["flat_end"])
+                                for d in range(dp))
+                pos = 0
+                for lo, hi in ranges:
+                    if lo != pos or hi - lo != shard:
+                        fail("shard ranges of %s do not tile" % t["name"])
+                    pos = hi
+                if pos < local:
+                    fail("shards of %s do not cover it" % t["name"])
+        else:
+            for s in b["ranks"]:
+                if (s["flat_begin"], s["flat_end"]) != (0, local):
+                    fail("resident weight %s is not whole" % t["name"])
+        dsize = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4,
+                 "bool8": 1}[t["dtype"]]
+        resident += elements(t["shape"]) * dsize
+    if resident != mem[0]["resident_weight_bytes"]:
+        fail("resident weight bytes %d != %d recomputed" %
+             (mem[0]["resident_weight_bytes"], resident))
+
+    ops = {}
+    for ins in instrs:
+        ops[ins["op"]] = ops.get(ins["op"], 0) + 1
+    print("plan: world %d tp %d dp %d dtype %s" % (world, tp, dp, fp["dtype"]))
+    for io in ("inputs", "outputs"):
+        for b in p.get(io, []):
+            print("%s %s %s [%s] split=%s" % (io[:-1], b["name"], b["dtype"],
+                  ",".join(str(x) for x in b["global_shape"]),
+                  str(b["batch_split"]).lower()))
+    print("ops: " + " ".join("%s=%d" % kv for kv in sorted(ops.items())))
+    print("weights: %d sources, %d bindings" % (len(p.get("weights", [])),
+                                               len(p.get("bindings", []))))
+    print("check_plan: OK")
+
+
+if __name__ == "__main__":
+    main()
