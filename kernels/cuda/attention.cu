@@ -1,4 +1,6 @@
-// Fused attention. Two paths:
+// Fused attention. Three paths:
+//  - flash_mma_kernel (bf16/f16, head dim 64 or 128; the default): FlashAttention-2 on mma.sync with
+//    everything per row in registers; see its comment.
 //  - flash_kernel (bf16/f16, head dim 64 or 128): flash-attention style. A block of 4 warps owns 64 query
 //    rows of one (batch, head); K and V stream through shared memory in tiles of 64 keys; each warp computes
 //    its 16x64 score tile on tensor cores (WMMA, fp32 accumulation), updates its rows' running max and sum
@@ -9,6 +11,8 @@
 // GQA: query head h reads kv head h / (Hq / Hkv). A fully masked row yields zeros, as the reference does.
 #include <mma.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "common.cuh"
@@ -184,6 +188,242 @@ __global__ void __launch_bounds__(kWarps * 32) flash_kernel(const T *__restrict_
   }
 }
 
+// --- tier 1: register-level tensor-core path (the default) ---------------------------------------------------
+// FlashAttention-2 layout on mma.sync.m16n8k16: each warp keeps its 16 query rows' Q fragments, its scores,
+// probabilities and output accumulators in registers (fragment layouts as the PTX ISA defines them:
+// groupID g = lane / 4 owns rows g and g + 8, thread t = lane % 4 owns columns 2t, 2t + 1 of each 8-wide
+// tile). The score accumulators of two adjacent 8-key tiles are exactly the A fragment of P for 16 keys,
+// so P never leaves registers. K and V tiles arrive by cp.async, double-buffered, while the previous tile
+// is being multiplied; K is read with ldmatrix, V with ldmatrix.trans.
+template <class T> struct MmaName;
+template <> struct MmaName<__nv_bfloat16> { static constexpr bool bf16 = true; };
+template <> struct MmaName<__half> { static constexpr bool bf16 = false; };
+
+template <class T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if (MmaName<T>::bf16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+/// 16 bytes global -> shared without a register round trip; `bytes` 0 fills zeros (rows past the end).
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int bytes) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  T l = from_f32<T>(lo), h = from_f32<T>(hi);
+  uint16_t a, b;
+  memcpy(&a, &l, 2);
+  memcpy(&b, &h, 2);
+  return static_cast<uint32_t>(a) | (static_cast<uint32_t>(b) << 16);
+}
+
+template <int Dh>
+struct Mma2Smem {
+  static constexpr int ld = Dh + 8;                          // 16-byte padded rows: conflict-free ldmatrix
+  static constexpr size_t tile = size_t(kBc) * ld * 2;       // one K or V tile
+  static constexpr size_t bytes = 4 * tile;                   // K and V, double-buffered (Q reuses buffer 1)
+};
+
+/// Issues the cp.async copies of `rows` rows (Dh 16-bit elements each) of K or V into a tile.
+template <int Dh, class T>
+__device__ __forceinline__ void async_tile(T *dst, const T *src, int valid) {
+  constexpr int per_row = Dh / 8, ld = Dh + 8;
+  for (int e = threadIdx.x; e < kBc * per_row; e += kWarps * 32) {
+    const int r = e / per_row, c = (e % per_row) * 8;
+    const bool in = r < valid;
+    cp_async16(dst + r * ld + c, in ? src + static_cast<int64_t>(r) * Dh + c : src, in ? 16 : 0);
+  }
+}
+
+template <class T, int Dh>
+__global__ void __launch_bounds__(kWarps * 32) flash_mma_kernel(const T *__restrict__ q, const T *__restrict__ k,
+                                                                 const T *__restrict__ v, T *__restrict__ out,
+                                                                 AttnDims d, MaskView mask) {
+  using L = Mma2Smem<Dh>;
+  constexpr int ld = L::ld, ND = Dh / 8, KD = Dh / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  // Buffer i holds K at smem + 2i tiles and V right after it (computed, not indexed from an array, so
+  // that nothing lands in local memory).
+  auto Kb = [&](int i) { return reinterpret_cast<T *>(smem + 2 * i * L::tile); };
+  auto Vb = [&](int i) { return reinterpret_cast<T *>(smem + (2 * i + 1) * L::tile); };
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq;
+  const int kh = h / (d.Hq / d.Hkv);
+  const int q0 = blockIdx.x * kBr;
+  const T *qp = q + (static_cast<int64_t>(bh) * d.S + q0) * Dh;
+  const T *kp = k + (static_cast<int64_t>(b) * d.Hkv + kh) * d.T * Dh;
+  const T *vp = v + (static_cast<int64_t>(b) * d.Hkv + kh) * d.T * Dh;
+  const int shift = d.T - d.S;
+  int kend = d.T;
+  if (d.causal) kend = min(d.T, q0 + kBr + shift);
+  const int ntiles = (kend + kBc - 1) / kBc;
+
+  // Q through buffer 1 (free until the second K/V tile), tile 0 of K and V into buffer 0.
+  T *Qs = Kb(1);
+  async_tile<Dh>(Qs, qp, min(kBr, d.S - q0));
+  cp_async_commit();
+  if (ntiles > 0) {
+    async_tile<Dh>(Kb(0), kp, min(kBc, d.T));
+    async_tile<Dh>(Vb(0), vp, min(kBc, d.T));
+  }
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+  uint32_t qa[KD][4];
+#pragma unroll
+  for (int kk = 0; kk < KD; ++kk) {
+    const T *base = Qs + (warp * 16) * ld + kk * 16;
+    qa[kk][0] = *reinterpret_cast<const uint32_t *>(base + g * ld + 2 * t);
+    qa[kk][1] = *reinterpret_cast<const uint32_t *>(base + (g + 8) * ld + 2 * t);
+    qa[kk][2] = *reinterpret_cast<const uint32_t *>(base + g * ld + 2 * t + 8);
+    qa[kk][3] = *reinterpret_cast<const uint32_t *>(base + (g + 8) * ld + 2 * t + 8);
+  }
+  __syncthreads();  // Q is in registers: buffer 1 may be overwritten
+
+  float o[ND][4];
+#pragma unroll
+  for (int i = 0; i < ND; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
+  const int qi0 = q0 + warp * 16 + g, qi1 = qi0 + 8;
+  const float sl = d.scale * kLog2e;
+
+  for (int it = 0; it < ntiles; ++it) {
+    const int k0 = it * kBc, cur = it & 1;
+    if (it + 1 < ntiles) {  // the next tile streams in while this one is multiplied
+      const int n0 = k0 + kBc;
+      async_tile<Dh>(Kb(cur ^ 1), kp + static_cast<int64_t>(n0) * Dh, min(kBc, d.T - n0));
+      async_tile<Dh>(Vb(cur ^ 1), vp + static_cast<int64_t>(n0) * Dh, min(kBc, d.T - n0));
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const T *Ks = Kb(cur), *Vs = Vb(cur);
+
+    // S = Q K^T: 8 tiles of 8 keys; ldmatrix.x4 yields the B fragments of two key tiles for one k-step.
+    float s[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt += 2) {
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk) {
+        const int m = lane >> 3, r = lane & 7;
+        uint32_t bf[4];
+        ldsm_x4(bf, Ks + (nt * 8 + r + (m >> 1) * 8) * ld + kk * 16 + (m & 1) * 8);
+        mma16816<T>(s[nt], qa[kk], bf[0], bf[1]);
+        mma16816<T>(s[nt + 1], qa[kk], bf[2], bf[3]);
+      }
+    }
+
+    // Scale, mask, online softmax for rows g (elements 0, 1) and g + 8 (elements 2, 3).
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = k0 + nt * 8 + 2 * t + (e & 1);
+        const int qi = e < 2 ? qi0 : qi1;
+        float val = s[nt][e] * sl;
+        const bool vis = j < d.T && qi < d.S && (!d.causal || j <= qi + shift);
+        if (vis && mask.data)
+          val += detail::load_f(mask.data, mask.dtype,
+                                b * mask.st[0] + h * mask.st[1] + static_cast<int64_t>(qi) * mask.st[2] +
+                                    static_cast<int64_t>(j) * mask.st[3]) *
+                 kLog2e;
+        val = vis ? val : -INFINITY;
+        s[nt][e] = val;
+        if (e < 2) mx0 = fmaxf(mx0, val);
+        else mx1 = fmaxf(mx1, val);
+      }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float n0m = fmaxf(m0, mx0), n1m = fmaxf(m1, mx1);
+    // A row with nothing visible yet stays empty: no (-inf) - (-inf).
+    const float a0 = n0m == -INFINITY ? 1.0f : exp2f(m0 - n0m), a1 = n1m == -INFINITY ? 1.0f : exp2f(m1 - n1m);
+    m0 = n0m;
+    m1 = n1m;
+    float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      s[nt][0] = n0m == -INFINITY ? 0.0f : exp2f(s[nt][0] - n0m);
+      s[nt][1] = n0m == -INFINITY ? 0.0f : exp2f(s[nt][1] - n0m);
+      s[nt][2] = n1m == -INFINITY ? 0.0f : exp2f(s[nt][2] - n1m);
+      s[nt][3] = n1m == -INFINITY ? 0.0f : exp2f(s[nt][3] - n1m);
+      ps0 += s[nt][0] + s[nt][1];
+      ps1 += s[nt][2] + s[nt][3];
+    }
+    l0 = l0 * a0 + ps0;  // per-thread partial sums; the quad is summed once at the end
+    l1 = l1 * a1 + ps1;
+#pragma unroll
+    for (int nd = 0; nd < ND; ++nd) {
+      o[nd][0] *= a0;
+      o[nd][1] *= a0;
+      o[nd][2] *= a1;
+      o[nd][3] *= a1;
+    }
+
+    // O += P V: the score tiles 2kk and 2kk + 1 are P's A fragment for keys 16kk .. 16kk + 15.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t pa[4];
+      pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int nd = 0; nd < ND; nd += 2) {
+        uint32_t bf[4];
+        ldsm_x4_t(bf, Vs + (kk * 16 + (lane & 15)) * ld + nd * 8 + (lane >> 4) * 8);
+        mma16816<T>(o[nd], pa, bf[0], bf[1]);
+        mma16816<T>(o[nd + 1], pa, bf[2], bf[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+  }
+  cp_async_wait<0>();
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  T *op = out + static_cast<int64_t>(bh) * d.S * Dh;
+#pragma unroll
+  for (int nd = 0; nd < ND; ++nd) {
+    const int c = nd * 8 + 2 * t;
+    if (qi0 < d.S) *reinterpret_cast<uint32_t *>(op + static_cast<int64_t>(qi0) * Dh + c) = pack2<T>(o[nd][0] * i0, o[nd][1] * i0);
+    if (qi1 < d.S) *reinterpret_cast<uint32_t *>(op + static_cast<int64_t>(qi1) * Dh + c) = pack2<T>(o[nd][2] * i1, o[nd][3] * i1);
+  }
+}
+
 // --- tier 1: exact path -------------------------------------------------------------------------------------------
 template <class T>
 __global__ void row_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, T *__restrict__ out,
@@ -249,6 +489,17 @@ cudaError_t flash(const T *q, const T *k, const T *v, T *out, const AttnDims &d,
   return detail::launched();
 }
 
+template <class T, int Dh>
+cudaError_t flash_mma(const T *q, const T *k, const T *v, T *out, const AttnDims &d, const MaskView &mask, cudaStream_t s) {
+  const size_t smem = Mma2Smem<Dh>::bytes;
+  static cudaError_t attr = cudaFuncSetAttribute(flash_mma_kernel<T, Dh>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(smem));
+  if (attr != cudaSuccess) return attr;
+  dim3 grid((d.S + kBr - 1) / kBr, d.B * d.Hq);
+  flash_mma_kernel<T, Dh><<<grid, kWarps * 32, smem, s>>>(q, k, v, out, d, mask);
+  return detail::launched();
+}
+
 template <class T>
 cudaError_t rows(const T *q, const T *k, const T *v, T *out, const AttnDims &d, int Dh, const MaskView &mask,
                  cudaStream_t s) {
@@ -293,19 +544,30 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
   AttnDims d{static_cast<int>(B), static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(S), static_cast<int>(T),
              causal ? 1 : 0, scale};
   const bool aligned = (reinterpret_cast<uintptr_t>(q.data) | reinterpret_cast<uintptr_t>(k.data) |
-                        reinterpret_cast<uintptr_t>(v.data)) % 16 == 0;
+                        reinterpret_cast<uintptr_t>(v.data) | reinterpret_cast<uintptr_t>(out.data)) % 16 == 0;
   const bool tc = (q.dtype == DType::bf16 || q.dtype == DType::f16) && (Dh == 64 || Dh == 128) && aligned && T > 0;
   if (tc) {
+    // ZK_CUDA_ATTENTION=wmma selects the first tensor-core kernel (kept as a cross-check and for bisection).
+    const char *path = std::getenv("ZK_CUDA_ATTENTION");
+    const bool wmma = path && std::strcmp(path, "wmma") == 0;
     if (q.dtype == DType::bf16) {
       using E = __nv_bfloat16;
       auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);
       auto *op = static_cast<E *>(out.data);
-      ZK_CUDA_TRY((Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s)));
+      if (wmma)
+        ZK_CUDA_TRY((Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s)));
+      else
+        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma<E, 64>(qp, kp, vp, op, d, mv, s)
+                              : launch::flash_mma<E, 128>(qp, kp, vp, op, d, mv, s)));
     } else {
       using E = __half;
       auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);
       auto *op = static_cast<E *>(out.data);
-      ZK_CUDA_TRY((Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s)));
+      if (wmma)
+        ZK_CUDA_TRY((Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s)));
+      else
+        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma<E, 64>(qp, kp, vp, op, d, mv, s)
+                              : launch::flash_mma<E, 128>(qp, kp, vp, op, d, mv, s)));
     }
     return {};
   }

@@ -5,6 +5,7 @@
 // So C = op(A) op(B) is issued as C^T = op(B)^T op(A)^T: the library's first operand is our B, its second
 // our A, m = N, n = M. Accumulation is fp32 for every dtype (CUBLAS_COMPUTE_32F, which also keeps fp32
 // products off TF32 so that they match the reference to fp32 rounding).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -118,10 +119,18 @@ GpuStatus run_lt(Blas::Impl *impl, const LtGemm &g, void *ws, size_t ws_bytes, c
   ZK_GPU_TRY(set_layout(&d.b, t, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb, g.batch, g.sb));
   ZK_GPU_TRY(set_layout(&d.c, t, g.m, g.n, g.ldc, g.batch, g.sc));
 
-  uint32_t align = alignment_of(g.A);
-  align = std::min(align, alignment_of(g.B));
-  align = std::min(align, alignment_of(g.C));
-  if (g.bias) align = std::min(align, alignment_of(g.bias));
+  // Alignment per matrix: of its pointer and of its row (leading dimension) and batch strides, since
+  // every row start of an unaligned ld is misaligned too. Only a matrix that needs it gets a slow kernel.
+  const size_t es = dtype_size(g.dtype);
+  auto mat_align = [&](const void *p, int64_t ld, int64_t stride) {
+    uint32_t a = std::min(alignment_of(p), alignment_of(reinterpret_cast<const void *>(static_cast<uintptr_t>(ld) * es)));
+    if (g.batch > 1 && stride) a = std::min(a, alignment_of(reinterpret_cast<const void *>(static_cast<uintptr_t>(stride) * es)));
+    return a;
+  };
+  const uint32_t al_a = mat_align(g.A, g.lda, g.sa), al_b = mat_align(g.B, g.ldb, g.sb);
+  uint32_t al_c = mat_align(g.C, g.ldc, g.sc);
+  if (g.bias) al_c = std::min(al_c, alignment_of(g.bias));
+  const uint32_t align = (al_a << 16) | (al_b << 8) | al_c;  // for the cache key
   char key[256];
   std::snprintf(key, sizeof key, "%d|%d%d|%lld,%lld,%lld|%lld,%lld,%lld|%lld|%d%d%d|%d|%u|%zu", static_cast<int>(g.dtype), g.ta,
                 g.tb, static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
@@ -142,9 +151,10 @@ GpuStatus run_lt(Blas::Impl *impl, const LtGemm &g, void *ws, size_t ws_bytes, c
     uint64_t wsb = ws ? ws_bytes : 0;
     ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
     // The arena places buffers at the plan's offsets; tell the heuristic what alignment those really have.
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &align, sizeof(align)));
+    ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+    ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+    ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+    ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
     cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
     ZK_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(impl->lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res, &found));

@@ -2,6 +2,7 @@
 // ones included: sizes that are not multiples of any tile or block) and for each storage dtype. Outputs are
 // poisoned with NaN before each launch, so an element the kernel never writes fails the comparison.
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "gpu_test_util.h"
@@ -404,9 +405,17 @@ TEST(CudaAttention, MatchesReference) {
       {1, 2, 2, 1, 77, 64, true, 0},      // one query (decode)
       {1, 2, 1, 20, 33, 32, true, 1},     // head dim off the tensor-core path
       {1, 1, 1, 130, 130, 128, true, 2},  // causal plus full mask, Dh 128
+      {1, 2, 1, 300, 300, 64, true, 0},   // many key tiles through the double buffer
+      {1, 2, 2, 200, 1000, 128, true, 1}, // long keys, S < T, padding
   };
-  for (DType t : kFloats)
-    for (const AttnCase &c : cases) check_attention(t, c);
+  // Both tensor-core kernels: the default (mma.sync, registers) and the WMMA one kept as a cross-check.
+  for (const char *path : {"", "wmma"}) {
+    SCOPED_TRACE(std::string("path '") + path + "'");
+    setenv("ZK_CUDA_ATTENTION", path, 1);
+    for (DType t : kFloats)
+      for (const AttnCase &c : cases) check_attention(t, c);
+  }
+  unsetenv("ZK_CUDA_ATTENTION");
 }
 
 TEST(CudaAttention, FullyMaskedRowIsZero) {
