@@ -1,0 +1,145 @@
+//===- Driver.cpp - the zplan command line --------------------------------===//
+//
+// zplan import MODEL.onnx [--batch B] [--seq S] [--dim NAME=V]... [-o OUT]
+//     imports the model, runs the recognition pipeline and prints the zg
+//     graph as MLIR.
+// zplan MODEL.onnx --tp N ... -o PLAN
+//     the compile path (compiler/driver/Compile.cpp).
+//
+// Output is written only after everything succeeded, so a failing run never
+// leaves a partial file behind.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/driver/Driver.h"
+#include "compiler/driver/Compile.h"
+#include "compiler/driver/InitAll.h"
+#include "compiler/import/Import.h"
+#include "compiler/transforms/Passes.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+using namespace zplan;
+
+namespace {
+
+/// Adds the flags every command shares to `cmd`.
+void addCommonFlags(CLI::App &cmd, driver::CommonOptions &opts,
+                    std::vector<std::string> &dims) {
+  cmd.add_option("-o,--output", opts.output, "Output file");
+  cmd.add_option("--batch", opts.import.batch,
+                 "Batch size: binds the dim named 'batch', else dim 0 of the "
+                 "first integer graph input")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--seq", opts.import.seq,
+                 "Sequence length: binds the dim named 'seq', else dim 1 of "
+                 "the first integer graph input")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--dim", dims, "Bind a symbolic dim: NAME=VALUE (repeatable)");
+  cmd.add_flag("--graph-only", opts.import.allowMissingData,
+               "Accept external-data files that are not present");
+}
+
+/// Parses NAME=VALUE pairs into the import options.
+bool parseDims(const std::vector<std::string> &dims,
+               driver::CommonOptions &opts) {
+  for (const std::string &d : dims) {
+    size_t eq = d.find('=');
+    llvm::StringRef value = eq == std::string::npos
+                                ? llvm::StringRef()
+                                : llvm::StringRef(d).substr(eq + 1);
+    int64_t v;
+    if (eq == std::string::npos || eq == 0 || value.getAsInteger(10, v) ||
+        v < 0) {
+      std::cerr << "zplan: --dim '" << d
+                << "' is not NAME=VALUE with a non-negative integer VALUE\n";
+      return false;
+    }
+    opts.import.dims[d.substr(0, eq)] = v;
+  }
+  return true;
+}
+
+int importCommand(mlir::MLIRContext &context,
+                  const driver::CommonOptions &opts, bool recognise) {
+  auto module = import::importOnnxFile(context, opts.model, opts.import);
+  if (!module)
+    return 1;
+  if (recognise) {
+    mlir::PassManager pm(&context);
+    transforms::buildRecognitionPipeline(pm);
+    if (mlir::failed(pm.run(*module)))
+      return 1;
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module->print(os);
+  os.flush();
+  if (opts.output.empty() || opts.output == "-") {
+    llvm::outs() << text;
+    return 0;
+  }
+  std::string err;
+  auto out = mlir::openOutputFile(opts.output, &err);
+  if (!out) {
+    std::cerr << "zplan: cannot write '" << opts.output << "': " << err
+              << "\n";
+    return 1;
+  }
+  out->os() << text;
+  out->keep();
+  return 0;
+}
+
+} // namespace
+
+int driver::run(int argc, char **argv) {
+  CLI::App app{"zplan: ahead-of-time sharding planner for transformers"};
+  app.require_subcommand(0, 1);
+  CommonOptions compileOpts, importOpts;
+  std::vector<std::string> compileDims, importDims;
+  bool noRecognise = false;
+
+  CLI::App *imp = app.add_subcommand(
+      "import", "Import an ONNX model and print the recognised zg graph");
+  imp->add_option("model", importOpts.model, "ONNX model")->required();
+  addCommonFlags(*imp, importOpts, importDims);
+  imp->add_flag("--no-recognise", noRecognise,
+                "Print the graph before the recognition passes");
+
+  app.add_option("model", compileOpts.model, "ONNX model to compile");
+  addCommonFlags(app, compileOpts, compileDims);
+  addCompileFlags(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+
+  mlir::DialectRegistry registry;
+  registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+
+  if (imp->parsed()) {
+    if (!parseDims(importDims, importOpts))
+      return 2;
+    return importCommand(context, importOpts, !noRecognise);
+  }
+  if (compileOpts.model.empty()) {
+    std::cerr << app.help();
+    return 2;
+  }
+  if (!parseDims(compileDims, compileOpts))
+    return 2;
+  return compileCommand(context, compileOpts);
+}

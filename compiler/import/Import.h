@@ -1,0 +1,50 @@
+//===- Import.h - ONNX to zg importer ---------------------------*- C++ -*-===//
+//
+// Reads an ONNX model (protobuf, external data by reference) and builds a
+// module with one `func.func @main` of zg ops, every shape static.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZPLAN_COMPILER_IMPORT_IMPORT_H
+#define ZPLAN_COMPILER_IMPORT_IMPORT_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace zplan::import {
+
+/// How symbolic dims are bound. A graph input dim named NAME (ONNX
+/// dim_param) takes, in this order:
+///   1. `dims[NAME]` when present (--dim NAME=V);
+///   2. `batch` when NAME is "batch", `seq` when NAME is "seq" (if >= 0);
+///   3. positionally, for the first graph input of integer type only: its
+///      dim 0 takes `batch` and its dim 1 takes `seq` (if >= 0). A name bound
+///      this way is bound to that value everywhere else too.
+/// A dim left unbound is an error naming the dim and the input.
+struct ImportOptions {
+  std::map<std::string, int64_t> dims;
+  int64_t batch = -1, seq = -1;
+  /// Accept external-data files that do not exist (graph-only exports such
+  /// as tests/models/bench): locations and lengths are still checked, and the
+  /// plan refers to the files by name. Off by default: a missing file is an
+  /// error.
+  bool allowMissingData = false;
+};
+
+/// Imports the model at `path`. Emits diagnostics (naming the file and the
+/// node) and returns null on failure. The module holds the imported generic
+/// graph; run the recognition passes (compiler/transforms) on it to get
+/// zg.linear, zg.attention and friends.
+mlir::OwningOpRef<mlir::ModuleOp> importOnnxFile(mlir::MLIRContext &context,
+                                                 llvm::StringRef path,
+                                                 const ImportOptions &options);
+
+} // namespace zplan::import
+
+#endif // ZPLAN_COMPILER_IMPORT_IMPORT_H

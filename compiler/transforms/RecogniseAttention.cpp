@@ -1,0 +1,242 @@
+//===- RecogniseAttention.cpp - zg-recognise-attention --------------------===//
+//
+// softmax(scale * q k^T + mask) v -> zg.attention. The root is the second
+// matmul; the match walks up through the optional NaN guard, the softmax,
+// the mask, the scale factors and the transposed key, and looks through the
+// grouped-query repetition of K and V.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/transforms/Matchers.h"
+#include "compiler/transforms/Passes.h"
+
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace zplan::transforms {
+#define GEN_PASS_DEF_RECOGNISEATTENTION
+#include "compiler/transforms/Passes.h.inc"
+} // namespace zplan::transforms
+
+using namespace mlir;
+using namespace zplan;
+using namespace zplan::transforms;
+namespace zg = zplan::graph;
+
+namespace {
+
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+/// Looks through reshape(expand(reshape(kv))) that repeats each of the Hkv
+/// heads n times: kv [B, Hkv, T, D] -> [B, Hkv, 1, T, D] -> [B, Hkv, n, T, D]
+/// -> [B, Hkv * n, T, D]. Returns kv, or v itself.
+Value stripRepeatKv(Value v) {
+  auto r2 = v.getDefiningOp<zg::ReshapeOp>();
+  if (!r2)
+    return v;
+  auto e = r2.getInput().getDefiningOp<zg::ExpandOp>();
+  if (!e)
+    return v;
+  auto r1 = e.getInput().getDefiningOp<zg::ReshapeOp>();
+  if (!r1)
+    return v;
+  Value kv = r1.getInput();
+  auto s = shapeOf(kv), m = shapeOf(r1), x = shapeOf(e), o = shapeOf(r2);
+  if (s.size() != 4 || m.size() != 5 || x.size() != 5 || o.size() != 4)
+    return v;
+  if (m != ArrayRef<int64_t>{s[0], s[1], 1, s[2], s[3]} || x[0] != s[0] ||
+      x[1] != s[1] || x[3] != s[2] || x[4] != s[3] ||
+      o != ArrayRef<int64_t>{s[0], s[1] * x[2], s[2], s[3]})
+    return v;
+  return kv;
+}
+
+/// Peels scalar multiplications and divisions off v; multiplies them into
+/// `scale`.
+Value peelScale(Value v, double &scale) {
+  while (true) {
+    if (auto m = v.getDefiningOp<zg::MulOp>()) {
+      bool done = false;
+      for (int k = 0; k < 2 && !done; ++k) {
+        auto s = getSplatValue(m->getOperand(1 - k));
+        if (s && m->getOperand(k).getType() == m.getType()) {
+          scale *= *s;
+          v = m->getOperand(k);
+          done = true;
+        }
+      }
+      if (done)
+        continue;
+    }
+    if (auto d = v.getDefiningOp<zg::DivOp>()) {
+      auto s = getSplatValue(d.getRhs());
+      if (s && *s != 0 && d.getLhs().getType() == d.getType()) {
+        scale /= *s;
+        v = d.getLhs();
+        continue;
+      }
+    }
+    return v;
+  }
+}
+
+struct AttentionPattern : OpRewritePattern<zg::MatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(zg::MatmulOp op,
+                                PatternRewriter &rewriter) const override {
+    Value p = op.getLhs();
+    if (shapeOf(p).size() != 4 || shapeOf(op.getRhs()).size() != 4)
+      return failure();
+    // where(is_nan(p), 0, p): the exporters' guard for fully masked rows.
+    if (auto w = p.getDefiningOp<zg::WhereOp>()) {
+      auto nan = w.getCondition().getDefiningOp<zg::IsNanOp>();
+      if (nan && nan.getInput() == w.getRhs() && isSplatNear(w.getLhs(), 0.0) &&
+          w.getRhs().getType() == w.getType())
+        p = w.getRhs();
+    }
+    auto sm = p.getDefiningOp<zg::SoftmaxOp>();
+    if (!sm || sm.getAxis() != 3)
+      return failure();
+    Value scores = sm.getInput();
+
+    // The mask. Nothing is created until the whole match has succeeded: a
+    // pattern that fails must leave the IR untouched.
+    Value mask, keepCond;
+    double maskFill = 0.0;
+    bool causal = false;
+    double scale = 1.0;
+    Value qk;
+    auto tryCore = [&](Value s) -> Value {
+      double sc = 1.0;
+      Value core = peelScale(s, sc);
+      if (!core.getDefiningOp<zg::MatmulOp>())
+        return nullptr;
+      scale = sc;
+      return core;
+    };
+    if (auto add = scores.getDefiningOp<zg::AddOp>()) {
+      for (int k = 0; k < 2 && !qk; ++k) {
+        if (add->getOperand(k).getType() != add.getType())
+          continue;
+        if (Value core = tryCore(add->getOperand(k))) {
+          qk = core;
+          mask = add->getOperand(1 - k);
+        }
+      }
+    } else if (auto w = scores.getDefiningOp<zg::WhereOp>()) {
+      // Boolean mask: where(keep, scores, -big).
+      auto neg = getSplatValue(w.getRhs());
+      if (neg && *neg <= -1e4 && w.getLhs().getType() == w.getType()) {
+        if (Value core = tryCore(w.getLhs())) {
+          qk = core;
+          keepCond = w.getCondition();
+          maskFill = *neg;
+        }
+      }
+    } else {
+      qk = tryCore(scores);
+    }
+    if (!qk)
+      return failure();
+    auto mm = qk.getDefiningOp<zg::MatmulOp>();
+    double qs = 1.0, ks = 1.0;
+    Value q = peelScale(mm.getLhs(), qs);
+    Value kt = peelScale(mm.getRhs(), ks);
+    scale *= qs * ks;
+    auto tr = kt.getDefiningOp<zg::TransposeOp>();
+    if (!tr || shapeOf(q).size() != 4 || shapeOf(tr.getInput()).size() != 4)
+      return failure();
+    Value k;
+    SmallVector<int64_t> ksh;
+    bool fromBTHD = false;
+    if (tr.getPerm() == ArrayRef<int64_t>{0, 1, 3, 2}) {
+      k = stripRepeatKv(tr.getInput());
+      ksh.assign(shapeOf(k).begin(), shapeOf(k).end());
+    } else if (tr.getPerm() == ArrayRef<int64_t>{0, 2, 3, 1}) {
+      // kT came straight from [B, T, H, D]: k is its [0, 2, 1, 3] view.
+      fromBTHD = true;
+      auto xs = shapeOf(tr.getInput());
+      ksh = {xs[0], xs[2], xs[1], xs[3]};
+    } else {
+      return failure();
+    }
+    Value v = stripRepeatKv(op.getRhs());
+    auto qsh = shapeOf(q), vsh = shapeOf(v);
+    if (!fromBTHD && ksh[1] != vsh[1]) {
+      // The repetition was stripped from one side only: keep both repeated.
+      k = tr.getInput();
+      ksh.assign(shapeOf(k).begin(), shapeOf(k).end());
+      v = op.getRhs();
+      vsh = shapeOf(v);
+    }
+    auto outShape = shapeOf(op.getResult());
+    if (ksh[0] != qsh[0] || vsh[0] != qsh[0] || ksh[1] != vsh[1] ||
+        ksh[2] != vsh[2] || ksh[1] == 0 || qsh[1] % ksh[1] != 0 ||
+        ksh[3] != qsh[3] ||
+        outShape != ArrayRef<int64_t>{qsh[0], qsh[1], qsh[2], vsh[3]})
+      return failure();
+    SmallVector<int64_t> scoreShape = {qsh[0], qsh[1], qsh[2], ksh[2]};
+    if (mask) {
+      if (mask.getDefiningOp<zg::CausalMaskOp>()) {
+        auto ms = shapeOf(mask);
+        if (ms[ms.size() - 2] != qsh[2] || ms.back() != ksh[2])
+          return failure();
+        causal = true;
+        mask = nullptr;
+      } else if (isSplatNear(mask, 0.0, 0)) {
+        mask = nullptr;
+      } else if (!graph::broadcastsTo(shapeOf(mask), scoreShape)) {
+        return failure();
+      }
+    }
+    if (keepCond && !graph::broadcastsTo(shapeOf(keepCond), scoreShape))
+      return failure();
+
+    // The match holds: build.
+    Location loc = op.getLoc();
+    Type elt = cast<RankedTensorType>(op.getType()).getElementType();
+    if (fromBTHD)
+      k = zg::TransposeOp::create(
+          rewriter, loc, RankedTensorType::get(ksh, elt), tr.getInput(),
+          rewriter.getDenseI64ArrayAttr({0, 2, 1, 3}));
+    if (keepCond) {
+      auto st = RankedTensorType::get({}, elt);
+      Value zero = createSplat(rewriter, loc, st, 0.0);
+      Value big = createSplat(rewriter, loc, st, maskFill);
+      mask = zg::WhereOp::create(
+          rewriter, loc, RankedTensorType::get(shapeOf(keepCond), elt),
+          keepCond, zero, big);
+    }
+    SmallVector<Value> operands = {q, k, v};
+    if (mask)
+      operands.push_back(mask);
+    rewriter.replaceOpWithNewOp<zg::AttentionOp>(
+        op, TypeRange{op.getType()}, operands,
+        ArrayRef<NamedAttribute>{
+            rewriter.getNamedAttr("scale", rewriter.getF64FloatAttr(scale)),
+            rewriter.getNamedAttr("causal", rewriter.getBoolAttr(causal))});
+    return success();
+  }
+};
+
+struct RecogniseAttentionPass
+    : transforms::impl::RecogniseAttentionBase<RecogniseAttentionPass> {
+  void runOnOperation() override {
+    int64_t before = countOps<zg::AttentionOp>(getOperation());
+    RewritePatternSet patterns(&getContext());
+    patterns.add<AttentionPattern>(&getContext());
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      return signalPassFailure();
+    numAttention += countOps<zg::AttentionOp>(getOperation()) - before;
+    // The runtime has no kernel for a causal mask on its own: one that no
+    // attention absorbed means the attention core was not recognised.
+    getOperation().walk([&](zg::CausalMaskOp cm) {
+      if (!cm->use_empty())
+        cm.emitWarning("causal mask is not consumed by a recognised "
+                       "attention; the runtime cannot execute zg.causal_mask");
+    });
+  }
+};
+
+} // namespace

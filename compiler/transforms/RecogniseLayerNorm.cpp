@@ -1,0 +1,175 @@
+//===- RecogniseLayerNorm.cpp - zg-recognise-layer-norm -------------------===//
+//
+// (x - mean(x)) / sqrt(var(x) + eps) [* g] [+ b] -> zg.layer_norm. The
+// normalisation becomes a layer_norm with a constant-one scale; two more
+// patterns absorb a following scale and bias, so that the imported
+// LayerNormalization op and the decomposed form end in the same op.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/transforms/Matchers.h"
+#include "compiler/transforms/Passes.h"
+
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace zplan::transforms {
+#define GEN_PASS_DEF_RECOGNISELAYERNORM
+#include "compiler/transforms/Passes.h.inc"
+} // namespace zplan::transforms
+
+using namespace mlir;
+using namespace zplan;
+using namespace zplan::transforms;
+namespace zg = zplan::graph;
+
+namespace {
+
+bool isLastAxisMean(zg::ReduceMeanOp m) {
+  int64_t rank = cast<RankedTensorType>(m.getInput().getType()).getRank();
+  return m.getKeepdims() && m.getAxes().size() == 1 &&
+         m.getAxes()[0] == rank - 1;
+}
+
+/// Matches d = x - mean(x) and returns x.
+Value centredInput(Value d) {
+  auto sub = d.getDefiningOp<zg::SubOp>();
+  if (!sub)
+    return nullptr;
+  auto mean = sub.getRhs().getDefiningOp<zg::ReduceMeanOp>();
+  if (!mean || !isLastAxisMean(mean) || mean.getInput() != sub.getLhs() ||
+      sub.getType() != sub.getLhs().getType())
+    return nullptr;
+  return sub.getLhs();
+}
+
+/// Matches sqrt(mean(d^2) + eps) and returns eps.
+std::optional<double> matchStd(Value s, Value d) {
+  auto sqrt = s.getDefiningOp<zg::SqrtOp>();
+  if (!sqrt)
+    return std::nullopt;
+  auto add = sqrt.getInput().getDefiningOp<zg::AddOp>();
+  if (!add)
+    return std::nullopt;
+  for (int k = 0; k < 2; ++k) {
+    auto eps = getSplatValue(add->getOperand(1 - k));
+    auto var = add->getOperand(k).getDefiningOp<zg::ReduceMeanOp>();
+    if (!eps || !var || !isLastAxisMean(var))
+      continue;
+    Value sq = var.getInput();
+    bool square = false;
+    if (auto p = sq.getDefiningOp<zg::PowOp>())
+      square = p.getLhs() == d && isSplatNear(p.getRhs(), 2.0, 0);
+    if (auto m = sq.getDefiningOp<zg::MulOp>())
+      square = m.getLhs() == d && m.getRhs() == d;
+    if (square && add.getType() == var.getType())
+      return *eps;
+  }
+  return std::nullopt;
+}
+
+Value makeLayerNorm(PatternRewriter &rewriter, Operation *op, Value x,
+                    double eps) {
+  auto xt = cast<RankedTensorType>(x.getType());
+  auto st = RankedTensorType::get({xt.getShape().back()}, xt.getElementType());
+  Value ones = createSplat(rewriter, op->getLoc(), st, 1.0);
+  return zg::LayerNormOp::create(rewriter, op->getLoc(), xt, x, ones, Value(),
+                                 rewriter.getI64IntegerAttr(xt.getRank() - 1),
+                                 rewriter.getF64FloatAttr(eps));
+}
+
+struct LayerNormDiv : OpRewritePattern<zg::DivOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(zg::DivOp op,
+                                PatternRewriter &rewriter) const override {
+    Value x = centredInput(op.getLhs());
+    if (!x || x.getType() != op.getType())
+      return failure();
+    auto eps = matchStd(op.getRhs(), op.getLhs());
+    if (!eps)
+      return failure();
+    rewriter.replaceOp(op, makeLayerNorm(rewriter, op, x, *eps));
+    return success();
+  }
+};
+
+struct LayerNormMul : OpRewritePattern<zg::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(zg::MulOp op,
+                                PatternRewriter &rewriter) const override {
+    for (int k = 0; k < 2; ++k) {
+      Value d = op->getOperand(k);
+      auto rec = op->getOperand(1 - k).getDefiningOp<zg::ReciprocalOp>();
+      Value x = centredInput(d);
+      if (!rec || !x || x.getType() != op.getType())
+        continue;
+      if (auto eps = matchStd(rec.getInput(), d)) {
+        rewriter.replaceOp(op, makeLayerNorm(rewriter, op, x, *eps));
+        return success();
+      }
+    }
+    return failure();
+  }
+};
+
+/// mul(layer_norm(x, ones), g) -> layer_norm(x, g).
+struct LayerNormScale : OpRewritePattern<zg::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(zg::MulOp op,
+                                PatternRewriter &rewriter) const override {
+    for (int k = 0; k < 2; ++k) {
+      auto ln = op->getOperand(k).getDefiningOp<zg::LayerNormOp>();
+      Value g = op->getOperand(1 - k);
+      if (!ln || ln.getBias() || !ln->hasOneUse() ||
+          !isSplatNear(ln.getScale(), 1.0, 0) || ln.getType() != op.getType())
+        continue;
+      auto gt = cast<RankedTensorType>(g.getType());
+      auto norm = ln.getType().getShape().drop_front(ln.getAxis());
+      if (gt.getRank() != int64_t(norm.size()) || gt.getShape() != norm)
+        continue;
+      rewriter.replaceOpWithNewOp<zg::LayerNormOp>(
+          op, op.getType(), ln.getInput(), g, Value(), ln.getAxisAttr(),
+          ln.getEpsilonAttr());
+      return success();
+    }
+    return failure();
+  }
+};
+
+/// add(layer_norm(x, g), b) -> layer_norm(x, g, b).
+struct LayerNormBias : OpRewritePattern<zg::AddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(zg::AddOp op,
+                                PatternRewriter &rewriter) const override {
+    for (int k = 0; k < 2; ++k) {
+      auto ln = op->getOperand(k).getDefiningOp<zg::LayerNormOp>();
+      Value bias = op->getOperand(1 - k);
+      if (!ln || ln.getBias() || !ln->hasOneUse() ||
+          ln.getType() != op.getType())
+        continue;
+      auto bt = cast<RankedTensorType>(bias.getType());
+      auto norm = ln.getType().getShape().drop_front(ln.getAxis());
+      if (bt.getRank() != int64_t(norm.size()) || bt.getShape() != norm)
+        continue;
+      rewriter.replaceOpWithNewOp<zg::LayerNormOp>(
+          op, op.getType(), ln.getInput(), ln.getScale(), bias,
+          ln.getAxisAttr(), ln.getEpsilonAttr());
+      return success();
+    }
+    return failure();
+  }
+};
+
+struct RecogniseLayerNormPass
+    : transforms::impl::RecogniseLayerNormBase<RecogniseLayerNormPass> {
+  void runOnOperation() override {
+    int64_t before = countOps<zg::LayerNormOp>(getOperation());
+    RewritePatternSet patterns(&getContext());
+    patterns.add<LayerNormDiv, LayerNormMul, LayerNormScale, LayerNormBias>(
+        &getContext());
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      return signalPassFailure();
+    numLayerNorm += countOps<zg::LayerNormOp>(getOperation()) - before;
+  }
+};
+
+} // namespace

@@ -1,0 +1,128 @@
+//===- RecogniseRmsNorm.cpp - zg-recognise-rms-norm -----------------------===//
+//
+// x * reciprocal(sqrt(mean(x^2) + eps)) [* w] -> zg.rms_norm(x, w).
+// Two patterns: the normalisation itself (root: the mul or div by the root
+// mean square) and the absorption of a following [D] scale into an
+// unscaled zg.rms_norm, so that any association of the product matches.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/transforms/Matchers.h"
+#include "compiler/transforms/Passes.h"
+
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace zplan::transforms {
+#define GEN_PASS_DEF_RECOGNISERMSNORM
+#include "compiler/transforms/Passes.h.inc"
+} // namespace zplan::transforms
+
+using namespace mlir;
+using namespace zplan;
+using namespace zplan::transforms;
+namespace zg = zplan::graph;
+
+namespace {
+
+/// Returns true when v is x^2 (pow(x, 2) or x * x).
+bool isSquareOf(Value v, Value x) {
+  if (auto p = v.getDefiningOp<zg::PowOp>())
+    return p.getLhs() == x && isSplatNear(p.getRhs(), 2.0, 0);
+  if (auto m = v.getDefiningOp<zg::MulOp>())
+    return m.getLhs() == x && m.getRhs() == x;
+  return false;
+}
+
+/// Matches sqrt(reduce_mean(x^2, [last], keepdims) + eps) and returns eps.
+std::optional<double> matchRms(Value s, Value x) {
+  auto sqrt = s.getDefiningOp<zg::SqrtOp>();
+  if (!sqrt)
+    return std::nullopt;
+  auto add = sqrt.getInput().getDefiningOp<zg::AddOp>();
+  if (!add)
+    return std::nullopt;
+  int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
+  for (int k = 0; k < 2; ++k) {
+    auto eps = getSplatValue(add->getOperand(1 - k));
+    auto mean = add->getOperand(k).getDefiningOp<zg::ReduceMeanOp>();
+    if (!eps || !mean || !mean.getKeepdims() || mean.getAxes().size() != 1 ||
+        mean.getAxes()[0] != rank - 1 || !isSquareOf(mean.getInput(), x))
+      continue;
+    if (cast<RankedTensorType>(add.getType()).getNumElements() !=
+        cast<RankedTensorType>(mean.getType()).getNumElements())
+      continue;
+    return *eps;
+  }
+  return std::nullopt;
+}
+
+struct RmsNormMul : OpRewritePattern<zg::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(zg::MulOp op,
+                                PatternRewriter &rewriter) const override {
+    for (int k = 0; k < 2; ++k) {
+      Value x = op->getOperand(k);
+      auto rec = op->getOperand(1 - k).getDefiningOp<zg::ReciprocalOp>();
+      if (!rec || x.getType() != op.getType())
+        continue;
+      if (auto eps = matchRms(rec.getInput(), x)) {
+        rewriter.replaceOpWithNewOp<zg::RmsNormOp>(
+            op, op.getType(), x, Value(), rewriter.getF64FloatAttr(*eps));
+        return success();
+      }
+    }
+    return failure();
+  }
+};
+
+struct RmsNormDiv : OpRewritePattern<zg::DivOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(zg::DivOp op,
+                                PatternRewriter &rewriter) const override {
+    Value x = op.getLhs();
+    if (x.getType() != op.getType())
+      return failure();
+    auto eps = matchRms(op.getRhs(), x);
+    if (!eps)
+      return failure();
+    rewriter.replaceOpWithNewOp<zg::RmsNormOp>(op, op.getType(), x, Value(),
+                                               rewriter.getF64FloatAttr(*eps));
+    return success();
+  }
+};
+
+/// mul(w [D], rms_norm(x)) -> rms_norm(x, w).
+struct RmsNormScale : OpRewritePattern<zg::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(zg::MulOp op,
+                                PatternRewriter &rewriter) const override {
+    for (int k = 0; k < 2; ++k) {
+      auto norm = op->getOperand(k).getDefiningOp<zg::RmsNormOp>();
+      Value w = op->getOperand(1 - k);
+      auto wt = cast<RankedTensorType>(w.getType());
+      if (!norm || norm.getScale() || !norm->hasOneUse() ||
+          norm.getType() != op.getType() || wt.getRank() != 1 ||
+          wt.getDimSize(0) != norm.getType().getShape().back())
+        continue;
+      rewriter.replaceOpWithNewOp<zg::RmsNormOp>(op, op.getType(),
+                                                 norm.getInput(), w,
+                                                 norm.getEpsilonAttr());
+      return success();
+    }
+    return failure();
+  }
+};
+
+struct RecogniseRmsNormPass
+    : transforms::impl::RecogniseRmsNormBase<RecogniseRmsNormPass> {
+  void runOnOperation() override {
+    int64_t before = countOps<zg::RmsNormOp>(getOperation());
+    RewritePatternSet patterns(&getContext());
+    patterns.add<RmsNormMul, RmsNormDiv, RmsNormScale>(&getContext());
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      return signalPassFailure();
+    numRmsNorm += countOps<zg::RmsNormOp>(getOperation()) - before;
+  }
+};
+
+} // namespace

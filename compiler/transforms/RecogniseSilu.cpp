@@ -1,0 +1,51 @@
+//===- RecogniseSilu.cpp - zg-recognise-silu ------------------------------===//
+//
+// x * sigmoid(x) -> zg.silu(x).
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/transforms/Matchers.h"
+#include "compiler/transforms/Passes.h"
+
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace zplan::transforms {
+#define GEN_PASS_DEF_RECOGNISESILU
+#include "compiler/transforms/Passes.h.inc"
+} // namespace zplan::transforms
+
+using namespace mlir;
+using namespace zplan;
+namespace zg = zplan::graph;
+
+namespace {
+
+struct SiluPattern : OpRewritePattern<zg::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(zg::MulOp op,
+                                PatternRewriter &rewriter) const override {
+    for (int k = 0; k < 2; ++k) {
+      Value x = op->getOperand(k);
+      auto sig = op->getOperand(1 - k).getDefiningOp<zg::SigmoidOp>();
+      if (!sig || sig.getInput() != x || x.getType() != op.getType())
+        continue;
+      rewriter.replaceOpWithNewOp<zg::SiluOp>(op, op.getType(), x);
+      return success();
+    }
+    return failure();
+  }
+};
+
+struct RecogniseSiluPass
+    : transforms::impl::RecogniseSiluBase<RecogniseSiluPass> {
+  void runOnOperation() override {
+    int64_t before = transforms::countOps<zg::SiluOp>(getOperation());
+    RewritePatternSet patterns(&getContext());
+    patterns.add<SiluPattern>(&getContext());
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      return signalPassFailure();
+    numSilu += transforms::countOps<zg::SiluOp>(getOperation()) - before;
+  }
+};
+
+} // namespace
