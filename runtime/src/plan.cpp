@@ -3,6 +3,7 @@
 // dtype, shape, arena range, attribute count and weight piece, and finally the collective hash.
 #include "plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -27,9 +28,17 @@ Shape to_shape(const flatbuffers::Vector<int64_t> *v) {
   return s;
 }
 
+/// Shapes bigger than this are rejected; it also keeps every size product below int64 overflow.
+constexpr int64_t kHuge = int64_t{1} << 50;
+
+/// Element count, saturating at kHuge (so a hostile shape cannot overflow); -1 for a negative dim.
 int64_t numel(const Shape &s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) {
+    if (d < 0) return -1;
+    if (d > 0 && n > kHuge / d) return kHuge;
+    n *= d;
+  }
   return n;
 }
 
@@ -109,6 +118,46 @@ bool op_signature(fb::Op op, OpSig *s) {
 bool optional_input(fb::Op op, size_t i) {
   return (op == fb::Op::linear && i == 2) || (op == fb::Op::layer_norm && i == 2) ||
          (op == fb::Op::rms_norm && i == 1) || (op == fb::Op::attention && i == 3);
+}
+
+template <class T>
+bool aligned8(const flatbuffers::Vector<T> *v) {
+  return !v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->Data()) % 8 == 0;
+}
+
+/// FlatBuffers 2.0's verifier checks a vector's length field for 4-byte alignment but not its 8-byte
+/// elements; a corrupt (CRC-valid) file could make the runtime read misaligned 64-bit values, which is
+/// undefined behaviour. Every vector of 8-byte scalars is checked here before anything reads it.
+bool wide_vectors_aligned(const fb::Plan &p) {
+  if (p.tensors())
+    for (const fb::Tensor *t : *p.tensors())
+      if (!aligned8(t->shape())) return false;
+  if (p.constants())
+    for (const fb::Constant *c : *p.constants())
+      if (!aligned8(c->shape())) return false;
+  if (p.weights())
+    for (const fb::WeightSource *w : *p.weights())
+      if (!aligned8(w->shape())) return false;
+  if (p.bindings())
+    for (const fb::WeightBinding *b : *p.bindings()) {
+      if (!aligned8(b->local_shape())) return false;
+      if (b->ranks())
+        for (const fb::RankSlice *r : *b->ranks())
+          if (r->pieces())
+            for (const fb::Piece *pc : *r->pieces())
+              if (!aligned8(pc->src_start()) || !aligned8(pc->dst_start()) || !aligned8(pc->size())) return false;
+    }
+  for (const auto *v : {p.inputs(), p.outputs()})
+    if (v)
+      for (const fb::IOBinding *b : *v)
+        if (!aligned8(b->global_shape())) return false;
+  if (p.instrs())
+    for (const fb::Instr *in : *p.instrs())
+      if (!aligned8(in->ints()) || !aligned8(in->floats())) return false;
+  if (p.memory())
+    for (const fb::RankMemory *m : *p.memory())
+      if (!aligned8(m->arena_bytes())) return false;
+  return true;
 }
 
 class Verifier {
@@ -233,6 +282,17 @@ Status Verifier::check_tensors() {
     if (ti.offset % 8 != 0 && dtype_size(ti.dtype) > 1 && ti.offset % dtype_size(ti.dtype) != 0)
       return fail(w + ": offset " + std::to_string(ti.offset) + " is not aligned to its element size");
   }
+  // An arena far larger than the tensors placed in it is a corrupt or mistaken plan; refusing it keeps a
+  // flipped bit from turning into a huge allocation.
+  for (int sp = 0; sp < kNumMemSpaces; ++sp) {
+    uint64_t extent = 0;
+    for (const TInfo &ti : t_)
+      if (static_cast<int>(ti.space) == sp) extent = std::max(extent, ti.offset + ti.bytes);
+    if (arena_[sp] > 2 * extent + (uint64_t{1} << 20))
+      return fail(std::string("the ") + fb::EnumNameMemSpace(static_cast<fb::MemSpace>(sp)) + " arena of rank " +
+                  std::to_string(l_.rank) + " is " + std::to_string(arena_[sp]) + " bytes but its tensors end at " +
+                  std::to_string(extent));
+  }
   for (size_t i = 0; i < n; ++i) {
     const fb::Tensor *t = ts->Get(i);
     const std::string w = tn(static_cast<int>(i));
@@ -259,8 +319,7 @@ Status Verifier::check_constants_and_weights() {
       const fb::Constant *c = cs->Get(i);
       if (c->dtype() > fb::DType::MAX) return fail("constant " + std::to_string(i) + ": unknown dtype");
       Shape s = to_shape(c->shape());
-      for (int64_t d : s)
-        if (d < 0 || d > (int64_t{1} << 40)) return fail("constant " + std::to_string(i) + ": bad shape " + shape_str(s));
+      if (numel(s) < 0 || numel(s) >= kHuge) return fail("constant " + std::to_string(i) + ": bad shape " + shape_str(s));
       const uint64_t need = static_cast<uint64_t>(numel(s)) * dtype_size(static_cast<DType>(c->dtype()));
       const uint64_t have = c->data() ? c->data()->size() : 0;
       if (have != need)
@@ -283,8 +342,7 @@ Status Verifier::check_constants_and_weights() {
     if (w->dtype() > fb::DType::MAX) return fail(wn + ": unknown dtype");
     Shape s = to_shape(w->shape());
     if (s.size() > 8) return fail(wn + ": rank > 8");
-    for (int64_t d : s)
-      if (d < 0 || d > (int64_t{1} << 40)) return fail(wn + ": bad shape " + shape_str(s));
+    if (numel(s) < 0 || numel(s) >= kHuge) return fail(wn + ": bad shape " + shape_str(s));
     const uint64_t need = static_cast<uint64_t>(numel(s)) * dtype_size(static_cast<DType>(w->dtype()));
     const bool has_file = w->file() && w->file()->size() > 0;
     if (has_file) {
@@ -312,8 +370,7 @@ Status Verifier::check_constants_and_weights() {
     const fb::WeightSource *src = ws->Get(b->source());
     Shape ss = to_shape(src->shape()), ls = to_shape(b->local_shape());
     if (ls.size() != ss.size()) return fail(bn + ": local shape " + shape_str(ls) + " and source shape " + shape_str(ss) + " differ in rank");
-    for (int64_t d : ls)
-      if (d < 0) return fail(bn + ": negative local dimension");
+    if (numel(ls) < 0 || numel(ls) >= kHuge) return fail(bn + ": bad local shape " + shape_str(ls));
     const int64_t local_n = numel(ls);
     if (!b->ranks() || static_cast<int>(b->ranks()->size()) != world_)
       return fail(bn + ": needs one RankSlice per rank (" + std::to_string(world_) + ")");
@@ -342,7 +399,8 @@ Status Verifier::check_constants_and_weights() {
         if (a.size() != ss.size() || d.size() != ss.size() || z.size() != ss.size())
           return fail(pn + ": src_start, dst_start and size must have the source's rank " + std::to_string(ss.size()));
         for (size_t k = 0; k < ss.size(); ++k)
-          if (z[k] < 0 || a[k] < 0 || d[k] < 0 || a[k] + z[k] > ss[k] || d[k] + z[k] > ls[k])
+          if (z[k] < 0 || a[k] < 0 || d[k] < 0 || a[k] > ss[k] || z[k] > ss[k] - a[k] || d[k] > ls[k] ||
+              z[k] > ls[k] - d[k])
             return fail(pn + ": box src " + shape_str(a) + " dst " + shape_str(d) + " size " + shape_str(z) +
                         " is outside the source " + shape_str(ss) + " or the local tensor " + shape_str(ls));
       }
@@ -566,8 +624,12 @@ Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<
       for (size_t k = 0; k < x.size(); ++k) {
         const int64_t s = ints(k), st = ints(k + x.size());
         if (o[k] == 0) continue;
+        if (s < 0 || s >= x[k]) return bad("dim " + std::to_string(k) + " starts outside the input");
+        if (o[k] == 1) continue;
+        // |step| <= dim keeps (size - 1) * step within int64 (both are below 2^50).
+        if (st == 0 || st > x[k] || st < -x[k]) return bad("dim " + std::to_string(k) + " has step " + std::to_string(st));
         const int64_t last = s + (o[k] - 1) * st;
-        if (st == 0 || s < 0 || s >= x[k] || last < 0 || last >= x[k]) return bad("dim " + std::to_string(k) + " slices outside the input");
+        if (last < 0 || last >= x[k]) return bad("dim " + std::to_string(k) + " slices outside the input");
       }
       return {};
     }
@@ -683,7 +745,10 @@ Status verify_plan(const uint8_t *file, size_t n, const Launch &launch, const fb
   opts.max_tables = 1u << 26;
   flatbuffers::Verifier v(payload, static_cast<size_t>(len), opts);
   if (!fb::VerifyPlanBuffer(v)) return error(Code::plan_invalid, "the FlatBuffers verifier rejects the payload");
+  if (reinterpret_cast<uintptr_t>(payload) % 8 != 0)
+    return error(Code::internal, "the plan payload is not 8-byte aligned in memory");
   const fb::Plan *p = fb::GetPlan(payload);
+  if (!wide_vectors_aligned(*p)) return error(Code::plan_invalid, "a vector of 64-bit values is misaligned");
   Verifier ver(*p, launch);
   ZRT_RETURN_IF_ERROR(ver.run());
   *plan = p;
