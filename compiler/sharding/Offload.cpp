@@ -42,7 +42,7 @@ struct ZplanOffloadPass
     ModuleOp module = getOperation();
     if (param != "none" && param != "cpu") {
       module.emitError("offload param must be 'none' or 'cpu', got '")
-          << param << "'";
+          << std::string(param) << "'";
       return signalPassFailure();
     }
     if (param == "none")

@@ -22,7 +22,7 @@ struct ZplanSetMeshPass
     ModuleOp module = getOperation();
     if (tp < 1 || dp < 1) {
       module.emitError("mesh sizes must be at least 1, got tp = ")
-          << tp << ", dp = " << dp;
+          << (int64_t)tp << ", dp = " << (int64_t)dp;
       return signalPassFailure();
     }
     zplan::dist::setMesh(module, tp, dp);

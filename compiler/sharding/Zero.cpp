@@ -371,7 +371,7 @@ LogicalResult ZplanZeroPass::shardParams(func::FuncOp func, int64_t dp) {
       return p.weight.emitError("parameter '")
              << p.weight.getName() << "' needs " << p.bytes
              << " bytes gathered, more than --max-live-bytes = "
-             << maxLiveBytes;
+             << (int64_t)maxLiveBytes;
     auto fits = [&](int64_t from) {
       if (maxLiveBytes <= 0)
         return true;
@@ -394,7 +394,7 @@ LogicalResult ZplanZeroPass::shardParams(func::FuncOp func, int64_t dp) {
     }
     if (!fits(pos)) {
       return p.weight.emitError("gathered parameters exceed --max-live-bytes = ")
-             << maxLiveBytes << " when '" << p.weight.getName()
+             << (int64_t)maxLiveBytes << " when '" << p.weight.getName()
              << "' is gathered (" << p.bytes
              << " bytes); raise the cap or lower --persist-threshold";
     }
@@ -451,7 +451,7 @@ void ZplanZeroPass::runOnOperation() {
   ModuleOp module = getOperation();
   int64_t dp = dist::getMeshAxisSize(module, "dp");
   if (stage < 0 || stage > 3) {
-    module.emitError("ZeRO stage must be 0, 1, 2 or 3, got ") << stage;
+    module.emitError("ZeRO stage must be 0, 1, 2 or 3, got ") << (int64_t)stage;
     return signalPassFailure();
   }
   if (persistThreshold < 0 || prefetchBytes < 0 || maxLiveBytes < 0) {
@@ -461,7 +461,7 @@ void ZplanZeroPass::runOnOperation() {
   }
   if (stage == 1 || stage == 2)
     module.emitRemark("ZeRO stage ")
-        << stage
+        << (int64_t)stage
         << " only shards training state (gradients, optimizer state); "
            "inference parameters stay replicated";
   if (stage == 3 && dp == 1)
@@ -470,10 +470,6 @@ void ZplanZeroPass::runOnOperation() {
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal())
       continue;
-    if (!func.getBody().hasOneBlock()) {
-      func.emitError("ZeRO expects a single-block function");
-      return signalPassFailure();
-    }
     if (dp > 1) {
       BatchSplitter split(func, dp);
       if (failed(split.run()))

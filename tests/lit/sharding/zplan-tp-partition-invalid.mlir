@@ -1,0 +1,24 @@
+// RUN: zplan-opt --split-input-file --zplan-tp-partition --verify-diagnostics %s
+
+// Tests that asking for a split of an activation that is whole is refused:
+// the SPMD plan has no rank-dependent slice.
+module attributes {zd.tp = 2 : i64} {
+func.func @resplit(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{cannot convert an operand split as #zd.sharding<[_, _]> to #zd.sharding<[_, tp]>: an activation can only be gathered, not re-split}}
+  %n = zg.neg %x {zd.operand_shardings = [#zd.sharding<[_, tp]>]} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %n : tensor<2x8xf32>
+}
+}
+
+// -----
+
+// Tests that fused segments of different sizes cannot be gathered whole.
+module attributes {zd.tp = 2 : i64} {
+func.func @segments(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  %w = zg.weight {name = "w", file = "m.data", offset = 0 : i64, length = 256 : i64, zd.result_shardings = [#zd.sharding<[_, tp], segments = [4, 2, 2]>]} : () -> tensor<8x8xf32>
+  %a = zg.linear %x, %w {zd.result_shardings = [#zd.sharding<[_, tp], segments = [4, 2, 2]>]} : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
+  // expected-error @+1 {{cannot make a value of unequal fused segments whole (segments of different sizes)}}
+  %b = zg.neg %a {zd.operand_shardings = [#zd.sharding<[_, _]>]} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %b : tensor<2x8xf32>
+}
+}
