@@ -5,6 +5,7 @@
 // index maps and a stream, returning cudaError_t), tier 3 the zk::cuda entry points that check dtypes and
 // shapes exactly as the CPU reference does.
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 
 #include "common.cuh"
@@ -99,10 +100,36 @@ __device__ __forceinline__ int64_t apply_binary_int(Binary op, int64_t x, int64_
 #define ZK_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-// --- tier 1 ---------------------------------------------------------------------------------------------------
+/// 16 bytes of T: the unit of the vectorised paths (8 bf16/f16 or 4 f32 elements per load).
 template <class T>
+struct alignas(16) Pack {
+  static constexpr int N = 16 / sizeof(T);
+  T v[N];
+};
+
+/// Whether every pointer is 16-byte aligned and n a whole number of packs, so the packed path applies.
+template <class T>
+inline bool packable(int64_t n, std::initializer_list<const void *> ps) {
+  if (n % Pack<T>::N) return false;
+  for (const void *p : ps)
+    if (reinterpret_cast<uintptr_t>(p) % 16) return false;
+  return true;
+}
+
+// --- tier 1 ---------------------------------------------------------------------------------------------------
+// Memory-bound maps come in two forms: Packed (16-byte loads and stores, n counted in packs) and plain.
+template <class T, bool Packed>
 __global__ void unary_kernel(Unary op, const T *__restrict__ x, T *__restrict__ y, int64_t n) {
-  ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_unary(op, to_f32(x[i])));
+  if (Packed) {
+    ZK_GRID_STRIDE(i, n) {
+      Pack<T> a = reinterpret_cast<const Pack<T> *>(x)[i];
+#pragma unroll
+      for (int j = 0; j < Pack<T>::N; ++j) a.v[j] = from_f32<T>(apply_unary(op, to_f32(a.v[j])));
+      reinterpret_cast<Pack<T> *>(y)[i] = a;
+    }
+  } else {
+    ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_unary(op, to_f32(x[i])));
+  }
 }
 
 __global__ void unary_int_kernel(Unary op, const void *x, DType t, void *y, int64_t n) {
@@ -138,10 +165,20 @@ __global__ void binary_kernel(Binary op, bool as_float, const void *a, DType at,
 }
 
 /// The hot path of residual adds and scalings: one storage type, equal shapes, no index math.
-template <class T>
+template <class T, bool Packed>
 __global__ void binary_dense_kernel(Binary op, const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ y,
                                     int64_t n) {
-  ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_binary(op, to_f32(a[i]), to_f32(b[i])));
+  if (Packed) {
+    ZK_GRID_STRIDE(i, n) {
+      Pack<T> pa = reinterpret_cast<const Pack<T> *>(a)[i];
+      const Pack<T> pb = reinterpret_cast<const Pack<T> *>(b)[i];
+#pragma unroll
+      for (int j = 0; j < Pack<T>::N; ++j) pa.v[j] = from_f32<T>(apply_binary(op, to_f32(pa.v[j]), to_f32(pb.v[j])));
+      reinterpret_cast<Pack<T> *>(y)[i] = pa;
+    }
+  } else {
+    ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_binary(op, to_f32(a[i]), to_f32(b[i])));
+  }
 }
 
 __global__ void where_kernel(const void *c, DType ct, const void *a, DType at, const void *b, DType bt, void *y,
@@ -171,15 +208,36 @@ __global__ void fill_kernel(void *y, DType t, int64_t n, double v) {
   }
 }
 
-template <class T>
+template <class T, bool Packed>
 __global__ void bias_act_kernel(Unary act, const T *__restrict__ x, const T *__restrict__ bias, T *__restrict__ y,
                                 int64_t n, int64_t cols) {
-  ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_unary(act, to_f32(x[i]) + to_f32(bias[i % cols])));
+  if (Packed) {  // cols is a whole number of packs, so a pack never straddles two rows
+    const int64_t pcols = cols / Pack<T>::N;
+    ZK_GRID_STRIDE(i, n) {
+      Pack<T> a = reinterpret_cast<const Pack<T> *>(x)[i];
+      const Pack<T> bb = reinterpret_cast<const Pack<T> *>(bias)[i % pcols];
+#pragma unroll
+      for (int j = 0; j < Pack<T>::N; ++j) a.v[j] = from_f32<T>(apply_unary(act, to_f32(a.v[j]) + to_f32(bb.v[j])));
+      reinterpret_cast<Pack<T> *>(y)[i] = a;
+    }
+  } else {
+    ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_unary(act, to_f32(x[i]) + to_f32(bias[i % cols])));
+  }
 }
 
-template <class T>
+template <class T, bool Packed>
 __global__ void gated_kernel(Unary act, const T *__restrict__ g, const T *__restrict__ u, T *__restrict__ y, int64_t n) {
-  ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_unary(act, to_f32(g[i])) * to_f32(u[i]));
+  if (Packed) {
+    ZK_GRID_STRIDE(i, n) {
+      Pack<T> a = reinterpret_cast<const Pack<T> *>(g)[i];
+      const Pack<T> b = reinterpret_cast<const Pack<T> *>(u)[i];
+#pragma unroll
+      for (int j = 0; j < Pack<T>::N; ++j) a.v[j] = from_f32<T>(apply_unary(act, to_f32(a.v[j])) * to_f32(b.v[j]));
+      reinterpret_cast<Pack<T> *>(y)[i] = a;
+    }
+  } else {
+    ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_unary(act, to_f32(g[i])) * to_f32(u[i]));
+  }
 }
 
 }  // namespace
@@ -190,7 +248,12 @@ namespace launch {
 template <class T>
 cudaError_t unary(Unary op, const T *x, T *y, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  unary_kernel<T><<<detail::grid_for(n), kThreads, 0, s>>>(op, x, y, n);
+  if (packable<T>(n, {x, y})) {
+    const int64_t m = n / Pack<T>::N;
+    unary_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(op, x, y, m);
+  } else {
+    unary_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(op, x, y, n);
+  }
   return detail::launched();
 }
 
@@ -211,7 +274,12 @@ cudaError_t binary(Binary op, bool as_float, const void *a, DType at, const void
 template <class T>
 cudaError_t binary_dense(Binary op, const T *a, const T *b, T *y, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  binary_dense_kernel<T><<<detail::grid_for(n), kThreads, 0, s>>>(op, a, b, y, n);
+  if (packable<T>(n, {a, b, y})) {
+    const int64_t m = n / Pack<T>::N;
+    binary_dense_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(op, a, b, y, m);
+  } else {
+    binary_dense_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(op, a, b, y, n);
+  }
   return detail::launched();
 }
 
@@ -230,14 +298,24 @@ cudaError_t expand(const void *x, void *y, size_t elem, int64_t n, const IndexMa
 template <class T>
 cudaError_t bias_act(Unary act, const T *x, const T *bias, T *y, int64_t n, int64_t cols, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  bias_act_kernel<T><<<detail::grid_for(n), kThreads, 0, s>>>(act, x, bias, y, n, cols);
+  if (packable<T>(cols, {x, bias, y})) {
+    const int64_t m = n / Pack<T>::N;
+    bias_act_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(act, x, bias, y, m, cols);
+  } else {
+    bias_act_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(act, x, bias, y, n, cols);
+  }
   return detail::launched();
 }
 
 template <class T>
 cudaError_t gated(Unary act, const T *g, const T *u, T *y, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  gated_kernel<T><<<detail::grid_for(n), kThreads, 0, s>>>(act, g, u, y, n);
+  if (packable<T>(n, {g, u, y})) {
+    const int64_t m = n / Pack<T>::N;
+    gated_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(act, g, u, y, m);
+  } else {
+    gated_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(act, g, u, y, n);
+  }
   return detail::launched();
 }
 

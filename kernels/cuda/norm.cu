@@ -61,7 +61,9 @@ __global__ void softmax_kernel(const T *__restrict__ x, U *__restrict__ y, int64
 }
 
 /// Layer norm or RMS norm of one row of `n`, optionally of (x + residual), which is then also stored.
-template <class T, bool Rms, bool Residual>
+/// With Cache > 0 (rows of at most Cache * blockDim elements) the row is read from memory once and held in
+/// registers; otherwise it is read once per pass (the later passes mostly hit L1/L2).
+template <class T, bool Rms, bool Residual, int Cache>
 __global__ void norm_kernel(const T *__restrict__ x, const T *__restrict__ r, const T *__restrict__ scale,
                             const T *__restrict__ bias, T *__restrict__ sum_out, T *__restrict__ y, int64_t n, float eps) {
   __shared__ float red[32];
@@ -71,6 +73,38 @@ __global__ void norm_kernel(const T *__restrict__ x, const T *__restrict__ r, co
     if (!Residual) return to_f32(x[base + j]);
     return to_f32(from_f32<T>(to_f32(x[base + j]) + to_f32(r[base + j])));
   };
+  auto finish = [&](int64_t j, float v, float mean, float inv) {
+    if (Residual && sum_out) sum_out[base + j] = from_f32<T>(v);
+    float o = (v - mean) * inv;
+    if (scale) o *= to_f32(scale[j]);
+    if (bias) o += to_f32(bias[j]);
+    y[base + j] = from_f32<T>(o);
+  };
+  if (Cache > 0) {
+    float v[Cache > 0 ? Cache : 1];
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < Cache; ++k) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      v[k] = j < n ? load(j) : 0.0f;
+      s += v[k];
+    }
+    const float mean = Rms ? 0.0f : block_sum(s, red) / static_cast<float>(n);
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < Cache; ++k) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      const float dv = j < n ? v[k] - mean : 0.0f;
+      ss += dv * dv;
+    }
+    const float inv = rsqrtf(block_sum(ss, red) / static_cast<float>(n) + eps);
+#pragma unroll
+    for (int k = 0; k < Cache; ++k) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (j < n) finish(j, v[k], mean, inv);
+    }
+    return;
+  }
   float mean = 0.0f;
   if (!Rms) {
     float s = 0.0f;
@@ -79,19 +113,12 @@ __global__ void norm_kernel(const T *__restrict__ x, const T *__restrict__ r, co
   }
   float ss = 0.0f;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float d = load(j) - mean;
-    ss += d * d;
+    const float dv = load(j) - mean;
+    ss += dv * dv;
   }
   ss = block_sum(ss, red);
   const float inv = rsqrtf(ss / static_cast<float>(n) + eps);
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float v = load(j);
-    if (Residual && sum_out) sum_out[base + j] = from_f32<T>(v);
-    float o = (v - mean) * inv;
-    if (scale) o *= to_f32(scale[j]);
-    if (bias) o += to_f32(bias[j]);
-    y[base + j] = from_f32<T>(o);
-  }
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) finish(j, load(j), mean, inv);
 }
 
 __device__ __forceinline__ float nan_max(float a, float b) {
@@ -167,18 +194,26 @@ cudaError_t softmax(const T *x, U *y, int64_t rows, int64_t n, int64_t inner, fl
   return detail::launched();
 }
 
+template <class T, bool Rms, bool Residual>
+void norm_launch(const T *x, const T *r, const T *scale, const T *bias, T *sum, T *y, int64_t rows, int64_t n, float eps,
+                 cudaStream_t s) {
+  const unsigned g = static_cast<unsigned>(rows);
+  const int t = row_threads(n);
+  if (n <= 4LL * t) norm_kernel<T, Rms, Residual, 4><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
+  else if (n <= 8LL * t) norm_kernel<T, Rms, Residual, 8><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
+  else norm_kernel<T, Rms, Residual, 0><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
+}
+
 template <class T>
 cudaError_t norm(const T *x, const T *r, const T *scale, const T *bias, T *sum, T *y, int64_t rows, int64_t n, bool rms,
                  float eps, cudaStream_t s) {
   if (rows == 0 || n == 0) return cudaSuccess;
-  const unsigned g = static_cast<unsigned>(rows);
-  const int t = row_threads(n);
   if (rms) {
-    if (r) norm_kernel<T, true, true><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
-    else norm_kernel<T, true, false><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
+    if (r) norm_launch<T, true, true>(x, r, scale, bias, sum, y, rows, n, eps, s);
+    else norm_launch<T, true, false>(x, r, scale, bias, sum, y, rows, n, eps, s);
   } else {
-    if (r) norm_kernel<T, false, true><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
-    else norm_kernel<T, false, false><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
+    if (r) norm_launch<T, false, true>(x, r, scale, bias, sum, y, rows, n, eps, s);
+    else norm_launch<T, false, false>(x, r, scale, bias, sum, y, rows, n, eps, s);
   }
   return detail::launched();
 }

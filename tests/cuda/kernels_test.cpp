@@ -75,6 +75,7 @@ TEST(CudaElementwise, BinaryBroadcastMatchesReference) {
   const Case cases[] = {{Dims{4, 1, 5}, Dims{3, 1}, Dims{4, 3, 5}},
                         {Dims{2, 3, 129}, Dims{129}, Dims{2, 3, 129}},
                         {Dims{6, 7}, Dims{6, 7}, Dims{6, 7}},
+                        {Dims{4, 64}, Dims{4, 64}, Dims{4, 64}},  // dense and packable: the 16-byte path
                         {Dims{}, Dims{2, 5}, Dims{2, 5}},
                         {Dims{2, 1, 3, 1, 2, 1}, Dims{1, 4, 1, 5, 1, 3}, Dims{2, 4, 3, 5, 2, 3}}};
   const Binary ops[] = {Binary::add, Binary::sub,  Binary::mul,     Binary::div,        Binary::pow,
@@ -141,7 +142,7 @@ TEST(CudaElementwise, WhereExpandFill) {
 
 TEST(CudaElementwise, FusedBiasActivationAndGatedProduct) {
   for (DType t : kFloats)
-    for (Dims s : {Dims{5, 96}, Dims{2, 3, 1000}}) {
+    for (Dims s : {Dims{5, 96}, Dims{2, 3, 1000}, Dims{4, 33}}) {  // packed (16-byte) and plain paths
       const int64_t n = s.d[s.rank - 1];
       HostT x = random_tensor(t, s), bias = random_tensor(t, Dims{n}), up = random_tensor(t, s);
       for (Unary act : {Unary::gelu_tanh, Unary::gelu_erf, Unary::silu, Unary::relu}) {
