@@ -237,6 +237,62 @@ TEST(World2, OneRankWithAShortWeightsFileStopsAll) {
   EXPECT_NE(st.message().find("weights.bin' is 100 bytes"), std::string::npos) << st.message();
 }
 
+/// Vocabulary-parallel embedding with padding and a tied LM head, as the compiler lowers GPT-2 over tp:
+/// the vocabulary (5) is padded to a multiple of tp, each rank holds V_local rows (padding rows zero, no
+/// piece covers them), the embedding's partial rows are summed over tp, logits of the local vocabulary part
+/// are gathered over tp along the last dim, and a slice drops the padding columns.
+void check_vocab_parallel(int tp) {
+  const int64_t V = 5, D = 4, B = 2, S = 3;
+  const int64_t Vl = (V + tp - 1) / tp;
+  std::vector<float> E = lcg(V * D, 21);
+  std::vector<int64_t> ids = {0, 4, 2, 3, 1, 4};
+  PlanBuilder p(tp, 1);
+  std::vector<uint8_t> eb(E.size() * 4);
+  std::memcpy(eb.data(), E.data(), eb.size());
+  p.weights.push_back({"wte", "", 0, 0, fb::DType::f32, {V, D}, eb});
+  const int et = p.tensor("wte", fb::DType::f32, {Vl, D}, fb::TensorKind::weight);
+  PlanBuilder::B b{et, 0, {Vl, D}, {}};
+  for (int r = 0; r < tp; ++r) {
+    PlanBuilder::RS rs;
+    const int64_t lo = r * Vl, hi = std::min(V, lo + Vl);
+    if (hi > lo) rs.pieces.push_back({{lo, 0}, {0, 0}, {hi - lo, D}});
+    rs.fb = 0;
+    rs.fe = static_cast<uint64_t>(Vl * D);
+    b.ranks.push_back(rs);
+  }
+  p.bindings.push_back(b);
+  const int in = p.input("ids", fb::DType::i64, {B, S}, false);
+  const int emb = p.act("emb", {B, S, D});
+  p.op(fb::Op::embedding, {et, in}, {emb}, {tp > 1 ? Vl : 0});
+  if (tp > 1) p.op(fb::Op::all_reduce, {emb}, {emb}, {}, {}, fb::Axis::tp);
+  const int lg = p.act("logits_local", {B, S, Vl});
+  p.op(fb::Op::linear, {emb, et}, {lg}, {1}, {1.0});
+  int full = lg;
+  if (tp > 1) {
+    full = p.act("logits_padded", {B, S, Vl * tp});
+    p.op(fb::Op::all_gather, {lg}, {full}, {2}, {}, fb::Axis::tp);
+  }
+  const int out = p.output("logits", {B, S, V}, false);
+  p.op(fb::Op::slice, {full}, {out}, {0, 0, 0, 1, 1, 1});
+  auto s = open_ok(p, ".");
+  ASSERT_TRUE(s);
+  ASSERT_TRUE(s->bind_input("ids", ids.data(), ids.size() * 8).ok());
+  zrt::Status st = s->run();
+  ASSERT_TRUE(st.ok()) << st.message();
+  std::vector<float> got(B * S * V);
+  ASSERT_TRUE(s->read_local_output("logits", got.data(), got.size() * 4, nullptr).ok());
+  for (int64_t i = 0; i < B * S; ++i)
+    for (int64_t v = 0; v < V; ++v) {
+      double want = 0;
+      for (int64_t d = 0; d < D; ++d) want += static_cast<double>(E[ids[i] * D + d]) * E[v * D + d];
+      EXPECT_NEAR(got[i * V + v], want, 1e-5) << "tp " << tp << " row " << i << " vocab " << v;
+    }
+}
+
+TEST(World1, VocabParallel) { NEED_WORLD(1); check_vocab_parallel(1); }
+TEST(World2, VocabParallelPadded) { NEED_WORLD(2); check_vocab_parallel(2); }
+TEST(World4, VocabParallelPadded) { NEED_WORLD(4); check_vocab_parallel(4); }
+
 TEST(World4, MlpTp2Dp2Zero3) {
   NEED_WORLD(4);
   Mlp m;
