@@ -30,6 +30,9 @@ namespace fs = std::filesystem;
 namespace zplan::plan {
 namespace {
 
+/// The largest constant carried inline in a plan file.
+constexpr uint64_t kMaxInlineConstantBytes = 64ull << 20;
+
 std::vector<int64_t> shapeOf(Value v) {
   auto shape = cast<ShapedType>(v.getType()).getShape();
   return {shape.begin(), shape.end()};
@@ -205,6 +208,17 @@ struct Emitter {
       const TensorInfo &t = lv.tensors[i];
       Operation *def = t.value.getDefiningOp();
       if (t.kind == TensorKind::Constant) {
+        // Constants travel inline in the plan file; a huge one (typically a
+        // causal mask that no attention absorbed) would bloat every plan.
+        if (t.bytes > kMaxInlineConstantBytes)
+          return def->emitError()
+                 << "zplan-emit: constant of " << t.bytes
+                 << " bytes is too large to carry inline in the plan (limit "
+                 << kMaxInlineConstantBytes << ")"
+                 << (isa<graph::CausalMaskOp>(def)
+                         ? ": this causal mask should have been absorbed by "
+                           "a recognised zg.attention"
+                         : "");
         std::vector<uint8_t> data;
         if (auto mask = dyn_cast<graph::CausalMaskOp>(def)) {
           encodeCausalMask(mask, t.dtype, data);
