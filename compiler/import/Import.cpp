@@ -959,37 +959,42 @@ LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
   if (n.input_size() < 1)
     return nodeError(n) << "needs inputs";
   // Variadic Max / Min / Sum fold left into binary ops.
-  Val acc = *in(n, 0);
+  // `cur` points into the value table until the first result exists, so
+  // that materializing an input caches its SSA value there.
+  Val *cur = in(n, 0), acc;
+  if (!cur)
+    return nodeError(n) << "missing input 0";
   for (int k = 1; k < n.input_size(); ++k) {
     Val *y = in(n, k);
     if (!y)
       return nodeError(n) << "missing input " << k;
-    if (acc.dtype != y->dtype)
-      return nodeError(n) << "input types differ: " << dtypeName(acc.dtype)
+    if (cur->dtype != y->dtype)
+      return nodeError(n) << "input types differ: " << dtypeName(cur->dtype)
                           << " and " << dtypeName(y->dtype);
-    auto shape = broadcast(acc.shape, y->shape);
+    auto shape = broadcast(cur->shape, y->shape);
     if (!shape)
-      return nodeError(n) << "input shapes " << shapeStr(acc.shape) << " and "
+      return nodeError(n) << "input shapes " << shapeStr(cur->shape) << " and "
                           << shapeStr(y->shape) << " do not broadcast";
     if (!checkedNumElements(*shape))
       return nodeError(n) << "result has too many elements";
     Val r;
-    if (acc.c && y->c) {
-      ConstTensor c = eval::binary(bit->second, *acc.c, *y->c, *shape);
+    if (cur->c && y->c) {
+      ConstTensor c = eval::binary(bit->second, *cur->c, *y->c, *shape);
       r.dtype = c.dtype;
       r.shape = c.shape;
       r.c = std::make_shared<ConstTensor>(std::move(c));
       acc = std::move(r);
+      cur = &acc;
       continue;
     }
-    Value a = materialize(acc), bv = materialize(*y);
+    Value a = materialize(*cur), bv = materialize(*y);
     bool cmp = op == "Equal" || op == "Less" || op == "Greater" ||
                op == "LessOrEqual" || op == "GreaterOrEqual" || op == "And" ||
                op == "Or";
     bool logical = op == "And" || op == "Or";
-    if (logical != (acc.dtype == kBool) && op != "Equal")
-      return nodeError(n) << "unsupported input type " << dtypeName(acc.dtype);
-    auto t = tensorType(cmp ? int32_t(kBool) : acc.dtype, *shape);
+    if (logical != (cur->dtype == kBool) && op != "Equal")
+      return nodeError(n) << "unsupported input type " << dtypeName(cur->dtype);
+    auto t = tensorType(cmp ? int32_t(kBool) : cur->dtype, *shape);
     Value v;
     switch (bit->second) {
     case Binary::Add: v = emit<zg::AddOp>(t, {a, bv}); break;
@@ -1013,8 +1018,9 @@ LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
     r.shape = *shape;
     r.v = v;
     acc = std::move(r);
+    cur = &acc;
   }
-  alias(n, 0, acc);
+  alias(n, 0, *cur);
   return success();
 }
 
@@ -1900,6 +1906,19 @@ OwningOpRef<ModuleOp> Importer::run() {
       return nullptr;
   if (failed(finishOutputs(fn)))
     return nullptr;
+  // Parameters and constants go first, in order of first use, so the printed
+  // graph reads like a parameter list followed by the computation.
+  Block &body = fn.getBody().front();
+  Operation *anchor = nullptr;
+  for (Operation &op : llvm::make_early_inc_range(body)) {
+    if (!isa<zg::WeightOp, zg::ConstantOp, zg::CausalMaskOp>(op))
+      continue;
+    if (anchor)
+      op.moveAfter(anchor);
+    else
+      op.moveBefore(&body.front());
+    anchor = &op;
+  }
   if (failed(verify(*module)))
     return nullptr;
   return module;

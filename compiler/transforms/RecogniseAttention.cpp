@@ -52,6 +52,34 @@ Value stripRepeatKv(Value v) {
   return kv;
 }
 
+/// For kT = k with its two last dims swapped, returns k [B, H, T, D]:
+/// transpose(k, [0, 1, 3, 2]), or the exporters' batched form
+/// reshape(transpose(reshape(k -> [B * H, T, D]), [0, 2, 1]) -> [B, H, D, T]).
+Value transposedKey(Value kt) {
+  if (auto tr = kt.getDefiningOp<zg::TransposeOp>()) {
+    if (tr.getPerm() == ArrayRef<int64_t>{0, 1, 3, 2} &&
+        shapeOf(tr.getInput()).size() == 4)
+      return tr.getInput();
+    return nullptr;
+  }
+  auto r2 = kt.getDefiningOp<zg::ReshapeOp>();
+  if (!r2)
+    return nullptr;
+  auto tr = r2.getInput().getDefiningOp<zg::TransposeOp>();
+  if (!tr || tr.getPerm() != ArrayRef<int64_t>{0, 2, 1})
+    return nullptr;
+  auto r1 = tr.getInput().getDefiningOp<zg::ReshapeOp>();
+  if (!r1)
+    return nullptr;
+  Value k = r1.getInput();
+  auto s = shapeOf(k);
+  if (s.size() != 4 ||
+      shapeOf(r1) != ArrayRef<int64_t>{s[0] * s[1], s[2], s[3]} ||
+      shapeOf(r2) != ArrayRef<int64_t>{s[0], s[1], s[3], s[2]})
+    return nullptr;
+  return k;
+}
+
 /// Peels scalar multiplications and divisions off v; multiplies them into
 /// `scale`.
 Value peelScale(Value v, double &scale) {
@@ -144,28 +172,28 @@ struct AttentionPattern : OpRewritePattern<zg::MatmulOp> {
     Value q = peelScale(mm.getLhs(), qs);
     Value kt = peelScale(mm.getRhs(), ks);
     scale *= qs * ks;
-    auto tr = kt.getDefiningOp<zg::TransposeOp>();
-    if (!tr || shapeOf(q).size() != 4 || shapeOf(tr.getInput()).size() != 4)
-      return failure();
-    Value k;
+    Value k, btHD;
     SmallVector<int64_t> ksh;
-    bool fromBTHD = false;
-    if (tr.getPerm() == ArrayRef<int64_t>{0, 1, 3, 2}) {
-      k = stripRepeatKv(tr.getInput());
+    if (shapeOf(q).size() != 4)
+      return failure();
+    if (Value direct = transposedKey(kt)) {
+      k = stripRepeatKv(direct);
       ksh.assign(shapeOf(k).begin(), shapeOf(k).end());
-    } else if (tr.getPerm() == ArrayRef<int64_t>{0, 2, 3, 1}) {
+    } else if (auto tr = kt.getDefiningOp<zg::TransposeOp>();
+               tr && tr.getPerm() == ArrayRef<int64_t>{0, 2, 3, 1}) {
       // kT came straight from [B, T, H, D]: k is its [0, 2, 1, 3] view.
-      fromBTHD = true;
-      auto xs = shapeOf(tr.getInput());
+      btHD = tr.getInput();
+      auto xs = shapeOf(btHD);
       ksh = {xs[0], xs[2], xs[1], xs[3]};
     } else {
       return failure();
     }
+    bool fromBTHD = bool(btHD);
     Value v = stripRepeatKv(op.getRhs());
     auto qsh = shapeOf(q), vsh = shapeOf(v);
     if (!fromBTHD && ksh[1] != vsh[1]) {
       // The repetition was stripped from one side only: keep both repeated.
-      k = tr.getInput();
+      k = transposedKey(kt);
       ksh.assign(shapeOf(k).begin(), shapeOf(k).end());
       v = op.getRhs();
       vsh = shapeOf(v);
@@ -198,7 +226,7 @@ struct AttentionPattern : OpRewritePattern<zg::MatmulOp> {
     Type elt = cast<RankedTensorType>(op.getType()).getElementType();
     if (fromBTHD)
       k = zg::TransposeOp::create(
-          rewriter, loc, RankedTensorType::get(ksh, elt), tr.getInput(),
+          rewriter, loc, RankedTensorType::get(ksh, elt), btHD,
           rewriter.getDenseI64ArrayAttr({0, 2, 1, 3}));
     if (keepCond) {
       auto st = RankedTensorType::get({}, elt);

@@ -92,8 +92,11 @@ struct LinearAlpha : OpRewritePattern<zg::MulOp> {
   }
 };
 
-/// reshape(linear(reshape(x [..., K] -> [M, K])) -> [..., N]) ->
-/// linear(x).
+/// reshape(linear(reshape(x -> [M, K])) -> [d0, ..., dp-1, N]) where
+/// d0 ... dp-1 are the leading dims of x with product M (and the remaining
+/// dims of x have product K) -> linear(x viewed as [d0, ..., dp-1, K]). The
+/// view is x itself when its last dim is K (the Gemm form of 3-D
+/// activations); otherwise one reshape stays in front of the linear.
 struct LinearReshapeSandwich : OpRewritePattern<zg::ReshapeOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(zg::ReshapeOp op,
@@ -105,17 +108,31 @@ struct LinearReshapeSandwich : OpRewritePattern<zg::ReshapeOp> {
     if (!inner)
       return failure();
     Value x = inner.getInput();
-    auto xs = cast<RankedTensorType>(x.getType()).getShape();
+    auto xt = cast<RankedTensorType>(x.getType());
+    auto xs = xt.getShape();
     auto flat = inner.getType().getShape();
     auto out = op.getType().getShape();
-    if (xs.empty() || flat.size() != 2 || flat[1] != xs.back())
+    if (flat.size() != 2 || out.size() < 2 || out.size() > xs.size())
       return failure();
-    SmallVector<int64_t> expect(xs.drop_back());
-    expect.push_back(lin.getType().getShape().back());
-    if (ArrayRef<int64_t>(expect) != out)
+    size_t p = out.size() - 1;
+    if (ArrayRef<int64_t>(xs).take_front(p) != out.drop_back() ||
+        out.back() != lin.getType().getShape().back())
       return failure();
+    int64_t m = 1, k = 1;
+    for (size_t d = 0; d < xs.size(); ++d)
+      (d < p ? m : k) *= xs[d];
+    if (m != flat[0] || k != flat[1])
+      return failure();
+    Value in = x;
+    if (xs.size() != p + 1) {
+      SmallVector<int64_t> view(xs.take_front(p));
+      view.push_back(k);
+      in = zg::ReshapeOp::create(rewriter, op.getLoc(),
+                                 RankedTensorType::get(view, xt.getElementType()),
+                                 x);
+    }
     rewriter.replaceOpWithNewOp<zg::LinearOp>(
-        op, op.getType(), x, lin.getWeight(), lin.getBias(),
+        op, op.getType(), in, lin.getWeight(), lin.getBias(),
         lin.getTransWAttr(), lin.getAlphaAttr());
     return success();
   }
