@@ -135,6 +135,39 @@ TEST(CudaBackend, AttentionBlockWithResidualNormFusionMatchesCpuBackend) {
     }
 }
 
+/// A llama MLP: g = x Wg; a = silu(g); u = x Wu; y = (a * u) Wd. The silu is deferred to the mul (gated).
+PlanBuilder gated_plan(fb::DType dt, int64_t B, int64_t S, int64_t D, int64_t F) {
+  PlanBuilder p(1, 1, dt);
+  auto bytes_of = [](const std::vector<float> &v) {
+    std::vector<uint8_t> o(v.size() * 4);
+    std::memcpy(o.data(), v.data(), o.size());
+    return o;
+  };
+  int x = p.input("x", dt, {B, S, D}, true);
+  int Wg = p.param("wg", {D, F}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(D * F, 41)));
+  int Wu = p.param("wu", {D, F}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(D * F, 42)));
+  int Wd = p.param("wd", {F, D}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(F * D, 43)));
+  int g = p.act("g", {B, S, F}), a = p.act("a", {B, S, F}), u = p.act("u", {B, S, F}), h = p.act("h", {B, S, F});
+  p.op(fb::Op::linear, {x, Wg}, {g}, {0}, {1.0});
+  p.op(fb::Op::silu, {g}, {a});
+  p.op(fb::Op::linear, {x, Wu}, {u}, {0}, {1.0});
+  p.op(fb::Op::mul, {a, u}, {h});
+  int y = p.output("y", {B, S, D}, true);
+  p.op(fb::Op::linear, {h, Wd}, {y}, {0}, {1.0});
+  return p;
+}
+
+TEST(CudaBackend, GatedMlpFusionMatchesCpuBackend) {
+  for (fb::DType dt : {fb::DType::f32, fb::DType::bf16}) {
+    SCOPED_TRACE(fb::EnumNameDType(dt));
+    PlanBuilder p = gated_plan(dt, 2, 9, 64, 172);
+    std::vector<float> x = lcg(2 * 9 * 64, 44);
+    std::vector<float> gpu = run_plan(p, zrt::BackendKind::cuda, {{"x", x}}, "y");
+    std::vector<float> cpu = run_plan(p, zrt::BackendKind::cpu, {{"x", x}}, "y");
+    EXPECT_TRUE(close(gpu, widen(cpu), tol_for(dt)));
+  }
+}
+
 TEST(CudaBackend, CudaGraphReplayGivesTheSameOutputs) {
   setenv("ZRT_CUDA_GRAPH", "1", 1);
   std::vector<float> g, b;

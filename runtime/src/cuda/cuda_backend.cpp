@@ -8,7 +8,8 @@
 // Fusions, decided once in prepare() from the step list: a linear followed by gelu_tanh of its output (and
 // nothing else reading that output) becomes one cuBLASLt product with the GELU(+bias) epilogue; an add of
 // two equal-shaped tensors followed by a last-axis layer_norm / rms_norm of the sum becomes one
-// residual_norm kernel that still writes the sum.
+// residual_norm kernel that still writes the sum; silu/gelu of a gate whose only reader is a mul a few
+// steps later becomes one gated kernel at the mul (when nothing in between overwrites the gate).
 //
 // Profiling (ZRT_CUDA_PROFILE=1, not with graphs): events around every step, summed per class (matrix
 // products, attention, norms, elementwise, data movement, copies) and printed when the backend is destroyed.
@@ -133,7 +134,12 @@ int class_of(fb::Op op) {
 }
 
 /// What prepare() decided for one step.
-enum class Plan : uint8_t { run, skip, linear_gelu, residual_norm };
+enum class Plan : uint8_t { run, skip, linear_gelu, residual_norm, gated };
+
+bool overlap(const TensorRef &a, const TensorRef &b) {
+  const auto *x = static_cast<const uint8_t *>(a.data), *y = static_cast<const uint8_t *>(b.data);
+  return a.data && b.data && x < y + b.bytes && y < x + a.bytes;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -243,6 +249,32 @@ class CudaBackend final : public Backend {
       gemm = gemm || op == fb::Op::matmul || op == fb::Op::linear;
       if (i > 0 && s.index != steps[i - 1].index + 1) contiguous = false;
       if (plan_.count(s.index)) continue;  // already the second half of a fusion
+      // Gated MLP: act(gate) consumed only by a mul within the next three steps (typically after the up
+      // projection). The act is deferred to the mul, which is safe when nothing in between writes over
+      // the gate (the memory plan may reuse its storage once the act has read it).
+      if ((op == fb::Op::silu || op == fb::Op::gelu_tanh || op == fb::Op::gelu_erf) && !fusion_off_ &&
+          uses[s.outputs[0].index] == 1 && s.inputs[0].dtype == s.outputs[0].dtype) {
+        for (size_t j = i + 1; j < steps.size() && j <= i + 3; ++j) {
+          const Step &m = steps[j];
+          if (m.index != steps[j - 1].index + 1 || plan_.count(m.index)) break;
+          if (static_cast<fb::Op>(m.op) == fb::Op::mul && m.inputs.size() == 2 &&
+              (m.inputs[0].index == s.outputs[0].index || m.inputs[1].index == s.outputs[0].index)) {
+            const TensorRef &other = m.inputs[0].index == s.outputs[0].index ? m.inputs[1] : m.inputs[0];
+            if (same_shape(other, s.outputs[0]) && same_shape(m.outputs[0], s.outputs[0]) &&
+                other.dtype == s.outputs[0].dtype && m.outputs[0].dtype == s.outputs[0].dtype) {
+              plan_[s.index] = Plan::skip;
+              plan_[m.index] = Plan::gated;
+              fused_with_[m.index] = i;
+              ++fusions_;
+            }
+            break;
+          }
+          bool clobbers = false;
+          for (const TensorRef &o : m.outputs) clobbers = clobbers || overlap(o, s.inputs[0]);
+          if (clobbers) break;
+        }
+        if (plan_.count(s.index)) continue;
+      }
       if (i + 1 >= steps.size() || steps[i + 1].index != s.index + 1 || fusion_off_) continue;
       const Step &n = steps[i + 1];
       const auto nop = static_cast<fb::Op>(n.op);
@@ -326,6 +358,13 @@ class CudaBackend final : public Backend {
         ZRT_GPU_CHECK(zk::cuda::residual_norm(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(nrm.inputs[1]),
                                               rms ? zk::In{} : opt_in(nrm, 2), out_of(s.outputs[0]),
                                               out_of(nrm.outputs[0]), rms, static_cast<float>(nrm.floats[0]), stream_));
+        return {};
+      }
+      case Plan::gated: {
+        const Step &act = *partner_.at(s.index);
+        const bool first = s.inputs[0].index == act.outputs[0].index;
+        ZRT_GPU_CHECK(zk::cuda::gated(static_cast<zk::cpu::Unary>(act.op), in_of(act.inputs[0]),
+                                      in_of(s.inputs[first ? 1 : 0]), out_of(s.outputs[0]), stream_));
         return {};
       }
       case Plan::run: break;
