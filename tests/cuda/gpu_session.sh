@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Everything the GPU part checks, in one call on the lent GPU machine (device time is scarce):
+#   build (compiler off) -> kernel tests -> memcheck of the attention/row/movement kernels -> backend tests
+#   -> the shared models on the cuda backend (.gpu-plans/) -> kernel timings -> bench/gpu/run.sh.
+# Logs go to $OUT (or /tmp/zplan-gpu); a summary is printed last.
+set -uo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# Logs stay in one folder on the machine and travel back as one archive (the device tool returns 8 files).
+out=/tmp/zplan-gpu
+mkdir -p "$out"
+trap '[[ -n ${OUT:-} ]] && tar czf "$OUT/gpu-logs.tgz" -C "$out" .' EXIT
+cd "$top"
+b=$top/build-gpu
+summary=()
+step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, records pass/fail
+  local name=$1
+  shift
+  local t0=$SECONDS
+  "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-14s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
+  return $rc
+}
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.sm --format=csv,noheader
+step configure cmake -S . -B "$b" -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+  -DZPLAN_FLATBUFFERS_ROOT="$top/.gpu-deps" -DZPLAN_GTEST_SOURCE_DIR="$top/.gpu-deps/googletest-src" ||
+  { tail -30 "$out/configure.log"; exit 1; }
+step build ninja -C "$b" -j"$(nproc)" zplan_cuda_kernels_test zplan_cuda_backend_test zplan_cuda_kernel_bench zrun ||
+  { grep -B2 -A12 -E "error|FAILED" "$out/build.log" | head -60; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+step kernels "$b/bin/zplan_cuda_kernels_test"
+grep -E "^\[  (PASSED|FAILED) |Failure|error:|worst" "$out/kernels.log" | head -30
+step memcheck timeout 200 compute-sanitizer --tool memcheck "$b/bin/zplan_cuda_kernels_test" \
+  --gtest_filter='CudaAttention.*:CudaRows.*:CudaMovement.*:CudaElementwise.Fused*'
+grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log" | tail -3
+step backend "$b/bin/zplan_cuda_backend_test"
+grep -E "^\[  (PASSED|FAILED) |Failure|error" "$out/backend.log" | head -30
+if [[ -d .gpu-plans ]]; then
+  step models tests/cuda/check_models.sh "$b/bin/zrun" .gpu-plans
+  cat "$out/models.log"
+fi
+step kernel_bench "$b/bin/zplan_cuda_kernel_bench"
+cat "$out/kernel_bench.log"
+args=()
+[[ -f .gpu-plans/gpt2-350m.zplan ]] && args+=(--gpt2-plan .gpu-plans/gpt2-350m.zplan)
+[[ -f .gpu-plans/llama-1b.zplan ]] && args+=(--llama-plan .gpu-plans/llama-1b.zplan)
+[[ -f .gpu-plans/llama-1b-offload.zplan ]] && args+=(--llama-offload-plan .gpu-plans/llama-1b-offload.zplan)
+step bench env OUT="$out/bench" bench/gpu/run.sh "${args[@]}"
+tail -12 "$out/bench.log"
+printf '%s\n' "${summary[@]}"
