@@ -275,6 +275,9 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
 
   context.loadDialect<func::FuncDialect, graph::GraphDialect,
                       dist::ZdDialect>();
+  // Messages name the op and the ONNX node; the whole module that MLIR would
+  // attach to a failing pass's diagnostic only buries them.
+  context.printOpOnDiagnostic(false);
   StderrDiagnostics diagnostics(context);
 
   import::ImportOptions importOptions = options.import;
