@@ -2,11 +2,15 @@
 //
 //   mpirun -np WORLD zrun PLAN --input NAME=FILE.npy ... [--random-inputs] --output NAME=FILE.npy
 //          [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS]
+//          [--expect NAME=FILE.npy [--tolerance T]]
 //
 // Input files hold the global batch (each dp group takes its rows); output files receive the whole
 // global output, written by rank 0. Every rank prints its planned and measured peak arena bytes and the
-// wall time of the run.
+// wall time of the run. --expect compares an output with a reference file and prints the largest
+// absolute difference; the exit status is 3 when it exceeds --tolerance.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -24,11 +28,13 @@ namespace {
 
 const char kUsage[] =
     "usage: zrun PLAN [--input NAME=FILE.npy]... [--random-inputs] [--output NAME=FILE.npy]...\n"
-    "            [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS] [--backend cpu|cuda]\n";
+    "            [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS] [--backend cpu|cuda]\n"
+    "            [--expect NAME=FILE.npy]... [--tolerance T]\n";
 
 struct Args {
   std::string plan;
-  std::vector<std::pair<std::string, std::string>> inputs, outputs;
+  std::vector<std::pair<std::string, std::string>> inputs, outputs, expects;
+  double tolerance = 1e-4;
   bool random_inputs = false;
   int repeat = 1;
   bool init_random = false;
@@ -85,6 +91,11 @@ bool parse_args(int argc, char **argv, Args *a, std::string *err) {
       if (!value(&v) || !parse_pair(f, v, &a->inputs, err)) return false;
     } else if (f == "--output") {
       if (!value(&v) || !parse_pair(f, v, &a->outputs, err)) return false;
+    } else if (f == "--expect") {
+      if (!value(&v) || !parse_pair(f, v, &a->expects, err)) return false;
+    } else if (f == "--tolerance") {
+      if (!value(&v) || !parse_number(f, v, 0, 1e30, &d, err)) return false;
+      a->tolerance = d;
     } else if (f == "--random-inputs") {
       a->random_inputs = true;
     } else if (f == "--repeat") {
@@ -163,6 +174,30 @@ class Watchdog {
   bool done_ = false;
   std::thread thread_;
 };
+
+/// Element i of a buffer of `dtype` as a double (the comparison of --expect is done in float64).
+double element_as_double(zrt::DType dtype, const uint8_t *p, size_t i) {
+  switch (dtype) {
+    case zrt::DType::f32: { float f; std::memcpy(&f, p + 4 * i, 4); return f; }
+    case zrt::DType::bf16: {
+      uint16_t h; std::memcpy(&h, p + 2 * i, 2);
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;
+      float f; std::memcpy(&f, &bits, 4); return f;
+    }
+    case zrt::DType::f16: {
+      uint16_t h; std::memcpy(&h, p + 2 * i, 2);
+      const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+      const double sign = (h & 0x8000) ? -1.0 : 1.0;
+      if (exp == 0) return sign * std::ldexp(mant, -24);
+      if (exp == 31) return mant ? NAN : sign * INFINITY;
+      return sign * std::ldexp(1024 + mant, exp - 25);
+    }
+    case zrt::DType::i64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); return static_cast<double>(v); }
+    case zrt::DType::i32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
+    case zrt::DType::bool8: return p[i] ? 1.0 : 0.0;
+  }
+  return NAN;
+}
 
 /// A failure after every rank is running: print it on this rank and stop the whole job, since the other
 /// ranks may already wait in a collective.
@@ -248,16 +283,42 @@ int main(int argc, char **argv) {
     best_ms = std::min(best_ms, ms);
   }
 
-  for (const auto &out : args.outputs) {
+  // Every output named by --output or --expect is gathered to rank 0 once; rank 0 writes and compares.
+  bool expect_failed = false;
+  std::vector<std::string> names;
+  for (const auto &out : args.outputs) names.push_back(out.first);
+  for (const auto &ex : args.expects)
+    if (std::find(names.begin(), names.end(), ex.first) == names.end()) names.push_back(ex.first);
+  for (const std::string &name : names) {
     const zrt::IOInfo *info = nullptr;
     for (const auto &io : s->outputs())
-      if (io.name == out.first) info = &io;
+      if (io.name == name) info = &io;
+    if (!info) die(ri.rank, "the plan has no output named '" + name + "'");
     std::vector<uint8_t> buf(ri.rank == 0 ? info->global_bytes() : 0);
-    st = s->read_output(out.first, buf.data(), buf.size());
+    st = s->read_output(name, buf.data(), buf.size());
     if (!st.ok()) die(ri.rank, st.message());
-    if (ri.rank == 0) {
+    if (ri.rank != 0) continue;
+    for (const auto &out : args.outputs) {
+      if (out.first != name) continue;
       st = zrt::write_npy(out.second, info->dtype, info->global_shape, buf.data());
       if (!st.ok()) die(ri.rank, st.message());
+    }
+    for (const auto &ex : args.expects) {
+      if (ex.first != name) continue;
+      zrt::NpyArray ref;
+      st = zrt::read_npy(ex.second, &ref);
+      if (!st.ok()) die(ri.rank, st.message());
+      if (ref.shape != info->global_shape) die(ri.rank, "--expect " + name + ": '" + ex.second + "' has another shape than the output");
+      double max_err = 0;
+      const size_t n = static_cast<size_t>(ref.numel());
+      for (size_t i = 0; i < n; ++i) {
+        const double d = std::fabs(element_as_double(info->dtype, buf.data(), i) - element_as_double(ref.dtype, ref.data.data(), i));
+        if (!(d <= max_err)) max_err = d;  // NaN propagates as a failure
+      }
+      const bool ok = max_err <= args.tolerance;
+      expect_failed = expect_failed || !ok;
+      std::printf("zrun: output '%s' vs %s: max abs difference %.3g (tolerance %g): %s\n", name.c_str(), ex.second.c_str(),
+                  max_err, args.tolerance, ok ? "ok" : "FAILED");
     }
   }
 
@@ -273,5 +334,5 @@ int main(int argc, char **argv) {
   std::fflush(stdout);
   s.reset();
   zrt::shutdown();
-  return 0;
+  return expect_failed ? 3 : 0;
 }
