@@ -65,7 +65,7 @@ Status wait_stream(void *stream) {
     if (e != cudaErrorNotReady) return status_from_cuda(e, "cudaStreamQuery(stream)", __FILE__, __LINE__);
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ZRT_RETURN_IF_ERROR(poll_comm_watch(waited));
-    std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.01 ? 5 : 200));
+    std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.01 ? 5 : 50));
   }
 }
 

@@ -68,7 +68,8 @@ class NcclCommunicator final : public Communicator {
     if (tp > 1) ZRT_NCCL_CHECK(ncclCommInitRank(&comms_[0], tp, ids[static_cast<size_t>(di)], ti));
     if (dp > 1) ZRT_NCCL_CHECK(ncclCommInitRank(&comms_[1], dp, ids[static_cast<size_t>(dp + ti)], di));
     if (world_size() > 1) ZRT_NCCL_CHECK(ncclCommInitRank(&comms_[2], world_size(), ids[static_cast<size_t>(dp + tp)], r));
-    set_comm_watch(&NcclCommunicator::watch, this);
+    // Only a run with peers can hang on them; a single rank keeps the plain blocking stream wait.
+    if (comms_[0] || comms_[1] || comms_[2]) set_comm_watch(&NcclCommunicator::watch, this);
     return {};
   }
 
