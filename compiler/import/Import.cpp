@@ -889,6 +889,19 @@ static bool allConst(ArrayRef<Val *> vs) {
   return llvm::all_of(vs, [](Val *v) { return v && v->c; });
 }
 
+/// A floating initializer with more than one element is a parameter. Layout
+/// ops on it (Transpose, Reshape, Gather, ...) are not folded, so that the
+/// graph keeps using the parameter itself (a transposed weight stays
+/// `transpose(zg.weight)` and is recognised as a linear with trans_w).
+static bool isParam(const Val &v) {
+  return v.init && isFloatDType(v.dtype) && (!v.c || v.c->numel() > 1);
+}
+
+/// The constant value of v for folding a layout op, or null.
+static const ConstTensor *foldable(const Val *v) {
+  return v && v->c && !isParam(*v) ? v->c.get() : nullptr;
+}
+
 LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
   StringRef op = n.op_type();
   using eval::Binary;
@@ -1227,7 +1240,7 @@ LogicalResult Importer::importReshapeLike(const onnx::NodeProto &n) {
     alias(n, 0, *x);
     return success();
   }
-  if (x->c) {
+  if (foldable(x)) {
     ConstTensor c = *x->c;
     c.shape = out;
     setConst(n, 0, std::move(c));
@@ -1300,7 +1313,7 @@ LogicalResult Importer::importSlice(const onnx::NodeProto &n) {
     alias(n, 0, *x);
     return success();
   }
-  if (x->c) {
+  if (foldable(x)) {
     setConst(n, 0, eval::slice(*x->c, st, sp, sz));
     return success();
   }
@@ -1347,7 +1360,7 @@ LogicalResult Importer::importSplit(const onnx::NodeProto &n) {
   if (total != dim)
     return nodeError(n) << "split sizes add up to " << total << ", dim "
                         << axis << " is " << dim;
-  if (x->c) {
+  if (foldable(x)) {
     int64_t off = 0;
     for (int64_t k = 0; k < outs; ++k) {
       Shape st(rank, 0), sp(rank, 1), sz(x->shape);
@@ -1382,7 +1395,7 @@ LogicalResult Importer::importGather(const onnx::NodeProto &n) {
   int64_t rank = x->shape.size(), axis = attrInt(n, "axis", 0);
   if (failed(normAxis(n, axis, rank)))
     return failure();
-  if (x->c && idx->c) {
+  if (foldable(x) && idx->c) {
     ConstTensor out;
     if (!eval::gather(*x->c, *idx->c, axis, out))
       return nodeError(n) << "index out of range for dim " << axis
@@ -1689,7 +1702,7 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
       alias(n, 0, *x);
       return success();
     }
-    if (x->c) {
+    if (foldable(x)) {
       setConst(n, 0, eval::transpose(*x->c, perm));
       return success();
     }
@@ -1720,7 +1733,7 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
                               << " differ outside axis " << axis;
       out[axis] += v->shape[axis];
     }
-    if (allConst(xs)) {
+    if (llvm::all_of(xs, [](Val *v) { return foldable(v); })) {
       SmallVector<const ConstTensor *> cs;
       for (Val *v : xs)
         cs.push_back(v->c.get());
@@ -1751,7 +1764,7 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
       alias(n, 0, *x);
       return success();
     }
-    if (x->c) {
+    if (foldable(x)) {
       setConst(n, 0, eval::expand(*x->c, *out));
       return success();
     }
@@ -1788,7 +1801,7 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
       alias(n, 0, *x);
       return success();
     }
-    if (x->c) {
+    if (foldable(x)) {
       setConst(n, 0, eval::cast(*x->c, to));
       return success();
     }

@@ -18,8 +18,8 @@ void zplan::transforms::buildRecognitionPipeline(OpPassManager &pm) {
   OpPassManager &fn = pm.nest<func::FuncOp>();
   fn.addPass(createRecogniseGelu());
   fn.addPass(createRecogniseSilu());
-  fn.addPass(createRecogniseRmsNorm());
   fn.addPass(createRecogniseLayerNorm());
+  fn.addPass(createRecogniseRmsNorm());
   fn.addPass(createRecogniseSoftmax());
   fn.addPass(createRecogniseLinear());
   fn.addPass(createRecogniseAttention());

@@ -33,8 +33,20 @@ bool isSquareOf(Value v, Value x) {
   return false;
 }
 
+/// Returns true when x = y - reduce_mean(y): then the pattern is a layer
+/// norm, which zg-recognise-layer-norm takes.
+bool isCentred(Value x) {
+  auto sub = x.getDefiningOp<zg::SubOp>();
+  if (!sub)
+    return false;
+  auto mean = sub.getRhs().getDefiningOp<zg::ReduceMeanOp>();
+  return mean && mean.getInput() == sub.getLhs();
+}
+
 /// Matches sqrt(reduce_mean(x^2, [last], keepdims) + eps) and returns eps.
 std::optional<double> matchRms(Value s, Value x) {
+  if (isCentred(x))
+    return std::nullopt;
   auto sqrt = s.getDefiningOp<zg::SqrtOp>();
   if (!sqrt)
     return std::nullopt;
