@@ -168,6 +168,48 @@ TEST(CudaBackend, GatedMlpFusionMatchesCpuBackend) {
   }
 }
 
+/// Offloaded weights: W1 and W2 live in the pinned host arena and are prefetched, one after the other, into
+/// the SAME device buffer (the copy of W2 must wait until the first product has read W1, and the second
+/// product must wait for the copy): y = gelu(x W1) W2.
+PlanBuilder offload_plan(fb::DType dt, int64_t B, int64_t D) {
+  PlanBuilder p(1, 1, dt);
+  auto bytes_of = [](const std::vector<float> &v) {
+    std::vector<uint8_t> o(v.size() * 4);
+    std::memcpy(o.data(), v.data(), o.size());
+    return o;
+  };
+  int x = p.input("x", dt, {B, D}, true);
+  int W[2];
+  for (int i = 0; i < 2; ++i) {
+    W[i] = p.param("w" + std::to_string(i), {D, D}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(D * D, 51 + i)));
+    auto &t = p.tensors[W[i]];
+    t.space = fb::MemSpace::host;
+    t.offset = (p.arena[1] + 63) / 64 * 64;
+    p.arena[1] = t.offset + t.bytes;
+  }
+  int wd = p.act("w_device", {D, D});
+  int h = p.act("h", {B, D}), a = p.act("a", {B, D});
+  p.op(fb::Op::prefetch, {W[0]}, {wd});
+  p.op(fb::Op::linear, {x, wd}, {h}, {0}, {1.0});
+  p.op(fb::Op::prefetch, {W[1]}, {wd});
+  p.op(fb::Op::gelu_erf, {h}, {a});
+  int y = p.output("y", {B, D}, true);
+  p.op(fb::Op::linear, {a, wd}, {y}, {0}, {1.0});
+  return p;
+}
+
+TEST(CudaBackend, OffloadedWeightsPrefetchOnTheCopyStream) {
+  for (fb::DType dt : {fb::DType::f32, fb::DType::bf16}) {
+    SCOPED_TRACE(fb::EnumNameDType(dt));
+    PlanBuilder p = offload_plan(dt, 4096, 256);
+    std::vector<float> x = lcg(4096 * 256, 55);
+    std::vector<std::vector<float>> each;
+    run_plan(p, zrt::BackendKind::cuda, {{"x", x}}, "y", 3, &each);
+    std::vector<float> cpu = run_plan(p, zrt::BackendKind::cpu, {{"x", x}}, "y");
+    for (const auto &gpu : each) EXPECT_TRUE(close(gpu, widen(cpu), tol_for(dt)));
+  }
+}
+
 TEST(CudaBackend, CudaGraphReplayGivesTheSameOutputs) {
   setenv("ZRT_CUDA_GRAPH", "1", 1);
   std::vector<float> g, b;

@@ -1,9 +1,12 @@
 // The CUDA backend: one device arena (cudaMalloc) and one pinned host arena (cudaHostAlloc) per rank, the
 // zk::cuda kernels and cuBLASLt for every compute opcode, and CUDA graph replay of the whole step.
 //
-// Ordering: zrt::Step carries no event ids (the plan's waits/signal stay in the plan), so every step, every
-// host/device copy and every collective the communicator issues goes to ONE in-order stream; that ordering
-// satisfies every dependency the plan can name. native_stream() returns it for all three plan streams.
+// Ordering: zrt::Step carries no event ids (the plan's waits/signal stay in the plan), so the backend derives
+// the dependencies itself. Compute steps, collectives (native_stream() returns the compute stream for every
+// plan stream) and block copies run on one in-order compute stream. Prefetch and evict run on a copy stream
+// so that weight traffic overlaps compute: a copy first waits for everything enqueued on the compute stream
+// before it (the memory plan only reuses a region after its last reader, which precedes the copy), and a
+// later compute step that reads or writes bytes a pending copy touches waits for that copy's event.
 //
 // Fusions, decided once in prepare() from the step list: a linear followed by gelu_tanh of its output (and
 // nothing else reading that output) becomes one cuBLASLt product with the GELU(+bias) epilogue; an add of
@@ -167,6 +170,8 @@ class CudaBackend final : public Backend {
     if (graph_) cudaGraphDestroy(graph_);
     if (workspace_) cudaFree(workspace_);
     blas_.reset();
+    for (cudaEvent_t e : pool_) cudaEventDestroy(e);
+    if (copy_stream_) cudaStreamDestroy(copy_stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -322,6 +327,14 @@ class CudaBackend final : public Backend {
       ZRT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       capturing_ = true;
     }
+    const auto op = static_cast<fb::Op>(s.op);
+    if ((op == fb::Op::prefetch || op == fb::Op::evict) && s.inputs[0].data != s.outputs[0].data)
+      return async_copy(s);
+    if (!pending_.empty()) {
+      ZRT_RETURN_IF_ERROR(wait_pending(s));
+      auto pt = partner_.find(s.index);
+      if (pt != partner_.end()) ZRT_RETURN_IF_ERROR(wait_pending(*pt->second));
+    }
     if (!profile_ || graph_wanted_) return run_step(s);
     if (prof_next_ == events_.size()) {
       std::pair<cudaEvent_t, cudaEvent_t> e;
@@ -373,6 +386,16 @@ class CudaBackend final : public Backend {
   }
 
   Status synchronize() override {
+    if (copies_) {
+      // Join the copy stream into the compute stream (also what closes a capture that forked into it).
+      cudaEvent_t e;
+      ZRT_RETURN_IF_ERROR(next_event(&e));
+      ZRT_CUDA_CHECK(cudaEventRecord(e, copy_stream_));
+      ZRT_CUDA_CHECK(cudaStreamWaitEvent(stream_, e, 0));
+      copies_ = false;
+    }
+    pending_.clear();
+    pool_next_ = 0;
     if (capturing_) {
       capturing_ = false;
       cudaGraph_t g = nullptr;
@@ -403,12 +426,73 @@ class CudaBackend final : public Backend {
   void *native_stream(uint8_t) override { return stream_; }
 
  private:
+  struct Pending {
+    const uint8_t *lo, *hi;
+    cudaEvent_t done;
+  };
+
+  Status next_event(cudaEvent_t *e) {
+    if (pool_next_ == pool_.size()) {
+      cudaEvent_t n;
+      ZRT_CUDA_CHECK(cudaEventCreateWithFlags(&n, cudaEventDisableTiming));
+      pool_.push_back(n);
+    }
+    *e = pool_[pool_next_++];
+    return {};
+  }
+
+  /// prefetch / evict on the copy stream, after everything enqueued on the compute stream so far.
+  Status async_copy(const Step &s) {
+    const TensorRef &from = s.inputs[0], &to = s.outputs[0];
+    const size_t n = static_cast<size_t>(from.numel()) * dtype_size(from.dtype);
+    if (!n) return {};
+    cudaEvent_t before, done;
+    ZRT_RETURN_IF_ERROR(next_event(&before));
+    ZRT_RETURN_IF_ERROR(next_event(&done));
+    ZRT_CUDA_CHECK(cudaEventRecord(before, stream_));
+    ZRT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, before, 0));
+    ZRT_CUDA_CHECK(cudaMemcpyAsync(to.data, from.data, n, cudaMemcpyDefault, copy_stream_));
+    ZRT_CUDA_CHECK(cudaEventRecord(done, copy_stream_));
+    copies_ = true;
+    // Both ends stay busy until the copy is done: readers of the destination and writers of either end wait.
+    for (const TensorRef *t : {&from, &to}) {
+      const auto *lo = static_cast<const uint8_t *>(t->data);
+      pending_.push_back({lo, lo + n, done});
+    }
+    return {};
+  }
+
+  /// Makes the compute stream wait for every pending copy that touches a tensor of `s`.
+  Status wait_pending(const Step &s) {
+    auto touches = [&](const Pending &p) {
+      for (const auto *v : {&s.inputs, &s.outputs})
+        for (const TensorRef &t : *v) {
+          if (!t.data) continue;
+          const auto *lo = static_cast<const uint8_t *>(t.data);
+          const uint8_t *hi = lo + std::max<uint64_t>(t.bytes, static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype));
+          if (lo < p.hi && p.lo < hi) return true;
+        }
+      return false;
+    };
+    for (size_t i = 0; i < pending_.size();) {
+      if (touches(pending_[i])) {
+        ZRT_CUDA_CHECK(cudaStreamWaitEvent(stream_, pending_[i].done, 0));
+        pending_[i] = pending_.back();
+        pending_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    return {};
+  }
+
   Status init() {
     if (stream_) return {};
     ZRT_RETURN_IF_ERROR(select_cuda_device(&device_));
     std::string why;
     if (!zk::cuda::device_usable(0, &why)) return error(Code::backend_error, "cuda backend: " + why);
     ZRT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ZRT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     const char *g = std::getenv("ZRT_CUDA_GRAPH");
     graph_wanted_ = g && std::strcmp(g, "0") != 0;
     const char *r = std::getenv("ZRT_CUDA_REPORT");
@@ -550,6 +634,11 @@ class CudaBackend final : public Backend {
   RankInfo rank_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // prefetch / evict
+  std::vector<Pending> pending_;        // copies later compute steps may have to wait for
+  std::vector<cudaEvent_t> pool_;       // events, reused every run
+  size_t pool_next_ = 0;
+  bool copies_ = false;                 // the copy stream has work the compute stream has not joined
   std::unique_ptr<zk::cuda::Blas> blas_;
   void *workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
