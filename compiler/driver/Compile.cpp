@@ -20,10 +20,10 @@
 #include "compiler/plan/EmitPlan.h"
 #include "compiler/plan/Passes.h"
 #include "compiler/plan/Report.h"
+#include "compiler/sharding/Pipeline.h"
 #include "compiler/transforms/Passes.h"
 #include "dialects/dist/ZdDialect.h"
 #include "dialects/graph/GraphOps.h"
-#include "compiler/sharding/Pipeline.h"
 
 #include "zrt/plan_file.h"
 
@@ -273,8 +273,8 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
                  "(gradients, optimizer state); an inference plan keeps the "
                  "parameters replicated\n";
 
-  context.loadDialect<func::FuncDialect, graph::GraphDialect,
-                      dist::ZdDialect>();
+  context
+      .loadDialect<func::FuncDialect, graph::GraphDialect, dist::ZdDialect>();
   // Messages name the op and the ONNX node; the whole module that MLIR would
   // attach to a failing pass's diagnostic only buries them.
   context.printOpOnDiagnostic(false);
@@ -332,8 +332,8 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   // The JSON report first: if it cannot be written, no plan appears either.
   if (!f.reportJson.empty() &&
       !writeTextAtomically(f.reportJson, plan::formatReportJson(summary))) {
-    std::cerr << "zplan: error: cannot write the JSON report '"
-              << f.reportJson << "'\n";
+    std::cerr << "zplan: error: cannot write the JSON report '" << f.reportJson
+              << "'\n";
     return 1;
   }
   err = zrt::write_plan_file(options.output, payload.data(), payload.size());
@@ -345,8 +345,7 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   }
   if (f.report)
     std::cout << plan::formatReport(summary);
-  double seconds =
-      std::chrono::duration<double>(Clock::now() - start).count();
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::cerr << "zplan: wrote " << options.output << " ("
             << payload.size() + zrt::kPlanHeaderBytes << " bytes, "
             << summary.numInstructions << " instructions) in " << seconds

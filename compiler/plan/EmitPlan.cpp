@@ -14,8 +14,8 @@
 #include "dialects/dist/ZdDialect.h"
 #include "dialects/graph/GraphOps.h"
 
-#include "zrt/plan_generated.h"
 #include "zrt/plan_file.h"
+#include "zrt/plan_generated.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/APFloat.h"
@@ -165,8 +165,8 @@ struct Emitter {
     offsets.assign(lv.tensors.size(), 0);
     Block &body = func.getBody().front();
     for (BlockArgument arg : body.getArguments()) {
-      auto a = func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
-                                                  attr::kOffset);
+      auto a =
+          func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(), attr::kOffset);
       if (!a)
         return func.emitError()
                << "zplan-emit: argument " << arg.getArgNumber()
@@ -188,8 +188,8 @@ struct Emitter {
 
   std::string tensorName(const TensorInfo &t, int index) {
     if (auto arg = dyn_cast<BlockArgument>(t.value)) {
-      if (auto n = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                     "zg.name"))
+      if (auto n =
+              func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "zg.name"))
         return n.str();
       return "arg" + std::to_string(arg.getArgNumber());
     }
@@ -231,8 +231,8 @@ struct Emitter {
         std::vector<int64_t> shape = shapeOf(t.value);
         constantOf[i] = int(constants.size());
         constants.push_back(fb::CreateConstant(
-            fbb, static_cast<fb::DType>(t.dtype),
-            fbb.CreateVector(shape), fbb.CreateVector(data)));
+            fbb, static_cast<fb::DType>(t.dtype), fbb.CreateVector(shape),
+            fbb.CreateVector(data)));
       }
       int r = root(int(i));
       std::vector<int64_t> shape = shapeOf(t.value);
@@ -308,8 +308,8 @@ struct Emitter {
 
   /// The per-tp-index piece lists of `zd.pieces` (or one whole-tensor piece
   /// when absent).
-  FailureOr<std::vector<flatbuffers::Offset<
-      flatbuffers::Vector<flatbuffers::Offset<fb::Piece>>>>>
+  FailureOr<std::vector<
+      flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Piece>>>>>
   piecesFor(Operation *op, ArrayAttr pieces, ArrayRef<int64_t> localShape,
             ArrayRef<int64_t> sourceShape, int tp) {
     std::vector<flatbuffers::Offset<
@@ -322,11 +322,11 @@ struct Emitter {
                   "shape but it has no zd.pieces";
       std::vector<int64_t> zero(localShape.size(), 0);
       std::vector<int64_t> size(localShape.begin(), localShape.end());
-      auto piece = fb::CreatePiece(fbb, fbb.CreateVector(zero),
-                                   fbb.CreateVector(zero),
-                                   fbb.CreateVector(size));
-      auto list = fbb.CreateVector(
-          std::vector<flatbuffers::Offset<fb::Piece>>{piece});
+      auto piece =
+          fb::CreatePiece(fbb, fbb.CreateVector(zero), fbb.CreateVector(zero),
+                          fbb.CreateVector(size));
+      auto list =
+          fbb.CreateVector(std::vector<flatbuffers::Offset<fb::Piece>>{piece});
       perTp.assign(tp, list);
       return perTp;
     }
@@ -347,12 +347,15 @@ struct Emitter {
         if (!src || !dst || !size)
           return op->emitError() << "zplan-emit: a zd.pieces entry lacks "
                                     "src_start, dst_start or size";
-        std::vector<int64_t> s(src.asArrayRef().begin(), src.asArrayRef().end());
-        std::vector<int64_t> d(dst.asArrayRef().begin(), dst.asArrayRef().end());
+        std::vector<int64_t> s(src.asArrayRef().begin(),
+                               src.asArrayRef().end());
+        std::vector<int64_t> d(dst.asArrayRef().begin(),
+                               dst.asArrayRef().end());
         std::vector<int64_t> z(size.asArrayRef().begin(),
                                size.asArrayRef().end());
         out.push_back(fb::CreatePiece(fbb, fbb.CreateVector(s),
-                                      fbb.CreateVector(d), fbb.CreateVector(z)));
+                                      fbb.CreateVector(d),
+                                      fbb.CreateVector(z)));
       }
       perTp.push_back(fbb.CreateVector(out));
     }
@@ -377,9 +380,9 @@ struct Emitter {
         if (auto s = def->getAttrOfType<DenseI64ArrayAttr>("zd.source_shape"))
           sourceShape.assign(s.asArrayRef().begin(), s.asArrayRef().end());
         pieces = def->getAttrOfType<ArrayAttr>("zd.pieces");
-        source = sourceFor(def, w.getName(), w.getFileAttr(), w.getOffsetAttr(),
-                           w.getLengthAttr(), w.getValueAttr(), et,
-                           sourceShape);
+        source =
+            sourceFor(def, w.getName(), w.getFileAttr(), w.getOffsetAttr(),
+                      w.getLengthAttr(), w.getValueAttr(), et, sourceShape);
       } else {
         auto s = cast<dist::WeightShardOp>(def);
         localShape.assign(s.getLocalShape().begin(), s.getLocalShape().end());
@@ -388,12 +391,12 @@ struct Emitter {
         pieces = s.getPiecesAttr();
         shardElements = elementCount(t.value);
         if (s.getDp() != dp)
-          return def->emitError() << "zplan-emit: shard made for dp = "
-                                  << s.getDp() << " but the mesh has dp = "
-                                  << dp;
-        source = sourceFor(def, s.getName(), s.getFileAttr(),
-                           s.getOffsetAttr(), s.getLengthAttr(),
-                           s.getValueAttr(), et, sourceShape);
+          return def->emitError()
+                 << "zplan-emit: shard made for dp = " << s.getDp()
+                 << " but the mesh has dp = " << dp;
+        source =
+            sourceFor(def, s.getName(), s.getFileAttr(), s.getOffsetAttr(),
+                      s.getLengthAttr(), s.getValueAttr(), et, sourceShape);
       }
       if (failed(source))
         return failure();
@@ -414,9 +417,9 @@ struct Emitter {
         ranks.push_back(
             fb::CreateRankSlice(fbb, (*perTp)[tpIndex], begin, end));
       }
-      bindings.push_back(fb::CreateWeightBinding(
-          fbb, int(i), *source, fbb.CreateVector(localShape),
-          fbb.CreateVector(ranks)));
+      bindings.push_back(fb::CreateWeightBinding(fbb, int(i), *source,
+                                                 fbb.CreateVector(localShape),
+                                                 fbb.CreateVector(ranks)));
     }
     summary.numWeights = weights.size();
     return success();
@@ -430,8 +433,8 @@ struct Emitter {
         {opc::kReduceScatter, "reduce_scatter"},
         {opc::kBroadcast, "broadcast"},
         {opc::kGatherParam, "gather_param"}};
-    uint64_t n = axis == AxisKind::Tp ? uint64_t(summary.tp)
-                                      : uint64_t(summary.dp);
+    uint64_t n =
+        axis == AxisKind::Tp ? uint64_t(summary.tp) : uint64_t(summary.dp);
     std::string axisName = axis == AxisKind::Tp ? "tp" : "dp";
     CommFigure &f = summary.comm[kinds.at(opcode)][axisName];
     f.count += 1;
@@ -464,8 +467,8 @@ struct Emitter {
   LogicalResult emitInstr(Operation *op) {
     std::optional<uint16_t> opcode = opcodeOf(op);
     if (!opcode)
-      return op->emitError() << "zplan-emit: op " << op->getName()
-                             << " has no plan opcode";
+      return op->emitError()
+             << "zplan-emit: op " << op->getName() << " has no plan opcode";
     std::vector<int32_t> inputs, outputs;
     for (Value v : op->getOperands())
       inputs.push_back(indexOf(v));
@@ -505,8 +508,8 @@ struct Emitter {
         instrs.push_back(fb::CreateInstr(
             fbb, static_cast<fb::Op>(opc::kSlice), fbb.CreateVector(inputs),
             fbb.CreateVector(out), fbb.CreateVector(sliceInts),
-            fbb.CreateVector(std::vector<double>{}),
-            static_cast<fb::Axis>(0), static_cast<fb::Stream>(stream),
+            fbb.CreateVector(std::vector<double>{}), static_cast<fb::Axis>(0),
+            static_cast<fb::Stream>(stream),
             fbb.CreateVector(k == 0 ? waits : std::vector<int32_t>{}),
             lastOne ? signal : -1, fbb.CreateString(opName(op))));
       }
@@ -515,7 +518,9 @@ struct Emitter {
 
     LogicalResult ok = success();
     llvm::TypeSwitch<Operation *>(op)
-        .Case([&](graph::MatmulOp) { ints = {0, 0}; })
+        .Case([&](graph::MatmulOp) {
+          ints = {0, 0};
+        })
         .Case([&](graph::LinearOp l) {
           ints = {l.getTransW() ? 1 : 0};
           floats = {l.getAlpha().convertToDouble()};
@@ -607,8 +612,7 @@ struct Emitter {
         shape[0] *= dp;
       const TensorInfo &t = lv.tensors[indexOf(v)];
       outs.push_back(fb::CreateIOBinding(
-          fbb,
-          fbb.CreateString(name ? name.str() : "out" + std::to_string(n)),
+          fbb, fbb.CreateString(name ? name.str() : "out" + std::to_string(n)),
           indexOf(v), static_cast<fb::DType>(t.dtype), fbb.CreateVector(shape),
           split));
     }
@@ -621,7 +625,8 @@ struct Emitter {
       return failure();
     func = *f;
     auto dtypeAttr = module->getAttrOfType<StringAttr>(attr::kDType);
-    auto arenaAttr = module->getAttrOfType<DenseI64ArrayAttr>(attr::kArenaBytes);
+    auto arenaAttr =
+        module->getAttrOfType<DenseI64ArrayAttr>(attr::kArenaBytes);
     auto eventsAttr = module->getAttrOfType<IntegerAttr>(attr::kNumEvents);
     auto hashAttr = module->getAttrOfType<IntegerAttr>(attr::kCollectiveHash);
     if (!dtypeAttr || !arenaAttr || arenaAttr.size() != 2 || !eventsAttr ||
@@ -650,8 +655,8 @@ struct Emitter {
     if (recorded != hash)
       return module.emitError()
              << "zplan-emit: the collective sequence changed after "
-                "scheduling (hash " << recorded << " recorded, " << hash
-             << " emitted)";
+                "scheduling (hash "
+             << recorded << " recorded, " << hash << " emitted)";
     summary.collectiveHash = hash;
 
     std::vector<flatbuffers::Offset<fb::IOBinding>> ins, outs;
@@ -669,18 +674,18 @@ struct Emitter {
           m.residentWeightBytes, m.peakGatheredParamBytes, m.activationBytes,
           m.collectiveBufferBytes, m.workspaceBytes, arena[0], arena[1]));
 
-    auto fingerprint = fb::CreateFingerprint(
-        fbb, summary.world, summary.tp, summary.dp,
-        static_cast<fb::Backend>(options.backend),
-        static_cast<fb::DType>(floatDType));
-    auto plan = fb::CreatePlan(
-        fbb, zrt::kPlanVersionMajor, zrt::kPlanVersionMinor, fingerprint,
-        fbb.CreateString(options.producer), fbb.CreateVector(tensors),
-        fbb.CreateVector(constants), fbb.CreateVector(weights),
-        fbb.CreateVector(bindings), fbb.CreateVector(ins),
-        fbb.CreateVector(outs), fbb.CreateVector(instrs),
-        int32_t(eventsAttr.getInt()), fbb.CreateVector(memory), hash,
-        options.zeroStage);
+    auto fingerprint =
+        fb::CreateFingerprint(fbb, summary.world, summary.tp, summary.dp,
+                              static_cast<fb::Backend>(options.backend),
+                              static_cast<fb::DType>(floatDType));
+    auto plan =
+        fb::CreatePlan(fbb, zrt::kPlanVersionMajor, zrt::kPlanVersionMinor,
+                       fingerprint, fbb.CreateString(options.producer),
+                       fbb.CreateVector(tensors), fbb.CreateVector(constants),
+                       fbb.CreateVector(weights), fbb.CreateVector(bindings),
+                       fbb.CreateVector(ins), fbb.CreateVector(outs),
+                       fbb.CreateVector(instrs), int32_t(eventsAttr.getInt()),
+                       fbb.CreateVector(memory), hash, options.zeroStage);
     fb::FinishPlanBuffer(fbb, plan);
     payload.assign(fbb.GetBufferPointer(),
                    fbb.GetBufferPointer() + fbb.GetSize());

@@ -75,9 +75,9 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
     };
     Block &body = func->getBody().front();
     for (BlockArgument arg : body.getArguments())
-      func->setArgAttr(arg.getArgNumber(), attr::kOffset,
-                       IntegerAttr::get(IntegerType::get(ctx, 64),
-                                        offsetOf(arg)));
+      func->setArgAttr(
+          arg.getArgNumber(), attr::kOffset,
+          IntegerAttr::get(IntegerType::get(ctx, 64), offsetOf(arg)));
     for (Operation &op : body.without_terminator()) {
       if (op.getNumResults() == 0)
         continue;
@@ -92,14 +92,14 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
     if (failed(orderReuseAcrossStreams(*lv, placed, module)))
       return signalPassFailure();
 
-    module->setAttr(attr::kArenaBytes,
-                    DenseI64ArrayAttr::get(
-                        ctx, {int64_t(placed.arenaBytes[0]),
-                              int64_t(placed.arenaBytes[1])}));
-    module->setAttr(attr::kPeakLiveBytes,
-                    DenseI64ArrayAttr::get(
-                        ctx, {int64_t(placed.peakLiveBytes[0]),
-                              int64_t(placed.peakLiveBytes[1])}));
+    module->setAttr(
+        attr::kArenaBytes,
+        DenseI64ArrayAttr::get(ctx, {int64_t(placed.arenaBytes[0]),
+                                     int64_t(placed.arenaBytes[1])}));
+    module->setAttr(
+        attr::kPeakLiveBytes,
+        DenseI64ArrayAttr::get(ctx, {int64_t(placed.peakLiveBytes[0]),
+                                     int64_t(placed.peakLiveBytes[1])}));
 
     if (gpuMem != 0 && placed.arenaBytes[0] > gpuMem) {
       module.emitError()
@@ -256,10 +256,9 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
           const TensorInfo &t = lv.tensors[i];
           for (unsigned str = 0; str < 3; ++str)
             if (lastTouch[i][str] >= 0)
-              freed[str].push_back(
-                  {t.space, placed.offsets[i],
-                   placed.offsets[i] + placed.alignedBytes[i],
-                   lastTouch[i][str]});
+              freed[str].push_back({t.space, placed.offsets[i],
+                                    placed.offsets[i] + placed.alignedBytes[i],
+                                    lastTouch[i][str]});
         }
       }
       // Drop entries every other used stream is already ordered after;

@@ -55,7 +55,8 @@ FailureOr<Liveness> Liveness::build(func::FuncOp func, PlanDType floatDType) {
                          << " has no static tensor shape";
       return failure();
     }
-    std::optional<PlanDType> dt = planDTypeOf(type.getElementType(), floatDType);
+    std::optional<PlanDType> dt =
+        planDTypeOf(type.getElementType(), floatDType);
     if (!dt) {
       where->emitError() << "zplan-memory-plan: element type "
                          << type.getElementType()

@@ -22,7 +22,14 @@
 namespace zplan::plan {
 
 /// plan.fbs DType numbers.
-enum class PlanDType : uint8_t { F32 = 0, BF16 = 1, F16 = 2, I64 = 3, I32 = 4, Bool8 = 5 };
+enum class PlanDType : uint8_t {
+  F32 = 0,
+  BF16 = 1,
+  F16 = 2,
+  I64 = 3,
+  I32 = 4,
+  Bool8 = 5
+};
 
 /// plan.fbs Stream numbers.
 enum class StreamKind : uint8_t { Compute = 0, Comm = 1, Copy = 2 };

@@ -1,4 +1,5 @@
-//===- Report.cpp - The memory/communication report ------------------------===//
+//===- Report.cpp - The memory/communication report
+//------------------------===//
 
 #include "compiler/plan/Report.h"
 
@@ -29,15 +30,14 @@ std::string human(uint64_t bytes) {
 std::string formatReport(const PlanSummary &s) {
   std::ostringstream os;
   const MemoryFigures &m = s.memory;
-  os << "zplan report: world " << s.world << " (tp " << s.tp << " x dp "
-     << s.dp << "), dtype " << dtypeName(s.dtype).str() << ", "
-     << s.numInstructions << " instructions, " << s.numTensors
-     << " tensors, " << s.numWeights << " weight sources\n";
+  os << "zplan report: world " << s.world << " (tp " << s.tp << " x dp " << s.dp
+     << "), dtype " << dtypeName(s.dtype).str() << ", " << s.numInstructions
+     << " instructions, " << s.numTensors << " tensors, " << s.numWeights
+     << " weight sources\n";
   // Every rank holds the same local shapes, so the figures are the same on
   // every rank; they are printed per rank all the same, as the plan records.
   for (int r = 0; r < s.world; ++r) {
-    os << "rank " << r << " (tp " << r % s.tp << ", dp " << r / s.tp
-       << "):\n";
+    os << "rank " << r << " (tp " << r % s.tp << ", dp " << r / s.tp << "):\n";
     os << "  resident weight bytes      " << human(m.residentWeightBytes)
        << "\n";
     os << "  peak gathered param bytes  " << human(m.peakGatheredParamBytes)
@@ -67,8 +67,7 @@ std::string formatReport(const PlanSummary &s) {
 std::string formatReportJson(const PlanSummary &s) {
   using nlohmann::json;
   const MemoryFigures &m = s.memory;
-  json comm = json::object(), payload = json::object(),
-       calls = json::object();
+  json comm = json::object(), payload = json::object(), calls = json::object();
   for (const auto &[kind, axes] : s.comm)
     for (const auto &[axis, f] : axes) {
       comm[kind][axis] = f.sentBytes;

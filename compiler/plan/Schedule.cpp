@@ -93,9 +93,9 @@ struct SchedulePass : impl::ZplanScheduleBase<SchedulePass> {
         seen = producerStep;
         auto [it, inserted] = eventOf.try_emplace(producer, numEventsSoFar);
         if (inserted) {
-          producer->setAttr(attr::kSignal,
-                            IntegerAttr::get(IntegerType::get(ctx, 64),
-                                             numEventsSoFar));
+          producer->setAttr(
+              attr::kSignal,
+              IntegerAttr::get(IntegerType::get(ctx, 64), numEventsSoFar));
           ++numEventsSoFar;
         }
         if (!llvm::is_contained(waits, it->second))
@@ -128,8 +128,9 @@ struct SchedulePass : impl::ZplanScheduleBase<SchedulePass> {
     }
     numInstructions = step;
     numEvents = numEventsSoFar;
-    module->setAttr(attr::kNumEvents,
-                    IntegerAttr::get(IntegerType::get(ctx, 64), numEventsSoFar));
+    module->setAttr(
+        attr::kNumEvents,
+        IntegerAttr::get(IntegerType::get(ctx, 64), numEventsSoFar));
     module->setAttr(
         attr::kCollectiveHash,
         IntegerAttr::get(IntegerType::get(ctx, 64, IntegerType::Unsigned),

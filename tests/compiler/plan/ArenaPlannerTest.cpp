@@ -2,35 +2,34 @@
 // step share a byte, offsets are aligned, and the reported peak equals the
 // largest per-step sum of live bytes counted step by step.
 
-#include "compiler/plan/ArenaPlanner.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 
+#include "compiler/plan/ArenaPlanner.h"
+
 using namespace zplan::plan;
 
 namespace {
 
-uint64_t bruteForcePeak(const std::vector<BufferRequest> &reqs, Space space) {
+uint64_t bruteForcePeak(const std::vector<BufferRequest>& reqs, Space space) {
   int64_t lo = 0, hi = 0;
-  for (const auto &r : reqs) {
+  for (const auto& r : reqs) {
     lo = std::min(lo, r.begin);
     hi = std::max(hi, r.end);
   }
   uint64_t peak = 0;
   for (int64_t t = lo; t <= hi; ++t) {
     uint64_t live = 0;
-    for (const auto &r : reqs)
-      if (r.space == space && r.begin <= t && t <= r.end)
-        live += (r.bytes + 255) / 256 * 256;
+    for (const auto& r : reqs)
+      if (r.space == space && r.begin <= t && t <= r.end) live += (r.bytes + 255) / 256 * 256;
     peak = std::max(peak, live);
   }
   return peak;
 }
 
-void checkPlan(const std::vector<BufferRequest> &reqs, const ArenaPlan &plan) {
+void checkPlan(const std::vector<BufferRequest>& reqs, const ArenaPlan& plan) {
   ASSERT_EQ(plan.offsets.size(), reqs.size());
   uint64_t top[kNumSpaces] = {0, 0};
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -40,16 +39,11 @@ void checkPlan(const std::vector<BufferRequest> &reqs, const ArenaPlan &plan) {
     unsigned s = static_cast<unsigned>(reqs[i].space);
     top[s] = std::max(top[s], plan.offsets[i] + size);
     for (size_t j = 0; j < i; ++j) {
-      if (reqs[i].space != reqs[j].space || reqs[i].bytes == 0 ||
-          reqs[j].bytes == 0)
-        continue;
-      bool timeOverlap =
-          !(reqs[i].end < reqs[j].begin || reqs[j].end < reqs[i].begin);
+      if (reqs[i].space != reqs[j].space || reqs[i].bytes == 0 || reqs[j].bytes == 0) continue;
+      bool timeOverlap = !(reqs[i].end < reqs[j].begin || reqs[j].end < reqs[i].begin);
       uint64_t sj = (reqs[j].bytes + 255) / 256 * 256;
-      bool addrOverlap = plan.offsets[i] < plan.offsets[j] + sj &&
-                         plan.offsets[j] < plan.offsets[i] + size;
-      EXPECT_FALSE(timeOverlap && addrOverlap)
-          << "buffers " << j << " and " << i << " overlap";
+      bool addrOverlap = plan.offsets[i] < plan.offsets[j] + sj && plan.offsets[j] < plan.offsets[i] + size;
+      EXPECT_FALSE(timeOverlap && addrOverlap) << "buffers " << j << " and " << i << " overlap";
     }
   }
   for (unsigned s = 0; s < kNumSpaces; ++s) {
@@ -69,8 +63,7 @@ TEST(ArenaPlanner, EmptyInput) {
 // slots: the lower bound is reached.
 TEST(ArenaPlanner, ChainReusesTwoSlots) {
   std::vector<BufferRequest> reqs;
-  for (int i = 0; i < 10; ++i)
-    reqs.push_back({1000, Space::Device, i, i + 1});
+  for (int i = 0; i < 10; ++i) reqs.push_back({1000, Space::Device, i, i + 1});
   ArenaPlan plan = planArenas(reqs);
   checkPlan(reqs, plan);
   EXPECT_EQ(plan.arenaBytes[0], 2 * 1024u);
@@ -80,10 +73,11 @@ TEST(ArenaPlanner, ChainReusesTwoSlots) {
 // Whole-run buffers (weights, inputs) are stacked at the bottom in request
 // order, each space separately.
 TEST(ArenaPlanner, WholeRunBuffersStackInOrder) {
-  std::vector<BufferRequest> reqs = {
-      {300, Space::Device, 0, 9}, {10, Space::Host, 0, 9},
-      {256, Space::Device, 0, 9}, {512, Space::Device, 3, 4},
-      {100, Space::Host, 2, 2}};
+  std::vector<BufferRequest> reqs = {{300, Space::Device, 0, 9},
+                                     {10, Space::Host, 0, 9},
+                                     {256, Space::Device, 0, 9},
+                                     {512, Space::Device, 3, 4},
+                                     {100, Space::Host, 2, 2}};
   ArenaPlan plan = planArenas(reqs);
   checkPlan(reqs, plan);
   EXPECT_EQ(plan.offsets[0], 0u);
@@ -100,9 +94,9 @@ TEST(ArenaPlanner, BestFitPicksSmallestGap) {
   // Steps 0..1: A (2048) and B (512) and C (1024) placed large-first; at step
   // 2..3 only D (2048, bottom) and F (256) ... built so that two gaps exist.
   std::vector<BufferRequest> reqs = {
-      {4096, Space::Device, 0, 0}, // big, short
-      {1024, Space::Device, 0, 5}, // long
-      {512, Space::Device, 2, 5},  // fits above the long one at step 2..5
+      {4096, Space::Device, 0, 0},  // big, short
+      {1024, Space::Device, 0, 5},  // long
+      {512, Space::Device, 2, 5},   // fits above the long one at step 2..5
   };
   ArenaPlan plan = planArenas(reqs);
   checkPlan(reqs, plan);
@@ -112,8 +106,7 @@ TEST(ArenaPlanner, BestFitPicksSmallestGap) {
 }
 
 TEST(ArenaPlanner, ZeroByteBuffersTakeNoSpace) {
-  std::vector<BufferRequest> reqs = {{0, Space::Device, 0, 3},
-                                     {100, Space::Device, 1, 2}};
+  std::vector<BufferRequest> reqs = {{0, Space::Device, 0, 3}, {100, Space::Device, 1, 2}};
   ArenaPlan plan = planArenas(reqs);
   checkPlan(reqs, plan);
   EXPECT_EQ(plan.arenaBytes[0], 256u);
@@ -128,7 +121,7 @@ TEST_P(ArenaPlannerRandom, NeverOverlapsAndPeakIsExact) {
   std::uniform_int_distribution<uint64_t> size(0, 1 << 16);
   std::bernoulli_distribution host(0.25), whole(0.1);
   std::vector<BufferRequest> reqs(count(rng));
-  for (auto &r : reqs) {
+  for (auto& r : reqs) {
     r.bytes = size(rng);
     r.space = host(rng) ? Space::Host : Space::Device;
     if (whole(rng)) {
@@ -147,4 +140,4 @@ TEST_P(ArenaPlannerRandom, NeverOverlapsAndPeakIsExact) {
 
 INSTANTIATE_TEST_SUITE_P(Seeds, ArenaPlannerRandom, ::testing::Range(0, 200));
 
-} // namespace
+}  // namespace

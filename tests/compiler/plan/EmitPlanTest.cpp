@@ -4,20 +4,18 @@
 // their ints/floats, streams and events), and the collective hash equals an
 // FNV-1a 64 computed here byte by byte.
 
+#include <gtest/gtest.h>
+
 #include "compiler/plan/EmitPlan.h"
 #include "compiler/plan/Passes.h"
 #include "dialects/dist/ZdDialect.h"
 #include "dialects/graph/GraphDialect.h"
-
-#include "zrt/plan_file.h"
-#include "zrt/plan_generated.h"
-
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-
-#include <gtest/gtest.h>
+#include "zrt/plan_file.h"
+#include "zrt/plan_generated.h"
 
 using namespace mlir;
 using namespace zplan::plan;
@@ -27,19 +25,16 @@ namespace {
 struct Compiled {
   std::vector<uint8_t> payload;
   PlanSummary summary;
-  const zrt::fb::Plan *plan = nullptr;
+  const zrt::fb::Plan* plan = nullptr;
 };
 
-bool compile(const std::string &source, const std::string &dtype,
-             Compiled &out, uint64_t gpuMem = 0) {
+bool compile(const std::string& source, const std::string& dtype, Compiled& out, uint64_t gpuMem = 0) {
   DialectRegistry registry;
-  registry.insert<func::FuncDialect, zplan::graph::GraphDialect,
-                  zplan::dist::ZdDialect>();
+  registry.insert<func::FuncDialect, zplan::graph::GraphDialect, zplan::dist::ZdDialect>();
   MLIRContext ctx(registry);
   ctx.loadAllAvailableDialects();
   OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &ctx);
-  if (!module)
-    return false;
+  if (!module) return false;
   PassManager pm(&ctx, ModuleOp::getOperationName());
   ZplanScheduleOptions s;
   s.dtype = dtype;
@@ -48,27 +43,23 @@ bool compile(const std::string &source, const std::string &dtype,
   m.dtype = dtype;
   m.gpuMem = gpuMem;
   pm.addPass(createZplanMemoryPlan(m));
-  if (failed(pm.run(*module)))
-    return false;
+  if (failed(pm.run(*module))) return false;
   EmitOptions opts;
   opts.planPath = "/tmp/plans/x.zplan";
   opts.modelDir = "/tmp/models/m";
   opts.producer = "test";
-  if (failed(emitPlan(*module, opts, out.payload, out.summary)))
-    return false;
+  if (failed(emitPlan(*module, opts, out.payload, out.summary))) return false;
   flatbuffers::Verifier verifier(out.payload.data(), out.payload.size());
   EXPECT_TRUE(zrt::fb::VerifyPlanBuffer(verifier));
   out.plan = zrt::fb::GetPlan(out.payload.data());
   return true;
 }
 
-uint64_t fnv(const std::vector<std::tuple<uint16_t, uint8_t, uint8_t, uint64_t>>
-                 &items) {
+uint64_t fnv(const std::vector<std::tuple<uint16_t, uint8_t, uint8_t, uint64_t>>& items) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (auto [op, axis, dtype, count] : items) {
     uint8_t bytes[12] = {uint8_t(op), uint8_t(op >> 8), axis, dtype};
-    for (int i = 0; i < 8; ++i)
-      bytes[4 + i] = uint8_t(count >> (8 * i));
+    for (int i = 0; i < 8; ++i) bytes[4 + i] = uint8_t(count >> (8 * i));
     for (uint8_t b : bytes) {
       h ^= b;
       h *= 0x100000001b3ull;
@@ -77,7 +68,7 @@ uint64_t fnv(const std::vector<std::tuple<uint16_t, uint8_t, uint8_t, uint64_t>>
   return h;
 }
 
-const char *kTpZero = R"mlir(
+const char* kTpZero = R"mlir(
 module attributes {zd.tp = 2 : i64, zd.dp = 2 : i64} {
   func.func @main(%x: tensor<1x8x64xf32> {zg.name = "hidden", zd.batch_split}) -> (tensor<1x8x64xf32> {zg.name = "out", zd.batch_split}) {
     %s = zd.weight_shard {name = "w1", file = "data.bin", offset = 64 : i64, length = 32768 : i64, source_shape = array<i64: 64, 128>, local_shape = array<i64: 64, 64>, pieces = [[{src_start = array<i64: 0, 0>, dst_start = array<i64: 0, 0>, size = array<i64: 64, 64>}], [{src_start = array<i64: 0, 64>, dst_start = array<i64: 0, 0>, size = array<i64: 64, 64>}]], dp = 2 : i64, space = "device"} : tensor<2048xf32>
@@ -97,59 +88,65 @@ module attributes {zd.tp = 2 : i64, zd.dp = 2 : i64} {
 TEST(EmitPlan, TensorParallelZeroThree) {
   Compiled c;
   ASSERT_TRUE(compile(kTpZero, "bf16", c));
-  const zrt::fb::Plan *p = c.plan;
+  const zrt::fb::Plan* p = c.plan;
   EXPECT_EQ(p->version_major(), zrt::kPlanVersionMajor);
   EXPECT_EQ(p->fingerprint()->world(), 4);
   EXPECT_EQ(p->fingerprint()->tp(), 2);
   EXPECT_EQ(p->fingerprint()->dp(), 2);
-  EXPECT_EQ(int(p->fingerprint()->dtype()), 1); // bf16
+  EXPECT_EQ(int(p->fingerprint()->dtype()), 1);  // bf16
 
   // Instructions: gather_param, linear, release, all_reduce, reshape,
   // softmax, reshape (storage ops run nothing).
   ASSERT_EQ(p->instrs()->size(), 7u);
   std::vector<int> ops;
-  for (const auto *i : *p->instrs())
-    ops.push_back(int(i->op()));
+  for (const auto* i : *p->instrs()) ops.push_back(int(i->op()));
   EXPECT_EQ(ops, (std::vector<int>{144, 65, 145, 128, 97, 80, 97}));
-  const auto *linear = p->instrs()->Get(1);
+  const auto* linear = p->instrs()->Get(1);
   ASSERT_EQ(linear->ints()->size(), 1u);
-  EXPECT_EQ(linear->ints()->Get(0), 1); // trans_w
+  EXPECT_EQ(linear->ints()->Get(0), 1);  // trans_w
   ASSERT_EQ(linear->floats()->size(), 1u);
   EXPECT_EQ(linear->floats()->Get(0), 1.0);
-  EXPECT_EQ(p->instrs()->Get(5)->ints()->Get(0), 1); // softmax axis
-  EXPECT_EQ(int(p->instrs()->Get(0)->stream()), 1);  // gather on comm
-  EXPECT_EQ(int(p->instrs()->Get(0)->axis()), 2);    // over dp
-  EXPECT_EQ(int(p->instrs()->Get(3)->axis()), 1);    // all_reduce over tp
+  EXPECT_EQ(p->instrs()->Get(5)->ints()->Get(0), 1);  // softmax axis
+  EXPECT_EQ(int(p->instrs()->Get(0)->stream()), 1);   // gather on comm
+  EXPECT_EQ(int(p->instrs()->Get(0)->axis()), 2);     // over dp
+  EXPECT_EQ(int(p->instrs()->Get(3)->axis()), 1);     // all_reduce over tp
   EXPECT_EQ(p->instrs()->Get(2)->outputs()->size(), 0u);
   // The linear waits for the gather's event.
   int gatherEvent = p->instrs()->Get(0)->signal();
   ASSERT_GE(gatherEvent, 0);
   ASSERT_TRUE(linear->waits());
-  EXPECT_NE(std::find(linear->waits()->begin(), linear->waits()->end(),
-                      gatherEvent),
-            linear->waits()->end());
+  EXPECT_NE(std::find(linear->waits()->begin(), linear->waits()->end(), gatherEvent), linear->waits()->end());
   EXPECT_LT(gatherEvent, p->num_events());
 
   // The hash, computed here: gather_param (144, dp, bf16, 2048 elements of
   // the shard), then all_reduce (128, tp, bf16, 512 elements).
-  EXPECT_EQ(p->collective_hash(),
-            fnv({{144, 2, 1, 2048}, {128, 1, 1, 512}}));
+  EXPECT_EQ(p->collective_hash(), fnv({{144, 2, 1, 2048}, {128, 1, 1, 512}}));
 
   // Tensors: kinds and the aliases of the two reshapes.
-  const auto *tensors = p->tensors();
+  const auto* tensors = p->tensors();
   int shard = -1, weight = -1, gathered = -1, input = -1, output = -1;
   for (unsigned i = 0; i < tensors->size(); ++i) {
-    const auto *t = tensors->Get(i);
+    const auto* t = tensors->Get(i);
     switch (int(t->kind())) {
-    case 1: input = int(i); break;
-    case 2: output = int(i); break;
-    case 3: weight = int(i); break;
-    case 4: shard = int(i); break;
-    case 5: gathered = int(i); break;
+      case 1:
+        input = int(i);
+        break;
+      case 2:
+        output = int(i);
+        break;
+      case 3:
+        weight = int(i);
+        break;
+      case 4:
+        shard = int(i);
+        break;
+      case 5:
+        gathered = int(i);
+        break;
     }
     EXPECT_EQ(t->offset() % 256, 0u);
     if (t->alias_of() >= 0) {
-      const auto *base = tensors->Get(t->alias_of());
+      const auto* base = tensors->Get(t->alias_of());
       EXPECT_EQ(t->offset(), base->offset());
       EXPECT_EQ(t->bytes(), base->bytes());
       EXPECT_LT(base->alias_of(), 0);
@@ -160,9 +157,9 @@ TEST(EmitPlan, TensorParallelZeroThree) {
   ASSERT_GE(gathered, 0);
   ASSERT_GE(input, 0);
   ASSERT_GE(output, 0);
-  EXPECT_EQ(tensors->Get(shard)->bytes(), 4096u); // 2048 bf16
+  EXPECT_EQ(tensors->Get(shard)->bytes(), 4096u);  // 2048 bf16
   EXPECT_EQ(int(tensors->Get(shard)->dtype()), 1);
-  EXPECT_GE(tensors->Get(output)->alias_of(), 0); // the final reshape
+  EXPECT_GE(tensors->Get(output)->alias_of(), 0);  // the final reshape
 
   // IO: global shapes with the batch multiplied by dp.
   ASSERT_EQ(p->inputs()->size(), 1u);
@@ -175,43 +172,42 @@ TEST(EmitPlan, TensorParallelZeroThree) {
   // Weights: the external file relative to the plan's folder, the inline
   // bias in its own dtype.
   ASSERT_EQ(p->weights()->size(), 2u);
-  const auto *w1 = p->weights()->Get(p->bindings()->Get(0)->source());
+  const auto* w1 = p->weights()->Get(p->bindings()->Get(0)->source());
   EXPECT_EQ(w1->file()->str(), "../models/m/data.bin");
   EXPECT_EQ(w1->offset(), 64u);
-  EXPECT_EQ(int(w1->dtype()), 0); // f32 as stored
-  const auto *bias = p->weights()->Get(p->bindings()->Get(1)->source());
+  EXPECT_EQ(int(w1->dtype()), 0);  // f32 as stored
+  const auto* bias = p->weights()->Get(p->bindings()->Get(1)->source());
   EXPECT_EQ(bias->file()->str(), "");
   ASSERT_EQ(bias->inline_data()->size(), 8u);
 
   // Rank slices: rank r has tp index r % 2 (which piece) and dp index r / 2
   // (which flat range of 2048 elements).
-  const auto *binding = p->bindings()->Get(0);
+  const auto* binding = p->bindings()->Get(0);
   EXPECT_EQ(binding->tensor(), shard);
   ASSERT_EQ(binding->ranks()->size(), 4u);
   for (int r = 0; r < 4; ++r) {
-    const auto *slice = binding->ranks()->Get(r);
+    const auto* slice = binding->ranks()->Get(r);
     EXPECT_EQ(slice->flat_begin(), uint64_t(r / 2) * 2048);
     EXPECT_EQ(slice->flat_end(), uint64_t(r / 2 + 1) * 2048);
     ASSERT_EQ(slice->pieces()->size(), 1u);
     EXPECT_EQ(slice->pieces()->Get(0)->src_start()->Get(1), (r % 2) * 64);
   }
-  const auto *biasBinding = p->bindings()->Get(1);
-  for (const auto *slice : *biasBinding->ranks()) {
+  const auto* biasBinding = p->bindings()->Get(1);
+  for (const auto* slice : *biasBinding->ranks()) {
     EXPECT_EQ(slice->flat_begin(), 0u);
     EXPECT_EQ(slice->flat_end(), 2u);
   }
 
   // Memory: one entry per rank, the device arena as planned peak.
   ASSERT_EQ(p->memory()->size(), 4u);
-  const auto *m = p->memory()->Get(3);
+  const auto* m = p->memory()->Get(3);
   EXPECT_EQ(m->rank(), 3);
   EXPECT_EQ(m->planned_peak_bytes(), m->arena_bytes()->Get(0));
   EXPECT_EQ(m->resident_weight_bytes(), 4096u + 4u);
-  EXPECT_EQ(m->peak_gathered_param_bytes(), 8192u); // 64x64 bf16
+  EXPECT_EQ(m->peak_gathered_param_bytes(), 8192u);  // 64x64 bf16
   uint64_t top = 0;
-  for (const auto *t : *tensors)
-    if (int(t->space()) == 0)
-      top = std::max<uint64_t>(top, t->offset() + t->bytes());
+  for (const auto* t : *tensors)
+    if (int(t->space()) == 0) top = std::max<uint64_t>(top, t->offset() + t->bytes());
   EXPECT_EQ(top, m->arena_bytes()->Get(0));
 
   // The report's communication figures: all_reduce of 512 bf16 over tp = 2
@@ -222,7 +218,7 @@ TEST(EmitPlan, TensorParallelZeroThree) {
 }
 
 TEST(EmitPlan, SplitBecomesSlices) {
-  const char *src = R"mlir(
+  const char* src = R"mlir(
 module {
   func.func @main(%x: tensor<2x6xf32>) -> (tensor<2x2xf32>, tensor<2x4xf32>) {
     %a:2 = zg.split %x {axis = 1 : i64} : (tensor<2x6xf32>) -> (tensor<2x2xf32>, tensor<2x4xf32>)
@@ -234,21 +230,19 @@ module {
 )mlir";
   Compiled c;
   ASSERT_TRUE(compile(src, "fp32", c));
-  const auto *instrs = c.plan->instrs();
+  const auto* instrs = c.plan->instrs();
   ASSERT_EQ(instrs->size(), 4u);
   EXPECT_EQ(int(instrs->Get(0)->op()), 99);
   EXPECT_EQ(int(instrs->Get(1)->op()), 99);
-  std::vector<int64_t> ints0(instrs->Get(0)->ints()->begin(),
-                             instrs->Get(0)->ints()->end());
-  std::vector<int64_t> ints1(instrs->Get(1)->ints()->begin(),
-                             instrs->Get(1)->ints()->end());
+  std::vector<int64_t> ints0(instrs->Get(0)->ints()->begin(), instrs->Get(0)->ints()->end());
+  std::vector<int64_t> ints1(instrs->Get(1)->ints()->begin(), instrs->Get(1)->ints()->end());
   EXPECT_EQ(ints0, (std::vector<int64_t>{0, 0, 1, 1}));
   EXPECT_EQ(ints1, (std::vector<int64_t>{0, 2, 1, 1}));
   EXPECT_EQ(c.plan->collective_hash(), 0xcbf29ce484222325ull);
 }
 
 TEST(EmitPlan, ConstantsTakeThePlanDType) {
-  const char *src = R"mlir(
+  const char* src = R"mlir(
 module {
   func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
     %c = zg.constant {value = dense<[1.0, -2.0, 0.5]> : tensor<3xf32>} : () -> tensor<3xf32>
@@ -260,13 +254,13 @@ module {
   Compiled c;
   ASSERT_TRUE(compile(src, "fp16", c));
   ASSERT_EQ(c.plan->constants()->size(), 1u);
-  const auto *k = c.plan->constants()->Get(0);
+  const auto* k = c.plan->constants()->Get(0);
   EXPECT_EQ(int(k->dtype()), 2);
   // IEEE half: 1.0 = 0x3C00, -2.0 = 0xC000, 0.5 = 0x3800, little endian.
   std::vector<uint8_t> data(k->data()->begin(), k->data()->end());
   EXPECT_EQ(data, (std::vector<uint8_t>{0x00, 0x3C, 0x00, 0xC0, 0x00, 0x38}));
   int constantTensors = 0;
-  for (const auto *t : *c.plan->tensors())
+  for (const auto* t : *c.plan->tensors())
     if (int(t->kind()) == 6) {
       EXPECT_EQ(t->constant(), 0);
       ++constantTensors;
@@ -279,16 +273,16 @@ TEST(EmitPlan, WrittenFilePassesTheRuntimeHeaderCheck) {
   ASSERT_TRUE(compile(kTpZero, "fp32", c));
   std::string path = ::testing::TempDir() + "/emit-test.zplan";
   ASSERT_EQ(zrt::write_plan_file(path, c.payload.data(), c.payload.size()), "");
-  std::FILE *f = std::fopen(path.c_str(), "rb");
+  std::FILE* f = std::fopen(path.c_str(), "rb");
   ASSERT_TRUE(f);
   std::vector<uint8_t> file(c.payload.size() + 64);
   size_t n = std::fread(file.data(), 1, file.size(), f);
   std::fclose(f);
-  const uint8_t *payload = nullptr;
+  const uint8_t* payload = nullptr;
   uint64_t payloadBytes = 0;
   EXPECT_EQ(zrt::check_plan_header(file.data(), n, &payload, &payloadBytes), "");
   EXPECT_EQ(payloadBytes, c.payload.size());
   std::remove(path.c_str());
 }
 
-} // namespace
+}  // namespace
