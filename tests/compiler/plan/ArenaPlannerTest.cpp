@@ -89,20 +89,28 @@ TEST(ArenaPlanner, WholeRunBuffersStackInOrder) {
   EXPECT_EQ(plan.arenaBytes[1], 512u);
 }
 
-// A small buffer goes into the smallest gap that holds it, not the first.
+// A buffer goes into the smallest gap that holds it, not the first one: at
+// steps 5..6 the bytes [0, 4096) of a short-lived buffer and [7168, 7936) of
+// another are free; the 512-byte buffer takes the tighter second gap.
 TEST(ArenaPlanner, BestFitPicksSmallestGap) {
-  // Steps 0..1: A (2048) and B (512) and C (1024) placed large-first; at step
-  // 2..3 only D (2048, bottom) and F (256) ... built so that two gaps exist.
   std::vector<BufferRequest> reqs = {
-      {4096, Space::Device, 0, 0},  // big, short
-      {1024, Space::Device, 0, 5},  // long
-      {512, Space::Device, 2, 5},   // fits above the long one at step 2..5
+      {4096, Space::Device, 0, 2},  // offset 0, free from step 3
+      {2048, Space::Device, 0, 9},  // 4096
+      {1024, Space::Device, 0, 9},  // 6144
+      {768, Space::Device, 0, 2},   // 7168, free from step 3
+      {512, Space::Device, 0, 9},   // 7936
+      {512, Space::Device, 5, 6},   // best fit: 7168 (first fit would be 0)
+      // Runs the schedule to step 10, so that [0, 9] is not the whole run
+      // (whole-run buffers are stacked apart).
+      {256, Space::Host, 10, 10},
   };
   ArenaPlan plan = planArenas(reqs);
   checkPlan(reqs, plan);
-  // The 512-byte buffer reuses the big buffer's bytes (free at step 2).
-  EXPECT_LT(plan.offsets[2] + 512, 4096u + 1024u + 1);
-  EXPECT_EQ(plan.arenaBytes[0], 5120u);
+  EXPECT_EQ(plan.offsets[0], 0u);
+  EXPECT_EQ(plan.offsets[3], 7168u);
+  EXPECT_EQ(plan.offsets[4], 7936u);
+  EXPECT_EQ(plan.offsets[5], 7168u);
+  EXPECT_EQ(plan.arenaBytes[0], 8448u);
 }
 
 TEST(ArenaPlanner, ZeroByteBuffersTakeNoSpace) {
