@@ -17,6 +17,8 @@
 #include "compiler/import/Import.h"
 #include "compiler/transforms/Passes.h"
 
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Location.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
@@ -66,6 +68,30 @@ bool parseDims(const std::vector<std::string> &dims,
     opts.import.dims[d.substr(0, eq)] = v;
   }
   return true;
+}
+
+/// Prints one diagnostic as "FILE: severity: message" (or
+/// "FILE:LINE:COL: ..." for a location in an MLIR file).
+void printDiagnostic(mlir::Diagnostic &diag) {
+  std::string where;
+  mlir::Location loc = diag.getLocation();
+  if (auto name = mlir::dyn_cast<mlir::NameLoc>(loc))
+    loc = name.getChildLoc();
+  if (auto file = mlir::dyn_cast<mlir::FileLineColLoc>(loc)) {
+    where = file.getFilename().str();
+    if (file.getLine() != 0)
+      where += ":" + std::to_string(file.getLine()) + ":" +
+               std::to_string(file.getColumn());
+    where += ": ";
+  }
+  const char *sev = "error";
+  switch (diag.getSeverity()) {
+  case mlir::DiagnosticSeverity::Warning: sev = "warning"; break;
+  case mlir::DiagnosticSeverity::Note: sev = "note"; break;
+  case mlir::DiagnosticSeverity::Remark: sev = "remark"; break;
+  default: break;
+  }
+  llvm::errs() << where << sev << ": " << diag.str() << "\n";
 }
 
 int importCommand(mlir::MLIRContext &context,
@@ -129,6 +155,15 @@ int driver::run(int argc, char **argv) {
   registerAllDialects(registry);
   mlir::MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  // Diagnostics read "FILE: error: message": the importer locates them at
+  // the model file (and names the node in the message); ops created from a
+  // node carry its name as well.
+  context.getDiagEngine().registerHandler([](mlir::Diagnostic &diag) {
+    printDiagnostic(diag);
+    for (mlir::Diagnostic &note : diag.getNotes())
+      printDiagnostic(note);
+    return mlir::success();
+  });
 
   if (imp->parsed()) {
     if (!parseDims(importDims, importOpts))

@@ -325,7 +325,7 @@ LogicalResult Importer::checkOps() {
   if (bad.empty())
     return success();
   auto d = error();
-  d << "'" << path << "': " << bad.size() << " unsupported op"
+  d << bad.size() << " unsupported op"
     << (bad.size() == 1 ? "" : "s") << ":";
   for (const auto &s : bad)
     d << "\n  " << s;
