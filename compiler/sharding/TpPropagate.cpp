@@ -21,7 +21,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/MapVector.h"
 
 namespace zplan::sharding {
 #define GEN_PASS_DEF_ZPLANTPPROPAGATE
@@ -317,7 +317,7 @@ Propagator::planColumn(Operation *op, Value result, Value weight) {
         op->emitError("tp = ")
             << tp << " does not divide the hidden size " << size
             << " (output features, dimension "
-            << (cast<zg::LinearOp>(op) && cast<zg::LinearOp>(op).getTransW()
+            << (isa<zg::LinearOp>(op) && cast<zg::LinearOp>(op).getTransW()
                     ? 0
                     : 1)
             << " of weight " << weight.getType() << ")";
@@ -479,10 +479,7 @@ Propagator::Rule Propagator::embedding(zg::EmbeddingOp op) {
   Shard eIds = eff(ids);
   int64_t rank = rankOf(op.getResult());
   Rule r;
-  if (isa<BlockArgument>(cur) && isa<zg::WeightOp>(op.getTable().getDefiningOp()
-                                                       ? op.getTable()
-                                                             .getDefiningOp()
-                                                       : nullptr) &&
+  if (isa<BlockArgument>(cur) && op.getTable().getDefiningOp<zg::WeightOp>() &&
       eIds.isReplicated()) {
     ++counts.vocab;
     Shard res = Shard::replicated(rank);

@@ -75,3 +75,17 @@ func.func @fused_gqa(%x: tensor<8x64xf32>) -> tensor<1x4x8x16xf32> {
 // expected-error @+1 {{zd.tp must be at least 1, got 0}}
 module attributes {zd.tp = 0 : i64} {
 }
+
+// -----
+
+// Tests that a matmul by a weight follows the linear rules, errors included.
+module attributes {zd.tp = 4 : i64} {
+func.func @matmul_hidden(%x: tensor<2x64xf32>) -> tensor<2x64xf32> {
+  %w1 = zg.weight {name = "fc1", file = "m.data", offset = 0 : i64, length = 1536 : i64} : () -> tensor<64x6xf32>
+  %w2 = zg.weight {name = "fc2", file = "m.data", offset = 0 : i64, length = 1536 : i64} : () -> tensor<6x64xf32>
+  // expected-error @+1 {{tp = 4 does not divide the hidden size 6 (output features, dimension 1 of weight 'tensor<64x6xf32>')}}
+  %h = zg.matmul %x, %w1 : (tensor<2x64xf32>, tensor<64x6xf32>) -> tensor<2x6xf32>
+  %y = zg.matmul %h, %w2 : (tensor<2x6xf32>, tensor<6x64xf32>) -> tensor<2x64xf32>
+  return %y : tensor<2x64xf32>
+}
+}
