@@ -700,4 +700,36 @@ ConstTensor softmax(const ConstTensor &x, int64_t axis) {
   return out;
 }
 
+bool uniformAlong(const ConstTensor &x, size_t d) {
+  int64_t outer = numelOf(ArrayRef<int64_t>(x.shape).take_front(d));
+  int64_t inner = numelOf(ArrayRef<int64_t>(x.shape).drop_front(d + 1));
+  int64_t dim = x.shape[d];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 1; k < dim; ++k) {
+      int64_t a = (o * dim) * inner, b = (o * dim + k) * inner;
+      if (x.isFloat()) {
+        for (int64_t i = 0; i < inner; ++i)
+          if (x.f[a + i] != x.f[b + i] &&
+              !(std::isnan(x.f[a + i]) && std::isnan(x.f[b + i])))
+            return false;
+      } else {
+        for (int64_t i = 0; i < inner; ++i)
+          if (x.i[a + i] != x.i[b + i])
+            return false;
+      }
+    }
+  return true;
+}
+
+ConstTensor compress(ConstTensor x) {
+  for (size_t d = 0; d < x.shape.size(); ++d) {
+    if (x.shape[d] <= 1 || !uniformAlong(x, d))
+      continue;
+    Shape starts(x.shape.size(), 0), steps(x.shape.size(), 1), sizes = x.shape;
+    sizes[d] = 1;
+    x = slice(x, starts, steps, sizes);
+  }
+  return x;
+}
+
 } // namespace zplan::import::eval

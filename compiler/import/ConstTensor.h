@@ -118,6 +118,11 @@ enum class Reduce { Sum, Mean, Max, Min, Prod };
 ConstTensor reduce(Reduce op, const ConstTensor &x,
                    llvm::ArrayRef<int64_t> axes, bool keepdims);
 ConstTensor softmax(const ConstTensor &x, int64_t axis);
+/// Returns true when x does not vary along dim d.
+bool uniformAlong(const ConstTensor &x, size_t d);
+/// Shrinks every dim along which x does not vary to size 1. The result
+/// broadcasts (numpy rules) back to x.
+ConstTensor compress(ConstTensor x);
 } // namespace eval
 
 } // namespace zplan::import

@@ -53,6 +53,9 @@ namespace {
 /// covers.
 constexpr int64_t kMinOpset = 13, kMaxOpset = 21;
 
+/// Folded constants with more elements than this are stored compactly.
+constexpr int64_t kCompressThreshold = 4096;
+
 /// Ops the importer accepts, with the first opset of the default domain at
 /// which it knows the op's form. Ops marked fold-only have no zg counterpart:
 /// their inputs must fold to constants.
@@ -112,7 +115,10 @@ struct ExternalRef {
 struct Val {
   int32_t dtype = kFloat;
   Shape shape;
-  std::shared_ptr<ConstTensor> c;           ///< known value, if any
+  /// Known value, if any. It may be stored compactly: same rank as `shape`,
+  /// with size 1 along dims where the value does not vary (it broadcasts
+  /// to `shape`). full() expands it for ops that need every element.
+  std::shared_ptr<ConstTensor> c;
   const onnx::TensorProto *init = nullptr;  ///< initializer it came from
   std::shared_ptr<ExternalRef> ext;         ///< external data of `init`
   Value v;                                  ///< materialized SSA value
@@ -157,7 +163,8 @@ private:
     return RankedTensorType::get(shape, elemType(dtype));
   }
   Value materialize(Val &v);
-  Value materializeConst(const ConstTensor &c);
+  Value materializeConst(const ConstTensor &c,
+                         std::optional<Shape> logical = std::nullopt);
   DenseElementsAttr toAttr(const ConstTensor &c);
 
   // --- Node helpers.
@@ -166,11 +173,24 @@ private:
       return nullptr;
     return &vals[n.input(k)];
   }
-  void setConst(const onnx::NodeProto &n, int k, ConstTensor c) {
+  /// Sets output k to a constant. `logical` is its shape when `c` is stored
+  /// compactly (see Val::c); large constants are compressed here, which
+  /// keeps shape-only subgraphs such as the causal mask of batch x seq x seq
+  /// at seq x seq elements.
+  void setConst(const onnx::NodeProto &n, int k, ConstTensor c,
+                std::optional<Shape> logical = std::nullopt) {
     Val &o = vals[n.output(k)];
     o.dtype = c.dtype;
-    o.shape = c.shape;
+    o.shape = logical ? *logical : c.shape;
+    if (c.numel() > kCompressThreshold)
+      c = eval::compress(std::move(c));
     o.c = std::make_shared<ConstTensor>(std::move(c));
+  }
+  /// The value of v with every element present.
+  const ConstTensor &full(Val &v) {
+    if (v.c && v.c->shape != v.shape)
+      v.c = std::make_shared<ConstTensor>(eval::expand(*v.c, v.shape));
+    return *v.c;
   }
   void setValue(const onnx::NodeProto &n, int k, Value v) {
     Val &o = vals[n.output(k)];
@@ -794,34 +814,30 @@ static std::optional<double> causalMaskValue(const ConstTensor &c) {
   return masked;
 }
 
-Value Importer::materializeConst(const ConstTensor &c) {
-  auto type = tensorType(c.dtype, c.shape);
-  if (auto masked = causalMaskValue(c))
-    return zg::CausalMaskOp::create(wb, fileLoc, type,
-                                    wb.getF64FloatAttr(*masked));
-  // Store a large constant only along the dims where it varies, and expand.
-  ConstTensor small = c;
-  if (c.numel() > 1024 && !c.isSplat()) {
-    for (size_t d = 0; d < small.shape.size(); ++d) {
-      if (small.shape[d] <= 1)
-        continue;
-      Shape starts(small.shape.size(), 0), steps(small.shape.size(), 1);
-      Shape sizes = small.shape;
-      sizes[d] = 1;
-      ConstTensor first = eval::slice(small, starts, steps, sizes);
-      bool uniform = true;
-      for (int64_t k = 1; k < small.shape[d] && uniform; ++k) {
-        starts[d] = k;
-        ConstTensor other = eval::slice(small, starts, steps, sizes);
-        uniform = other.isFloat() ? other.f == first.f : other.i == first.i;
-      }
-      if (uniform)
-        small = std::move(first);
-    }
+Value Importer::materializeConst(const ConstTensor &stored,
+                                 std::optional<Shape> logical) {
+  Shape shape = logical ? *logical : stored.shape;
+  auto type = tensorType(stored.dtype, shape);
+  size_t r = shape.size();
+  if (r >= 2 && stored.shape[r - 2] == shape[r - 2] &&
+      stored.shape[r - 1] == shape[r - 1])
+    if (auto masked = causalMaskValue(stored))
+      return zg::CausalMaskOp::create(wb, fileLoc, type,
+                                      wb.getF64FloatAttr(*masked));
+  if (stored.numel() >= 1 && stored.isSplat()) {
+    // A splat is one value whatever its shape: never allocate the shape.
+    ConstTensor one(stored.dtype, {});
+    one.f = stored.isFloat() ? std::vector<double>{stored.f[0]} : one.f;
+    one.i = stored.isFloat() ? one.i : std::vector<int64_t>{stored.i[0]};
+    DenseElementsAttr a = toAttr(one);
+    return zg::ConstantOp::create(wb, fileLoc, type,
+                                  DenseElementsAttr::get(type, a.getSplatValue<Attribute>()));
   }
-  Value v = zg::ConstantOp::create(wb, fileLoc, tensorType(small.dtype, small.shape),
-                                   toAttr(small));
-  if (small.shape != c.shape)
+  // Store a large constant only along the dims where it varies, and expand.
+  ConstTensor small = stored.numel() > 1024 ? eval::compress(stored) : stored;
+  Value v = zg::ConstantOp::create(
+      wb, fileLoc, tensorType(small.dtype, small.shape), toAttr(small));
+  if (small.shape != shape)
     v = zg::ExpandOp::create(wb, fileLoc, type, v);
   return v;
 }
@@ -853,7 +869,7 @@ Value Importer::materialize(Val &v) {
       return v.v;
     }
   }
-  v.v = materializeConst(*v.c);
+  v.v = materializeConst(*v.c, v.shape);
   return v.v;
 }
 
@@ -871,7 +887,7 @@ LogicalResult Importer::constInts(const onnx::NodeProto &n, int k,
                         << "') does not fold to a constant";
   if (v->c->isFloat())
     return nodeError(n) << what << " must be an integer tensor";
-  out = v->c->toInts();
+  out = full(*v).toInts();
   return success();
 }
 
@@ -933,7 +949,7 @@ LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
     if (!x)
       return nodeError(n) << "missing input";
     if (x->c) {
-      setConst(n, 0, eval::unary(it->second, *x->c));
+      setConst(n, 0, eval::unary(it->second, *x->c), x->shape);
       return success();
     }
     Value xv = materialize(*x);
@@ -992,9 +1008,13 @@ LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
       return nodeError(n) << "result has too many elements";
     Val r;
     if (cur->c && y->c) {
-      ConstTensor c = eval::binary(bit->second, *cur->c, *y->c, *shape);
+      // Compact operands give a compact result: broadcast the stored shapes.
+      Shape stored = *broadcast(cur->c->shape, y->c->shape);
+      ConstTensor c = eval::binary(bit->second, *cur->c, *y->c, stored);
+      if (c.numel() > kCompressThreshold)
+        c = eval::compress(std::move(c));
       r.dtype = c.dtype;
-      r.shape = c.shape;
+      r.shape = *shape;
       r.c = std::make_shared<ConstTensor>(std::move(c));
       acc = std::move(r);
       cur = &acc;
@@ -1234,6 +1254,17 @@ LogicalResult Importer::importReshapeLike(const onnx::NodeProto &n) {
       int64_t src = 0;
       for (int64_t d = 0; d < outRank; ++d)
         out.push_back(ins[d] ? 1 : x->shape[src++]);
+      if (foldable(x) && x->c->shape != x->shape) {
+        // Keep a compact constant compact: insert the same unit dims.
+        ConstTensor c = *x->c;
+        Shape stored;
+        src = 0;
+        for (int64_t d = 0; d < outRank; ++d)
+          stored.push_back(ins[d] ? 1 : c.shape[src++]);
+        c.shape = stored;
+        setConst(n, 0, std::move(c), out);
+        return success();
+      }
     }
   }
   if (out == x->shape) {
@@ -1241,7 +1272,7 @@ LogicalResult Importer::importReshapeLike(const onnx::NodeProto &n) {
     return success();
   }
   if (foldable(x)) {
-    ConstTensor c = *x->c;
+    ConstTensor c = full(*x);
     c.shape = out;
     setConst(n, 0, std::move(c));
     return success();
@@ -1629,6 +1660,19 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
     if (!v.c && !v.v && !v.init)
       return nodeError(n) << "input '" << n.input(k) << "' has no value";
   }
+  // Only elementwise ops, Expand, Unsqueeze and the shape queries work on
+  // compactly stored constants; every other op sees all elements.
+  static const llvm::StringSet<> compactOk = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mod", "Neg",
+      "Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Erf", "Sigmoid", "Relu",
+      "Cos", "Sin", "Abs", "Floor", "Ceil", "Sign", "Cast", "Where", "Equal",
+      "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor",
+      "Not", "IsNaN", "Expand", "Unsqueeze", "Shape", "Size", "Identity",
+      "Dropout"};
+  if (!compactOk.contains(op))
+    for (int k = 0; k < n.input_size(); ++k)
+      if (!n.input(k).empty() && vals[n.input(k)].c)
+        full(vals[n.input(k)]);
   const OpEntry &entry = opTable().find(op)->second;
   if (entry.foldOnly)
     return importFoldOnly(n);
@@ -1765,7 +1809,10 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
       return success();
     }
     if (foldable(x)) {
-      setConst(n, 0, eval::expand(*x->c, *out));
+      // No element is copied: the stored value only gains leading dims.
+      ConstTensor c = *x->c;
+      c.shape.insert(c.shape.begin(), out->size() - c.shape.size(), 1);
+      setConst(n, 0, std::move(c), *out);
       return success();
     }
     setValue(n, 0,
@@ -1783,7 +1830,9 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
     if (!out)
       return nodeError(n) << "input shapes do not broadcast";
     if (c->c && x->c && y->c) {
-      setConst(n, 0, eval::where(*c->c, *x->c, *y->c, *out));
+      Shape stored =
+          *broadcast(*broadcast(c->c->shape, x->c->shape), y->c->shape);
+      setConst(n, 0, eval::where(*c->c, *x->c, *y->c, stored), *out);
       return success();
     }
     setValue(n, 0,
@@ -1802,7 +1851,7 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
       return success();
     }
     if (foldable(x)) {
-      setConst(n, 0, eval::cast(*x->c, to));
+      setConst(n, 0, eval::cast(*x->c, to), x->shape);
       return success();
     }
     setValue(n, 0, emit<zg::CastOp>(tensorType(to, x->shape), materialize(*x)));
