@@ -1,6 +1,7 @@
 // RUN: zplan-opt --split-input-file --zplan-zero="stage=3" %s | FileCheck %s
 // RUN: zplan-opt --split-input-file --zplan-zero="stage=3 prefetch-bytes=1024" %s | FileCheck %s --check-prefix=PREFETCH
 // RUN: zplan-opt --split-input-file --zplan-zero="stage=3 persist-threshold=1024" %s | FileCheck %s --check-prefix=PERSIST
+// RUN: zplan-opt --split-input-file --zplan-zero="stage=3 prefetch-bytes=4096 max-live-bytes=2048" %s | FileCheck %s --check-prefix=CAP
 
 // Tests that stage 3 over dp = 2 splits the batch, replaces each parameter by
 // its flat shard, gathers it right before its first use and releases it
@@ -25,6 +26,7 @@
 // PERSIST: zd.weight_shard {{.*}}name = "w1"
 // PERSIST-NEXT: zg.weight {{.*}}name = "b"
 // PERSIST-NOT: zd.weight_shard
+// PERSIST: return
 module attributes {zd.tp = 1 : i64, zd.dp = 2 : i64} {
 func.func @zero3(%x: tensor<2x16xf32>) -> tensor<2x16xf32> {
   %w1 = zg.weight {name = "w1", file = "m.data", offset = 0 : i64, length = 1024 : i64} : () -> tensor<16x16xf32>
@@ -67,10 +69,40 @@ func.func @batch(%x: tensor<4x8x4xf32>) -> tensor<32x4xf32> {
 // CHECK-NOT: zd.
 // CHECK: zg.weight
 // CHECK-NOT: zd.
+// CHECK: return
 module attributes {zd.tp = 1 : i64, zd.dp = 1 : i64} {
 func.func @nothing(%x: tensor<2x16xf32>) -> tensor<2x16xf32> {
   %w1 = zg.weight {name = "w1", file = "m.data", offset = 0 : i64, length = 1024 : i64} : () -> tensor<16x16xf32>
   %h = zg.linear %x, %w1 : (tensor<2x16xf32>, tensor<16x16xf32>) -> tensor<2x16xf32>
   return %h : tensor<2x16xf32>
+}
+}
+
+// -----
+
+// Tests that the prefetch window moves gathers ahead of their use only while
+// the gathered bytes alive stay under max-live-bytes: with a window of all
+// three parameters and room for two, c is gathered once a is released.
+// CAP-LABEL: func.func @window
+// CAP: %[[GA:.*]] = zd.gather_param %{{.*}} {zd.bucket = 0 : i64}
+// CAP-NEXT: %[[GB:.*]] = zd.gather_param %{{.*}} {zd.bucket = 1 : i64}
+// CAP-NEXT: zg.linear %{{.*}}, %[[GA]]
+// CAP-NEXT: zd.release %[[GA]]
+// CAP-NEXT: %[[GC:.*]] = zd.gather_param %{{.*}} {zd.bucket = 2 : i64}
+// CAP-NEXT: zg.linear %{{.*}}, %[[GB]]
+// CHECK-LABEL: func.func @window
+// CHECK: zg.linear
+// CHECK-NEXT: zd.release
+// CHECK-NEXT: zd.gather_param
+// CHECK-NEXT: zg.linear
+module attributes {zd.tp = 1 : i64, zd.dp = 2 : i64} {
+func.func @window(%x: tensor<2x16xf32>) -> tensor<2x16xf32> {
+  %a = zg.weight {name = "a", file = "m.data", offset = 0 : i64, length = 1024 : i64} : () -> tensor<16x16xf32>
+  %b = zg.weight {name = "b", file = "m.data", offset = 1024 : i64, length = 1024 : i64} : () -> tensor<16x16xf32>
+  %c = zg.weight {name = "c", file = "m.data", offset = 2048 : i64, length = 1024 : i64} : () -> tensor<16x16xf32>
+  %h1 = zg.linear %x, %a : (tensor<2x16xf32>, tensor<16x16xf32>) -> tensor<2x16xf32>
+  %h2 = zg.linear %h1, %b : (tensor<2x16xf32>, tensor<16x16xf32>) -> tensor<2x16xf32>
+  %h3 = zg.linear %h2, %c : (tensor<2x16xf32>, tensor<16x16xf32>) -> tensor<2x16xf32>
+  return %h3 : tensor<2x16xf32>
 }
 }
