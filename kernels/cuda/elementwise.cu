@@ -181,6 +181,25 @@ __global__ void binary_dense_kernel(Binary op, const T *__restrict__ a, const T 
   }
 }
 
+/// Suffix broadcast: each operand is either the whole output or a block of its trailing dims repeated over
+/// the leading ones (a bias [N], rotary tables [1, 1, S, D] against [B, H, S, D], a scalar): element i reads
+/// a[i % na] and b[i % nb]. Packed: na, nb and n counted in 16-byte packs.
+template <class T, bool Packed>
+__global__ void binary_suffix_kernel(Binary op, const T *__restrict__ a, int64_t na, const T *__restrict__ b, int64_t nb,
+                                     T *__restrict__ y, int64_t n) {
+  if (Packed) {
+    ZK_GRID_STRIDE(i, n) {
+      Pack<T> pa = reinterpret_cast<const Pack<T> *>(a)[i % na];
+      const Pack<T> pb = reinterpret_cast<const Pack<T> *>(b)[i % nb];
+#pragma unroll
+      for (int j = 0; j < Pack<T>::N; ++j) pa.v[j] = from_f32<T>(apply_binary(op, to_f32(pa.v[j]), to_f32(pb.v[j])));
+      reinterpret_cast<Pack<T> *>(y)[i] = pa;
+    }
+  } else {
+    ZK_GRID_STRIDE(i, n) y[i] = from_f32<T>(apply_binary(op, to_f32(a[i % na]), to_f32(b[i % nb])));
+  }
+}
+
 __global__ void where_kernel(const void *c, DType ct, const void *a, DType at, const void *b, DType bt, void *y,
                              DType yt, int64_t n, IndexMap<3> map, bool as_float) {
   ZK_GRID_STRIDE(i, n) {
@@ -279,6 +298,19 @@ cudaError_t binary_dense(Binary op, const T *a, const T *b, T *y, int64_t n, cud
     binary_dense_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(op, a, b, y, m);
   } else {
     binary_dense_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(op, a, b, y, n);
+  }
+  return detail::launched();
+}
+
+template <class T>
+cudaError_t binary_suffix(Binary op, const T *a, int64_t na, const T *b, int64_t nb, T *y, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  constexpr int V = Pack<T>::N;
+  if (na % V == 0 && nb % V == 0 && packable<T>(n, {a, b, y})) {
+    const int64_t m = n / V;
+    binary_suffix_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(op, a, na / V, b, nb / V, y, m);
+  } else {
+    binary_suffix_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(op, a, na, b, nb, y, n);
   }
   return detail::launched();
 }
@@ -398,6 +430,28 @@ GpuStatus binary(Binary op, const In &a, const In &b, const Out &out, cudaStream
       using T = std::remove_pointer_t<decltype(tag)>;
       return launch::binary_dense<T>(op, static_cast<const T *>(a.data), static_cast<const T *>(b.data),
                                      static_cast<T *>(out.data), n, s);
+    }));
+    return {};
+  }
+  // Operands that are the output's trailing dims (after leading ones) index with a modulo, no decomposition.
+  auto suffix = [&](const Dims &x) -> int64_t {
+    int lead = 0;
+    while (lead < x.rank && x.d[lead] == 1) ++lead;
+    const int k = x.rank - lead;
+    if (k > out.shape.rank) return -1;
+    int64_t len = 1;
+    for (int i = 0; i < k; ++i) {
+      if (x.d[lead + i] != out.shape.d[out.shape.rank - k + i]) return -1;
+      len *= x.d[lead + i];
+    }
+    return len;
+  };
+  const int64_t na = suffix(a.shape), nb = suffix(b.shape);
+  if (as_float && na > 0 && nb > 0 && a.dtype == out.dtype && b.dtype == out.dtype && is_float(out.dtype)) {
+    ZK_CUDA_TRY(with_float_type(out.dtype, [&](auto *tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      return launch::binary_suffix<T>(op, static_cast<const T *>(a.data), na, static_cast<const T *>(b.data), nb,
+                                      static_cast<T *>(out.data), n, s);
     }));
     return {};
   }

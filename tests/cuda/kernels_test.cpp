@@ -76,6 +76,8 @@ TEST(CudaElementwise, BinaryBroadcastMatchesReference) {
                         {Dims{2, 3, 129}, Dims{129}, Dims{2, 3, 129}},
                         {Dims{6, 7}, Dims{6, 7}, Dims{6, 7}},
                         {Dims{4, 64}, Dims{4, 64}, Dims{4, 64}},  // dense and packable: the 16-byte path
+                        {Dims{2, 3, 16, 64}, Dims{1, 1, 16, 64}, Dims{2, 3, 16, 64}},  // suffix broadcast, packed
+                        {Dims{1, 3, 64}, Dims{2, 3, 64}, Dims{2, 3, 64}},              // suffix on the left
                         {Dims{}, Dims{2, 5}, Dims{2, 5}},
                         {Dims{2, 1, 3, 1, 2, 1}, Dims{1, 4, 1, 5, 1, 3}, Dims{2, 4, 3, 5, 2, 3}}};
   const Binary ops[] = {Binary::add, Binary::sub,  Binary::mul,     Binary::div,        Binary::pow,
