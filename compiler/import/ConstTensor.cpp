@@ -28,9 +28,6 @@ bool zplan::import::isSupportedDType(int32_t d) {
   }
 }
 
-bool zplan::import::isFloatDType(int32_t d) {
-  return d == kFloat || d == kFloat16 || d == kDouble || d == kBFloat16;
-}
 
 int64_t zplan::import::dtypeSize(int32_t d) {
   switch (d) {
@@ -296,28 +293,47 @@ ConstTensor binary(Binary op, const ConstTensor &a, const ConstTensor &b,
   std::array<ArrayRef<int64_t>, 2> ins = {a.shape, b.shape};
   if (!a.isFloat() && !b.isFloat()) {
     // Integer arithmetic stays exact in int64 (shape computations).
-    broadcastLoop<2>(outShape, ins, [&](int64_t o, std::array<int64_t, 2> ix) {
-      int64_t x = a.i[ix[0]], y = b.i[ix[1]], r = 0;
-      switch (op) {
-      case Binary::Add: r = x + y; break;
-      case Binary::Sub: r = x - y; break;
-      case Binary::Mul: r = x * y; break;
-      case Binary::Div: r = y == 0 ? 0 : x / y; break;
-      case Binary::Mod: r = y == 0 ? 0 : ((x % y) + y) % y; break;
-      case Binary::Pow: r = int64_t(std::pow(double(x), double(y))); break;
-      case Binary::Max: r = std::max(x, y); break;
-      case Binary::Min: r = std::min(x, y); break;
-      case Binary::Equal: r = x == y; break;
-      case Binary::Less: r = x < y; break;
-      case Binary::Greater: r = x > y; break;
-      case Binary::LessEqual: r = x <= y; break;
-      case Binary::GreaterEqual: r = x >= y; break;
-      case Binary::And: r = x && y; break;
-      case Binary::Or: r = x || y; break;
-      case Binary::Xor: r = bool(x) != bool(y); break;
-      }
-      out.setI(o, r);
-    });
+    // Results go straight into storage (comparisons give 0 / 1 already);
+    // int32 results wrap afterwards, as int32 arithmetic would.
+    int64_t *dst = out.i.data();
+    const int64_t *pa = a.i.data(), *pb = b.i.data();
+    auto run = [&](auto f) {
+      broadcastLoop<2>(outShape, ins,
+                       [&](int64_t o, std::array<int64_t, 2> ix) {
+                         dst[o] = f(pa[ix[0]], pb[ix[1]]);
+                       });
+    };
+    switch (op) {
+    case Binary::Add: run([](int64_t x, int64_t y) { return x + y; }); break;
+    case Binary::Sub: run([](int64_t x, int64_t y) { return x - y; }); break;
+    case Binary::Mul: run([](int64_t x, int64_t y) { return x * y; }); break;
+    case Binary::Div:
+      run([](int64_t x, int64_t y) { return y == 0 ? int64_t(0) : x / y; });
+      break;
+    case Binary::Mod:
+      run([](int64_t x, int64_t y) {
+        return y == 0 ? int64_t(0) : ((x % y) + y) % y;
+      });
+      break;
+    case Binary::Pow:
+      run([](int64_t x, int64_t y) {
+        return int64_t(std::pow(double(x), double(y)));
+      });
+      break;
+    case Binary::Max: run([](int64_t x, int64_t y) { return std::max(x, y); }); break;
+    case Binary::Min: run([](int64_t x, int64_t y) { return std::min(x, y); }); break;
+    case Binary::Equal: run([](int64_t x, int64_t y) { return int64_t(x == y); }); break;
+    case Binary::Less: run([](int64_t x, int64_t y) { return int64_t(x < y); }); break;
+    case Binary::Greater: run([](int64_t x, int64_t y) { return int64_t(x > y); }); break;
+    case Binary::LessEqual: run([](int64_t x, int64_t y) { return int64_t(x <= y); }); break;
+    case Binary::GreaterEqual: run([](int64_t x, int64_t y) { return int64_t(x >= y); }); break;
+    case Binary::And: run([](int64_t x, int64_t y) { return int64_t(x && y); }); break;
+    case Binary::Or: run([](int64_t x, int64_t y) { return int64_t(x || y); }); break;
+    case Binary::Xor: run([](int64_t x, int64_t y) { return int64_t(bool(x) != bool(y)); }); break;
+    }
+    if (out.dtype == kInt32)
+      for (int64_t &v : out.i)
+        v = int64_t(int32_t(v));
     return out;
   }
   broadcastLoop<2>(outShape, ins, [&](int64_t o, std::array<int64_t, 2> ix) {

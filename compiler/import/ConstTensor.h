@@ -36,7 +36,9 @@ enum DType : int32_t {
 /// Returns true for the ONNX dtype codes above.
 bool isSupportedDType(int32_t dtype);
 /// Returns true for float16, bfloat16, float and double.
-bool isFloatDType(int32_t dtype);
+inline bool isFloatDType(int32_t d) {
+  return d == kFloat || d == kFloat16 || d == kDouble || d == kBFloat16;
+}
 /// Bytes per element of a supported dtype.
 int64_t dtypeSize(int32_t dtype);
 /// A readable name ("float32", "int64", ...) of any ONNX dtype code.
