@@ -3,6 +3,7 @@
 // Elements travel as unsigned integers of the element's width, so one instantiation serves every dtype of
 // that width.
 #include "common.cuh"
+#include "launch.h"
 
 namespace zk {
 namespace cuda {
@@ -43,6 +44,23 @@ __global__ void embedding_kernel(const E *__restrict__ table, const void *ids, D
     const int64_t local = detail::load_i(ids, it, j) - row_start;
     // Rows another tensor-parallel rank owns are zero here; the all_reduce that follows adds them in.
     y[i] = (local >= 0 && local < V) ? table[local * D + c] : E{};
+  }
+}
+
+/// One 32x32 tile per block of 32x8 threads: read rows of src coalesced, write rows of dst coalesced; the
+/// +1 column of padding keeps the transposed reads of the tile free of bank conflicts.
+template <class E>
+__global__ void transpose2d_kernel(const E *__restrict__ src, E *__restrict__ dst, int64_t rows, int64_t cols) {
+  __shared__ E tile[32][33];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32, r0 = static_cast<int64_t>(blockIdx.y) * 32;
+  for (int k = threadIdx.y; k < 32; k += 8) {
+    const int64_t r = r0 + k, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[k][threadIdx.x] = src[r * cols + c];
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < 32; k += 8) {
+    const int64_t c = c0 + k, r = r0 + threadIdx.x;  // dst row c, column r
+    if (r < rows && c < cols) dst[c * rows + r] = tile[threadIdx.x][k];
   }
 }
 
@@ -122,6 +140,20 @@ cudaError_t embedding(const void *table, size_t es, const void *ids, DType it, v
                                                                       static_cast<E *>(y), total, D, V, row_start);
     return detail::launched();
   });
+}
+
+cudaError_t transpose2d(const void *src, void *dst, int64_t rows, int64_t cols, size_t es, cudaStream_t s) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  if ((cols + 31) / 32 > INT32_MAX || (rows + 31) / 32 > 65535) return cudaErrorInvalidValue;
+  dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
+  dim3 block(32, 8);
+  switch (es) {
+    case 2: transpose2d_kernel<uint16_t><<<grid, block, 0, s>>>(static_cast<const uint16_t *>(src), static_cast<uint16_t *>(dst), rows, cols); break;
+    case 4: transpose2d_kernel<uint32_t><<<grid, block, 0, s>>>(static_cast<const uint32_t *>(src), static_cast<uint32_t *>(dst), rows, cols); break;
+    case 8: transpose2d_kernel<uint64_t><<<grid, block, 0, s>>>(static_cast<const uint64_t *>(src), static_cast<uint64_t *>(dst), rows, cols); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return detail::launched();
 }
 
 }  // namespace launch

@@ -506,6 +506,22 @@ TEST_F(CudaGemm, LinearWithEpilogues) {
       }
 }
 
+TEST_F(CudaGemm, LinearWithMisalignedRowsInRowBlocks) {
+  // N = 1001: output rows are not 16-byte multiples, so the product runs as transposed row blocks through
+  // the workspace; a small workspace forces several blocks and a ragged last one.
+  for (DType t : kFloats) {
+    SCOPED_TRACE(zk::dtype_name(t));
+    const int64_t M = 1000, K = 64, N = 1001;
+    HostT x = random_tensor(t, Dims{2, M / 2, K}), w = random_tensor(t, Dims{N, K}, -0.2f, 0.2f), ref(t, Dims{2, M / 2, N});
+    std::vector<float> scratch(zk::cpu::linear_scratch(x.in(), w.in(), ref.out(), true) + 1);
+    ZT_CPU_OK(zk::cpu::linear(x.in(), w.in(), zk::In{}, ref.out(), true, 1.0f, scratch.data()));
+    DevT dx(x), dw(w), dy(t, ref.shape);
+    ZT_GPU_OK(zc::linear(*blas, dx.in(), dw.in(), zk::In{}, dy.out(), true, 1.0f, zc::Epilogue::none, ws,
+                         200 * 1001 * 4, nullptr));
+    EXPECT_TRUE(close(dy.download(), ref, tol_for(t)));
+  }
+}
+
 TEST(CudaDevice, ReportsMissingOrSmallDevice) {
   std::string why;
   EXPECT_TRUE(zc::device_usable(1 << 20, &why)) << why;
