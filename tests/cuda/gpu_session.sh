@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.sm --
 step configure cmake -S . -B "$b" -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   -DZPLAN_FLATBUFFERS_ROOT="$top/.gpu-deps" -DZPLAN_GTEST_SOURCE_DIR="$top/.gpu-deps/googletest-src" ||
   { tail -30 "$out/configure.log"; exit 1; }
-step build ninja -C "$b" -j"$(nproc)" zplan_cuda_kernels_test zplan_cuda_backend_test zplan_cuda_kernel_bench zrun ||
+step build ninja -C "$b" -j"$(nproc)" zplan_cuda_kernels_test zplan_cuda_backend_test zplan_cuda_nccl_test zplan_cuda_kernel_bench zrun ||
   { grep -B2 -A12 -E "error|FAILED" "$out/build.log" | head -60; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 step kernels "$b/bin/zplan_cuda_kernels_test"
@@ -35,6 +35,10 @@ step memcheck timeout 60 compute-sanitizer --tool memcheck "$b/bin/zplan_cuda_ke
 grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log" | tail -3
 step backend "$b/bin/zplan_cuda_backend_test"
 grep -E "^\[  (PASSED|FAILED) |Failure|error|rel |vs " "$out/backend.log" | head -30
+if [[ $(nvidia-smi -L | wc -l) -ge 2 ]]; then
+  step nccl mpirun --allow-run-as-root --oversubscribe -np 2 -x NCCL_NVLS_ENABLE=0 "$b/bin/zplan_cuda_nccl_test"
+  grep -E "^\[  (PASSED|FAILED) |Failure" "$out/nccl.log" | head -20
+fi
 if [[ -d .gpu-plans ]]; then
   step models tests/cuda/check_models.sh "$b/bin/zrun" .gpu-plans
   cat "$out/models.log"
