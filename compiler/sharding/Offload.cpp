@@ -64,7 +64,8 @@ struct ZplanOffloadPass
       if (auto shard = dyn_cast<dist::WeightShardOp>(op)) {
         shard.setSpace("host");
         for (Operation *user : shard->getUsers())
-          items.push_back({&op, user, index[body.findAncestorOpInBlock(*user)]});
+          items.push_back(
+              {&op, user, index[body.findAncestorOpInBlock(*user)]});
       } else if (auto w = dyn_cast<zg::WeightOp>(op)) {
         if (w->use_empty())
           continue;
@@ -92,9 +93,8 @@ struct ZplanOffloadPass
       else
         b.setInsertionPoint(where);
       Value host = item.source->getResult(0);
-      auto prefetch =
-          dist::PrefetchOp::create(b, item.source->getLoc(), host.getType(),
-                                   host);
+      auto prefetch = dist::PrefetchOp::create(b, item.source->getLoc(),
+                                               host.getType(), host);
       ++numPrefetch;
       if (isa<dist::WeightShardOp>(item.source)) {
         item.point->replaceUsesOfWith(host, prefetch.getResult());
@@ -116,8 +116,7 @@ struct ZplanOffloadPass
       host.replaceAllUsesExcept(prefetch.getResult(), prefetch);
       if (last && !isa<func::ReturnOp>(last)) {
         b.setInsertionPointAfter(last);
-        dist::ReleaseOp::create(b, item.source->getLoc(),
-                                prefetch.getResult());
+        dist::ReleaseOp::create(b, item.source->getLoc(), prefetch.getResult());
       }
     }
   }

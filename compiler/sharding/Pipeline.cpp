@@ -31,8 +31,7 @@ void zplan::sharding::buildShardingPipeline(OpPassManager &pm,
 }
 
 namespace {
-struct PipelineCliOptions
-    : public PassPipelineOptions<PipelineCliOptions> {
+struct PipelineCliOptions : public PassPipelineOptions<PipelineCliOptions> {
   Option<int> tp{*this, "tp", llvm::cl::init(1)};
   Option<int> dp{*this, "dp", llvm::cl::init(1)};
   Option<int> zero{*this, "zero", llvm::cl::init(0)};

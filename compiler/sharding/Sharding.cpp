@@ -107,8 +107,9 @@ int64_t zplan::sharding::byteSize(RankedTensorType type) {
 // (it is not the outermost dimension of its reshape group, or the result
 // dimension does not divide). Groups are the runs of input and result
 // dimensions with equal element counts.
-int64_t zplan::sharding::mapReshapeDim(ArrayRef<int64_t> in, ArrayRef<int64_t> out, int64_t d,
-                      int64_t blocks, bool hasSegments) {
+int64_t zplan::sharding::mapReshapeDim(ArrayRef<int64_t> in,
+                                       ArrayRef<int64_t> out, int64_t d,
+                                       int64_t blocks, bool hasSegments) {
   size_t i = 0, j = 0, n = in.size(), m = out.size();
   while (i < n || j < m) {
     size_t gi = i, gj = j;
@@ -144,4 +145,3 @@ int64_t zplan::sharding::mapReshapeDim(ArrayRef<int64_t> in, ArrayRef<int64_t> o
   }
   return -1;
 }
-

@@ -116,8 +116,7 @@ Value Partitioner::makeWeight(Operation *source, const Shard &s) {
   } else {
     copy = b.clone(*source);
     SmallVector<int64_t> global = sourceShape(source);
-    copy->getResult(0).setType(
-        withShape(rtt(source->getResult(0)), global));
+    copy->getResult(0).setType(withShape(rtt(source->getResult(0)), global));
   }
   localizeWeight(copy, s);
   if (!s.isReplicated())
@@ -152,13 +151,13 @@ FailureOr<Value> Partitioner::gather(Operation *user, Value v, const Shard &s) {
   SmallVector<int64_t> gathered(local);
   gathered[d] = local[d] * tp;
   ++counts.allGather;
-  Value cur = dist::AllGatherOp::create(b, loc, withShape(type, gathered), v,
-                                        b.getStringAttr("tp"),
-                                        b.getI64IntegerAttr(d))
-                  .getResult();
+  Value cur =
+      dist::AllGatherOp::create(b, loc, withShape(type, gathered), v,
+                                b.getStringAttr("tp"), b.getI64IntegerAttr(d))
+          .getResult();
   auto reshape = [&](ArrayRef<int64_t> shape) {
-    cur = zg::ReshapeOp::create(b, loc, withShape(type, shape), cur)
-              .getResult();
+    cur =
+        zg::ReshapeOp::create(b, loc, withShape(type, shape), cur).getResult();
   };
   SmallVector<int64_t> pre(local.begin(), local.begin() + d);
   SmallVector<int64_t> post(local.begin() + d + 1, local.end());
@@ -325,8 +324,8 @@ LogicalResult Partitioner::run() {
   }
 
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
-  func.setType(FunctionType::get(ctx, func.getArgumentTypes(),
-                                 ret.getOperandTypes()));
+  func.setType(
+      FunctionType::get(ctx, func.getArgumentTypes(), ret.getOperandTypes()));
   return success();
 }
 

@@ -49,10 +49,10 @@ bool isElementwise(Operation *op) {
   return isa<zg::NegOp, zg::ExpOp, zg::LogOp, zg::SqrtOp, zg::ReciprocalOp,
              zg::TanhOp, zg::ErfOp, zg::SigmoidOp, zg::ReluOp, zg::CosOp,
              zg::SinOp, zg::AbsOp, zg::SiluOp, zg::NotOp, zg::IsNanOp,
-             zg::CastOp, zg::GeluOp, zg::AddOp, zg::SubOp, zg::MulOp,
-             zg::DivOp, zg::PowOp, zg::MaxOp, zg::MinOp, zg::EqualOp,
-             zg::LessOp, zg::GreaterOp, zg::LessEqualOp, zg::GreaterEqualOp,
-             zg::AndOp, zg::OrOp, zg::WhereOp>(op);
+             zg::CastOp, zg::GeluOp, zg::AddOp, zg::SubOp, zg::MulOp, zg::DivOp,
+             zg::PowOp, zg::MaxOp, zg::MinOp, zg::EqualOp, zg::LessOp,
+             zg::GreaterOp, zg::LessEqualOp, zg::GreaterEqualOp, zg::AndOp,
+             zg::OrOp, zg::WhereOp>(op);
 }
 
 struct ColumnPlan {
@@ -183,10 +183,9 @@ bool Propagator::reachesReturn(Value v) {
       if (!seen.insert(user).second)
         continue;
       // Only ops that keep the last (vocabulary) dimension as it is.
-      bool keepsLast =
-          user->getNumResults() == 1 &&
-          rtt(user->getResult(0)).getShape().back() ==
-              rtt(cur).getShape().back();
+      bool keepsLast = user->getNumResults() == 1 &&
+                       rtt(user->getResult(0)).getShape().back() ==
+                           rtt(cur).getShape().back();
       if (keepsLast && (isElementwise(user) || isa<zg::ReshapeOp>(user)))
         work.push_back(user->getResult(0));
     }
@@ -250,8 +249,7 @@ Propagator::planColumn(Operation *op, Value result, Value weight) {
               out.back() * out[out.size() - 2] == last &&
               out.drop_back(2) == in.drop_back(1)) {
             Value r = user->getResult(0);
-            return std::make_tuple(out[out.size() - 2], user,
-                                   attentionRole(r));
+            return std::make_tuple(out[out.size() - 2], user, attentionRole(r));
           }
           if (!out.empty() && out.back() == last)
             work.push_back(user->getResult(0));
@@ -317,9 +315,8 @@ Propagator::planColumn(Operation *op, Value result, Value weight) {
         op->emitError("tp = ")
             << tp << " does not divide the hidden size " << size
             << " (output features, dimension "
-            << (isa<zg::LinearOp>(op) && cast<zg::LinearOp>(op).getTransW()
-                    ? 0
-                    : 1)
+            << (isa<zg::LinearOp>(op) && cast<zg::LinearOp>(op).getTransW() ? 0
+                                                                            : 1)
             << " of weight " << weight.getType() << ")";
         return failure();
       }
@@ -437,10 +434,10 @@ Propagator::Rule Propagator::matmul(zg::MatmulOp op) {
 Propagator::Rule Propagator::attention(zg::AttentionOp op) {
   Shard eq = eff(op.getQ()), ek = eff(op.getK()), ev = eff(op.getV());
   int64_t hq = rtt(op.getQ()).getDimSize(1), hkv = rtt(op.getK()).getDimSize(1);
-  bool ok = eq.dim == 1 && eq.blocks == tp && eq.segments.empty() &&
-            ek.dim == 1 && ek.segments.empty() && ev == ek &&
-            (ek.blocks == tp ||
-             (ek.blocks == hkv && tp % hkv == 0 && hq % tp == 0));
+  bool ok =
+      eq.dim == 1 && eq.blocks == tp && eq.segments.empty() && ek.dim == 1 &&
+      ek.segments.empty() && ev == ek &&
+      (ek.blocks == tp || (ek.blocks == hkv && tp % hkv == 0 && hq % tp == 0));
   Rule r;
   r.operands = {eq, ek, ev};
   if (Value mask = op.getMask()) {
@@ -572,7 +569,8 @@ FailureOr<Propagator::Rule> Propagator::ruleFor(Operation *op) {
   }
   if (auto rs = dyn_cast<zg::ReshapeOp>(op)) {
     Shard e = eff(rs.getInput());
-    auto in = rtt(rs.getInput()).getShape(), out = rtt(rs.getResult()).getShape();
+    auto in = rtt(rs.getInput()).getShape(),
+         out = rtt(rs.getResult()).getShape();
     if (e.dim < 0)
       return allReplicated(op);
     int64_t d = mapReshapeDim(in, out, e.dim, e.blocks, !e.segments.empty());
@@ -588,9 +586,9 @@ FailureOr<Propagator::Rule> Propagator::ruleFor(Operation *op) {
     Shard e = eff(sl.getInput());
     if (e.dim >= 0) {
       int64_t d = e.dim;
-      bool whole = sl.getStarts()[d] == 0 && sl.getSteps()[d] == 1 &&
-                   rtt(sl.getInput()).getDimSize(d) ==
-                       rtt(sl.getResult()).getDimSize(d);
+      bool whole =
+          sl.getStarts()[d] == 0 && sl.getSteps()[d] == 1 &&
+          rtt(sl.getInput()).getDimSize(d) == rtt(sl.getResult()).getDimSize(d);
       if (!whole)
         e = Shard::replicated(e.rank);
     }
@@ -611,9 +609,8 @@ FailureOr<Propagator::Rule> Propagator::ruleFor(Operation *op) {
     r.operands = {e};
     for (Value v : sp.getResults()) {
       (void)v;
-      r.results.push_back(e.dim == axis
-                              ? Shard::split(e.rank, axis, e.blocks)
-                              : e);
+      r.results.push_back(e.dim == axis ? Shard::split(e.rank, axis, e.blocks)
+                                        : e);
     }
     return r;
   }

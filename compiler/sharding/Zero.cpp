@@ -61,8 +61,7 @@ private:
   DenseMap<Value, int64_t> batchDim;
 };
 
-LogicalResult BatchSplitter::sliceOperand(Operation *op, unsigned i,
-                                          int64_t rd,
+LogicalResult BatchSplitter::sliceOperand(Operation *op, unsigned i, int64_t rd,
                                           ArrayRef<int64_t> resultShape) {
   Value v = op->getOperand(i);
   auto type = rtt(v);
@@ -78,10 +77,9 @@ LogicalResult BatchSplitter::sliceOperand(Operation *op, unsigned i,
   shape[local] /= dp;
   SmallVector<int64_t> starts(shape.size(), 0), steps(shape.size(), 1);
   Value sliced =
-      zg::SliceOp::create(b, op->getLoc(),
-                          RankedTensorType::get(shape, type.getElementType()),
-                          v, b.getDenseI64ArrayAttr(starts),
-                          b.getDenseI64ArrayAttr(steps))
+      zg::SliceOp::create(
+          b, op->getLoc(), RankedTensorType::get(shape, type.getElementType()),
+          v, b.getDenseI64ArrayAttr(starts), b.getDenseI64ArrayAttr(steps))
           .getResult();
   op->setOperand(i, sliced);
   batchDim[sliced] = local;
@@ -94,8 +92,8 @@ FailureOr<SmallVector<int64_t>>
 BatchSplitter::resultDims(Operation *op, ArrayRef<int64_t> resultShape) {
   unsigned nres = op->getNumResults();
   SmallVector<int64_t> none(nres, -1);
-  bool any = llvm::any_of(op->getOperands(),
-                          [&](Value v) { return bd(v) >= 0; });
+  bool any =
+      llvm::any_of(op->getOperands(), [&](Value v) { return bd(v) >= 0; });
   if (!any)
     return none;
   int64_t rank = resultShape.size();
@@ -128,12 +126,12 @@ BatchSplitter::resultDims(Operation *op, ArrayRef<int64_t> resultShape) {
 
   if (isa<zg::NegOp, zg::ExpOp, zg::LogOp, zg::SqrtOp, zg::ReciprocalOp,
           zg::TanhOp, zg::ErfOp, zg::SigmoidOp, zg::ReluOp, zg::CosOp,
-          zg::SinOp, zg::AbsOp, zg::SiluOp, zg::NotOp, zg::IsNanOp,
-          zg::CastOp, zg::GeluOp, zg::AddOp, zg::SubOp, zg::MulOp, zg::DivOp,
-          zg::PowOp, zg::MaxOp, zg::MinOp, zg::EqualOp, zg::LessOp,
-          zg::GreaterOp, zg::LessEqualOp, zg::GreaterEqualOp, zg::AndOp,
-          zg::OrOp, zg::WhereOp, dist::AllReduceOp, dist::BroadcastOp,
-          dist::PrefetchOp, dist::EvictOp>(op))
+          zg::SinOp, zg::AbsOp, zg::SiluOp, zg::NotOp, zg::IsNanOp, zg::CastOp,
+          zg::GeluOp, zg::AddOp, zg::SubOp, zg::MulOp, zg::DivOp, zg::PowOp,
+          zg::MaxOp, zg::MinOp, zg::EqualOp, zg::LessOp, zg::GreaterOp,
+          zg::LessEqualOp, zg::GreaterEqualOp, zg::AndOp, zg::OrOp, zg::WhereOp,
+          dist::AllReduceOp, dist::BroadcastOp, dist::PrefetchOp,
+          dist::EvictOp>(op))
     return alignedOp(-1);
   if (auto cat = dyn_cast<zg::ConcatOp>(op))
     return alignedOp(cat.getAxis());
@@ -255,11 +253,10 @@ LogicalResult BatchSplitter::run() {
       continue;
     int64_t n = type.getDimSize(0);
     if (n % dp != 0) {
-      auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                    "zg.name");
+      auto name =
+          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "zg.name");
       return func.emitError("the global batch ")
-             << n << " of input '"
-             << (name ? name.getValue() : StringRef("#") )
+             << n << " of input '" << (name ? name.getValue() : StringRef("#"))
              << "' does not divide over dp = " << dp
              << " data-parallel ranks; pick --batch as a multiple of " << dp;
     }
@@ -393,7 +390,8 @@ LogicalResult ZplanZeroPass::shardParams(func::FuncOp func, int64_t dp) {
       ahead += params[j].bytes;
     }
     if (!fits(pos)) {
-      return p.weight.emitError("gathered parameters exceed --max-live-bytes = ")
+      return p.weight.emitError(
+                 "gathered parameters exceed --max-live-bytes = ")
              << (int64_t)maxLiveBytes << " when '" << p.weight.getName()
              << "' is gathered (" << p.bytes
              << " bytes); raise the cap or lower --persist-threshold";
@@ -435,8 +433,8 @@ LogicalResult ZplanZeroPass::shardParams(func::FuncOp func, int64_t dp) {
         TypeRange{RankedTensorType::get({shard}, type.getElementType())},
         ValueRange{}, attrs);
     b.setInsertionPoint(order[gatherAt[i]]);
-    auto gather = dist::GatherParamOp::create(b, w.getLoc(), type,
-                                              shardOp.getResult());
+    auto gather =
+        dist::GatherParamOp::create(b, w.getLoc(), type, shardOp.getResult());
     gather->setAttr("zd.bucket", b.getI64IntegerAttr(i));
     b.setInsertionPointAfter(order[p.lastUse]);
     dist::ReleaseOp::create(b, w.getLoc(), gather.getResult());

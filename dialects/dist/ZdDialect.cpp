@@ -86,10 +86,10 @@ int64_t ShardingAttr::getBlockIndex(int64_t dim, int64_t tpIndex,
   return tpIndex / (tp / count);
 }
 
-LogicalResult
-ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                     ArrayRef<int64_t> axes, ArrayRef<int64_t> counts,
-                     ArrayRef<int64_t> segments, bool partial) {
+LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   ArrayRef<int64_t> axes,
+                                   ArrayRef<int64_t> counts,
+                                   ArrayRef<int64_t> segments, bool partial) {
   if (axes.size() != counts.size())
     return emitError() << "sharding has " << axes.size() << " axes but "
                        << counts.size() << " block counts";

@@ -48,8 +48,8 @@ LogicalResult verifySplitPair(Operation *op, RankedTensorType small,
   if (small.getRank() != large.getRank())
     return op->emitOpError("operand and result ranks differ");
   if (dim < 0 || dim >= small.getRank())
-    return op->emitOpError("dim ") << dim << " is out of range for rank "
-                                   << small.getRank();
+    return op->emitOpError("dim ")
+           << dim << " is out of range for rank " << small.getRank();
   for (int64_t i = 0; i < small.getRank(); ++i) {
     if (i == dim)
       continue;
@@ -133,8 +133,8 @@ LogicalResult WeightShardOp::verify() {
     int64_t tp = getMeshAxisSize(*this, "tp");
     if (hasMeshAxis(*this, "tp") && (int64_t)pieces->size() != tp)
       return emitOpError("pieces has ")
-             << pieces->size() << " entries, expected one per tp index ("
-             << tp << ")";
+             << pieces->size() << " entries, expected one per tp index (" << tp
+             << ")";
   }
   return success();
 }

@@ -14,21 +14,20 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
 #include "compiler/import/Import.h"
 #include "compiler/sharding/Pipeline.h"
 #include "compiler/transforms/Passes.h"
 #include "dialects/dist/ZdDialect.h"
 #include "dialects/graph/GraphDialect.h"
 #include "dialects/graph/GraphOps.h"
-
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
-
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <string>
 
 using namespace mlir;
 using namespace zplan;
@@ -38,7 +37,7 @@ namespace {
 
 /// The configurations of the shared models (tests/models/README.md).
 struct ModelConfig {
-  const char *name;
+  const char* name;
   int64_t layers, hidden, heads, kvHeads, ffn, vocab, positions;
   /// SiLU-gated MLP (three matrices); whether a token-type table exists.
   bool gated, tokenTypes;
@@ -58,8 +57,7 @@ struct Compiled {
   OwningOpRef<ModuleOp> module;
 };
 
-std::unique_ptr<Compiled> compile(const ModelConfig &m,
-                                  const sharding::ShardingOptions &opts) {
+std::unique_ptr<Compiled> compile(const ModelConfig& m, const sharding::ShardingOptions& opts) {
   auto c = std::make_unique<Compiled>();
   DialectRegistry registry;
   registry.insert<func::FuncDialect, zg::GraphDialect, dist::ZdDialect>();
@@ -70,13 +68,11 @@ std::unique_ptr<Compiled> compile(const ModelConfig &m,
   io.seq = kSeq;
   std::string path = std::string(ZPLAN_MODELS_DIR) + "/" + m.name + "/model.onnx";
   c->module = import::importOnnxFile(c->context, path, io);
-  if (!c->module)
-    return nullptr;
+  if (!c->module) return nullptr;
   PassManager pm(&c->context);
   transforms::buildRecognitionPipeline(pm);
   sharding::buildShardingPipeline(pm, opts);
-  if (failed(pm.run(*c->module)))
-    return nullptr;
+  if (failed(pm.run(*c->module))) return nullptr;
   return c;
 }
 
@@ -86,11 +82,11 @@ int64_t elements(Type t) { return cast<RankedTensorType>(t).getNumElements(); }
 /// configuration: every linear and the vocabulary tables are split over tp,
 /// except K/V projections with fewer heads than ranks (one head per rank),
 /// position and token-type tables, which stay whole.
-int64_t expectedMatrixElementsPerTpRank(const ModelConfig &m, int64_t tp) {
+int64_t expectedMatrixElementsPerTpRank(const ModelConfig& m, int64_t tp) {
   int64_t d = m.hidden, dh = d / m.heads;
-  int64_t perLayerSplit = 2 * d * d;                       // q, o
-  int64_t kv = 2 * d * dh * m.kvHeads;                     // k, v
-  perLayerSplit += (m.gated ? 3 : 2) * d * m.ffn;          // MLP
+  int64_t perLayerSplit = 2 * d * d;               // q, o
+  int64_t kv = 2 * d * dh * m.kvHeads;             // k, v
+  perLayerSplit += (m.gated ? 3 : 2) * d * m.ffn;  // MLP
   int64_t perLayerKv = kv / std::min(tp, m.kvHeads);
   int64_t split = m.layers * perLayerSplit / tp + m.layers * perLayerKv;
   split += m.vocabTables * m.vocab * d / tp;
@@ -99,23 +95,21 @@ int64_t expectedMatrixElementsPerTpRank(const ModelConfig &m, int64_t tp) {
 }
 
 struct Param {
-  int64_t localElements; // tp-local elements of the parameter
-  int64_t residentElements; // what one rank keeps
+  int64_t localElements;     // tp-local elements of the parameter
+  int64_t residentElements;  // what one rank keeps
   bool matrix;
 };
 
 std::vector<Param> params(ModuleOp module) {
   std::vector<Param> out;
-  module.walk([&](Operation *op) {
+  module.walk([&](Operation* op) {
     if (auto w = dyn_cast<zg::WeightOp>(op)) {
       auto t = cast<RankedTensorType>(w.getResult().getType());
       out.push_back({t.getNumElements(), t.getNumElements(), t.getRank() == 2});
     } else if (auto s = dyn_cast<dist::WeightShardOp>(op)) {
       int64_t local = 1;
-      for (int64_t x : s.getLocalShape())
-        local *= x;
-      out.push_back({local, elements(s.getResult().getType()),
-                     s.getLocalShape().size() == 2});
+      for (int64_t x : s.getLocalShape()) local *= x;
+      out.push_back({local, elements(s.getResult().getType()), s.getLocalShape().size() == 2});
     }
   });
   return out;
@@ -126,7 +120,7 @@ class Models : public ::testing::TestWithParam<ModelConfig> {};
 // Megatron's communication volume: 2 b s h per layer, b s h for the
 // vocabulary-parallel embedding.
 TEST_P(Models, TpAllReduceVolumePerLayer) {
-  const ModelConfig &m = GetParam();
+  const ModelConfig& m = GetParam();
   for (int tp : {2, 4}) {
     sharding::ShardingOptions o;
     o.tp = tp;
@@ -145,20 +139,19 @@ TEST_P(Models, TpAllReduceVolumePerLayer) {
 
 // Without tensor parallelism nothing is communicated.
 TEST_P(Models, NoCollectivesAtTp1) {
-  const ModelConfig &m = GetParam();
+  const ModelConfig& m = GetParam();
   auto c = compile(m, {});
   ASSERT_TRUE(c);
   int64_t n = 0;
-  c->module->walk([&](Operation *op) {
-    n += isa<dist::AllReduceOp, dist::AllGatherOp, dist::GatherParamOp>(op);
-  });
+  c->module->walk(
+      [&](Operation* op) { n += isa<dist::AllReduceOp, dist::AllGatherOp, dist::GatherParamOp>(op); });
   EXPECT_EQ(n, 0);
 }
 
 // ZeRO-3: one gather per parameter; each rank keeps 1/dp and receives the
 // other (dp - 1)/dp.
 TEST_P(Models, Zero3GathersEveryParameterOnce) {
-  const ModelConfig &m = GetParam();
+  const ModelConfig& m = GetParam();
   for (auto [tp, dp] : {std::pair{1, 2}, {2, 2}, {1, 4}}) {
     sharding::ShardingOptions o;
     o.tp = tp;
@@ -195,9 +188,8 @@ TEST_P(Models, Zero3GathersEveryParameterOnce) {
 
 // Resident matrix bytes per rank: split ones over tp * dp, whole ones over dp.
 TEST_P(Models, ResidentWeightsPerRank) {
-  const ModelConfig &m = GetParam();
-  for (auto [tp, dp] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2},
-                        {1, 4}}) {
+  const ModelConfig& m = GetParam();
+  for (auto [tp, dp] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {1, 4}}) {
     sharding::ShardingOptions o;
     o.tp = tp;
     o.dp = dp;
@@ -205,22 +197,21 @@ TEST_P(Models, ResidentWeightsPerRank) {
     auto c = compile(m, o);
     ASSERT_TRUE(c) << m.name;
     int64_t resident = 0, matrices = 0;
-    for (const Param &p : params(*c->module))
+    for (const Param& p : params(*c->module))
       if (p.matrix) {
         resident += p.residentElements;
         ++matrices;
       }
     double expected = double(expectedMatrixElementsPerTpRank(m, tp)) / dp;
     EXPECT_GE(resident, expected) << m.name << " tp=" << tp << " dp=" << dp;
-    EXPECT_LE(resident, expected + matrices * (dp - 1))
-        << m.name << " tp=" << tp << " dp=" << dp;
+    EXPECT_LE(resident, expected + matrices * (dp - 1)) << m.name << " tp=" << tp << " dp=" << dp;
   }
 }
 
 // Offload keeps every parameter in host memory and copies each to the
 // device once.
 TEST_P(Models, OffloadPrefetchesEachParameterOnce) {
-  const ModelConfig &m = GetParam();
+  const ModelConfig& m = GetParam();
   sharding::ShardingOptions o;
   o.tp = 2;
   o.dp = 2;
@@ -237,10 +228,7 @@ TEST_P(Models, OffloadPrefetchesEachParameterOnce) {
   EXPECT_EQ(prefetches, shards);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shared, Models,
-                         ::testing::Values(kGpt2, kLlama, kBert),
-                         [](const auto &info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(Shared, Models, ::testing::Values(kGpt2, kLlama, kBert),
+                         [](const auto& info) { return std::string(info.param.name); });
 
-} // namespace
+}  // namespace
