@@ -290,6 +290,7 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   if (!module)
     return 1;
   warnMissingWeightFiles(*module, options.model);
+  auto imported = Clock::now();
 
   PassManager pm(&context, ModuleOp::getOperationName());
   transforms::buildRecognitionPipeline(pm);
@@ -315,6 +316,7 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   pm.addPass(plan::createZplanMemoryPlan(memory));
   if (failed(pm.run(*module)))
     return 1;
+  auto planned = Clock::now();
 
   plan::EmitOptions emit;
   emit.planPath = options.output;
@@ -345,11 +347,17 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   }
   if (f.report)
     std::cout << plan::formatReport(summary);
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  auto secondsBetween = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  auto done = Clock::now();
   std::cerr << "zplan: wrote " << options.output << " ("
             << payload.size() + zrt::kPlanHeaderBytes << " bytes, "
-            << summary.numInstructions << " instructions) in " << seconds
-            << " s\n";
+            << summary.numInstructions << " instructions) in "
+            << secondsBetween(start, done) << " s (import "
+            << secondsBetween(start, imported) << " s, passes "
+            << secondsBetween(imported, planned) << " s, emit "
+            << secondsBetween(planned, done) << " s)\n";
   return 0;
 }
 

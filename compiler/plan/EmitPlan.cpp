@@ -21,6 +21,7 @@
 #include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cstring>
 #include <filesystem>
 
 using namespace mlir;
@@ -79,6 +80,30 @@ void appendInt(std::vector<uint8_t> &out, int64_t value, PlanDType dtype) {
 LogicalResult encodeElements(ElementsAttr attr, PlanDType dtype,
                              std::vector<uint8_t> &out) {
   Type et = attr.getElementType();
+  // Fast path for the common case (f32 tables such as RoPE's cos/sin, up to
+  // millions of elements): plain floats, rounded to bf16 by bit arithmetic.
+  auto dense = dyn_cast<DenseElementsAttr>(attr);
+  if (dense && et.isF32() &&
+      (dtype == PlanDType::F32 || dtype == PlanDType::BF16)) {
+    out.reserve(out.size() + dense.getNumElements() * dtypeBytes(dtype));
+    for (float v : dense.getValues<float>()) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      if (dtype == PlanDType::F32) {
+        for (int i = 0; i < 4; ++i)
+          out.push_back(uint8_t(bits >> (8 * i)));
+        continue;
+      }
+      uint16_t half;
+      if ((bits & 0x7FFFFFFFu) > 0x7F800000u) // NaN stays a quiet NaN
+        half = uint16_t((bits >> 16) | 0x0040u);
+      else // round to nearest, ties to even
+        half = uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+      out.push_back(uint8_t(half));
+      out.push_back(uint8_t(half >> 8));
+    }
+    return success();
+  }
   if (isa<FloatType>(et)) {
     auto values = attr.tryGetValues<llvm::APFloat>();
     if (!values)

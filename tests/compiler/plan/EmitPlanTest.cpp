@@ -268,6 +268,26 @@ module {
   EXPECT_EQ(constantTensors, 1);
 }
 
+// bf16 rounds to nearest, ties to even: 1 + 2^-8 lies halfway between 0x3F80
+// and 0x3F81 and goes to the even 0x3F80; 1 + 3 * 2^-8 goes up to 0x3F82.
+TEST(EmitPlan, ConstantsRoundToBf16TiesToEven) {
+  const char* src = R"mlir(
+module {
+  func.func @main(%x: tensor<5xf32>) -> tensor<5xf32> {
+    %c = zg.constant {value = dense<[1.0, -2.0, 0.5, 1.00390625, 1.01171875]> : tensor<5xf32>} : () -> tensor<5xf32>
+    %y = zg.add %x, %c : (tensor<5xf32>, tensor<5xf32>) -> tensor<5xf32>
+    return %y : tensor<5xf32>
+  }
+}
+)mlir";
+  Compiled c;
+  ASSERT_TRUE(compile(src, "bf16", c));
+  const auto* k = c.plan->constants()->Get(0);
+  EXPECT_EQ(int(k->dtype()), 1);
+  std::vector<uint8_t> data(k->data()->begin(), k->data()->end());
+  EXPECT_EQ(data, (std::vector<uint8_t>{0x80, 0x3F, 0x00, 0xC0, 0x00, 0x3F, 0x80, 0x3F, 0x82, 0x3F}));
+}
+
 TEST(EmitPlan, WrittenFilePassesTheRuntimeHeaderCheck) {
   Compiled c;
   ASSERT_TRUE(compile(kTpZero, "fp32", c));
