@@ -24,6 +24,7 @@ start=$(date +%s.%N)
   cat "$out/stderr"; exit 1; }
 end=$(date +%s.%N)
 
+grep "zplan: wrote" "$out/stderr" || true
 "$python" - "$model" "$out/report.json" "$start" "$end" $tp $world <<'PY'
 import json, sys
 import onnx
