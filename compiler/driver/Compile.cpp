@@ -264,14 +264,8 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   }
   int world = f.world > 0 ? f.world : f.tp;
   int dp = world / f.tp;
-  if (f.zero == 3 && dp == 1)
-    std::cerr << "zplan: note: --zero 3 with dp = 1 (world = tp = " << world
-              << ") partitions nothing: every parameter stays whole on every "
-                 "rank\n";
-  if (f.zero == 1 || f.zero == 2)
-    std::cerr << "zplan: note: ZeRO stages 1 and 2 shard only training state "
-                 "(gradients, optimizer state); an inference plan keeps the "
-                 "parameters replicated\n";
+  // --zero 3 with dp = 1 and stages 1-2 at inference do nothing; the ZeRO
+  // pass says so (a remark), once.
 
   context
       .loadDialect<func::FuncDialect, graph::GraphDialect, dist::ZdDialect>();
