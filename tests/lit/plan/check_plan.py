@@ -11,6 +11,10 @@ promises:
   - the planned peak is the device arena and is at least the largest sum of
     live bytes at any instruction;
   - the collective hash recomputed from the instructions;
+  - under concurrent streams (in-order streams plus the waits and signals,
+    as vector clocks), every read happens after the write it reads, and a
+    tensor reusing bytes of an earlier one is written only after every
+    instruction touching the earlier one;
   - every weight binding has one slice per rank, and ZeRO shards have
     disjoint flat ranges that cover the tp-local tensor;
   - the bindings and IO named on the command line.
@@ -181,6 +185,67 @@ def main():
             if ins["signal"] >= p["num_events"]:
                 fail("event id out of range")
             signalled.add(ins["signal"])
+
+    # Ordering under concurrent streams: each stream runs its instructions in
+    # order; a wait orders an instruction after the signalling one. Vector
+    # clocks give happens-before. Every read must happen after the write of
+    # what it reads, and a tensor that reuses bytes of an earlier one must be
+    # written only after every instruction touching the earlier one is done.
+    streams = {"compute": 0, "comm": 1, "copy": 2}
+    seq_on_stream = [0, 0, 0]
+    clock = []
+    pos = []
+    signaller = {}
+    for step, ins in enumerate(instrs):
+        st = streams[ins["stream"]]
+        vc = [0, 0, 0]
+        # Previous instruction on the same stream.
+        for prev in range(step - 1, -1, -1):
+            if streams[instrs[prev]["stream"]] == st:
+                vc = list(clock[prev])
+                break
+        for e in ins.get("waits", []):
+            vc = [max(x, y) for x, y in zip(vc, clock[signaller[e]])]
+        seq_on_stream[st] += 1
+        vc[st] = seq_on_stream[st]
+        clock.append(vc)
+        pos.append((st, seq_on_stream[st]))
+        if ins["signal"] >= 0:
+            signaller[ins["signal"]] = step
+
+    def before(x, y):
+        """Instruction x happens before instruction y (or is y)."""
+        st, n = pos[x]
+        return x == y or clock[y][st] >= n
+
+    writer = {}
+    touch = {}
+    for step, ins in enumerate(instrs):
+        for o in ins.get("outputs", []):
+            writer.setdefault(root(o), step)
+        for o in ins.get("inputs", []) + ins.get("outputs", []):
+            touch.setdefault(root(o), []).append(step)
+    for step, ins in enumerate(instrs):
+        for o in ins.get("inputs", []):
+            w = writer.get(root(o))
+            if w is not None and not before(w, step):
+                fail("instruction %d (%s) may read %s before it is written"
+                     % (step, ins["op"], tensors[root(o)]["name"]))
+    transient = [i for i in owners if tensors[i]["kind"] not in WHOLE_RUN
+                 and tensors[i]["kind"] != "output" and i in writer]
+    for a in transient:
+        for b in transient:
+            ta, tb = tensors[a], tensors[b]
+            if a == b or ta["space"] != tb["space"] or end[a] >= begin[b]:
+                continue
+            if ta["offset"] >= tb["offset"] + tb["bytes"] or \
+                    tb["offset"] >= ta["offset"] + ta["bytes"]:
+                continue
+            for t in touch[a]:
+                if not before(t, writer[b]):
+                    fail("%s reuses bytes of %s while instruction %d (%s) "
+                         "may still touch them" % (tb["name"], ta["name"], t,
+                                                   instrs[t]["op"]))
 
     # Weight bindings.
     resident = 0
