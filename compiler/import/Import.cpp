@@ -50,8 +50,10 @@ using llvm::StringRef;
 namespace {
 
 /// The first and last opset of the default domain that the per-op handling
-/// covers.
-constexpr int64_t kMinOpset = 13, kMaxOpset = 21;
+/// covers. Transformer exports use 13 and later; the older forms of the
+/// accepted ops (Softmax's 2-D coercion, axes and split as attributes) are
+/// handled too, back to opset 7.
+constexpr int64_t kMinOpset = 7, kMaxOpset = 21;
 
 /// Folded constants with more elements than this are stored compactly.
 constexpr int64_t kCompressThreshold = 4096;
@@ -91,7 +93,7 @@ const llvm::StringMap<OpEntry> &opTable() {
       {"Slice", {10, false}},       {"Split", {1, false}},
       {"Gather", {1, false}},       {"GatherElements", {11, true}},
       {"GatherND", {11, true}},     {"Expand", {8, false}},
-      {"Softmax", {13, false}},     {"ReduceSum", {1, false}},
+      {"Softmax", {1, false}},     {"ReduceSum", {1, false}},
       {"ReduceMean", {1, false}},   {"ReduceMax", {1, false}},
       {"ReduceMin", {1, true}},     {"ReduceProd", {1, true}},
       {"LayerNormalization", {17, false}}, {"Gelu", {20, false}},
@@ -317,10 +319,10 @@ LogicalResult Importer::load() {
     if (o.domain().empty() || o.domain() == "ai.onnx")
       opset = o.version();
   if (opset == 0)
-    return error() << "'" << path << "' imports no opset of the default ONNX "
-                      "domain";
+    return error() << "unsupported model: it imports no opset of the default "
+                      "ONNX domain";
   if (opset < kMinOpset || opset > kMaxOpset)
-    return error() << "'" << path << "' uses opset " << opset
+    return error() << "unsupported opset " << opset
                    << "; zplan imports opsets " << kMinOpset << " to "
                    << kMaxOpset;
   return success();
@@ -884,7 +886,8 @@ LogicalResult Importer::constInts(const onnx::NodeProto &n, int k,
     return nodeError(n) << "missing " << what << " input";
   if (!v->c)
     return nodeError(n) << what << " (input " << k << ", '" << n.input(k)
-                        << "') does not fold to a constant";
+                        << "') does not fold to a constant (unsupported: "
+                        << "zplan plans static shapes)";
   if (v->c->isFloat())
     return nodeError(n) << what << " must be an integer tensor";
   out = full(*v).toInts();
@@ -976,7 +979,7 @@ LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
       r = emit<zg::IsNanOp>(tensorType(kBool, x->shape), xv);
       break;
     default:
-      return nodeError(n) << "needs a constant input (it has no runtime form)";
+      return nodeError(n) << "needs a constant input (unsupported at run time)";
     }
     setValue(n, 0, r);
     return success();
@@ -997,6 +1000,20 @@ LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
     Val *y = in(n, k);
     if (!y)
       return nodeError(n) << "missing input " << k;
+    Val castY;
+    if (op == "Pow" && cur->dtype != y->dtype) {
+      // Pow (12+) takes an exponent of another numeric type; the result has
+      // the base's type, so the exponent is converted to it.
+      castY.dtype = cur->dtype;
+      castY.shape = y->shape;
+      if (y->c) {
+        castY.c = std::make_shared<ConstTensor>(eval::cast(*y->c, cur->dtype));
+      } else {
+        castY.v = emit<zg::CastOp>(tensorType(cur->dtype, y->shape),
+                                   materialize(*y));
+      }
+      y = &castY;
+    }
     if (cur->dtype != y->dtype)
       return nodeError(n) << "input types differ: " << dtypeName(cur->dtype)
                           << " and " << dtypeName(y->dtype);
@@ -1045,7 +1062,7 @@ LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
     case Binary::And: v = emit<zg::AndOp>(t, {a, bv}); break;
     case Binary::Or: v = emit<zg::OrOp>(t, {a, bv}); break;
     default:
-      return nodeError(n) << "needs constant inputs (it has no runtime form)";
+      return nodeError(n) << "needs constant inputs (unsupported at run time)";
     }
     r.dtype = dtypeOf(t.getElementType());
     r.shape = *shape;
@@ -1364,7 +1381,9 @@ LogicalResult Importer::importSplit(const onnx::NodeProto &n) {
     return failure();
   int64_t dim = x->shape[axis], outs = n.output_size();
   std::vector<int64_t> sizes;
-  if (in(n, 1)) {
+  if (opset < 13 && findAttr(n, "split")) {
+    sizes = *attrInts(n, "split");
+  } else if (in(n, 1)) {
     if (failed(constInts(n, 1, "split", sizes)))
       return failure();
   } else {
@@ -1519,7 +1538,7 @@ LogicalResult Importer::importReduce(const onnx::NodeProto &n) {
   else if (kind == eval::Reduce::Max)
     r = emit<zg::ReduceMaxOp>(t, xv, attrs);
   else
-    return nodeError(n) << "needs a constant input (it has no runtime form)";
+    return nodeError(n) << "needs a constant input (unsupported at run time)";
   setValue(n, 0, r);
   return success();
 }
@@ -1563,7 +1582,7 @@ LogicalResult Importer::importFoldOnly(const onnx::NodeProto &n) {
     if (!n.input(k).empty() && !vals[n.input(k)].c)
       return nodeError(n) << "input " << k << " ('" << n.input(k)
                           << "') does not fold to a constant, and " << op
-                          << " has no runtime form in zplan";
+                          << " is unsupported at run time";
   if (op == "Range") {
     Val *s = in(n, 0), *l = in(n, 1), *d = in(n, 2);
     if (!s || !l || !d)
@@ -1859,9 +1878,23 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
   }
   if (op == "Softmax") {
     Val *x = in(n, 0);
-    int64_t axis = attrInt(n, "axis", -1);
+    int64_t axis = attrInt(n, "axis", opset >= 13 ? -1 : 1);
     if (failed(normAxis(n, axis, x->shape.size())))
       return failure();
+    if (opset < 13 && axis != int64_t(x->shape.size()) - 1) {
+      // Before opset 13, Softmax coerces the input to 2-D at `axis` and
+      // normalises over all trailing dims together.
+      int64_t outer = 1, inner = 1;
+      for (size_t d = 0; d < x->shape.size(); ++d)
+        (int64_t(d) < axis ? outer : inner) *= x->shape[d];
+      auto flatT = tensorType(x->dtype, {outer, inner});
+      Value flat = emit<zg::ReshapeOp>(flatT, materialize(*x));
+      Value sm = emit<zg::SoftmaxOp>(flatT, flat,
+                                     {attr("axis", b.getI64IntegerAttr(1))});
+      setValue(n, 0,
+               emit<zg::ReshapeOp>(tensorType(x->dtype, x->shape), sm));
+      return success();
+    }
     if (x->c) {
       setConst(n, 0, eval::softmax(*x->c, axis));
       return success();
@@ -1873,9 +1906,6 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
     return success();
   }
   if (op == "LayerNormalization") {
-    for (int k = 1; k < n.output_size(); ++k)
-      if (!n.output(k).empty())
-        return nodeError(n) << "the Mean / InvStdDev outputs are not supported";
     Val *x = in(n, 0), *scale = in(n, 1), *bias = in(n, 2);
     if (!x || !scale)
       return nodeError(n) << "needs X and Scale";
@@ -1890,12 +1920,41 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
     SmallVector<Value> operands = {materialize(*x), materialize(*scale)};
     if (bias)
       operands.push_back(materialize(*bias));
+    double eps = attrFloat(n, "epsilon", 1e-5);
     setValue(n, 0,
              emit<zg::LayerNormOp>(
                  tensorType(x->dtype, x->shape), operands,
                  {attr("axis", b.getI64IntegerAttr(axis)),
-                  attr("epsilon",
-                       b.getF64FloatAttr(attrFloat(n, "epsilon", 1e-5)))}));
+                  attr("epsilon", b.getF64FloatAttr(eps))}));
+    if ((n.output_size() > 1 && !n.output(1).empty()) ||
+        (n.output_size() > 2 && !n.output(2).empty())) {
+      // The optional Mean and InvStdDev outputs (kept dims of size 1 over
+      // the normalised axes) as generic ops.
+      SmallVector<int64_t> axes;
+      Shape red(x->shape);
+      for (int64_t d = axis; d < int64_t(x->shape.size()); ++d) {
+        axes.push_back(d);
+        red[d] = 1;
+      }
+      auto rt = tensorType(x->dtype, red);
+      auto xt = tensorType(x->dtype, x->shape);
+      SmallVector<NamedAttribute> ra = {
+          attr("axes", b.getDenseI64ArrayAttr(axes)),
+          attr("keepdims", b.getBoolAttr(true))};
+      Value xv = materialize(*x);
+      Value mean = emit<zg::ReduceMeanOp>(rt, xv, ra);
+      Value d = emit<zg::SubOp>(xt, {xv, mean});
+      Value sq = emit<zg::MulOp>(xt, {d, d});
+      Value var = emit<zg::ReduceMeanOp>(rt, sq, ra);
+      ConstTensor e(x->dtype, {});
+      e.set(0, eps);
+      Value ve = emit<zg::AddOp>(rt, {var, materializeConst(e)});
+      Value inv = emit<zg::ReciprocalOp>(rt, emit<zg::SqrtOp>(rt, ve));
+      if (n.output_size() > 1 && !n.output(1).empty())
+        setValue(n, 1, mean);
+      if (n.output_size() > 2 && !n.output(2).empty())
+        setValue(n, 2, inv);
+    }
     return success();
   }
   if (op == "Gelu") {

@@ -265,7 +265,16 @@ save("bad_overflow", [N("Relu", ["x"], ["y"], name="relu")],
      [x_in((2**40, 2**40, 8))], [y_out()])
 save("bad_shape_mismatch", [N("Add", ["x", "z"], ["y"], name="add")],
      [x_in(("batch", "seq", 8)), x_in(("batch", "seq", 5), "z")], [y_out()])
-save("bad_opset", [N("Relu", ["x"], ["y"], name="relu")], [x_in()], [y_out()], opset=11, ir=6)
+save("bad_opset", [N("Relu", ["x"], ["y"], name="relu")], [x_in()], [y_out()], opset=6, ir=3)
+# Opset 11: Softmax coerces to 2-D at axis 1 and normalises dims 1 and 2 together.
+save("softmax_opset11", [N("Softmax", ["x"], ["y"], name="softmax", axis=1)], [x_in()], [y_out()],
+     opset=11, ir=6)
+# Opset 20: Pow with an int64 exponent; LayerNormalization with its Mean and InvStdDev outputs.
+save("pow_int_exponent", [N("Pow", ["x", "e"], ["y"], name="pow")], [x_in()], [y_out()],
+     [c("e", 2, np.int64)])
+save("layer_norm_stats",
+     [N("LayerNormalization", ["x", "g"], ["y", "mean", "inv"], name="ln", axis=-1)],
+     [x_in()], [y_out(), y_out("mean"), y_out("inv")], [w("g", 8)], opset=17)
 # A truncated copy of a valid model.
 data = open(os.path.join(HERE, "linear_matmul_add.onnx"), "rb").read()
 open(os.path.join(HERE, "bad_truncated.onnx"), "wb").write(data[: len(data) // 2])
