@@ -11,6 +11,7 @@ pkgs=(cmake ninja-build g++ ccache
       libflatbuffers-dev flatbuffers-compiler
       openmpi-bin libopenmpi-dev libopenblas-dev
       nlohmann-json3-dev libcli11-dev libgtest-dev googletest
+      clang-22 libclang-rt-22-dev
       python3-venv)
 
 missing=()

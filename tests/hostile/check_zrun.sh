@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs zrun (under mpirun) on something that is not a valid plan or input: it must end on its own within
+# 20 s with a non-zero exit that is not a signal, and print a message matching REGEX.
+#   check_zrun.sh REGEX MPIRUN... -np 1 ZRUN ARGS...
+set -u
+regex=$1
+shift
+start=$(date +%s%N)
+output=$(timeout -s KILL 20 "$@" 2>&1)
+rc=$?
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+echo "$output" | grep -v '^-*$' | head -n 20
+echo "exit $rc after ${elapsed_ms} ms"
+fail=0
+if [ $rc -eq 0 ]; then echo "FAIL: zrun accepted it"; fail=1; fi
+if [ $rc -eq 137 ]; then echo "FAIL: killed after 20 s (hang)"; fail=1; fi
+if grep -Eq "terminate called|Process received signal|exited on signal|Segmentation|Aborted" <<<"$output"; then
+  echo "FAIL: zrun crashed"; fail=1
+fi
+if ! grep -Eq -- "$regex" <<<"$output"; then echo "FAIL: no message matching /$regex/"; fail=1; fi
+[ $fail -eq 0 ] && echo "PASS"
+exit $fail
