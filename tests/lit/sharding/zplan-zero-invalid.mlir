@@ -1,10 +1,4 @@
 // RUN: zplan-opt --split-input-file --zplan-zero="stage=3" --verify-diagnostics %s
-// RUN: zplan-opt --zplan-zero="stage=5" --verify-diagnostics %S/Inputs/zero-stage5.mlir
-// RUN: zplan-opt --zplan-zero="stage=3 max-live-bytes=512" --verify-diagnostics %S/Inputs/zero-max-live.mlir
-// RUN: zplan-opt --zplan-zero="stage=3 max-live-bytes=1536" --verify-diagnostics %S/Inputs/zero-max-live-pair.mlir
-// RUN: zplan-opt --zplan-zero="stage=3 persist-threshold=-1" --verify-diagnostics %S/Inputs/zero-negative.mlir
-// RUN: zplan-opt --zplan-zero="stage=1" --verify-diagnostics %S/Inputs/zero-remark-stage1.mlir
-// RUN: zplan-opt --zplan-zero="stage=3" --verify-diagnostics %S/Inputs/zero-remark-dp1.mlir
 
 // Tests that a global batch dp does not divide is an error naming both.
 module attributes {zd.dp = 2 : i64} {

@@ -1,3 +1,17 @@
+// RUN: zplan-opt --split-input-file --zplan-zero="stage=3 max-live-bytes=1536" --verify-diagnostics %s
+
+// Tests that a parameter larger than max-live-bytes is an error naming it.
+module attributes {zd.dp = 2 : i64} {
+func.func @live(%x: tensor<2x32xf32>) -> tensor<2x16xf32> {
+  // expected-error @+1 {{parameter 'w' needs 2048 bytes gathered, more than --max-live-bytes = 1536}}
+  %w = zg.weight {name = "w", file = "m.data", offset = 0 : i64, length = 2048 : i64} : () -> tensor<32x16xf32>
+  %h = zg.linear %x, %w : (tensor<2x32xf32>, tensor<32x16xf32>) -> tensor<2x16xf32>
+  return %h : tensor<2x16xf32>
+}
+}
+
+// -----
+
 // Tests that two parameters alive together beyond max-live-bytes are an
 // error naming the one that does not fit.
 module attributes {zd.dp = 2 : i64} {
