@@ -2,8 +2,9 @@
 divides, its input ids and the logits numpy computes in float64.
 
 Usage: make_vocab_model.py OUT_DIR
-The model: token embedding (Gather) -> MLP pair with a residual -> LM head
-(MatMul), weights as external data, dynamic batch and sequence.
+The model: token embedding (Gather) -> MLP pair (first bias a Constant node)
+with a residual -> LM head (MatMul), weights as external data, dynamic batch
+and sequence.
 """
 import os
 import sys
@@ -20,10 +21,16 @@ wte = rng.standard_normal((V, D)).astype(np.float32)
 w1 = (rng.standard_normal((D, F)) * 0.5).astype(np.float32)
 w2 = (rng.standard_normal((F, D)) * 0.5).astype(np.float32)
 head = rng.standard_normal((D, V)).astype(np.float32)
+bias1 = rng.standard_normal(F).astype(np.float32)
 
 nodes = [
     helper.make_node("Gather", ["wte", "input_ids"], ["emb"], axis=0),
-    helper.make_node("MatMul", ["emb", "w1"], ["h1"]),
+    helper.make_node("MatMul", ["emb", "w1"], ["h0"]),
+    # A Constant node (not an initializer): the importer keeps it as a
+    # zg.constant, which tp must slice like a weight.
+    helper.make_node("Constant", [], ["bias1"],
+                     value=numpy_helper.from_array(bias1, "bias1")),
+    helper.make_node("Add", ["h0", "bias1"], ["h1"]),
     helper.make_node("Relu", ["h1"], ["a1"]),
     helper.make_node("MatMul", ["a1", "w2"], ["h2"]),
     helper.make_node("Add", ["emb", "h2"], ["res"]),
@@ -43,5 +50,5 @@ ids = rng.integers(0, V, size=(2, 3)).astype(np.int64)
 ids[0, 0], ids[1, 2] = V - 1, V - 2  # rows held by the last ranks, next to the padding
 np.save(os.path.join(out, "input_ids.npy"), ids)
 e = wte.astype(np.float64)[ids]
-r = e + np.maximum(e @ w1, 0) @ w2
+r = e + np.maximum(e @ w1 + bias1, 0) @ w2
 np.save(os.path.join(out, "expected.npy"), (r @ head).astype(np.float32))
