@@ -129,3 +129,39 @@ func.func @no_weights(%x: tensor<2x64xf32>, %y: tensor<64x8xf32>) -> (tensor<2x8
   return %m, %p : tensor<2x8xf32>, tensor<4x8xf32>
 }
 }
+
+// -----
+
+// Tests that attention left as matmul / softmax / matmul keeps its heads
+// split through batched products without any reshard.
+// CHECK-LABEL: func.func @decomposed
+// CHECK-NOT: zd.operand_shardings
+// CHECK: zg.matmul {{.*}}zd.result_shardings = [#zd.sharding<[_, tp, _, _]>]
+// CHECK: zg.softmax {{.*}}zd.result_shardings = [#zd.sharding<[_, tp, _, _]>]
+// CHECK: zg.matmul {{.*}}zd.result_shardings = [#zd.sharding<[_, tp, _, _]>]
+// CHECK-NOT: zd.operand_shardings
+// CHECK: zg.linear {{.*}}#zd.sharding<[_, _, _], partial>
+module attributes {zd.tp = 2 : i64, zd.dp = 1 : i64} {
+func.func @decomposed(%x: tensor<1x8x64xf32>) -> tensor<1x8x64xf32> {
+  %wq = zg.weight {name = "q", file = "m.data", offset = 0 : i64, length = 16384 : i64} : () -> tensor<64x64xf32>
+  %wk = zg.weight {name = "k", file = "m.data", offset = 0 : i64, length = 16384 : i64} : () -> tensor<64x64xf32>
+  %wv = zg.weight {name = "v", file = "m.data", offset = 0 : i64, length = 16384 : i64} : () -> tensor<64x64xf32>
+  %wo = zg.weight {name = "o", file = "m.data", offset = 0 : i64, length = 16384 : i64} : () -> tensor<64x64xf32>
+  %q = zg.linear %x, %wq : (tensor<1x8x64xf32>, tensor<64x64xf32>) -> tensor<1x8x64xf32>
+  %k = zg.linear %x, %wk : (tensor<1x8x64xf32>, tensor<64x64xf32>) -> tensor<1x8x64xf32>
+  %v = zg.linear %x, %wv : (tensor<1x8x64xf32>, tensor<64x64xf32>) -> tensor<1x8x64xf32>
+  %q4 = zg.reshape %q : (tensor<1x8x64xf32>) -> tensor<1x8x4x16xf32>
+  %k4 = zg.reshape %k : (tensor<1x8x64xf32>) -> tensor<1x8x4x16xf32>
+  %v4 = zg.reshape %v : (tensor<1x8x64xf32>) -> tensor<1x8x4x16xf32>
+  %qt = zg.transpose %q4 {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xf32>
+  %kt = zg.transpose %k4 {perm = array<i64: 0, 2, 3, 1>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x16x8xf32>
+  %vt = zg.transpose %v4 {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xf32>
+  %s = zg.matmul %qt, %kt : (tensor<1x4x8x16xf32>, tensor<1x4x16x8xf32>) -> tensor<1x4x8x8xf32>
+  %p = zg.softmax %s {axis = 3 : i64} : (tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  %a = zg.matmul %p, %vt : (tensor<1x4x8x8xf32>, tensor<1x4x8x16xf32>) -> tensor<1x4x8x16xf32>
+  %at = zg.transpose %a {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x8x16xf32>) -> tensor<1x8x4x16xf32>
+  %a2 = zg.reshape %at : (tensor<1x8x4x16xf32>) -> tensor<1x8x64xf32>
+  %o = zg.linear %a2, %wo : (tensor<1x8x64xf32>, tensor<64x64xf32>) -> tensor<1x8x64xf32>
+  return %o : tensor<1x8x64xf32>
+}
+}
