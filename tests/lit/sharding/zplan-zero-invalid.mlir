@@ -68,6 +68,7 @@ func.func @contract(%x: tensor<4x4xf32>) -> tensor<3x4xf32> {
 
 // -----
 
+// Tests that a 1-D matmul operand cannot carry the batch.
 module attributes {zd.dp = 2 : i64} {
 func.func @vector(%x: tensor<4xf32>, %w: tensor<4x3xf32>) -> tensor<3xf32> {
   // expected-error @+1 {{cannot split the batch over dp = 2: a 1-D matmul operand}}
@@ -113,6 +114,7 @@ func.func @reshape(%x: tensor<4x3xf32>) -> tensor<3x4xf32> {
 
 // -----
 
+// Tests that a slice cannot take part of the batch.
 module attributes {zd.dp = 2 : i64} {
 func.func @slice(%x: tensor<4x2xf32>) -> tensor<2x2xf32> {
   // expected-error @+1 {{cannot split the batch over dp = 2: the slice takes part of the batch}}
@@ -123,6 +125,7 @@ func.func @slice(%x: tensor<4x2xf32>) -> tensor<2x2xf32> {
 
 // -----
 
+// Tests that a split cannot cut the batch dimension.
 module attributes {zd.dp = 2 : i64} {
 func.func @split(%x: tensor<4x2xf32>) -> tensor<2x2xf32> {
   // expected-error @+1 {{cannot split the batch over dp = 2: the split cuts the batch dimension}}
@@ -133,6 +136,7 @@ func.func @split(%x: tensor<4x2xf32>) -> tensor<2x2xf32> {
 
 // -----
 
+// Tests that an embedding table cannot carry the batch.
 // Tests the lookups that cannot keep the batch split.
 module attributes {zd.dp = 2 : i64} {
 func.func @table(%t: tensor<4x8xf32>) -> tensor<3x8xf32> {
@@ -145,6 +149,7 @@ func.func @table(%t: tensor<4x8xf32>) -> tensor<3x8xf32> {
 
 // -----
 
+// Tests that a gather cannot index the batch dimension.
 module attributes {zd.dp = 2 : i64} {
 func.func @gather_axis(%x: tensor<4x8xf32>) -> tensor<3x8xf32> {
   %ids = zg.constant {value = dense<[0, 1, 2]> : tensor<3xi64>} : () -> tensor<3xi64>
@@ -156,6 +161,7 @@ func.func @gather_axis(%x: tensor<4x8xf32>) -> tensor<3x8xf32> {
 
 // -----
 
+// Tests that data and indices of a gather cannot both carry the batch.
 module attributes {zd.dp = 2 : i64} {
 func.func @gather_both(%x: tensor<4x8xf32>, %ids: tensor<4xi64>) -> tensor<4x4xf32> {
   // expected-error @+1 {{cannot split the batch over dp = 2: both data and indices carry the batch}}
