@@ -8,9 +8,12 @@
 #
 # MODE `import` runs `zplan import MODEL -o OUT` instead of the compile path `zplan MODEL -o OUT`.
 #
-#   check_model.sh ZPLAN MODEL REGEX [LIMIT [MODE]]
+# FLAGS after MODE are passed to zplan (hostile command lines on a valid model).
+#
+#   check_model.sh ZPLAN MODEL REGEX [LIMIT [MODE [FLAGS...]]]
 set -u
 zplan=$1 model=$2 regex=$3 limit=${4:-2} mode=${5:-compile}
+shift $(( $# < 5 ? $# : 5 ))
 cmd=("$zplan")
 [ "$mode" = import ] && cmd+=(import)
 work=$(mktemp -d)
@@ -18,7 +21,7 @@ trap 'rm -rf "$work"' EXIT
 out=$work/out.zplan
 
 start=$(date +%s%N)
-output=$(timeout -s KILL 10 "${cmd[@]}" "$model" -o "$out" 2>&1)
+output=$(timeout -s KILL 10 "${cmd[@]}" "$model" -o "$out" "$@" 2>&1)
 rc=$?
 elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
 echo "$output"
