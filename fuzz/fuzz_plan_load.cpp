@@ -6,8 +6,9 @@
 //   2. the same payload under a freshly computed header, so that mutations reach the FlatBuffers verifier and
 //      the semantic checks behind the CRC. The launch takes its world size from the plan's own fingerprint
 //      (so that plans for 2 or 4 ranks are checked as deeply as single-rank ones) and each rank is verified;
-//   3. for every rank a verified plan accepts, every weight binding is assembled (assemble_weight, inline
-//      data or deterministic random values) into a buffer of exactly the tensor's reserved bytes, so that a
+//   3. for every rank a verified plan accepts, every weight binding is assembled (assemble_weight: from the
+//      plan's inline data, from deterministic random values, and from the external file `weights.bin`, 4 KiB,
+//      which the fuzzer's folder holds) into a buffer of exactly the tensor's reserved bytes, so that a
 //      piece the verifier let through which writes outside its tensor is an AddressSanitizer report here
 //      (inside the session's arena it would corrupt a neighbour silently);
 //   4. a plan for one rank is opened through the public loader (zrt::Session::open_buffer) and, when small,
@@ -30,7 +31,7 @@
 
 namespace {
 
-std::string g_dir;  // an empty folder: relative weight files resolve here and are never found
+std::string g_dir;  // relative weight files resolve here; it holds weights.bin (4 KiB) and nothing else
 
 // The FlatBuffer payload of an input: what follows a 24-byte header when the input starts with the magic,
 // else the whole input (a bare FlatBuffer).
@@ -56,9 +57,11 @@ void assemble_all(const zrt::fb::Plan &plan, int rank) {
     const zrt::fb::Tensor *t = plan.tensors()->Get(b->tensor());
     // The verifier bounds every tensor by its arena; a fuzzer still has only so much memory.
     if (t->bytes() > (uint64_t{1} << 26)) continue;
-    std::vector<uint8_t> dst(static_cast<size_t>(t->bytes()));
-    (void)zrt::assemble_weight(plan, *b, rank, g_dir, /*random=*/true, 1, &files, dst.data(),
-                               static_cast<zrt::DType>(t->dtype()));
+    for (bool random : {true, false}) {
+      std::vector<uint8_t> dst(static_cast<size_t>(t->bytes()));
+      (void)zrt::assemble_weight(plan, *b, rank, g_dir, random, 1, &files, dst.data(),
+                                 static_cast<zrt::DType>(t->dtype()));
+    }
   }
 }
 
@@ -71,6 +74,14 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     std::abort();
   }
   g_dir = tmpl;
+  // The plans compiled from the hostile control model name "weights.bin" beside the plan.
+  FILE *f = std::fopen((g_dir + "/weights.bin").c_str(), "wb");
+  if (!f) {
+    std::perror("weights.bin");
+    std::abort();
+  }
+  for (int i = 0; i < 4096; ++i) std::fputc((i * 37 + 11) & 0xFF, f);
+  std::fclose(f);
   return 0;
 }
 
