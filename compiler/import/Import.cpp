@@ -50,10 +50,12 @@ using llvm::StringRef;
 namespace {
 
 /// The first and last opset of the default domain that the per-op handling
-/// covers. Transformer exports use 13 and later; the older forms of the
-/// accepted ops (Softmax's 2-D coercion, axes and split as attributes) are
-/// handled too, back to opset 7.
-constexpr int64_t kMinOpset = 7, kMaxOpset = 21;
+/// covers. Transformer exports use 13 to 21; the older forms of the accepted
+/// ops (Softmax's 2-D coercion, axes and split as attributes) are handled
+/// back to opset 7, and opsets 22 to 28 changed none of the accepted ops'
+/// semantics (only added element types), which the ONNX node tests of onnx
+/// 1.23 confirm (tests/onnx_node).
+constexpr int64_t kMinOpset = 7, kMaxOpset = 28;
 
 /// Folded constants with more elements than this are stored compactly.
 constexpr int64_t kCompressThreshold = 4096;
@@ -1699,9 +1701,16 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
   if (op == "Constant")
     return importConstant(n);
   if (op == "Identity" || op == "Dropout") {
-    if (n.output_size() > 1 && !n.output(1).empty())
-      return nodeError(n) << "the mask output is not supported";
-    alias(n, 0, *in(n, 0));
+    // Inference: Dropout passes its input through and keeps every element.
+    Val *x = in(n, 0);
+    alias(n, 0, *x);
+    if (n.output_size() > 1 && !n.output(1).empty()) {
+      ConstTensor keep(kBool, {});
+      keep.i[0] = 1;
+      Shape ones(x->shape.size(), 1);
+      keep.shape = ones;
+      setConst(n, 1, std::move(keep), x->shape);
+    }
     return success();
   }
   if (op == "Shape" || op == "Size") {

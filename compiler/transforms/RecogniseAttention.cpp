@@ -201,7 +201,7 @@ struct AttentionPattern : OpRewritePattern<zg::MatmulOp> {
     auto outShape = shapeOf(op.getResult());
     if (ksh[0] != qsh[0] || vsh[0] != qsh[0] || ksh[1] != vsh[1] ||
         ksh[2] != vsh[2] || ksh[1] == 0 || qsh[1] % ksh[1] != 0 ||
-        ksh[3] != qsh[3] ||
+        ksh[3] != qsh[3] || vsh[3] != ksh[3] ||
         outShape != ArrayRef<int64_t>{qsh[0], qsh[1], qsh[2], vsh[3]})
       return failure();
     SmallVector<int64_t> scoreShape = {qsh[0], qsh[1], qsh[2], ksh[2]};

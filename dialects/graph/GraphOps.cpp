@@ -381,8 +381,8 @@ LogicalResult AttentionOp::verify() {
   if (k[1] == 0 || q[1] % k[1] != 0)
     return emitOpError("query heads (")
            << q[1] << ") are not a multiple of kv heads (" << k[1] << ")";
-  if (k[3] != q[3])
-    return emitOpError("q and k head dims differ");
+  if (k[3] != q[3] || v[3] != q[3])
+    return emitOpError("q, k and v head dims differ");
   SmallVector<int64_t> out = {q[0], q[1], q[2], v[3]};
   if (ArrayRef<int64_t>(out) != rtt(getResult()).getShape())
     return emitOpError("result shape should be ") << shapeStr(out);

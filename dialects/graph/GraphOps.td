@@ -329,11 +329,11 @@ def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure]> {
 def ZG_AttentionOp : ZG_Op<"attention", [Pure]> {
   let summary = "scaled dot-product attention core";
   let description = [{
-    q [B, Hq, S, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv], optional additive
+    q [B, Hq, S, D], k [B, Hkv, T, D], v [B, Hkv, T, D], optional additive
     mask broadcastable to [B, Hq, S, T]. Hq is a multiple of Hkv: query head h
     uses kv head h / (Hq / Hkv) (grouped-query attention).
     `scores = scale * q k^T + mask`; with `causal`, position j is masked for
-    query i when j > i + (T - S). `result = softmax(scores) v` : [B, Hq, S, Dv].
+    query i when j > i + (T - S). `result = softmax(scores) v` : [B, Hq, S, D].
     A fully masked row gives zeros.
   }];
   let arguments = (ins ZG_Tensor:$q, ZG_Tensor:$k, ZG_Tensor:$v,
