@@ -58,6 +58,11 @@ struct CompileFlags {
   std::string dtype = "fp32";
   std::string target = "cpu";
   std::string gpuMem, hostMem;
+  // What the CUDA backend holds outside the arenas: the context (528.9 MiB
+  // measured on an H200 with CUDA 13.0, driver 580; docs/gpu-notes.md) and
+  // NCCL's buffers when world > 1 (not yet measured: multi-GPU machines were
+  // not lent, so 0 unless given).
+  std::string cudaContextBytes = "536M", commReserveBytes = "0";
   int64_t persistThreshold = 0, prefetchBytes = 0, maxLiveBytes = 0;
   bool keepLogitsSharded = false;
   bool report = false;
@@ -175,6 +180,13 @@ std::string validate(const CompileFlags &f, const CommonOptions &o,
   if (!f.hostMem.empty() && !parseBytes(f.hostMem, hostMem))
     return "--host-mem '" + f.hostMem +
            "' is not a byte count (e.g. 549755813888 or 512G)";
+  uint64_t ignored = 0;
+  if (!parseBytes(f.cudaContextBytes, ignored))
+    return "--cuda-context-bytes '" + f.cudaContextBytes +
+           "' is not a byte count (e.g. 536M)";
+  if (!parseBytes(f.commReserveBytes, ignored))
+    return "--comm-reserve-bytes '" + f.commReserveBytes +
+           "' is not a byte count (e.g. 256M)";
   if (f.persistThreshold < 0 || f.prefetchBytes < 0 || f.maxLiveBytes < 0)
     return "--persist-threshold, --prefetch-bytes and --max-live-bytes must "
            "not be negative";
@@ -238,6 +250,12 @@ void addCompileFlags(CLI::App &app) {
                  "Device memory per rank in bytes (suffix K, M, G, T)");
   app.add_option("--host-mem", f.hostMem,
                  "Host memory per rank in bytes (suffix K, M, G, T)");
+  app.add_option("--cuda-context-bytes", f.cudaContextBytes,
+                 "cuda target: device bytes of the CUDA context, counted in "
+                 "the planned peak (default 536M)");
+  app.add_option("--comm-reserve-bytes", f.commReserveBytes,
+                 "cuda target, world > 1: device bytes of NCCL's buffers, "
+                 "counted in the planned peak (default 0)");
   app.add_option("--persist-threshold", f.persistThreshold,
                  "ZeRO-3: parameters below this many bytes stay whole");
   app.add_option("--prefetch-bytes", f.prefetchBytes,
@@ -303,8 +321,14 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   plan::ZplanScheduleOptions schedule;
   schedule.dtype = f.dtype;
   pm.addPass(plan::createZplanSchedule(schedule));
+  uint64_t contextBytes = 0, commBytes = 0;
+  parseBytes(f.cudaContextBytes, contextBytes);
+  parseBytes(f.commReserveBytes, commBytes);
+  plan::RuntimeReserve reserve = plan::RuntimeReserve::forTarget(
+      f.target == "cuda" ? 1 : 0, world, contextBytes, commBytes);
   plan::ZplanMemoryPlanOptions memory;
   memory.dtype = f.dtype;
+  memory.deviceReserve = reserve.workspaceBytes + reserve.reserveBytes;
   memory.gpuMem = gpuMem;
   memory.hostMem = hostMem;
   pm.addPass(plan::createZplanMemoryPlan(memory));
@@ -320,6 +344,7 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   emit.backend = f.target == "cuda" ? 1 : 0;
   emit.zeroStage = f.zero;
   emit.producer = "zplan 0.1 (" + commandLine(f, options) + ")";
+  emit.reserve = reserve;
   std::vector<uint8_t> payload;
   plan::PlanSummary summary;
   if (failed(plan::emitPlan(*module, emit, payload, summary)))

@@ -691,13 +691,16 @@ struct Emitter {
     uint64_t arena[kNumSpaces] = {uint64_t(arenaAttr[0]),
                                   uint64_t(arenaAttr[1])};
     summary.memory = computeMemoryFigures(lv, arena);
+    summary.memory.workspaceBytes += options.reserve.workspaceBytes;
+    summary.memory.runtimeReserveBytes = options.reserve.reserveBytes;
     const MemoryFigures &m = summary.memory;
     std::vector<flatbuffers::Offset<fb::RankMemory>> memory;
     for (int r = 0; r < summary.world; ++r)
       memory.push_back(fb::CreateRankMemory(
           fbb, r, fbb.CreateVector(std::vector<uint64_t>{arena[0], arena[1]}),
           m.residentWeightBytes, m.peakGatheredParamBytes, m.activationBytes,
-          m.collectiveBufferBytes, m.workspaceBytes, arena[0], arena[1]));
+          m.collectiveBufferBytes, m.workspaceBytes, m.plannedPeakBytes(),
+          arena[1], m.runtimeReserveBytes));
 
     auto fingerprint =
         fb::CreateFingerprint(fbb, summary.world, summary.tp, summary.dp,

@@ -19,6 +19,30 @@
 
 namespace zplan::plan {
 
+/// Device memory a backend takes outside the planned arenas. The plan owns
+/// the arenas exactly; these terms make its predicted total match what the
+/// whole process holds (measured on the H200 with cudaMemGetInfo, see
+/// docs/gpu-notes.md).
+struct RuntimeReserve {
+  /// The matrix-product workspace the CUDA backend allocates once
+  /// (zk::cuda::kGemmWorkspaceBytes).
+  uint64_t workspaceBytes = 0;
+  /// The CUDA context, cuBLAS handles and communicator buffers.
+  uint64_t reserveBytes = 0;
+
+  /// The reserve of a target: nothing on cpu; on cuda the 32 MiB GEMM
+  /// workspace and `contextBytes` (plus `commBytes` when world > 1).
+  static RuntimeReserve forTarget(int backend, int world, uint64_t contextBytes,
+                                  uint64_t commBytes) {
+    RuntimeReserve r;
+    if (backend == 1) {
+      r.workspaceBytes = uint64_t(32) << 20;
+      r.reserveBytes = contextBytes + (world > 1 ? commBytes : 0);
+    }
+    return r;
+  }
+};
+
 struct EmitOptions {
   /// Where the plan will be written: weight files are recorded relative to
   /// its folder (absolute when no relative path exists).
@@ -30,6 +54,9 @@ struct EmitOptions {
   int backend = 0;
   int zeroStage = 0;
   std::string producer;
+  /// Device bytes the backend holds beyond the arenas; the report's planned
+  /// peak and the plan's RankMemory include them.
+  RuntimeReserve reserve;
 };
 
 /// Bytes one rank moves per run for one collective kind over one axis.

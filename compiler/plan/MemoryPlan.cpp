@@ -101,12 +101,16 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
         DenseI64ArrayAttr::get(ctx, {int64_t(placed.peakLiveBytes[0]),
                                      int64_t(placed.peakLiveBytes[1])}));
 
-    if (gpuMem != 0 && placed.arenaBytes[0] > gpuMem) {
-      module.emitError()
-          << "zplan-memory-plan: the device arena needs "
-          << formatBytes(placed.arenaBytes[0]) << " per rank but --gpu-mem is "
-          << formatBytes(gpuMem) << ": over by "
-          << formatBytes(placed.arenaBytes[0] - gpuMem)
+    const uint64_t deviceTotal = placed.arenaBytes[0] + deviceReserve;
+    if (gpuMem != 0 && deviceTotal > gpuMem) {
+      auto diag = module.emitError()
+                  << "zplan-memory-plan: the device arena needs "
+                  << formatBytes(placed.arenaBytes[0]);
+      if (deviceReserve)
+        diag << " plus " << formatBytes(deviceReserve)
+             << " the backend reserves (workspace, CUDA context)";
+      diag << " per rank but --gpu-mem is " << formatBytes(gpuMem)
+           << ": over by " << formatBytes(deviceTotal - gpuMem)
           << "; try --zero 3 (with dp > 1), --offload-param cpu, a larger "
              "--tp or a smaller --batch";
       return signalPassFailure();

@@ -87,7 +87,14 @@ struct MemoryFigures {
   uint64_t activationBytes = 0;
   uint64_t collectiveBufferBytes = 0;
   uint64_t workspaceBytes = 0;
+  /// Device bytes the backend takes outside the arenas (CUDA context,
+  /// communicator buffers); see RuntimeReserve in EmitPlan.h.
+  uint64_t runtimeReserveBytes = 0;
   uint64_t arenaBytes[kNumSpaces] = {0, 0};
+  /// What the whole process holds on the device at its peak, as planned.
+  uint64_t plannedPeakBytes() const {
+    return arenaBytes[0] + workspaceBytes + runtimeReserveBytes;
+  }
 };
 
 /// Computes the figures from the liveness and the arena sizes: resident

@@ -83,6 +83,9 @@ def ZplanMemoryPlan : Pass<"zplan-memory-plan", "mlir::ModuleOp"> {
            "Device memory per rank in bytes (0: unlimited)">,
     Option<"hostMem", "host-mem", "uint64_t", "0",
            "Host memory per rank in bytes (0: unlimited)">,
+    Option<"deviceReserve", "device-reserve", "uint64_t", "0",
+           "Device bytes the backend takes outside the arena (workspace, "
+           "CUDA context); counted against gpu-mem">,
   ];
   let statistics = [
     Statistic<"numBuffers", "buffers", "Tensors given storage">,

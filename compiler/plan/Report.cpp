@@ -46,7 +46,12 @@ std::string formatReport(const PlanSummary &s) {
     os << "  collective buffer bytes    " << human(m.collectiveBufferBytes)
        << "\n";
     os << "  workspace bytes            " << human(m.workspaceBytes) << "\n";
-    os << "  planned peak (device)      " << human(m.arenaBytes[0]) << "\n";
+    os << "  device arena               " << human(m.arenaBytes[0]) << "\n";
+    if (m.runtimeReserveBytes)
+      os << "  runtime reserve            " << human(m.runtimeReserveBytes)
+         << " (CUDA context, communicators)\n";
+    os << "  planned peak (device)      " << human(m.plannedPeakBytes())
+       << "\n";
     os << "  planned host bytes         " << human(m.arenaBytes[1]) << "\n";
   }
   os << "communication per step, per rank (bytes sent, ring algorithms):\n";
@@ -84,7 +89,9 @@ std::string formatReportJson(const PlanSummary &s) {
                      {"activation_bytes", m.activationBytes},
                      {"collective_buffer_bytes", m.collectiveBufferBytes},
                      {"workspace_bytes", m.workspaceBytes},
-                     {"planned_peak_bytes", m.arenaBytes[0]},
+                     {"device_arena_bytes", m.arenaBytes[0]},
+                     {"runtime_reserve_bytes", m.runtimeReserveBytes},
+                     {"planned_peak_bytes", m.plannedPeakBytes()},
                      {"planned_host_bytes", m.arenaBytes[1]},
                      {"comm", comm},
                      {"comm_payload", payload},

@@ -153,8 +153,12 @@ def main():
                    if tensors[i]["space"] == "device"
                    and begin[i] <= step <= end[i])
         peak = max(peak, live)
-    if mem[0]["planned_peak_bytes"] != arena[0]:
-        fail("planned peak != device arena")
+    # Planned peak = device arena + workspace + runtime reserve (plan 1.1); on the cpu target the last two
+    # are 0.
+    reserve = mem[0].get("runtime_reserve_bytes", 0) or 0
+    workspace = mem[0].get("workspace_bytes", 0) or 0
+    if mem[0]["planned_peak_bytes"] != arena[0] + workspace + reserve:
+        fail("planned peak != device arena + workspace + runtime reserve")
     if arena[0] < peak:
         fail("device arena %d below the live peak %d" % (arena[0], peak))
 
