@@ -2,7 +2,7 @@
 //
 //   mpirun -np WORLD zrun PLAN --input NAME=FILE.npy ... [--random-inputs] --output NAME=FILE.npy
 //          [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS]
-//          [--expect NAME=FILE.npy [--tolerance T]]
+//          [--expect NAME=FILE.npy [--tolerance T]] [--cuda-graph]
 //
 // Input files hold the global batch (each dp group takes its rows); output files receive the whole
 // global output, written by rank 0. Every rank prints its planned and measured peak arena bytes and the
@@ -29,13 +29,14 @@ namespace {
 const char kUsage[] =
     "usage: zrun PLAN [--input NAME=FILE.npy]... [--random-inputs] [--output NAME=FILE.npy]...\n"
     "            [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS] [--backend cpu|cuda]\n"
-    "            [--expect NAME=FILE.npy]... [--tolerance T]\n";
+    "            [--expect NAME=FILE.npy]... [--tolerance T] [--cuda-graph]\n";
 
 struct Args {
   std::string plan;
   std::vector<std::pair<std::string, std::string>> inputs, outputs, expects;
   double tolerance = 1e-4;
   bool random_inputs = false;
+  bool cuda_graph = false;
   int repeat = 1;
   bool init_random = false;
   uint64_t seed = 0;
@@ -96,6 +97,8 @@ bool parse_args(int argc, char **argv, Args *a, std::string *err) {
     } else if (f == "--tolerance") {
       if (!value(&v) || !parse_number(f, v, 0, 1e30, &d, err)) return false;
       a->tolerance = d;
+    } else if (f == "--cuda-graph") {
+      a->cuda_graph = true;
     } else if (f == "--random-inputs") {
       a->random_inputs = true;
     } else if (f == "--repeat") {
@@ -220,6 +223,9 @@ int main(int argc, char **argv) {
     return err.empty() ? 0 : 2;
   }
   Watchdog watchdog(args.timeout);
+  // The CUDA backend captures the step as a CUDA graph after the first run and replays it (plans without
+  // collectives); it reads the switch from the environment so that apps of the library get it too.
+  if (args.cuda_graph) setenv("ZRT_CUDA_GRAPH", "1", 1);
 
   zrt::Options opts;
   opts.init = args.init_random ? zrt::InitMode::random : zrt::InitMode::file;
