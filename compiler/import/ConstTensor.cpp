@@ -70,8 +70,69 @@ static int64_t numelOf(ArrayRef<int64_t> s) {
   return n;
 }
 
+int64_t zplan::import::toInt64(double v) {
+  if (std::isnan(v))
+    return 0;
+  if (v >= 9.2233720368547758e18)
+    return std::numeric_limits<int64_t>::max();
+  if (v <= -9.2233720368547758e18)
+    return std::numeric_limits<int64_t>::min();
+  return int64_t(v);
+}
+
+/// Exact int64 arithmetic: a result outside int64 throws FoldOverflowError.
+static int64_t wrapAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    throw FoldOverflowError{};
+  return r;
+}
+static int64_t wrapSub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r))
+    throw FoldOverflowError{};
+  return r;
+}
+static int64_t wrapMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw FoldOverflowError{};
+  return r;
+}
+static int64_t wrapDiv(int64_t a, int64_t b) {
+  if (b == 0)
+    return 0;
+  if (b == -1)
+    return wrapSub(0, a); // INT64_MIN / -1 leaves int64.
+  return a / b;
+}
+static int64_t wrapMod(int64_t a, int64_t b) {
+  // Python-style (ONNX fmod = 0): the result has the divisor's sign.
+  if (b == 0 || b == -1 || b == 1)
+    return 0;
+  int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static int64_t wrapPow(int64_t x, int64_t y) {
+  if (y < 0)
+    return x == 1 ? 1 : (x == -1 ? (y % 2 ? -1 : 1) : 0);
+  int64_t result = 1;
+  for (int64_t k = 0; k < y; ++k) {
+    if (result == 0 || x == 1 || (x == -1 && k >= 2)) {
+      if (x == -1)
+        result = (y % 2) ? -1 : 1;
+      break;
+    }
+    result = wrapMul(result, x);
+  }
+  return result;
+}
+
 ConstTensor::ConstTensor(int32_t dtype, ArrayRef<int64_t> shape)
     : dtype(dtype), shape(shape.begin(), shape.end()) {
+  auto n = checkedNumElements(shape);
+  if (!n || *n > kMaxFoldElements)
+    throw FoldLimitError{n ? *n : -1};
   if (isFloat())
     f.assign(numelOf(shape), 0.0);
   else
@@ -123,12 +184,10 @@ void ConstTensor::set(int64_t k, double v) {
     f[k] = roundTo(dtype, v);
   else if (dtype == kBool)
     i[k] = v != 0.0;
-  else if (std::isnan(v))
-    i[k] = 0;
   else if (dtype == kInt32)
-    i[k] = int64_t(int32_t(v));
+    i[k] = int64_t(int32_t(uint32_t(uint64_t(toInt64(v)))));
   else
-    i[k] = int64_t(v);
+    i[k] = toInt64(v);
 }
 
 void ConstTensor::setI(int64_t k, int64_t v) {
@@ -137,7 +196,7 @@ void ConstTensor::setI(int64_t k, int64_t v) {
   else if (dtype == kBool)
     i[k] = v != 0;
   else if (dtype == kInt32)
-    i[k] = int64_t(int32_t(v));
+    i[k] = int64_t(int32_t(uint32_t(uint64_t(v))));
   else
     i[k] = v;
 }
@@ -147,7 +206,7 @@ std::vector<int64_t> ConstTensor::toInts() const {
     return i;
   std::vector<int64_t> out(f.size());
   for (size_t k = 0; k < f.size(); ++k)
-    out[k] = int64_t(f[k]);
+    out[k] = toInt64(f[k]);
   return out;
 }
 
@@ -243,7 +302,7 @@ ConstTensor unary(Unary op, const ConstTensor &x) {
     switch (op) {
     case Unary::Neg:
       if (!x.isFloat()) {
-        out.setI(k, -x.i[k]);
+        out.setI(k, wrapSub(0, x.i[k]));
         continue;
       }
       r = -v;
@@ -260,7 +319,7 @@ ConstTensor unary(Unary op, const ConstTensor &x) {
     case Unary::Sin: r = std::sin(v); break;
     case Unary::Abs:
       if (!x.isFloat()) {
-        out.setI(k, x.i[k] < 0 ? -x.i[k] : x.i[k]);
+        out.setI(k, x.i[k] < 0 ? wrapSub(0, x.i[k]) : x.i[k]);
         continue;
       }
       r = std::fabs(v);
@@ -304,22 +363,12 @@ ConstTensor binary(Binary op, const ConstTensor &a, const ConstTensor &b,
                        });
     };
     switch (op) {
-    case Binary::Add: run([](int64_t x, int64_t y) { return x + y; }); break;
-    case Binary::Sub: run([](int64_t x, int64_t y) { return x - y; }); break;
-    case Binary::Mul: run([](int64_t x, int64_t y) { return x * y; }); break;
-    case Binary::Div:
-      run([](int64_t x, int64_t y) { return y == 0 ? int64_t(0) : x / y; });
-      break;
-    case Binary::Mod:
-      run([](int64_t x, int64_t y) {
-        return y == 0 ? int64_t(0) : ((x % y) + y) % y;
-      });
-      break;
-    case Binary::Pow:
-      run([](int64_t x, int64_t y) {
-        return int64_t(std::pow(double(x), double(y)));
-      });
-      break;
+    case Binary::Add: run(wrapAdd); break;
+    case Binary::Sub: run(wrapSub); break;
+    case Binary::Mul: run(wrapMul); break;
+    case Binary::Div: run(wrapDiv); break;
+    case Binary::Mod: run(wrapMod); break;
+    case Binary::Pow: run(wrapPow); break;
     case Binary::Max: run([](int64_t x, int64_t y) { return std::max(x, y); }); break;
     case Binary::Min: run([](int64_t x, int64_t y) { return std::min(x, y); }); break;
     case Binary::Equal: run([](int64_t x, int64_t y) { return int64_t(x == y); }); break;
@@ -612,9 +661,9 @@ ConstTensor cumsum(const ConstTensor &x, int64_t axis, bool exclusive,
           int64_t v = x.i[p];
           if (exclusive) {
             out.setI(p, accI);
-            accI += v;
+            accI = wrapAdd(accI, v);
           } else {
-            accI += v;
+            accI = wrapAdd(accI, v);
             out.setI(p, accI);
           }
         }

@@ -46,6 +46,26 @@ std::string dtypeName(int32_t dtype);
 
 using Shape = llvm::SmallVector<int64_t, 6>;
 
+/// The most elements one folded constant may hold (2^27: a causal mask of
+/// batch 8 x 4096 x 4096 expanded whole). Creating a larger one throws
+/// FoldLimitError, which the importer reports as an error on the node.
+constexpr int64_t kMaxFoldElements = int64_t(1) << 27;
+
+/// Thrown when folding would create a constant larger than
+/// kMaxFoldElements (or one whose size overflows).
+struct FoldLimitError {
+  int64_t elements; ///< -1 when the count overflows
+};
+
+/// Thrown when integer arithmetic while folding leaves int64: shape
+/// computations that overflow come from a broken model, so the importer
+/// reports the node instead of wrapping.
+struct FoldOverflowError {};
+
+/// Converts a double to int64 the way a cast in a runtime would without
+/// undefined behaviour: NaN gives 0, out-of-range values saturate.
+int64_t toInt64(double v);
+
 /// Product of the dims, or nullopt when it overflows int64 or a dim is
 /// negative.
 std::optional<int64_t> checkedNumElements(llvm::ArrayRef<int64_t> shape);
@@ -63,7 +83,7 @@ struct ConstTensor {
   int64_t numel() const;
   /// Element k as double / int64 whatever the storage.
   double getF(int64_t k) const { return isFloat() ? f[k] : double(i[k]); }
-  int64_t getI(int64_t k) const { return isFloat() ? int64_t(f[k]) : i[k]; }
+  int64_t getI(int64_t k) const { return isFloat() ? toInt64(f[k]) : i[k]; }
   /// Stores v in element k, converting and rounding to the dtype.
   void set(int64_t k, double v);
   void setI(int64_t k, int64_t v);

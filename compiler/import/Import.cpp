@@ -37,6 +37,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <limits>
 #include <queue>
 #include <unordered_map>
 
@@ -297,11 +298,23 @@ std::string shapeStr(ArrayRef<int64_t> s) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult Importer::load() {
+  // Only a regular file of at most 2 GiB (protobuf's limit) is read: a
+  // folder or a device such as /dev/zero must not be read into memory.
+  llvm::sys::fs::file_status st;
+  if (llvm::sys::fs::status(path, st) || !llvm::sys::fs::exists(st))
+    return error() << "cannot open ONNX model '" << path << "'";
+  if (!llvm::sys::fs::is_regular_file(st))
+    return error() << "'" << path << "' is not a regular file";
+  if (st.getSize() > (uint64_t(2) << 30))
+    return error() << "'" << path << "' is larger than 2 GiB (protobuf's "
+                   << "limit); keep the weights as external data";
   std::ifstream f(path, std::ios::binary);
   if (!f)
     return error() << "cannot open ONNX model '" << path << "'";
-  std::string bytes((std::istreambuf_iterator<char>(f)),
-                    std::istreambuf_iterator<char>());
+  std::string bytes(st.getSize(), '\0');
+  f.read(bytes.data(), bytes.size());
+  if (!f)
+    return error() << "cannot read ONNX model '" << path << "'";
   if (bytes.empty())
     return error() << "'" << path << "' is empty, not an ONNX model";
   bool ok = false;
@@ -432,6 +445,9 @@ LogicalResult Importer::checkExternal(const onnx::TensorProto &t,
                    << ref.fullPath << "'; pass --graph-only to compile "
                    << "without the weights)";
   }
+  if (!llvm::sys::fs::is_regular_file(ref.fullPath))
+    return error() << "initializer '" << t.name() << "': external data '"
+                   << ref.location << "' is not a regular file";
   // Symlinks could still lead out of the folder: compare real paths.
   SmallVector<char> realFile, realDir;
   if (!llvm::sys::fs::real_path(ref.fullPath, realFile) &&
@@ -455,7 +471,7 @@ LogicalResult Importer::checkExternal(const onnx::TensorProto &t,
   }
   if (uint64_t(ref.offset) > size || uint64_t(ref.length) > size - ref.offset)
     return error() << "initializer '" << t.name() << "': external range ["
-                   << ref.offset << ", " << ref.offset + ref.length
+                   << ref.offset << ", " << uint64_t(ref.offset) + uint64_t(ref.length)
                    << ") lies outside '" << ref.location << "' (" << size
                    << " bytes)";
   return success();
@@ -544,16 +560,34 @@ LogicalResult Importer::readTensorProto(const onnx::TensorProto &t,
     }
     return success();
   }
-  ConstTensor c(out.dtype, out.shape);
   int64_t size = dtypeSize(out.dtype);
+  // The data present is checked against the shape before anything is
+  // allocated, so a huge shape without data is an error, not an allocation.
+  int64_t have = 0;
   if (!t.raw_data().empty()) {
     if (int64_t(t.raw_data().size()) != *numel * size)
       return error() << what << ": raw_data holds " << t.raw_data().size()
                      << " bytes, " << dtypeName(out.dtype) << " x "
                      << shapeStr(out.shape) << " needs " << *numel * size;
+  } else {
+    switch (out.dtype) {
+    case kFloat: have = t.float_data_size(); break;
+    case kDouble: have = t.double_data_size(); break;
+    case kInt64: have = t.int64_data_size(); break;
+    default: have = t.int32_data_size(); break;
+    }
+    if (have != *numel)
+      return error() << what << ": holds " << have << " values, shape "
+                     << shapeStr(out.shape) << " needs " << *numel;
+  }
+  if (*numel > kMaxFoldElements)
+    return error() << what << ": " << *numel
+                   << " elements inline; zplan reads at most "
+                   << kMaxFoldElements << " (use external data)";
+  ConstTensor c(out.dtype, out.shape);
+  if (!t.raw_data().empty()) {
     decodeRaw(t.raw_data().data(), c);
   } else {
-    int64_t have = 0;
     switch (out.dtype) {
     case kFloat:
       have = t.float_data_size();
@@ -1350,8 +1384,12 @@ LogicalResult Importer::importSlice(const onnx::NodeProto &n) {
       s = std::min(s, dim - 1);
       e = std::min(e, dim - 1);
     }
-    int64_t count = step > 0 ? (e > s ? (e - s + step - 1) / step : 0)
-                             : (s > e ? (s - e + (-step) - 1) / (-step) : 0);
+    // s and e are clamped to [-1, dim], so their difference cannot
+    // overflow; the step can be anything, so it never enters a sum.
+    int64_t count =
+        step > 0 ? (e > s ? (e - s - 1) / step + 1 : 0)
+                 : (s > e ? (s - e - 1) / -std::max(step, -std::numeric_limits<int64_t>::max()) + 1
+                          : 0);
     st[a] = count ? s : 0;
     sp[a] = step;
     sz[a] = count;
@@ -1405,8 +1443,9 @@ LogicalResult Importer::importSplit(const onnx::NodeProto &n) {
                         << " outputs";
   int64_t total = 0;
   for (int64_t s : sizes) {
-    if (s < 0)
-      return nodeError(n) << "negative split size";
+    if (s < 0 || s > dim)
+      return nodeError(n) << "split size " << s << " out of range [0, "
+                          << dim << "]";
     total += s;
   }
   if (total != dim)
@@ -1589,19 +1628,33 @@ LogicalResult Importer::importFoldOnly(const onnx::NodeProto &n) {
     Val *s = in(n, 0), *l = in(n, 1), *d = in(n, 2);
     if (!s || !l || !d)
       return nodeError(n) << "needs start, limit and delta";
+    if (s->c->numel() != 1 || l->c->numel() != 1 || d->c->numel() != 1)
+      return nodeError(n) << "start, limit and delta must be scalars";
+    if (s->dtype != l->dtype || s->dtype != d->dtype)
+      return nodeError(n) << "start, limit and delta differ in type";
     double start = s->c->getF(0), limit = l->c->getF(0), delta = d->c->getF(0);
+    if (!std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
+      return nodeError(n) << "start, limit and delta must be finite";
     if (delta == 0)
       return nodeError(n) << "delta is 0";
     double cnt = std::ceil((limit - start) / delta);
-    int64_t count = std::max<int64_t>(0, int64_t(cnt));
-    if (count > (int64_t(1) << 31))
-      return nodeError(n) << "too many elements";
+    if (!(cnt <= double(kMaxFoldElements)))
+      return nodeError(n) << "folding would create " << cnt
+                          << " elements; the limit is " << kMaxFoldElements;
+    int64_t count = cnt > 0 ? int64_t(cnt) : 0;
     ConstTensor c(s->dtype, {count});
     for (int64_t k = 0; k < count; ++k) {
-      if (c.isFloat())
+      if (c.isFloat()) {
         c.set(k, start + k * delta);
-      else
-        c.setI(k, s->c->getI(0) + k * d->c->getI(0));
+        continue;
+      }
+      // Integer ranges in exact arithmetic; a value that leaves int64 is an
+      // error rather than a wrap.
+      int64_t step, v;
+      if (__builtin_mul_overflow(k, d->c->getI(0), &step) ||
+          __builtin_add_overflow(s->c->getI(0), step, &v))
+        return nodeError(n) << "element " << k << " overflows int64";
+      c.setI(k, v);
     }
     setConst(n, 0, std::move(c));
     return success();
@@ -1655,11 +1708,17 @@ LogicalResult Importer::importFoldOnly(const onnx::NodeProto &n) {
     if (!checkedNumElements(shape))
       return nodeError(n) << "shape " << shapeStr(shape)
                           << " has a negative dim or too many elements";
+    if (*checkedNumElements(shape) > kMaxFoldElements)
+      return nodeError(n) << "folding would create "
+                          << *checkedNumElements(shape)
+                          << " elements; the limit is " << kMaxFoldElements;
     ConstTensor c(kFloat, shape);
     if (auto *a = findAttr(n, "value")) {
       Val v;
       if (failed(readTensorProto(a->t(), "node '" + n.name() + "'", v)))
         return failure();
+      if (!v.c || v.c->numel() != 1)
+        return nodeError(n) << "value must hold exactly one element";
       c = ConstTensor(v.dtype, shape);
       for (int64_t k = 0; k < c.numel(); ++k)
         c.isFloat() ? c.set(k, v.c->getF(0)) : c.setI(k, v.c->getI(0));
@@ -2031,9 +2090,28 @@ OwningOpRef<ModuleOp> Importer::run() {
   std::vector<const onnx::NodeProto *> order;
   if (failed(sortNodes(order)))
     return nullptr;
-  for (const onnx::NodeProto *n : order)
-    if (failed(importNode(*n)))
+  for (const onnx::NodeProto *n : order) {
+    // Folding allocates; a constant over the limit (or memory running out)
+    // is an error on the node, never an abort.
+    try {
+      if (failed(importNode(*n)))
+        return nullptr;
+    } catch (const FoldLimitError &e) {
+      auto d = nodeError(*n) << "folding would create ";
+      if (e.elements < 0)
+        d << "a constant whose element count overflows";
+      else
+        d << "a constant of " << e.elements << " elements";
+      d << "; the limit is " << kMaxFoldElements;
       return nullptr;
+    } catch (const FoldOverflowError &) {
+      nodeError(*n) << "integer overflow while folding constants";
+      return nullptr;
+    } catch (const std::bad_alloc &) {
+      nodeError(*n) << "out of memory while folding constants";
+      return nullptr;
+    }
+  }
   if (failed(finishOutputs(fn)))
     return nullptr;
   // Parameters and constants go first, in order of first use, so the printed
