@@ -275,6 +275,14 @@ save("pow_int_exponent", [N("Pow", ["x", "e"], ["y"], name="pow")], [x_in()], [y
 save("layer_norm_stats",
      [N("LayerNormalization", ["x", "g"], ["y", "mean", "inv"], name="ln", axis=-1)],
      [x_in()], [y_out(), y_out("mean"), y_out("inv")], [w("g", 8)], opset=17)
+# Folding limits: an int64 shape computation that overflows, a constant too
+# large to fold.
+save("bad_fold_overflow",
+     [N("Mul", ["big", "four"], ["s"], name="mul"), N("Reshape", ["x", "s"], ["y"], name="reshape")],
+     [x_in()], [y_out()], [c("big", [2**62], np.int64), c("four", [4], np.int64)])
+save("bad_fold_huge",
+     [N("ConstantOfShape", ["shape"], ["z"], name="zeros"), N("Add", ["x", "z"], ["y"], name="add")],
+     [x_in()], [y_out()], [c("shape", [2**20, 2**20], np.int64)])
 # A truncated copy of a valid model.
 data = open(os.path.join(HERE, "linear_matmul_add.onnx"), "rb").read()
 open(os.path.join(HERE, "bad_truncated.onnx"), "wb").write(data[: len(data) // 2])
