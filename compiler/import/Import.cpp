@@ -631,7 +631,16 @@ LogicalResult Importer::readTensorProto(const onnx::TensorProto &t,
 }
 
 LogicalResult Importer::loadInitializers() {
+  // From IR version 4 on, an initializer that shares its name with a graph
+  // input is only that input's default value: the input stays an input.
+  // Before, every initializer had to be listed as an input too.
+  llvm::StringSet<> inputs;
+  if (model.ir_version() >= 4)
+    for (const auto &in : model.graph().input())
+      inputs.insert(in.name());
   for (const auto &t : model.graph().initializer()) {
+    if (inputs.contains(t.name()))
+      continue;
     Val v;
     if (failed(readTensorProto(t, "initializer '" + t.name() + "'", v)))
       return failure();
@@ -1726,6 +1735,8 @@ LogicalResult Importer::importFoldOnly(const onnx::NodeProto &n) {
     setConst(n, 0, std::move(c));
     return success();
   }
+  if (op.starts_with("Reduce"))
+    return importReduce(n);
   // Elementwise ops without a runtime form (Floor, Mod, ...).
   return importElementwise(n);
 }
