@@ -113,9 +113,12 @@ def main():
     case("ext_dotdot_fifo", graph=base_graph(w_ext=ext("../outside/fifo", 0, 64)))
     case("ext_dotdot_hidden", graph=base_graph(w_ext=ext("sub/../../outside/fifo", 0, 64)))
     case("ext_symlink_out", graph=base_graph(w_ext=ext("link.bin", 0, 64)),
-         links=[("link.bin", fifo)])
-    case("ext_symlink_dir", graph=base_graph(w_ext=ext("linkdir/fifo", 0, 64)),
+         links=[("link.bin", os.path.join(outside, "secret.bin"))])
+    case("ext_symlink_dir", graph=base_graph(w_ext=ext("linkdir/secret.bin", 0, 64)),
          links=[("linkdir", outside)])
+    case("ext_symlink_fifo", graph=base_graph(w_ext=ext("link.bin", 0, 64)), links=[("link.bin", fifo)])
+    case("ext_fifo_inside", graph=base_graph(w_ext=ext("weights.bin", 0, 64)))
+    os.mkfifo(os.path.join(out, "ext_fifo_inside", "weights.bin"))
     case("ext_missing_file", graph=base_graph(w_ext=ext("no_such_weights.bin", 0, 64)))
 
     # Ranges and lengths.
