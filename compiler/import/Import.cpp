@@ -1443,7 +1443,7 @@ LogicalResult Importer::importSplit(const onnx::NodeProto &n) {
       return nodeError(n) << "num_outputs " << parts << " but the node has "
                           << outs << " outputs";
     // Opset 18: the last chunk may be smaller (ceil division).
-    int64_t chunk = (dim + parts - 1) / parts;
+    int64_t chunk = dim / parts + (dim % parts != 0);
     for (int64_t k = 0; k < parts; ++k)
       sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - k * chunk)));
   }
@@ -1452,10 +1452,9 @@ LogicalResult Importer::importSplit(const onnx::NodeProto &n) {
                         << " outputs";
   int64_t total = 0;
   for (int64_t s : sizes) {
-    if (s < 0 || s > dim)
+    if (s < 0 || s > dim || __builtin_add_overflow(total, s, &total))
       return nodeError(n) << "split size " << s << " out of range [0, "
                           << dim << "]";
-    total += s;
   }
   if (total != dim)
     return nodeError(n) << "split sizes add up to " << total << ", dim "
@@ -1765,6 +1764,22 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
       if (!n.input(k).empty() && vals[n.input(k)].c)
         full(vals[n.input(k)]);
   const OpEntry &entry = opTable().find(op)->second;
+  // Every required input must be present before any handler looks at it.
+  static const llvm::StringMap<int> minInputs = {
+      {"Constant", 0}, {"Add", 2}, {"Sub", 2}, {"Mul", 2}, {"Div", 2},
+      {"Pow", 2}, {"Mod", 2}, {"Equal", 2}, {"Less", 2}, {"Greater", 2},
+      {"LessOrEqual", 2}, {"GreaterOrEqual", 2}, {"And", 2}, {"Or", 2},
+      {"Xor", 2}, {"Where", 3}, {"MatMul", 2}, {"Gemm", 2}, {"Reshape", 2},
+      {"Expand", 2}, {"Gather", 2}, {"GatherElements", 2}, {"GatherND", 2},
+      {"Range", 3}, {"CumSum", 2}, {"Slice", 3}, {"LayerNormalization", 2}};
+  auto req = minInputs.find(op);
+  int need = req == minInputs.end() ? 1 : req->second;
+  for (int k = 0; k < need; ++k)
+    if (!in(n, k))
+      return nodeError(n) << "input " << k << " is missing (" << op
+                          << " needs " << need << ")";
+  if (n.output_size() < 1 || n.output(0).empty())
+    return nodeError(n) << "has no output";
   if (entry.foldOnly)
     return importFoldOnly(n);
 
