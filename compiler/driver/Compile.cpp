@@ -320,6 +320,7 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   sharding::buildShardingPipeline(pm, sharding);
   plan::ZplanScheduleOptions schedule;
   schedule.dtype = f.dtype;
+  pm.addPass(plan::createZplanMaterializeOutputs());
   pm.addPass(plan::createZplanSchedule(schedule));
   uint64_t contextBytes = 0, commBytes = 0;
   parseBytes(f.cudaContextBytes, contextBytes);

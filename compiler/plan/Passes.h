@@ -4,6 +4,7 @@
 #define ZPLAN_COMPILER_PLAN_PASSES_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "dialects/graph/GraphDialect.h"
 #include "mlir/Pass/Pass.h"
 
 namespace zplan::plan {

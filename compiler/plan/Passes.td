@@ -10,6 +10,38 @@
 
 include "mlir/Pass/PassBase.td"
 
+def ZplanMaterializeOutputs
+    : Pass<"zplan-materialize-outputs", "mlir::ModuleOp"> {
+  let summary = "Give every graph output storage written by an instruction";
+  let description = [{
+    The runtime reads a graph output back from a tensor that an instruction
+    wrote. A graph may instead return one of its inputs, a parameter or a
+    constant (ONNX Identity, a Shape that folded, a graph that folded
+    completely), or a view of one of those. For each such result the pass
+    inserts a copy (`zg.cast` to the same type, the plan's `cast` opcode)
+    right before the return and returns the copy. Results computed by an
+    instruction are left alone.
+
+    Before:
+    ```mlir
+    func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+      return %x : tensor<2xf32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+      %0 = zg.cast %x : (tensor<2xf32>) -> tensor<2xf32>
+      return %0 : tensor<2xf32>
+    }
+    ```
+  }];
+  let dependentDialects = ["zplan::graph::GraphDialect"];
+  let statistics = [
+    Statistic<"numCopies", "copies", "Graph outputs given a copy">,
+  ];
+}
+
 def ZplanSchedule : Pass<"zplan-schedule", "mlir::ModuleOp"> {
   let summary = "Fix the instruction order, streams, events and collective hash";
   let description = [{
