@@ -12,6 +12,8 @@ import sys
 
 LINE = re.compile(r"planned arena device (\d+) B host (\d+) B; measured device (\d+) B.*runtime scratch (\d+) B; "
                   r"run ([\d.]+) ms \(mean of (\d+), min ([\d.]+) ms\)")
+# The plan's own prediction of the whole process's device peak (arena + workspace + CUDA context; plan 1.1).
+PLANNED = re.compile(r"planned process peak (\d+) B")
 MEM = re.compile(r"zrt cuda: device memory in use \(cudaMemGetInfo\) peak ([\d.]+) MiB \(at start ([\d.]+) MiB\)")
 PROF = re.compile(r"zrt cuda: profile over \d+ runs, per run: total ([\d.]+) ms(.*)")
 
@@ -56,7 +58,8 @@ def main():
             print(f"report: no zrun summary line in {log}", file=sys.stderr)
             continue
         best_ms = float(m.group(7))
-        planned = (int(m.group(1)) + int(m.group(4))) / 2**30
+        pp = PLANNED.search(text)
+        planned = int(pp.group(1)) / 2**30 if pp else (int(m.group(1)) + int(m.group(4))) / 2**30
         mm = MEM.search(text)
         measured = (float(mm.group(1)) / 1024) if mm else None
         tok = tokens / (best_ms / 1e3)
