@@ -11,7 +11,7 @@ import re
 import sys
 
 LINE = re.compile(r"planned arena device (\d+) B host (\d+) B; measured device (\d+) B.*runtime scratch (\d+) B; "
-                  r"run ([\d.]+) ms \(mean of (\d+), min ([\d.]+) ms\)")
+                  r"run ([\d.]+) ms \(mean of (\d+), min ([\d.]+) ms, median ([\d.]+) ms\)")
 # The plan's own prediction of the whole process's device peak (arena + workspace + CUDA context; plan 1.1).
 PLANNED = re.compile(r"planned process peak (\d+) B")
 MEM = re.compile(r"zrt cuda: device memory in use \(cudaMemGetInfo\) peak ([\d.]+) MiB \(at start ([\d.]+) MiB\)")
@@ -57,7 +57,8 @@ def main():
         if not m:
             print(f"report: no zrun summary line in {log}", file=sys.stderr)
             continue
-        best_ms = float(m.group(7))
+        # The median of the timed runs (after the warm-up runs), as the PyTorch peers report theirs.
+        best_ms = float(m.group(8))
         pp = PLANNED.search(text)
         planned = int(pp.group(1)) / 2**30 if pp else (int(m.group(1)) + int(m.group(4))) / 2**30
         mm = MEM.search(text)

@@ -2,9 +2,9 @@
 # bench/gpu/run.sh - the GPU benchmark, in ONE call on the lent GPU machine:
 #   1. builds the runtime there (compiler off; FlatBuffers and GoogleTest from .gpu-deps, made here by
 #      scripts/gpu-deps.sh and carried with the call);
-#   2. runs each plan given (compiled here by `zplan ... --backend cuda --dtype bf16 --batch 8 --seq 1024`)
+#   2. runs each plan given (compiled here by `zplan ... --target cuda --dtype bf16 --batch 8 --seq 1024`)
 #      with zrun on the cuda backend, weights from --init random, random ids: once timed (CUDA graph
-#      replay, best of --repeat runs) and once profiled (time per step class: GEMM, attention, rest);
+#      replay, median of --repeat runs after 3 warm-up runs) and once profiled (time per step class: GEMM, attention, rest);
 #   3. runs the PyTorch peers (eager and torch.compile, bench/gpu/torch_baseline.py) in the same call;
 #   4. prints one table: tokens/s, TFLOP/s, ratio to each peer, planned vs measured peak device memory,
 #      and where zplan's time goes.
@@ -46,10 +46,10 @@ if [[ ${#plans[@]} -gt 0 ]]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
   for k in "${!plans[@]}"; do
     echo "== zrun $k: ${plans[$k]}"
-    # Timed: the second run is captured as a CUDA graph, later runs replay it; zrun reports the best run.
+    # Timed: the second run is captured as a CUDA graph, later runs replay it; 3 untimed warm-up runs, then the median of the timed ones (as the PyTorch peers).
     # A failing plan is reported and the others (and the PyTorch half) still run.
     ZRT_CUDA_REPORT=1 ZRT_CUDA_GRAPH=1 "$b/bin/zrun" "${plans[$k]}" --backend cuda --init random --random-inputs \
-      --repeat "$repeat" > "$out/zrun-$k.log" 2>&1 || { echo "run.sh: zrun failed on $k"; tail -20 "$out/zrun-$k.log"; continue; }
+      --warmup 3 --repeat "$repeat" > "$out/zrun-$k.log" 2>&1 || { echo "run.sh: zrun failed on $k"; tail -20 "$out/zrun-$k.log"; continue; }
     tail -3 "$out/zrun-$k.log"
     # Profiled: events around every step (no graph), for the share of time per step class.
     [[ $k == *offload* ]] && continue

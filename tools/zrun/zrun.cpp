@@ -28,7 +28,7 @@ namespace {
 
 const char kUsage[] =
     "usage: zrun PLAN [--input NAME=FILE.npy]... [--random-inputs] [--output NAME=FILE.npy]...\n"
-    "            [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS] [--backend cpu|cuda]\n"
+    "            [--repeat N] [--warmup N] [--init file|random] [--seed N] [--timeout SECONDS] [--backend cpu|cuda]\n"
     "            [--expect NAME=FILE.npy]... [--tolerance T] [--cuda-graph]\n";
 
 struct Args {
@@ -38,6 +38,7 @@ struct Args {
   bool random_inputs = false;
   bool cuda_graph = false;
   int repeat = 1;
+  int warmup = 0;
   bool init_random = false;
   uint64_t seed = 0;
   double timeout = 0;
@@ -104,6 +105,9 @@ bool parse_args(int argc, char **argv, Args *a, std::string *err) {
     } else if (f == "--repeat") {
       if (!value(&v) || !parse_number(f, v, 1, 1e6, &d, err)) return false;
       a->repeat = static_cast<int>(d);
+    } else if (f == "--warmup") {
+      if (!value(&v) || !parse_number(f, v, 0, 1e6, &d, err)) return false;
+      a->warmup = static_cast<int>(d);
     } else if (f == "--init") {
       if (!value(&v)) return false;
       if (std::strcmp(v, "file") == 0) a->init_random = false;
@@ -278,16 +282,27 @@ int main(int argc, char **argv) {
     if (!known) die(ri.rank, "the plan has no output named '" + out.first + "'");
   }
 
-  double total_ms = 0, best_ms = 1e300;
+  // --warmup runs are not timed (first-run allocation, CUDA graph capture); then --repeat timed runs,
+  // reported as mean, min and median (the median is what benchmarks compare).
+  for (int r = 0; r < args.warmup; ++r) {
+    st = s->run();
+    if (!st.ok()) die(ri.rank, st.message());
+  }
+  std::vector<double> times;
   for (int r = 0; r < args.repeat; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     st = s->run();
     const auto t1 = std::chrono::steady_clock::now();
     if (!st.ok()) die(ri.rank, st.message());
-    const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-    total_ms += ms;
-    best_ms = std::min(best_ms, ms);
+    times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
+  double total_ms = 0;
+  for (double t : times) total_ms += t;
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  const double best_ms = sorted.front();
+  const size_t n = sorted.size();
+  const double median_ms = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 
   // Every output named by --output or --expect is gathered to rank 0 once; rank 0 writes and compares.
   bool expect_failed = false;
@@ -331,14 +346,14 @@ int main(int argc, char **argv) {
   const zrt::MemoryReport m = s->memory_report();
   std::printf(
       "zrun: rank %d/%d (tp %d/%d, dp %d/%d): planned arena device %llu B host %llu B; measured device %llu B host "
-      "%llu B (instructions %llu B / %llu B); runtime scratch %llu B; run %.3f ms (mean of %d, min %.3f ms); "
+      "%llu B (instructions %llu B / %llu B); runtime scratch %llu B; run %.3f ms (mean of %d, min %.3f ms, median %.3f ms); "
       "planned process peak %llu B\n",
       ri.rank, ri.world, ri.tp_index(), ri.tp, ri.dp_index(), ri.dp,
       static_cast<unsigned long long>(m.planned_arena_bytes[0]), static_cast<unsigned long long>(m.planned_arena_bytes[1]),
       static_cast<unsigned long long>(m.measured_arena_bytes[0]), static_cast<unsigned long long>(m.measured_arena_bytes[1]),
       static_cast<unsigned long long>(m.measured_instr_bytes[0]), static_cast<unsigned long long>(m.measured_instr_bytes[1]),
       static_cast<unsigned long long>(m.runtime_scratch_bytes), total_ms / args.repeat, args.repeat, best_ms,
-      static_cast<unsigned long long>(m.planned_peak_bytes));
+      median_ms, static_cast<unsigned long long>(m.planned_peak_bytes));
   std::fflush(stdout);
   s.reset();
   zrt::shutdown();
