@@ -1265,10 +1265,15 @@ LogicalResult Importer::importReshapeLike(const onnx::NodeProto &n) {
       axis += rank;
     if (axis < 0 || axis > rank)
       return nodeError(n) << "axis out of range";
-    int64_t a = 1, c = 1;
-    for (int64_t d = 0; d < rank; ++d)
-      (d < axis ? a : c) *= x->shape[d];
-    out = {a, c};
+    // Each side is checked on its own: a zero dim keeps the total small
+    // while the other side's product can still overflow.
+    ArrayRef<int64_t> dims(x->shape);
+    auto a = checkedNumElements(dims.take_front(axis));
+    auto c = checkedNumElements(dims.drop_front(axis));
+    if (!a || !c)
+      return nodeError(n) << "flattening " << shapeStr(x->shape)
+                          << " at axis " << axis << " overflows int64";
+    out = {*a, *c};
   } else if (op == "Squeeze" || op == "Unsqueeze") {
     std::vector<int64_t> axes;
     bool haveAxes = true;
@@ -1375,6 +1380,10 @@ LogicalResult Importer::importSlice(const onnx::NodeProto &n) {
     int64_t a = axes[k];
     if (failed(normAxis(n, a, rank)))
       return failure();
+    // normAxis lets axis 0 through at rank 0 (for ops that treat a scalar as
+    // [1]); Slice indexes the dims, so the axis must name one.
+    if (a >= rank)
+      return nodeError(n) << "axis " << a << " out of range for rank " << rank;
     if (seen[a])
       return nodeError(n) << "repeated axis " << a;
     seen[a] = true;
@@ -1675,6 +1684,10 @@ LogicalResult Importer::importFoldOnly(const onnx::NodeProto &n) {
     int64_t axis = ax[0];
     if (failed(normAxis(n, axis, x->shape.size())))
       return failure();
+    // normAxis lets axis 0 through at rank 0; CumSum indexes a dim.
+    if (axis >= int64_t(x->shape.size()))
+      return nodeError(n) << "axis " << axis << " out of range for rank "
+                          << x->shape.size();
     setConst(n, 0,
              eval::cumsum(*x->c, axis, attrInt(n, "exclusive", 0),
                           attrInt(n, "reverse", 0)));
@@ -1878,6 +1891,9 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
     int64_t rank = xs[0]->shape.size(), axis = attrInt(n, "axis", 0);
     if (failed(normAxis(n, axis, rank)))
       return failure();
+    // normAxis lets axis 0 through at rank 0; Concat indexes a dim.
+    if (axis >= rank)
+      return nodeError(n) << "cannot concatenate rank-0 tensors";
     Shape out = xs[0]->shape;
     out[axis] = 0;
     for (Val *v : xs) {
@@ -1888,7 +1904,8 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
           return nodeError(n) << "input shapes " << shapeStr(xs[0]->shape)
                               << " and " << shapeStr(v->shape)
                               << " differ outside axis " << axis;
-      out[axis] += v->shape[axis];
+      if (__builtin_add_overflow(out[axis], v->shape[axis], &out[axis]))
+        return nodeError(n) << "the concatenated dim overflows int64";
     }
     if (llvm::all_of(xs, [](Val *v) { return foldable(v); })) {
       SmallVector<const ConstTensor *> cs;

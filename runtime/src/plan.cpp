@@ -3,6 +3,8 @@
 // dtype, shape, arena range, attribute count and weight piece, and finally the collective hash.
 #include "plan.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -207,7 +209,8 @@ Status Verifier::run() {
   world_ = fp->world();
   tp_ = fp->tp();
   dp_ = fp->dp();
-  if (tp_ < 1 || dp_ < 1 || world_ != tp_ * dp_)
+  // In 64 bits: a corrupt tp x dp must not overflow int.
+  if (tp_ < 1 || dp_ < 1 || static_cast<int64_t>(world_) != static_cast<int64_t>(tp_) * dp_)
     return fail("fingerprint mesh is inconsistent: world " + std::to_string(world_) + " != tp " + std::to_string(tp_) +
                 " x dp " + std::to_string(dp_));
   if (world_ != l_.world)
@@ -770,6 +773,15 @@ Status PlanFile::from_bytes(std::vector<uint8_t> bytes, const std::string &label
 }
 
 Status PlanFile::load(const std::string &path, const Launch &launch, std::unique_ptr<PlanFile> *out) {
+  // A folder or a device opens fine but has no meaningful size (tellg() of a folder is huge): only a
+  // regular file can be a plan, and a FlatBuffer is at most 2 GiB.
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) return error(Code::io_error, "plan '" + path + "' is not a regular file");
+    if (static_cast<uint64_t>(st.st_size) > kPlanHeaderBytes + (uint64_t{1} << 31))
+      return error(Code::plan_invalid, "plan '" + path + "' is " + std::to_string(st.st_size) +
+                                           " bytes, more than a plan file can hold (2 GiB)");
+  }
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) return error(Code::not_found, "cannot open plan file '" + path + "': " + std::strerror(errno));
   const std::streamoff size = f.tellg();

@@ -58,6 +58,9 @@ struct Session::Impl {
   Status load_weights();
   Status decode_steps();
   Status run_collective(const Step &s);
+  /// For an integer input that indexes a table (embedding, gather): the number of rows of the whole table,
+  /// and whether negative ids count from the end (gather). -1 when no instruction reads the input as ids.
+  int64_t id_bound(size_t input, bool *negative_ok) const;
   int find(const std::vector<IOInfo> &v, const std::string &name) const {
     for (size_t i = 0; i < v.size(); ++i)
       if (v[i].name == name) return static_cast<int>(i);
@@ -351,6 +354,21 @@ Status Session::bind_input(const std::string &name, const void *data, size_t byt
   if (bytes != io.global_bytes())
     return error(Code::invalid_argument, "input '" + name + "' needs " + std::to_string(io.global_bytes()) +
                                              " bytes (the global tensor), got " + std::to_string(bytes));
+  // An id outside its table would read nothing: the embedding kernel zeroes rows that other tp ranks hold,
+  // so an id that no rank holds becomes a silent zero row. Refuse it here, where the whole batch is seen.
+  bool negative_ok = false;
+  const int64_t bound = (io.dtype == DType::i64 || io.dtype == DType::i32) ? m.id_bound(i, &negative_ok) : -1;
+  if (bound >= 0) {
+    const size_t count = bytes / dtype_size(io.dtype);
+    for (size_t e = 0; e < count; ++e) {
+      const int64_t id = zk::load_i64(data, static_cast<zk::DType>(io.dtype), static_cast<int64_t>(e));
+      if (id >= bound || id < (negative_ok ? -bound : 0))
+        return error(Code::invalid_argument, "input '" + name + "' element " + std::to_string(e) + " is " +
+                                                 std::to_string(id) + ", outside [" +
+                                                 std::to_string(negative_ok ? -bound : 0) + ", " +
+                                                 std::to_string(bound) + "): the rows of the table it indexes");
+    }
+  }
   const TensorRef &t = m.tensors[m.input_tensor[i]];
   size_t off = 0, n = bytes;
   if (io.batch_split && !io.global_shape.empty() && io.global_shape[0] > 0) {
@@ -365,25 +383,34 @@ Status Session::bind_input(const std::string &name, const void *data, size_t byt
   return {};
 }
 
+int64_t Session::Impl::id_bound(size_t i, bool *negative_ok) const {
+  const fb::Plan &p = plan();
+  int64_t bound = -1;
+  *negative_ok = false;
+  if (p.instrs())
+    for (const fb::Instr *in : *p.instrs()) {
+      if (!in->inputs() || in->inputs()->size() < 2 || in->inputs()->Get(1) != input_tensor[i]) continue;
+      const TensorRef &tab = tensors[in->inputs()->Get(0)];
+      if (in->op() == fb::Op::embedding && tab.rank == 2) {
+        const int64_t stride = in->ints() && in->ints()->size() ? in->ints()->Get(0) : 0;
+        bound = stride > 0 ? std::min<int64_t>(stride * ri.tp, tab.shape[0] * ri.tp) : tab.shape[0];
+      } else if (in->op() == fb::Op::gather && tab.rank > 0) {
+        const int64_t ax = in->ints() && in->ints()->size() ? in->ints()->Get(0) : 0;
+        bound = tab.shape[ax < 0 ? ax + tab.rank : ax];
+        *negative_ok = true;
+      }
+    }
+  return bound;
+}
+
 Status Session::bind_random_inputs(uint64_t seed) {
   Impl &m = *impl_;
-  const fb::Plan &p = m.plan();
   for (size_t i = 0; i < m.inputs.size(); ++i) {
     const IOInfo &io = m.inputs[i];
     // Integer inputs are ids: bound them by the rows of the table they index so that every id is valid.
-    int64_t bound = 2;
-    if (p.instrs())
-      for (const fb::Instr *in : *p.instrs()) {
-        if (!in->inputs() || in->inputs()->size() < 2 || in->inputs()->Get(1) != m.input_tensor[i]) continue;
-        const TensorRef &tab = m.tensors[in->inputs()->Get(0)];
-        if (in->op() == fb::Op::embedding && tab.rank == 2) {
-          const int64_t stride = in->ints() && in->ints()->size() ? in->ints()->Get(0) : 0;
-          bound = stride > 0 ? std::min<int64_t>(stride * m.ri.tp, tab.shape[0] * m.ri.tp) : tab.shape[0];
-        } else if (in->op() == fb::Op::gather && tab.rank > 0) {
-          const int64_t ax = in->ints() && in->ints()->size() ? in->ints()->Get(0) : 0;
-          bound = tab.shape[ax < 0 ? ax + tab.rank : ax];
-        }
-      }
+    bool negative_ok = false;
+    int64_t bound = m.id_bound(i, &negative_ok);
+    if (bound < 1) bound = 2;
     const size_t n = io.global_bytes() / dtype_size(io.dtype);
     std::vector<uint8_t> buf(io.global_bytes());
     const std::string key = "input:" + io.name;

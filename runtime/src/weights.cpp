@@ -25,13 +25,18 @@ MappedFiles::~MappedFiles() {
 Status MappedFiles::get(const std::string &path, const uint8_t **data, size_t *size) {
   auto it = files_.find(path);
   if (it == files_.end()) {
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return error(Code::not_found, "cannot open weights file '" + path + "': " + std::strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
       const int e = errno;
       close(fd);
       return error(Code::io_error, "cannot stat weights file '" + path + "': " + std::strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      close(fd);
+      return error(Code::io_error, "weights file '" + path + "' is not a regular file");
     }
     Region r;
     r.size = static_cast<size_t>(st.st_size);

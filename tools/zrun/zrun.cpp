@@ -41,7 +41,9 @@ struct Args {
   int warmup = 0;
   bool init_random = false;
   uint64_t seed = 0;
-  double timeout = 0;
+  // A stuck peer must not hang the job forever: each phase (open, every run of the plan) gets this long
+  // unless --timeout says otherwise (0 turns the watchdog off).
+  double timeout = 300;
   zrt::BackendKind backend = zrt::BackendKind::cpu;
 };
 
@@ -154,17 +156,27 @@ bool parse_args(int argc, char **argv, Args *a, std::string *err) {
 /// the job: exiting without MPI_Finalize makes mpirun stop every other rank.
 class Watchdog {
  public:
-  explicit Watchdog(double seconds) {
+  explicit Watchdog(double seconds) : seconds_(seconds) {
     if (seconds <= 0) return;
+    deadline_ = deadline_from_now();
     thread_ = std::thread([this, seconds] {
       std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) {
+      // kick() moves the deadline; only a deadline that passes unmoved stops the job.
+      while (!done_ && std::chrono::steady_clock::now() < deadline_) cv_.wait_until(lock, deadline_);
+      if (!done_) {
         std::fprintf(stderr, "zrun: rank %d: timed out after %g s (a peer may have died or stalled); stopping the job\n",
                      launcher_rank(), seconds);
         std::fflush(stderr);
         std::_Exit(124);
       }
     });
+  }
+  /// Restarts the countdown: called when a phase (a run of the plan) has finished.
+  void kick() {
+    if (seconds_ <= 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    deadline_ = deadline_from_now();
+    cv_.notify_all();
   }
   ~Watchdog() {
     {
@@ -176,6 +188,12 @@ class Watchdog {
   }
 
  private:
+  std::chrono::steady_clock::time_point deadline_from_now() const {
+    return std::chrono::steady_clock::now() +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds_));
+  }
+  double seconds_;
+  std::chrono::steady_clock::time_point deadline_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -287,6 +305,7 @@ int main(int argc, char **argv) {
   for (int r = 0; r < args.warmup; ++r) {
     st = s->run();
     if (!st.ok()) die(ri.rank, st.message());
+    watchdog.kick();
   }
   std::vector<double> times;
   for (int r = 0; r < args.repeat; ++r) {
@@ -294,6 +313,7 @@ int main(int argc, char **argv) {
     st = s->run();
     const auto t1 = std::chrono::steady_clock::now();
     if (!st.ok()) die(ri.rank, st.message());
+    watchdog.kick();
     times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
   double total_ms = 0;

@@ -124,6 +124,9 @@ inline std::string check_plan_header(const void *file, size_t file_bytes, const 
   PlanHeader h;
   std::memcpy(&h, file, sizeof(h));
   if (std::memcmp(h.magic, kPlanMagic, sizeof(h.magic)) != 0) return "bad magic: not a zplan plan file";
+  // The CRC covers the payload only: a flipped bit in the reserved field must be caught here.
+  if (h.reserved != 0)
+    return "reserved header field is " + std::to_string(h.reserved) + ", not 0: the file is corrupt";
   uint64_t have = file_bytes - kPlanHeaderBytes;
   if (h.payload_bytes != have)
     return "truncated or padded: header says " + std::to_string(h.payload_bytes) + " payload bytes, file holds " +
