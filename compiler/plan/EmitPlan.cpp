@@ -550,9 +550,9 @@ struct Emitter {
           ints = {l.getTransW() ? 1 : 0};
           floats = {l.getAlpha().convertToDouble()};
         })
-        .Case([&](graph::SoftmaxOp s) { ints = {s.getAxis()}; })
+        .Case([&](graph::SoftmaxOp s) { ints = {int64_t(s.getAxis())}; })
         .Case([&](graph::LayerNormOp l) {
-          ints = {l.getAxis()};
+          ints = {int64_t(l.getAxis())};
           floats = {l.getEpsilon().convertToDouble()};
         })
         .Case([&](graph::RmsNormOp r) {
@@ -567,12 +567,12 @@ struct Emitter {
         .Case([&](graph::TransposeOp t) {
           ints.assign(t.getPerm().begin(), t.getPerm().end());
         })
-        .Case([&](graph::ConcatOp c) { ints = {c.getAxis()}; })
+        .Case([&](graph::ConcatOp c) { ints = {int64_t(c.getAxis())}; })
         .Case([&](graph::SliceOp s) {
           ints.assign(s.getStarts().begin(), s.getStarts().end());
           ints.insert(ints.end(), s.getSteps().begin(), s.getSteps().end());
         })
-        .Case([&](graph::GatherOp g) { ints = {g.getAxis()}; })
+        .Case([&](graph::GatherOp g) { ints = {int64_t(g.getAxis())}; })
         .Case([&](graph::EmbeddingOp e) {
           auto stride = op->getAttrOfType<IntegerAttr>("zd.vocab_stride");
           ints = {stride ? stride.getInt() : 0};
@@ -581,9 +581,9 @@ struct Emitter {
           ints = {a.getCausal() ? 1 : 0};
           floats = {a.getScale().convertToDouble()};
         })
-        .Case([&](dist::AllGatherOp g) { ints = {g.getDim()}; })
-        .Case([&](dist::ReduceScatterOp r) { ints = {r.getDim()}; })
-        .Case([&](dist::BroadcastOp b) { ints = {b.getRoot()}; })
+        .Case([&](dist::AllGatherOp g) { ints = {int64_t(g.getDim())}; })
+        .Case([&](dist::ReduceScatterOp r) { ints = {int64_t(r.getDim())}; })
+        .Case([&](dist::BroadcastOp b) { ints = {int64_t(b.getRoot())}; })
         .Case([&](graph::IsNanOp) {
           ok = op->emitError() << "zplan-emit: zg.is_nan has no plan opcode "
                                   "(the attention recognition should have "

@@ -520,7 +520,7 @@ FailureOr<Propagator::Rule> Propagator::ruleFor(Operation *op) {
   };
   Rule r;
   if (auto sm = dyn_cast<zg::SoftmaxOp>(op)) {
-    Shard e = passExcept(sm.getInput(), {sm.getAxis()});
+    Shard e = passExcept(sm.getInput(), {static_cast<int64_t>(sm.getAxis())});
     r.operands = {e};
     r.results = {e};
     return r;
