@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "zk/cpu_kernels.h"
 #include "zrt/npy.h"
 #include "zrt/zrt.h"
 
@@ -200,28 +201,16 @@ class Watchdog {
   std::thread thread_;
 };
 
-/// Element i of a buffer of `dtype` as a double (the comparison of --expect is done in float64).
+/// Element i of a buffer of `dtype` as a double (the comparison of --expect is done in float64); the
+/// float formats decode through the reference kernels' conversions.
 double element_as_double(zrt::DType dtype, const uint8_t *p, size_t i) {
   switch (dtype) {
-    case zrt::DType::f32: { float f; std::memcpy(&f, p + 4 * i, 4); return f; }
-    case zrt::DType::bf16: {
-      uint16_t h; std::memcpy(&h, p + 2 * i, 2);
-      const uint32_t bits = static_cast<uint32_t>(h) << 16;
-      float f; std::memcpy(&f, &bits, 4); return f;
-    }
-    case zrt::DType::f16: {
-      uint16_t h; std::memcpy(&h, p + 2 * i, 2);
-      const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-      const double sign = (h & 0x8000) ? -1.0 : 1.0;
-      if (exp == 0) return sign * std::ldexp(mant, -24);
-      if (exp == 31) return mant ? NAN : sign * INFINITY;
-      return sign * std::ldexp(1024 + mant, exp - 25);
-    }
     case zrt::DType::i64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); return static_cast<double>(v); }
     case zrt::DType::i32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
-    case zrt::DType::bool8: return p[i] ? 1.0 : 0.0;
+    default:
+      // zk::DType numbers the element types as plan.fbs does, like zrt::DType.
+      return zk::load_f32(p, static_cast<zk::DType>(dtype), static_cast<int64_t>(i));
   }
-  return NAN;
 }
 
 /// A failure after every rank is running: print it on this rank and stop the whole job, since the other
