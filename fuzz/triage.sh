@@ -17,6 +17,7 @@ for a in "$@"; do
     files+=("$a")
   fi
 done
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)  # stripped from stack paths
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
 for f in "${files[@]}"; do
@@ -26,7 +27,7 @@ for f in "${files[@]}"; do
     line="ok"
   else
     line=$(grep -m1 -E "runtime error|ERROR: (AddressSanitizer|libFuzzer)|SUMMARY" <<<"$out" |
-           sed -E 's|/work/main/||; s|/usr/lib/gcc/[^ ]*/include/c\+\+/[0-9]+/||; s|\(BuildId[^)]*\)||; s|==[0-9]+==||')
+           sed -E "s|$repo/||" | sed -E 's|/usr/lib/gcc/[^ ]*/include/c\+\+/[0-9]+/||; s|\(BuildId[^)]*\)||; s|==[0-9]+==||')
     [ -n "$line" ] || line="exit $rc"
   fi
   printf '%-60s %s\n' "$(basename "$f")" "$line"
