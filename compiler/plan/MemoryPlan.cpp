@@ -9,6 +9,7 @@
 #include "compiler/plan/MemoryPlanAnalysis.h"
 #include "compiler/plan/OpInfo.h"
 #include "compiler/plan/Passes.h"
+#include "compiler/plan/Report.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -27,18 +28,9 @@ using namespace mlir;
 namespace zplan::plan {
 namespace {
 
+/// Budget messages give the count in bytes and in binary units.
 std::string formatBytes(uint64_t bytes) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%llu bytes (%.2f %s)",
-                static_cast<unsigned long long>(bytes), v, units[u]);
-  return buf;
+  return plan::formatBytes(bytes, " bytes");
 }
 
 struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {

@@ -9,9 +9,7 @@
 #include <sstream>
 
 namespace zplan::plan {
-namespace {
-
-std::string human(uint64_t bytes) {
+std::string formatBytes(uint64_t bytes, const char *countSuffix) {
   const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = double(bytes);
   int u = 0;
@@ -19,11 +17,16 @@ std::string human(uint64_t bytes) {
     v /= 1024.0;
     ++u;
   }
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%llu (%.2f %s)",
-                static_cast<unsigned long long>(bytes), v, units[u]);
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%llu%s (%.2f %s)",
+                static_cast<unsigned long long>(bytes), countSuffix, v,
+                units[u]);
   return buf;
 }
+
+namespace {
+
+std::string human(uint64_t bytes) { return formatBytes(bytes); }
 
 } // namespace
 

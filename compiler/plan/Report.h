@@ -9,6 +9,11 @@
 
 namespace zplan::plan {
 
+/// "N<countSuffix> (X.XX unit)" with binary units, e.g. "1536 (1.50 KiB)" or,
+/// with countSuffix " bytes", "1536 bytes (1.50 KiB)". Shared by the report
+/// and the memory-budget diagnostics.
+std::string formatBytes(uint64_t bytes, const char *countSuffix = "");
+
 /// The human-readable report: per rank the memory figures, per step the
 /// bytes sent per collective kind and mesh axis.
 std::string formatReport(const PlanSummary &summary);

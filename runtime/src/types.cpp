@@ -1,31 +1,17 @@
 // Value types of the public API.
 #include "zrt/types.h"
 
+#include "zk/cpu_kernels.h"
+
 namespace zrt {
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::i64: return 8;
-    case DType::i32: return 4;
-    case DType::bool8: return 1;
-  }
-  return 0;
-}
+// zrt::DType and zk::DType both number the element types as plan.fbs does, so the kernels' table is the
+// one table.
+static_assert(static_cast<int>(DType::bool8) == static_cast<int>(zk::DType::bool8), "dtype numbering");
 
-const char *dtype_name(DType t) {
-  switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i64: return "i64";
-    case DType::i32: return "i32";
-    case DType::bool8: return "bool8";
-  }
-  return "?";
-}
+size_t dtype_size(DType t) { return zk::dtype_size(static_cast<zk::DType>(t)); }
+
+const char *dtype_name(DType t) { return zk::dtype_name(static_cast<zk::DType>(t)); }
 
 size_t IOInfo::global_bytes() const {
   size_t n = dtype_size(dtype);
