@@ -21,16 +21,13 @@
 #include <utility>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "zk/cpu_kernels.h"
 #include "zrt/npy.h"
 #include "zrt/zrt.h"
 
 namespace {
-
-const char kUsage[] =
-    "usage: zrun PLAN [--input NAME=FILE.npy]... [--random-inputs] [--output NAME=FILE.npy]...\n"
-    "            [--repeat N] [--warmup N] [--init file|random] [--seed N] [--timeout SECONDS] [--backend cpu|cuda]\n"
-    "            [--expect NAME=FILE.npy]... [--tolerance T] [--cuda-graph]\n";
 
 struct Args {
   std::string plan;
@@ -55,102 +52,96 @@ int launcher_rank() {
   return 0;
 }
 
-bool parse_pair(const std::string &flag, const char *v, std::vector<std::pair<std::string, std::string>> *out,
-                std::string *err) {
-  const std::string s = v;
-  const size_t eq = s.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) {
-    *err = flag + " expects NAME=FILE.npy, got '" + s + "'";
-    return false;
-  }
-  out->emplace_back(s.substr(0, eq), s.substr(eq + 1));
-  return true;
+/// Checks one NAME=FILE.npy value; CLI11 prefixes the message with the flag's name.
+const CLI::Validator kNameEqualsFile(
+    [](std::string &s) -> std::string {
+      const size_t eq = s.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) return "expects NAME=FILE.npy, got '" + s + "'";
+      return "";
+    },
+    "");
+
+/// A number in [lo, hi], checked on the text so that the message says what was given.
+CLI::Validator number_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string &s) -> std::string {
+        char *end = nullptr;
+        const double d = std::strtod(s.c_str(), &end);
+        if (end == s.c_str() || *end != '\0' || !(d >= lo && d <= hi))
+          return "expects a number in [" + std::to_string(static_cast<long long>(lo)) + ", " +
+                 std::to_string(static_cast<long long>(hi)) + "], got '" + s + "'";
+        return "";
+      },
+      "");
 }
 
-bool parse_number(const std::string &flag, const char *v, double lo, double hi, double *out, std::string *err) {
-  char *end = nullptr;
-  const double d = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(d >= lo && d <= hi)) {
-    *err = flag + " expects a number in [" + std::to_string(static_cast<long long>(lo)) + ", " +
-           std::to_string(static_cast<long long>(hi)) + "], got '" + v + "'";
-    return false;
+std::vector<std::pair<std::string, std::string>> split_pairs(const std::vector<std::string> &values) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string &s : values) {
+    const size_t eq = s.find('=');
+    out.emplace_back(s.substr(0, eq), s.substr(eq + 1));
   }
-  *out = d;
-  return true;
+  return out;
 }
 
-bool parse_args(int argc, char **argv, Args *a, std::string *err) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    auto value = [&](const char **v) {
-      if (i + 1 >= argc) {
-        *err = f + " needs a value";
-        return false;
-      }
-      *v = argv[++i];
-      return true;
-    };
-    const char *v = nullptr;
-    double d = 0;
-    if (f == "--input") {
-      if (!value(&v) || !parse_pair(f, v, &a->inputs, err)) return false;
-    } else if (f == "--output") {
-      if (!value(&v) || !parse_pair(f, v, &a->outputs, err)) return false;
-    } else if (f == "--expect") {
-      if (!value(&v) || !parse_pair(f, v, &a->expects, err)) return false;
-    } else if (f == "--tolerance") {
-      if (!value(&v) || !parse_number(f, v, 0, 1e30, &d, err)) return false;
-      a->tolerance = d;
-    } else if (f == "--cuda-graph") {
-      a->cuda_graph = true;
-    } else if (f == "--random-inputs") {
-      a->random_inputs = true;
-    } else if (f == "--repeat") {
-      if (!value(&v) || !parse_number(f, v, 1, 1e6, &d, err)) return false;
-      a->repeat = static_cast<int>(d);
-    } else if (f == "--warmup") {
-      if (!value(&v) || !parse_number(f, v, 0, 1e6, &d, err)) return false;
-      a->warmup = static_cast<int>(d);
-    } else if (f == "--init") {
-      if (!value(&v)) return false;
-      if (std::strcmp(v, "file") == 0) a->init_random = false;
-      else if (std::strcmp(v, "random") == 0) a->init_random = true;
-      else {
-        *err = std::string("--init expects 'file' or 'random', got '") + v + "'";
-        return false;
-      }
-    } else if (f == "--seed") {
-      if (!value(&v) || !parse_number(f, v, 0, 9e15, &d, err)) return false;
-      a->seed = static_cast<uint64_t>(d);
-    } else if (f == "--timeout") {
-      if (!value(&v) || !parse_number(f, v, 0, 1e7, &d, err)) return false;
-      a->timeout = d;
-    } else if (f == "--backend") {
-      if (!value(&v)) return false;
-      if (std::strcmp(v, "cpu") == 0) a->backend = zrt::BackendKind::cpu;
-      else if (std::strcmp(v, "cuda") == 0) a->backend = zrt::BackendKind::cuda;
-      else {
-        *err = std::string("--backend expects 'cpu' or 'cuda', got '") + v + "'";
-        return false;
-      }
-    } else if (f == "-h" || f == "--help") {
-      *err = "";
-      return false;
-    } else if (!f.empty() && f[0] == '-') {
-      *err = "unknown flag '" + f + "'";
-      return false;
-    } else if (a->plan.empty()) {
-      a->plan = f;
-    } else {
-      *err = "unexpected argument '" + f + "' (one plan file only)";
-      return false;
-    }
+/// The command line, parsed by CLI11 as zplan's is. Every rank parses it (each needs the values), but only the
+/// launcher's rank 0 prints a complaint or the help. Returns -1 to go on, or the exit status.
+int parse_args(int argc, char **argv, Args *a) {
+  CLI::App app{"zrun: runs a zplan plan on every rank of an MPI job"};
+  // Unknown flags and a second plan land in remaining(), so that the messages can say which is which.
+  app.allow_extras();
+  std::vector<std::string> inputs, outputs, expects;
+  // Counts and the seed are read as doubles, as before CLI11 ("1e3" is a valid --repeat), then range-checked.
+  double repeat = a->repeat, warmup = a->warmup, seed = 0;
+  std::string init = "file", backend = "cpu";
+  app.add_option("plan", a->plan, "Plan file written by zplan");
+  // One value per occurrence: a vector option would otherwise swallow the plan that follows it.
+  app.add_option("--input", inputs, "Bind an input from a .npy file holding the global batch (repeatable)")
+      ->type_name("NAME=FILE.npy")->check(kNameEqualsFile)->allow_extra_args(false);
+  app.add_flag("--random-inputs", a->random_inputs, "Bind random values to every input (--input files override them)");
+  app.add_option("--output", outputs, "Write an output (gathered on rank 0) to a .npy file (repeatable)")
+      ->type_name("NAME=FILE.npy")->check(kNameEqualsFile)->allow_extra_args(false);
+  app.add_option("--repeat", repeat, "Timed runs of the plan")->type_name("N")->check(number_in(1, 1e6))->capture_default_str();
+  app.add_option("--warmup", warmup, "Untimed runs before the timed ones")->type_name("N")->check(number_in(0, 1e6))->capture_default_str();
+  app.add_option("--init", init, "Parameters from the weight files, or random")->check(CLI::IsMember({"file", "random"}))
+      ->capture_default_str();
+  app.add_option("--seed", seed, "Seed of --init random and --random-inputs")->type_name("N")->check(number_in(0, 9e15));
+  app.add_option("--timeout", a->timeout, "Seconds each phase may take before the job is stopped (0: no watchdog)")
+      ->type_name("SECONDS")->check(number_in(0, 1e7))->capture_default_str();
+  app.add_option("--backend", backend, "Where the plan runs")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--expect", expects, "Compare an output with a reference .npy file (repeatable); exit 3 beyond --tolerance")
+      ->type_name("NAME=FILE.npy")->check(kNameEqualsFile)->allow_extra_args(false);
+  app.add_option("--tolerance", a->tolerance, "Largest absolute difference --expect accepts")
+      ->type_name("T")->check(number_in(0, 1e30))->capture_default_str();
+  app.add_flag("--cuda-graph", a->cuda_graph, "cuda: capture the step as a CUDA graph and replay it");
+
+  const bool speak = launcher_rank() == 0;
+  auto fail = [&](const std::string &msg) {
+    if (speak) std::fprintf(stderr, "zrun: error: %s\nRun with --help for the flags.\n", msg.c_str());
+    return 2;
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &) {
+    if (speak) std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError &e) {
+    return fail(e.what());
   }
-  if (a->plan.empty()) {
-    *err = "no plan file given";
-    return false;
+  for (const std::string &extra : app.remaining()) {
+    if (!extra.empty() && extra[0] == '-') return fail("unknown flag '" + extra + "'");
+    return fail("unexpected argument '" + extra + "' (one plan file only)");
   }
-  return true;
+  if (a->plan.empty()) return fail("no plan file given");
+  a->inputs = split_pairs(inputs);
+  a->outputs = split_pairs(outputs);
+  a->expects = split_pairs(expects);
+  a->repeat = static_cast<int>(repeat);
+  a->warmup = static_cast<int>(warmup);
+  a->seed = static_cast<uint64_t>(seed);
+  a->init_random = init == "random";
+  a->backend = backend == "cuda" ? zrt::BackendKind::cuda : zrt::BackendKind::cpu;
+  return -1;
 }
 
 /// Ends the process when the run takes longer than the limit, so that a dead or stuck peer cannot hang
@@ -225,14 +216,7 @@ double element_as_double(zrt::DType dtype, const uint8_t *p, size_t i) {
 
 int main(int argc, char **argv) {
   Args args;
-  std::string err;
-  if (!parse_args(argc, argv, &args, &err)) {
-    if (launcher_rank() == 0) {
-      if (!err.empty()) std::fprintf(stderr, "zrun: error: %s\n", err.c_str());
-      std::fputs(kUsage, stderr);
-    }
-    return err.empty() ? 0 : 2;
-  }
+  if (const int rc = parse_args(argc, argv, &args); rc >= 0) return rc;
   Watchdog watchdog(args.timeout);
   // The CUDA backend captures the step as a CUDA graph after the first run and replays it (plans without
   // collectives); it reads the switch from the environment so that apps of the library get it too.
