@@ -1,4 +1,4 @@
-// Row-wise kernels: softmax, layer_norm, rms_norm and the reductions. Row sums accumulate in double so
+// Row-wise kernels: softmax, layer_norm, rms_norm and the reductions (sum, mean, max, min, prod). Row sums accumulate in double so
 // that the reference stays accurate for long rows; results are rounded to fp32 and then to storage.
 #include <cmath>
 #include <limits>
@@ -115,22 +115,42 @@ Result reduce(Reduce op, const In &x, const Out &out, const int64_t *axes, int n
   }
   if (expect != out.shape) return Result::fail("reduce: output shape is not the reduced shape");
   const int64_t count = reduced.numel();
-  if (op == Reduce::max && count == 0) return Result::fail("reduce_max: reducing an empty set");
+  const bool extremum = op == Reduce::max || op == Reduce::min;
+  if (extremum && count == 0) return Result::fail(op == Reduce::max ? "reduce_max: reducing an empty set" : "reduce_min: reducing an empty set");
   int64_t st1[1][kMaxRank], st2[1][kMaxRank];
   for (int i = 0; i < kept.rank; ++i) st1[0][i] = kst[i];
   for (int i = 0; i < reduced.rank; ++i) st2[0][i] = rst[i];
   const bool fl = is_float(x.dtype);
+  // The identities of the reductions; an empty sum is 0 and an empty product 1, as numpy gives.
+  const double finit = op == Reduce::max ? -std::numeric_limits<double>::infinity()
+                       : op == Reduce::min ? std::numeric_limits<double>::infinity()
+                       : op == Reduce::prod ? 1.0 : 0.0;
+  const int64_t iinit = op == Reduce::max ? std::numeric_limits<int64_t>::min()
+                        : op == Reduce::min ? std::numeric_limits<int64_t>::max()
+                        : op == Reduce::prod ? 1 : 0;
   detail::strided_loop<1>(kept, st1, [&](int64_t oi, const int64_t *base) {
-    double acc = op == Reduce::max ? -std::numeric_limits<double>::infinity() : 0.0;
-    int64_t iacc = op == Reduce::max ? std::numeric_limits<int64_t>::min() : 0;
+    double acc = finit;
+    int64_t iacc = iinit;
     detail::strided_loop<1>(reduced, st2, [&](int64_t, const int64_t *off) {
       const int64_t at = base[0] + off[0];
       if (fl) {
-        double v = load_f32(x.data, x.dtype, at);
-        acc = op == Reduce::max ? (std::isnan(v) || v > acc ? v : acc) : acc + v;
+        const double v = load_f32(x.data, x.dtype, at);
+        switch (op) {
+          // Once acc is NaN no comparison is true, so NaN stays.
+          case Reduce::max: acc = std::isnan(v) || v > acc ? v : acc; break;
+          case Reduce::min: acc = std::isnan(v) || v < acc ? v : acc; break;
+          case Reduce::prod: acc *= v; break;
+          default: acc += v; break;
+        }
       } else {
-        int64_t v = load_i64(x.data, x.dtype, at);
-        iacc = op == Reduce::max ? (v > iacc ? v : iacc) : iacc + v;
+        const int64_t v = load_i64(x.data, x.dtype, at);
+        switch (op) {
+          case Reduce::max: iacc = v > iacc ? v : iacc; break;
+          case Reduce::min: iacc = v < iacc ? v : iacc; break;
+          // Wrapping multiplication, as numpy's int64 product wraps (signed overflow is undefined in C++).
+          case Reduce::prod: iacc = static_cast<int64_t>(static_cast<uint64_t>(iacc) * static_cast<uint64_t>(v)); break;
+          default: iacc += v; break;
+        }
       }
     });
     if (fl) {

@@ -122,8 +122,9 @@ Result layer_norm(const In &x, const In &scale, const In &bias, const Out &out, 
 /// y = x / sqrt(mean(x^2) + eps) * scale over the last axis; scale optional.
 Result rms_norm(const In &x, const In &scale, const Out &out, float eps);
 
-enum class Reduce : uint8_t { sum, mean, max };
-/// Reduces `naxes` axes (each in [0, rank)); out has the reduced dims as 1 (keepdims) or dropped.
+enum class Reduce : uint8_t { sum, mean, max, min, prod };
+/// Reduces `naxes` axes (each in [0, rank)); out has the reduced dims as 1 (keepdims) or dropped. Sums
+/// and products accumulate in double (int64 for integers); max and min propagate NaN, as numpy does.
 Result reduce(Reduce op, const In &x, const Out &out, const int64_t *axes, int naxes, bool keepdims);
 
 Result transpose(const In &x, const Out &out, const int64_t *perm);
@@ -136,12 +137,124 @@ Result gather(const In &data, const In &indices, const Out &out, int axis);
 /// ids outside that range give zero rows.
 Result embedding(const In &table, const In &ids, const Out &out, int64_t row_start);
 
+// --- run-time ops of decoder exports (ONNX semantics) -------------------------------------------------------
+
+/// ONNX Range: out[i] = start + i * delta, out rank 1; start and delta are one-element tensors of out's dtype
+/// (the limit only fixes out's length, which the plan already holds). Floats compute start + i * delta in
+/// double and round once, so element i does not carry i rounding errors.
+Result range(const In &start, const In &delta, const Out &out);
+/// ONNX CumSum along `axis` (negative counts from the end): exclusive leaves out the element itself,
+/// reverse sums from the end. Floats accumulate in double; integers in int64.
+Result cumsum(const In &x, const Out &out, int axis, bool exclusive, bool reverse);
+/// ONNX GatherND with batch_dims: indices [..., k] (i64/i32) pick slices of data; negative indices count
+/// from the end; an index outside its dim is an error (checked before anything is written).
+Result gather_nd(const In &data, const In &indices, const Out &out, int batch_dims);
+/// ONNX GatherElements: out has indices' shape, out[i] = data[i with i[axis] replaced by indices[i]].
+Result gather_elements(const In &data, const In &indices, const Out &out, int axis);
+/// ONNX Mod with numpy broadcasting. fmod = true: C fmod (the result has the dividend's sign); fmod =
+/// false (integers only): the result has the divisor's sign, as Python's %. Integer x mod 0 gives 0.
+Result mod(const In &a, const In &b, const Out &out, bool fmod);
+/// out = floor(x); float dtypes.
+Result floor(const In &x, const Out &out);
+/// ONNX Tile: out's shape is x's times the repeats; out[i] = x[i mod x.shape] per dim.
+Result tile(const In &x, const Out &out);
+
 /// Attention: q [B, Hq, S, Dh], k and v [B, Hkv, T, Dh], optional additive mask broadcastable to
 /// [B, Hq, S, T], out [B, Hq, S, Dh]. Query head h uses kv head h / (Hq / Hkv). With `causal`, query i
 /// sees keys j <= i + (T - S) (the queries are the last S positions of the T keys).
 size_t attention_scratch(const In &q, const In &k);
 Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, bool causal, float scale,
                  float *scratch);
+/// The same, with an optional second output lse [B, Hq, S] (f32): the log-sum-exp of each query row's
+/// scaled, masked scores (-inf for a fully masked row), which attention_grad recomputes probabilities from.
+Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                 float scale, float *scratch);
+
+// --- training: backward kernels, the optimizer, gradient bookkeeping ----------------------------------------
+
+/// dx = dy * f'(x) for act in {gelu_tanh, gelu_erf, silu}; x, dy and dx share one shape.
+Result act_grad(Unary act, const In &x, const In &dy, const Out &dx);
+/// dx = y * (dy - sum(dy * y, axis)), the softmax backward from its output y.
+Result softmax_grad(const In &y, const In &dy, const Out &dx, int axis);
+/// The layer_norm backward over the dims >= axis. scale may be absent (then 1); dscale and dbias (each
+/// optional: data == nullptr) have scale's size and are summed over the leading dims.
+size_t layer_norm_grad_scratch(const In &x, int axis);
+Result layer_norm_grad(const In &x, const In &scale, const In &dy, const Out &dx, const Out &dscale, const Out &dbias,
+                       int axis, float eps, float *scratch);
+/// The rms_norm backward over the last axis; scale optional (then 1), dscale optional.
+size_t rms_norm_grad_scratch(const In &x);
+Result rms_norm_grad(const In &x, const In &scale, const In &dy, const Out &dx, const Out &dscale, float eps,
+                     float *scratch);
+/// Flash-style attention backward: probabilities are recomputed from q, k and the forward's lse (no saved
+/// probability matrix). Shapes and the causal / mask conventions are the forward's; dq has q's shape, dk and
+/// dv k's shape, each kv head's gradient summed over the query heads that share it (GQA).
+size_t attention_grad_scratch(const In &q, const In &k);
+Result attention_grad(const In &q, const In &k, const In &v, const In &out, const In &dout, const In &lse,
+                      const In &mask, const Out &dq, const Out &dk, const Out &dv, bool causal, float scale,
+                      float *scratch);
+/// The embedding backward: dtable [V_local, D] is zeroed, then row ids[n] - row_start gets dy[n] added for
+/// every id in this rank's range [row_start, row_start + V_local); other ids are skipped. Rows sum in fp32 in
+/// the order of the ids; scratch holds one row.
+size_t embedding_grad_scratch(const Out &dtable);
+Result embedding_grad(const In &ids, const In &dy, const Out &dtable, int64_t row_start, float *scratch);
+/// out[n] = logits[n, labels[n] - row_start] for labels in [row_start, row_start + V_local), else 0 (also 0
+/// for labels equal to ignore_index).
+Result label_pick(const In &logits, const In &labels, const Out &out, int64_t row_start, int64_t ignore_index);
+/// The label_pick backward: dlogits is zero except dlogits[n, labels[n] - row_start] = dy[n] for labels in range.
+Result label_pick_grad(const In &labels, const In &dy, const Out &dlogits, int64_t row_start, int64_t ignore_index);
+
+/// The AdamW hyper-parameters that are attributes of the plan's adamw op.
+struct AdamWParams {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+};
+/// The per-step scalars of one AdamW update, in the form the element loop uses. PyTorch computes these in
+/// double (Python floats) and applies them to fp32 tensors as fp32; so does from().
+struct AdamWStep {
+  float decay;       // 1 - lr * weight_decay
+  float one_m_b1;    // 1 - beta1 (the lerp weight)
+  float beta2;
+  float one_m_b2;    // 1 - beta2
+  float step_size;   // lr / (1 - beta1^t)
+  float bc2_sqrt;    // sqrt(1 - beta2^t)
+  float eps;
+  float grad_scale;
+  static AdamWStep from(const AdamWParams &p, double lr, int64_t step, double grad_scale);
+};
+/// torch.optim.AdamW (section 3 of docs/training-contract.md), in place on param, m and v (same shape, any
+/// float storage). lr (f32), step (i64, 1-based) and grad_scale (f32) are scalar tensors (one element).
+Result adamw(const Out &param, const In &grad, const Out &m, const Out &v, const In &lr, const In &step,
+             const In &grad_scale, const AdamWParams &p);
+/// The element loop of the reference AdamW on fp32 arrays: the single definition of the operation order,
+/// which the optimised AdamWPool runs over its slices, so the two agree bit for bit.
+void adamw_f32(float *param, const float *grad, float *m, float *v, int64_t n, const AdamWStep &s);
+/// target += value (value broadcast to target's shape), fp32 math; in place.
+Result accumulate(const Out &target, const In &value);
+/// out (one f32 element) = sum of x[i]^2, accumulated in double.
+Result sum_squares(const In &x, const Out &out);
+
+}  // namespace cpu
+
+/// The optimiser-offload AdamW: fp32 param, grad, m and v in host memory, updated by a fixed pool of
+/// threads created once (no allocation or thread creation per call). Each thread runs adamw_f32 over one
+/// contiguous slice, so the result is bitwise identical to cpu::adamw on fp32 tensors.
+class AdamWPool {
+ public:
+  /// threads <= 0 picks std::thread::hardware_concurrency().
+  explicit AdamWPool(int threads = 0);
+  ~AdamWPool();
+  AdamWPool(const AdamWPool &) = delete;
+  AdamWPool &operator=(const AdamWPool &) = delete;
+  int threads() const { return nthreads_; }
+  /// Updates n elements in place; returns when every slice is done.
+  void step(float *param, const float *grad, float *m, float *v, int64_t n, const cpu::AdamWStep &s);
+
+ private:
+  struct Impl;
+  Impl *impl_ = nullptr;
+  int nthreads_ = 1;
+};
+
+namespace cpu {
 
 }  // namespace cpu
 }  // namespace zk
