@@ -196,6 +196,8 @@ Status Session::Impl::decode_steps() {
       for (int t : *in.inputs()) s.inputs.push_back(t >= 0 ? tensors[t] : TensorRef{});
     if (in.outputs())
       for (int t : *in.outputs()) s.outputs.push_back(tensors[t]);
+    if (in.waits()) s.waits.assign(in.waits()->begin(), in.waits()->end());
+    s.signal = in.signal();
     if (in.ints()) s.ints.assign(in.ints()->begin(), in.ints()->end());
     if (in.floats()) s.floats.assign(in.floats()->begin(), in.floats()->end());
     step_is_comm[i] = is_collective(in.op());
@@ -217,6 +219,25 @@ Status Session::Impl::decode_steps() {
     }
     if (!step_is_comm[i]) compute.push_back(s);
   }
+  // The plan's events are the only order between streams (the cuda backend adds none), so a wait on an
+  // event that no earlier instruction records would order nothing: refuse it here, naming the instruction.
+  const int num_events = p.num_events();
+  std::vector<int> signalled_by(static_cast<size_t>(num_events), -1);
+  for (size_t i = 0; i < n; ++i) {
+    const Step &s = steps[i];
+    for (int e : s.waits)
+      if (signalled_by[static_cast<size_t>(e)] < 0)
+        return error(Code::invalid_argument, "instruction " + std::to_string(i) + " ('" + s.name + "') waits on event " +
+                                                 std::to_string(e) + ", which no earlier instruction signals");
+    if (s.signal >= 0) {
+      if (signalled_by[static_cast<size_t>(s.signal)] >= 0)
+        return error(Code::invalid_argument, "instruction " + std::to_string(i) + " ('" + s.name + "') signals event " +
+                                                 std::to_string(s.signal) + ", already signalled by instruction " +
+                                                 std::to_string(signalled_by[static_cast<size_t>(s.signal)]));
+      signalled_by[static_cast<size_t>(s.signal)] = static_cast<int>(i);
+    }
+  }
+  ZRT_RETURN_IF_ERROR(backend->set_num_events(num_events));
   size_t scratch = 0;
   ZRT_RETURN_IF_ERROR(backend->prepare(ri, compute, &scratch));
   if (staging_bytes) ZRT_RETURN_IF_ERROR(backend->allocate(MemSpace::device, staging_bytes, &staging));
@@ -429,9 +450,16 @@ Status Session::bind_random_inputs(uint64_t seed) {
 
 Status Session::run() {
   Impl &m = *impl_;
+  bool replayed = false;
+  ZRT_RETURN_IF_ERROR(m.backend->begin_run(&replayed));
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const Step &s = m.steps[i];
-    Status st = m.step_is_comm[i] ? m.run_collective(s) : m.backend->execute(s);
+    Status st;
+    if (!replayed) {
+      st = m.backend->enter(s);
+      if (st.ok()) st = m.step_is_comm[i] ? m.run_collective(s) : m.backend->execute(s);
+      if (st.ok()) st = m.backend->leave(s);
+    }
     if (!st.ok()) {
       const char *on = fb::EnumNameOp(static_cast<fb::Op>(s.op));
       return st.with_context("instruction " + std::to_string(i) + " (" + (on ? on : "?") +
@@ -478,6 +506,10 @@ Status Session::read_output(const std::string &name, void *data, size_t bytes, i
   return m.comm->gather_host(host.data(), data, counts.data(), root);
 }
 
-MemoryReport Session::memory_report() const { return impl_->report; }
+MemoryReport Session::memory_report() const {
+  MemoryReport r = impl_->report;
+  r.measured_process_peak_bytes = impl_->backend->process_peak_bytes();
+  return r;
+}
 
 }  // namespace zrt

@@ -46,6 +46,8 @@ struct Step {
   uint16_t op = 0;
   Axis axis = Axis::none;
   uint8_t stream = 0;  // zrt::fb::Stream
+  std::vector<int> waits;  // the plan's events this instruction waits on before it starts
+  int signal = -1;         // the plan's event recorded when it completes, or -1
   int index = 0;       // instruction index in the plan
   std::string name;
   std::vector<TensorRef> inputs;
@@ -76,12 +78,25 @@ class Backend {
   /// Called once with every compute step before anything runs: check support, size workspaces. Returns
   /// the bytes of scratch the backend allocated for itself (reported in MemoryReport).
   virtual Status prepare(const RankInfo &rank, const std::vector<Step> &steps, size_t *scratch_bytes) = 0;
+  /// The plan's event count (Plan.num_events), before the first run.
+  virtual Status set_num_events(int num_events) { (void)num_events; return {}; }
+  /// Called at the start of every run. A backend that replays a captured run (collectives included) sets
+  /// *replayed, and the executor then issues no step of this run: synchronize() launches the replay.
+  virtual Status begin_run(bool *replayed) { *replayed = false; return {}; }
+  /// Around every instruction, compute step or collective: enter() makes the step's stream wait for the
+  /// plan's waits and makes that stream the one copy_blocks() uses; leave() records the step's signal.
+  /// Backends that run everything in order (cpu) need neither.
+  virtual Status enter(const Step &step) { (void)step; return {}; }
+  virtual Status leave(const Step &step) { (void)step; return {}; }
   /// Runs one compute step (elementwise .. attention, reshape, fill, prefetch/evict).
   virtual Status execute(const Step &step) = 0;
   /// Waits for every step queued so far.
   virtual Status synchronize() = 0;
   /// The native stream a communicator should use (cudaStream_t on cuda), nullptr on cpu.
   virtual void *native_stream(uint8_t stream) { (void)stream; return nullptr; }
+  /// The highest device memory in use by this process seen so far (cudaMemGetInfo on cuda: context,
+  /// arenas, workspace and communicator buffers together); 0 where the backend cannot tell.
+  virtual uint64_t process_peak_bytes() { return 0; }
 };
 
 /// The CPU backend: the reference kernels on ordinary memory.

@@ -56,6 +56,9 @@ struct MemoryReport {
   /// The plan's own figures (RankMemory).
   uint64_t planned_peak_bytes = 0;
   uint64_t planned_host_bytes = 0;
+  /// Measured: the highest device memory in use by the whole process (cuda: cudaMemGetInfo, sampled after
+  /// allocations and after every run), comparable with planned_peak_bytes; 0 on cpu.
+  uint64_t measured_process_peak_bytes = 0;
 };
 
 }  // namespace zrt

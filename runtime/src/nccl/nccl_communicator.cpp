@@ -7,9 +7,14 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -56,20 +61,24 @@ class NcclCommunicator final : public Communicator {
     const int r = rank();
     // One unique id per group: dp tp-groups, tp dp-groups, one world group. World rank 0 makes them all.
     const int ngroups = dp + tp + 1;
-    std::vector<ncclUniqueId> ids(static_cast<size_t>(ngroups));
+    ids_.resize(static_cast<size_t>(ngroups));
     if (r == 0)
-      for (ncclUniqueId &id : ids) ZRT_NCCL_CHECK(ncclGetUniqueId(&id));
-    ZRT_RETURN_IF_ERROR(ctl_->broadcast_host(ids.data(), ids.size() * sizeof(ncclUniqueId), 0));
-    const int ti = r % tp, di = r / tp;
-    // Every rank creates its communicators in the same order (tp, dp, world), so no init waits on
-    // a peer that is initialising another one.
-    // A group of one needs no communicator (a collective over it is a copy), and skipping it keeps NCCL's
-    // buffers out of a single-GPU run's memory.
-    if (tp > 1) ZRT_NCCL_CHECK(ncclCommInitRank(&comms_[0], tp, ids[static_cast<size_t>(di)], ti));
-    if (dp > 1) ZRT_NCCL_CHECK(ncclCommInitRank(&comms_[1], dp, ids[static_cast<size_t>(dp + ti)], di));
-    if (world_size() > 1) ZRT_NCCL_CHECK(ncclCommInitRank(&comms_[2], world_size(), ids[static_cast<size_t>(dp + tp)], r));
-    // Only a run with peers can hang on them; a single rank keeps the plain blocking stream wait.
-    if (comms_[0] || comms_[1] || comms_[2]) set_comm_watch(&NcclCommunicator::watch, this);
+      for (ncclUniqueId &id : ids_) ZRT_NCCL_CHECK(ncclGetUniqueId(&id));
+    ZRT_RETURN_IF_ERROR(ctl_->broadcast_host(ids_.data(), ids_.size() * sizeof(ncclUniqueId), 0));
+    // Every rank's process id and host, so that a failure can name the peer that is gone or stopped.
+    peers_.assign(static_cast<size_t>(world_size()), Peer{});
+    for (int k = 0; k < world_size(); ++k) {
+      Peer me;
+      if (k == r) {
+        me.pid = static_cast<int64_t>(getpid());
+        gethostname(me.host, sizeof(me.host) - 1);
+      }
+      ZRT_RETURN_IF_ERROR(ctl_->broadcast_host(&me, sizeof(me), k));
+      peers_[static_cast<size_t>(k)] = me;
+    }
+    // The NCCL communicators themselves are made at a group's first collective (comm_of), in the SPMD
+    // order every rank follows: a group the plan never uses holds no NCCL buffers, and a group of one needs
+    // no communicator at all (a collective over it is a copy).
     return {};
   }
 
@@ -133,11 +142,65 @@ class NcclCommunicator final : public Communicator {
     return {};
   }
 
-  Status comm_of(Axis a, ncclComm_t *c) const {
+  Status comm_of(Axis a, ncclComm_t *c) {
     const int i = a == Axis::tp ? 0 : a == Axis::dp ? 1 : 2;
-    if (!comms_[i]) return error(Code::comm_error, "nccl: set_mesh() has not created the communicators");
+    if (ids_.empty()) return error(Code::comm_error, "nccl: set_mesh() has not run");
+    if (!comms_[i]) {
+      const int r = rank(), ti = r % tp_, di = r / tp_;
+      const size_t id = i == 0 ? static_cast<size_t>(di) : i == 1 ? static_cast<size_t>(dp_ + ti) : static_cast<size_t>(dp_ + tp_);
+      const int n = i == 0 ? tp_ : i == 1 ? dp_ : world_size();
+      const int me = i == 0 ? ti : i == 1 ? di : r;
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      // A fixed number of channels (ZRT_NCCL_CTAS) fixes the communicator's buffers, which the plan
+      // counts (docs/gpu-memory.md); without it NCCL picks a count per machine.
+      if (const char *ctas = std::getenv("ZRT_NCCL_CTAS")) {
+        config.minCTAs = std::atoi(ctas);
+        config.maxCTAs = std::atoi(ctas);
+      }
+      ZRT_NCCL_CHECK(ncclCommInitRankConfig(&comms_[i], n, ids_[id], me, &config));
+      // Only a run with peers can hang on them; a single rank keeps the plain blocking stream wait.
+      set_comm_watch(&NcclCommunicator::watch, this);
+    }
     *c = comms_[i];
     return {};
+  }
+
+  /// The other members of communicator `i`, each with what the host can see of it: exited, stopped, or
+  /// apparently running (another host, or still alive here).
+  std::string peers_of(int i) const {
+    const int r = rank(), ti = r % tp_, di = r / tp_;
+    std::vector<int> members;
+    if (i == 0)
+      for (int t = 0; t < tp_; ++t) members.push_back(di * tp_ + t);
+    else if (i == 1)
+      for (int d = 0; d < dp_; ++d) members.push_back(d * tp_ + ti);
+    else
+      for (int k = 0; k < world_size(); ++k) members.push_back(k);
+    std::string failed, others;
+    for (int m : members) {
+      if (m == r || m >= static_cast<int>(peers_.size())) continue;
+      const Peer &p = peers_[static_cast<size_t>(m)];
+      const std::string who = "rank " + std::to_string(m) + " (pid " + std::to_string(p.pid) + " on " + p.host + ")";
+      std::string state;
+      if (std::strcmp(p.host, peers_[static_cast<size_t>(r)].host) == 0 && p.pid > 0) {
+        if (kill(static_cast<pid_t>(p.pid), 0) != 0 && errno == ESRCH) {
+          state = "has exited";
+        } else {
+          // /proc/PID/stat: "pid (comm) S ...": the state letter follows the last ')'.
+          std::ifstream f("/proc/" + std::to_string(p.pid) + "/stat");
+          std::string line;
+          std::getline(f, line);
+          const size_t k = line.rfind(')');
+          const char st = k != std::string::npos && k + 2 < line.size() ? line[k + 2] : '?';
+          if (st == 'Z' || st == 'X') state = "has exited";
+          else if (st == 'T' || st == 't') state = "is stopped";
+        }
+      }
+      if (!state.empty()) failed += (failed.empty() ? "" : ", ") + who + " " + state;
+      else others += (others.empty() ? "" : ", ") + who;
+    }
+    if (!failed.empty()) return "failed peer: " + failed;
+    return "no peer is seen gone from here; the group's other ranks: " + (others.empty() ? std::string("none") : others);
   }
 
   void abort_all() {
@@ -151,6 +214,7 @@ class NcclCommunicator final : public Communicator {
   /// timeout aborts every communicator (which also unblocks the stream) and fails the run.
   static Status watch(void *ctx, double waited_s) {
     auto *self = static_cast<NcclCommunicator *>(ctx);
+    static const char *const kGroup[] = {"tp", "dp", "world"};
     for (int i = 0; i < 3; ++i) {
       ncclComm_t c = self->comms_[i];
       if (!c) continue;
@@ -158,22 +222,33 @@ class NcclCommunicator final : public Communicator {
       ncclResult_t r = ncclCommGetAsyncError(c, &async);
       if (r != ncclSuccess || async != ncclSuccess) {
         const ncclResult_t bad = r != ncclSuccess ? r : async;
+        const std::string peers = self->peers_of(i);
         self->abort_all();
-        return error(Code::comm_error, std::string("nccl: asynchronous error on the ") +
-                                           (i == 0 ? "tp" : i == 1 ? "dp" : "world") + " communicator: " +
-                                           ncclGetErrorString(bad) + "; communicators aborted");
+        return error(Code::comm_error, std::string("nccl: asynchronous error on the ") + kGroup[i] +
+                                           " communicator: " + ncclGetErrorString(bad) + "; " + peers +
+                                           "; communicators aborted (ncclCommAbort)");
       }
     }
     if (waited_s > self->timeout_s_) {
+      std::string peers;
+      for (int i = 0; i < 3; ++i)
+        if (self->comms_[i]) peers += std::string(peers.empty() ? "" : "; ") + kGroup[i] + " group: " + self->peers_of(i);
       self->abort_all();
       return error(Code::comm_error, "nccl: the device stream has not finished after " +
                                          std::to_string(static_cast<int>(self->timeout_s_)) +
-                                         " s (ZRT_NCCL_TIMEOUT_S); a peer is probably gone; communicators aborted");
+                                         " s (ZRT_NCCL_TIMEOUT_S); " + peers + "; communicators aborted (ncclCommAbort)");
     }
     return {};
   }
 
+  struct Peer {
+    int64_t pid = 0;
+    char host[64] = {};
+  };
+
   std::unique_ptr<Communicator> ctl_;
+  std::vector<ncclUniqueId> ids_;  // per group, from world rank 0 (see set_mesh)
+  std::vector<Peer> peers_;        // indexed by world rank
   ncclComm_t comms_[3] = {nullptr, nullptr, nullptr};
   int tp_ = 1, dp_ = 1;
   double timeout_s_ = 600.0;
