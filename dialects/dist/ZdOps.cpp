@@ -81,9 +81,21 @@ int64_t numElements(ArrayRef<int64_t> shape) {
   return n;
 }
 
+LogicalResult verifyReduction(Operation *op, StringRef reduction) {
+  if (reduction != "sum" && reduction != "max" && reduction != "min")
+    return op->emitOpError("reduction must be \"sum\", \"max\" or \"min\", "
+                           "got \"")
+           << reduction << "\"";
+  return success();
+}
+
 } // namespace
 
-LogicalResult AllReduceOp::verify() { return verifyAxis(*this, getAxis()); }
+LogicalResult AllReduceOp::verify() {
+  if (failed(verifyAxis(*this, getAxis())))
+    return failure();
+  return verifyReduction(*this, getReduction());
+}
 
 LogicalResult BroadcastOp::verify() {
   if (failed(verifyAxis(*this, getAxis())))
@@ -105,6 +117,8 @@ LogicalResult AllGatherOp::verify() {
 }
 
 LogicalResult ReduceScatterOp::verify() {
+  if (failed(verifyReduction(*this, getReduction())))
+    return failure();
   return verifySplitPair(*this, getResult().getType(), getInput().getType(),
                          getDim(), getAxis(), "result", "operand");
 }

@@ -20,16 +20,19 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 //===----------------------------------------------------------------------===//
 
 def Zd_AllReduceOp : Zd_Op<"all_reduce", [SameOperandsAndResultType]> {
-  let summary = "sum over a mesh axis";
+  let summary = "sum (or max, min) over a mesh axis";
   let description = [{
-    Every rank of the `axis` group ("tp" or "dp") receives the elementwise sum
-    of the group's tensors.
+    Every rank of the `axis` group ("tp" or "dp") receives the elementwise
+    `reduction` ("sum", the default, "max" or "min") of the group's tensors.
+    The vocabulary-parallel cross-entropy uses "max" for the row maxima.
 
     ```mlir
     %y = zd.all_reduce %x {axis = "tp"} : tensor<2x16x64xf32>
+    %m = zd.all_reduce %r {axis = "tp", reduction = "max"} : tensor<32xf32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$input, StrAttr:$axis);
+  let arguments = (ins AnyRankedTensor:$input, StrAttr:$axis,
+                   DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;
@@ -57,14 +60,16 @@ def Zd_ReduceScatterOp : Zd_Op<"reduce_scatter"> {
   let summary = "sum over the group, then keep this rank's part along a dim";
   let description = [{
     Dimension `dim` of the operand is the group size times that of the
-    result; rank i of the group keeps part i of the sum.
+    result; rank i of the group keeps part i of the `reduction` ("sum", the
+    default, "max" or "min").
 
     ```mlir
     %y = zd.reduce_scatter %x {axis = "dp", dim = 0 : i64}
         : tensor<8x64xf32> -> tensor<4x64xf32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$input, StrAttr:$axis, I64Attr:$dim);
+  let arguments = (ins AnyRankedTensor:$input, StrAttr:$axis, I64Attr:$dim,
+                   DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat =
       "$input attr-dict `:` type($input) `->` type($result)";

@@ -369,6 +369,16 @@ LogicalResult EmbeddingOp::verify() {
   return success();
 }
 
+/// Checks the log-sum-exp tensor of an attention: f32 [B, Hq, S].
+static LogicalResult verifyLse(Operation *op, Value lse,
+                               ArrayRef<int64_t> q) {
+  SmallVector<int64_t> want = {q[0], q[1], q[2]};
+  if (rtt(lse).getShape() != ArrayRef<int64_t>(want) ||
+      !rtt(lse).getElementType().isF32())
+    return op->emitOpError("lse must be f32 ") << shapeStr(want);
+  return success();
+}
+
 LogicalResult AttentionOp::verify() {
   auto q = rtt(getQ()).getShape(), k = rtt(getK()).getShape(),
        v = rtt(getV()).getShape();
@@ -392,6 +402,8 @@ LogicalResult AttentionOp::verify() {
       return emitOpError("mask does not broadcast to the scores ")
              << shapeStr(scores);
   }
+  if (getLse())
+    return verifyLse(*this, getLse(), q);
   return success();
 }
 
@@ -433,6 +445,219 @@ LogicalResult WeightOp::verify() {
     return emitOpError("length ")
            << getLength() << " does not match the type's " << bytes
            << " bytes";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Training ops.
+//===----------------------------------------------------------------------===//
+
+/// True when `v` is persistent: the result of zg.weight, zg.state or (after
+/// ZeRO-3) zd.weight_shard. The dist dialect builds on this one, so its op is
+/// recognised by name.
+static bool isPersistent(Value v) {
+  Operation *def = v.getDefiningOp();
+  return def && (isa<WeightOp, StateOp>(def) ||
+                 def->getName().getStringRef() == "zd.weight_shard");
+}
+
+static LogicalResult verifyPersistentTarget(Operation *op, Value target,
+                                            StringRef what) {
+  if (!isPersistent(target))
+    return op->emitOpError()
+           << what
+           << " must be persistent (a zg.weight, zg.state or zd.weight_shard "
+              "result)";
+  return success();
+}
+
+static LogicalResult verifyFloatScalar(Operation *op, Value v,
+                                       StringRef what) {
+  if (rtt(v).getRank() != 0 || !isa<FloatType>(rtt(v).getElementType()))
+    return op->emitOpError() << what << " must be a float scalar (rank 0)";
+  return success();
+}
+
+LogicalResult StateOp::verify() {
+  StringRef kind = getKind();
+  if (kind != "master" && kind != "moment1" && kind != "moment2" &&
+      kind != "grad" && kind != "scalar")
+    return emitOpError("kind must be master, moment1, moment2, grad or "
+                       "scalar, got \"")
+           << kind << "\"";
+  if (getName().empty())
+    return emitOpError("needs a name");
+  Attribute init = getInit();
+  if (auto s = dyn_cast<StringAttr>(init)) {
+    if (s.getValue() != "zeros" && s.getValue() != "copy_of_param")
+      return emitOpError("init must be \"zeros\", \"copy_of_param\" or a "
+                         "float, got \"")
+             << s.getValue() << "\"";
+    if (s.getValue() == "copy_of_param" && getOf().empty())
+      return emitOpError("init \"copy_of_param\" needs the parameter's name "
+                         "in `of`");
+  } else if (!isa<FloatAttr>(init)) {
+    return emitOpError("init must be \"zeros\", \"copy_of_param\" or a float");
+  }
+  return success();
+}
+
+LogicalResult AssignOp::verify() {
+  if (failed(verifyPersistentTarget(*this, getTarget(), "target")))
+    return failure();
+  if (rtt(getTarget()).getShape() != rtt(getValue()).getShape())
+    return emitOpError("value shape ")
+           << shapeStr(rtt(getValue()).getShape())
+           << " differs from the target's "
+           << shapeStr(rtt(getTarget()).getShape());
+  return success();
+}
+
+LogicalResult AccumulateOp::verify() {
+  if (failed(verifyPersistentTarget(*this, getTarget(), "target")))
+    return failure();
+  if (rtt(getTarget()) != rtt(getValue()))
+    return emitOpError("value type must equal the target type");
+  return success();
+}
+
+LogicalResult AdamwOp::verify() {
+  for (auto [v, what] : {std::pair<Value, StringRef>{getParam(), "param"},
+                         {getM(), "m"},
+                         {getV(), "v"}})
+    if (failed(verifyPersistentTarget(*this, v, what)))
+      return failure();
+  auto shape = rtt(getParam()).getShape();
+  for (Value v : {getGrad(), getM(), getV()})
+    if (rtt(v).getShape() != shape)
+      return emitOpError("param, grad, m and v must have one shape");
+  for (Value v : {getParam(), getGrad(), getM(), getV()})
+    if (!isa<FloatType>(rtt(v).getElementType()))
+      return emitOpError("param, grad, m and v must be float tensors");
+  if (failed(verifyFloatScalar(*this, getLr(), "lr")) ||
+      failed(verifyFloatScalar(*this, getGradScale(), "grad_scale")))
+    return failure();
+  if (rtt(getStep()).getRank() != 0 ||
+      !isa<IntegerType>(rtt(getStep()).getElementType()))
+    return emitOpError("step must be an integer scalar (rank 0)");
+  double b1 = getBeta1().convertToDouble(), b2 = getBeta2().convertToDouble();
+  if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
+    return emitOpError("beta1 and beta2 must be in [0, 1)");
+  if (!(getEps().convertToDouble() >= 0) ||
+      !(getWeightDecay().convertToDouble() >= 0))
+    return emitOpError("eps and weight_decay must be >= 0");
+  return success();
+}
+
+LogicalResult SumSquaresOp::verify() {
+  if (rtt(getResult()).getRank() != 0 ||
+      !rtt(getResult()).getElementType().isF32())
+    return emitOpError("result must be an f32 scalar (rank 0)");
+  if (!isa<FloatType>(rtt(getInput()).getElementType()))
+    return emitOpError("input must be a float tensor");
+  return success();
+}
+
+LogicalResult GeluGradOp::verify() {
+  if (getApproximate() != "none" && getApproximate() != "tanh")
+    return emitOpError("approximate must be \"none\" or \"tanh\", got \"")
+           << getApproximate() << "\"";
+  return success();
+}
+
+LogicalResult SoftmaxGradOp::verify() {
+  return verifyAxis(*this, getAxis(), rtt(getOutput()).getRank());
+}
+
+LogicalResult LayerNormGradOp::verify() {
+  auto x = rtt(getInput());
+  if (failed(verifyAxis(*this, getAxis(), x.getRank())))
+    return failure();
+  if (rtt(getGrad()) != x || rtt(getGradInput()) != x)
+    return emitOpError("grad and grad_input must have the input's type");
+  auto norm = x.getShape().drop_front(getAxis());
+  if (rtt(getScale()).getShape() != norm)
+    return emitOpError("scale must have the normalised dims' shape ")
+           << shapeStr(norm);
+  if (rtt(getGradScale()) != rtt(getScale()) ||
+      rtt(getGradBias()) != rtt(getScale()))
+    return emitOpError("grad_scale and grad_bias must have the scale's type");
+  return success();
+}
+
+LogicalResult RmsNormGradOp::verify() {
+  auto x = rtt(getInput());
+  if (x.getRank() < 1)
+    return emitOpError("input must have rank >= 1");
+  if (rtt(getGrad()) != x || rtt(getGradInput()) != x)
+    return emitOpError("grad and grad_input must have the input's type");
+  auto s = rtt(getScale()).getShape();
+  if (s.size() != 1 || s[0] != x.getShape().back())
+    return emitOpError("scale must have shape [") << x.getShape().back() << "]";
+  if (rtt(getGradScale()) != rtt(getScale()))
+    return emitOpError("grad_scale must have the scale's type");
+  return success();
+}
+
+LogicalResult AttentionGradOp::verify() {
+  auto q = rtt(getQ()).getShape(), k = rtt(getK()).getShape(),
+       v = rtt(getV()).getShape();
+  if (q.size() != 4 || k.size() != 4 || v.size() != 4)
+    return emitOpError("q, k and v must be 4-D [B, H, S, D]");
+  if (k[0] != q[0] || v[0] != q[0] || k[1] != v[1] || k[2] != v[2] ||
+      k[3] != q[3] || v[3] != q[3])
+    return emitOpError("q, k and v shapes do not form an attention");
+  if (k[1] == 0 || q[1] % k[1] != 0)
+    return emitOpError("query heads (")
+           << q[1] << ") are not a multiple of kv heads (" << k[1] << ")";
+  if (rtt(getOut()) != rtt(getQ()) || rtt(getGrad()) != rtt(getQ()))
+    return emitOpError("out and grad must have q's type");
+  if (failed(verifyLse(*this, getLse(), q)))
+    return failure();
+  if (getMask()) {
+    SmallVector<int64_t> scores = {q[0], q[1], q[2], k[2]};
+    if (!broadcastsTo(rtt(getMask()).getShape(), scores))
+      return emitOpError("mask does not broadcast to the scores ")
+             << shapeStr(scores);
+  }
+  if (rtt(getGradQ()) != rtt(getQ()) || rtt(getGradK()) != rtt(getK()) ||
+      rtt(getGradV()) != rtt(getV()))
+    return emitOpError("grad_q, grad_k and grad_v must have the types of q, "
+                       "k and v");
+  return success();
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  auto ids = rtt(getIds()).getShape(), dy = rtt(getGrad()).getShape();
+  auto t = rtt(getResult()).getShape();
+  if (t.size() != 2)
+    return emitOpError("result must be a 2-D table");
+  SmallVector<int64_t> want(ids);
+  want.push_back(t[1]);
+  if (dy != ArrayRef<int64_t>(want))
+    return emitOpError("grad shape should be ") << shapeStr(want);
+  if (rtt(getGrad()).getElementType() != rtt(getResult()).getElementType())
+    return emitOpError("grad and result element types differ");
+  return success();
+}
+
+LogicalResult LabelPickOp::verify() {
+  auto l = rtt(getLogits()).getShape(), y = rtt(getLabels()).getShape();
+  if (l.size() != 2 || y.size() != 1 || y[0] != l[0])
+    return emitOpError("needs logits [N, V] and labels [N]");
+  if (rtt(getResult()).getShape() != y ||
+      rtt(getResult()).getElementType() != rtt(getLogits()).getElementType())
+    return emitOpError("result must be [") << y[0] << "] of the logits' type";
+  return success();
+}
+
+LogicalResult LabelPickGradOp::verify() {
+  auto y = rtt(getLabels()).getShape(), dy = rtt(getGrad()).getShape();
+  auto out = rtt(getResult()).getShape();
+  if (y.size() != 1 || dy != y || out.size() != 2 || out[0] != y[0])
+    return emitOpError("needs labels [N], grad [N] and a result [N, V]");
+  if (rtt(getResult()).getElementType() != rtt(getGrad()).getElementType())
+    return emitOpError("grad and result element types differ");
   return success();
 }
 

@@ -335,11 +335,18 @@ def ZG_AttentionOp : ZG_Op<"attention", [Pure]> {
     `scores = scale * q k^T + mask`; with `causal`, position j is masked for
     query i when j > i + (T - S). `result = softmax(scores) v` : [B, Hq, S, D].
     A fully masked row gives zeros.
+
+    With a second result type, the op also returns `lse` [B, Hq, S] (f32):
+    `log(sum_j exp(scores[i, j]))` per query row, over the unmasked keys.
   }];
   let arguments = (ins ZG_Tensor:$q, ZG_Tensor:$k, ZG_Tensor:$v,
                    Optional<ZG_Tensor>:$mask, F64Attr:$scale,
                    BoolAttr:$causal);
-  let results = (outs ZG_Tensor:$result);
+  // The optional second result `lse` [B, Hq, S] (f32) is the log-sum-exp of
+  // each query row's scaled, masked scores; the training step keeps it for
+  // the flash-style backward (zg.attention_grad). A fully masked row has
+  // lse = -inf.
+  let results = (outs ZG_Tensor:$result, Optional<ZG_Tensor>:$lse);
   let hasVerifier = 1;
 }
 
@@ -386,6 +393,231 @@ def ZG_WeightOp : ZG_Op<"weight", [Pure]> {
   }];
   let arguments = (ins StrAttr:$name, StrAttr:$file, I64Attr:$offset,
                    I64Attr:$length, OptionalAttr<ElementsAttr>:$value);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Training: persistent state and its in-place updates.
+//
+// docs/training-contract.md is the agreement these ops implement. Persistent
+// values are the results of zg.weight, zd.weight_shard and zg.state; the only
+// writes to them are zg.assign, zg.adamw and zg.accumulate, which have no
+// results and are ordered after every earlier read of their targets.
+//===----------------------------------------------------------------------===//
+
+def ZG_StateOp : ZG_Op<"state", [Pure]> {
+  let summary = "persistent training state that is not a parameter";
+  let description = [{
+    A tensor that outlives a program run: an fp32 master weight, an Adam
+    moment, a gradient-accumulation buffer, the loss scale, a counter. `kind`
+    is one of `master`, `moment1`, `moment2`, `grad`, `scalar`; `of` names
+    the parameter it belongs to (empty for none); `init` says how the `@init`
+    program fills it: `"zeros"`, `"copy_of_param"` (the parameter named by
+    `of`, converted to the result's element type) or a float constant. Two
+    programs that name the same state (same `name`) mean the same bytes.
+
+    Example:
+    ```mlir
+    %m = zg.state {init = "zeros", kind = "moment1", name = "w.exp_avg",
+                   of = "w"} : () -> tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, StrAttr:$kind,
+                   DefaultValuedStrAttr<StrAttr, "">:$of, AnyAttr:$init);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_AssignOp : ZG_Op<"assign"> {
+  let summary = "copy a value into persistent storage";
+  let description = [{
+    Copies `value` into the storage of the persistent `target` (a zg.weight,
+    zd.weight_shard or zg.state result). Shapes are equal; when the element
+    types differ the value is converted (an fp32 master weight assigned to a
+    bf16 parameter). No result: the op exists for its write.
+  }];
+  let arguments = (ins ZG_Tensor:$target, ZG_Tensor:$value);
+  let hasVerifier = 1;
+}
+
+def ZG_AccumulateOp : ZG_Op<"accumulate"> {
+  let summary = "add a value into persistent storage";
+  let description = [{
+    `target += value` in place, for gradient accumulation over micro-batches.
+    `target` is persistent; shapes and element types are equal.
+  }];
+  let arguments = (ins ZG_Tensor:$target, ZG_Tensor:$value);
+  let hasVerifier = 1;
+}
+
+def ZG_AdamwOp : ZG_Op<"adamw"> {
+  let summary = "one AdamW step on a parameter, in place";
+  let description = [{
+    torch.optim.AdamW exactly, with t = `step` (1-based) and
+    g = grad * grad_scale:
+
+        param = param - lr * weight_decay * param
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        param = param - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+
+    `param`, `m` and `v` are persistent and updated in place; `grad` has
+    their shape. `lr` and `grad_scale` are float scalars (rank 0), `step` an
+    integer scalar.
+
+    Example:
+    ```mlir
+    zg.adamw %w, %g, %m, %v, %lr, %step, %scale
+        {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64,
+         weight_decay = 0.01 : f64}
+        : (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>,
+           tensor<f32>, tensor<i64>, tensor<f32>) -> ()
+    ```
+  }];
+  let arguments = (ins ZG_Tensor:$param, ZG_Tensor:$grad, ZG_Tensor:$m,
+                   ZG_Tensor:$v, ZG_Tensor:$lr, ZG_Tensor:$step,
+                   ZG_Tensor:$grad_scale, F64Attr:$beta1, F64Attr:$beta2,
+                   F64Attr:$eps, F64Attr:$weight_decay);
+  let hasVerifier = 1;
+}
+
+def ZG_SumSquaresOp : ZG_Op<"sum_squares", [Pure]> {
+  let summary = "sum of squares of every element";
+  let description = [{
+    `result = sum_i input[i]^2` as an f32 scalar (rank 0), accumulated in
+    double. The global gradient norm is the square root of the sum of these
+    over every gradient.
+  }];
+  let arguments = (ins ZG_Tensor:$input);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Training: gradient ops the backward needs beyond the forward ops.
+//
+// A `zd.vocab_stride` attribute on embedding_grad, label_pick and
+// label_pick_grad means the same as on zg.embedding: the vocabulary is split
+// over tp and this rank holds rows [tp_index * vocab_stride, + V_local).
+// Absent, the op sees the whole vocabulary.
+//===----------------------------------------------------------------------===//
+
+class ZG_ActivationGradOp<string mnemonic, string forward>
+    : ZG_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = "gradient of " # forward;
+  let description = "`dx = dy * f'(x)` where f is " # forward # "; x, dy and "
+                    "dx have one type.";
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$grad);
+  let results = (outs ZG_Tensor:$result);
+}
+
+def ZG_SiluGradOp : ZG_ActivationGradOp<"silu_grad", "zg.silu">;
+
+def ZG_GeluGradOp : ZG_Op<"gelu_grad", [Pure, SameOperandsAndResultType]> {
+  let summary = "gradient of zg.gelu";
+  let description = [{
+    `dx = dy * gelu'(x)` for the erf form (`approximate = "none"`, plan
+    opcode gelu_erf_grad) or the tanh form (`"tanh"`, gelu_tanh_grad).
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$grad,
+                   StrAttr:$approximate);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_SoftmaxGradOp : ZG_Op<"softmax_grad",
+                             [Pure, SameOperandsAndResultType]> {
+  let summary = "gradient of zg.softmax from its output";
+  let description = [{
+    `dx = y * (dy - sum(dy * y, axis))` where y is the softmax's result.
+  }];
+  let arguments = (ins ZG_Tensor:$output, ZG_Tensor:$grad, I64Attr:$axis);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_LayerNormGradOp : ZG_Op<"layer_norm_grad", [Pure]> {
+  let summary = "gradient of zg.layer_norm";
+  let description = [{
+    From the forward input x, the scale and dy: dx (x's type), dscale and
+    dbias (scale's type; summed over the leading dims [0, axis)). The scale
+    has exactly the shape of the normalised dims [axis, rank). The bias does
+    not enter the gradients, so it is no operand.
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$scale, ZG_Tensor:$grad,
+                   I64Attr:$axis, F64Attr:$epsilon);
+  let results = (outs ZG_Tensor:$grad_input, ZG_Tensor:$grad_scale,
+                  ZG_Tensor:$grad_bias);
+  let hasVerifier = 1;
+}
+
+def ZG_RmsNormGradOp : ZG_Op<"rms_norm_grad", [Pure]> {
+  let summary = "gradient of zg.rms_norm";
+  let description = [{
+    From the forward input x, the scale [D] and dy: dx (x's type) and dscale
+    (scale's type, summed over every leading dim). Normalisation is over the
+    last axis.
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$scale, ZG_Tensor:$grad,
+                   F64Attr:$epsilon);
+  let results = (outs ZG_Tensor:$grad_input, ZG_Tensor:$grad_scale);
+  let hasVerifier = 1;
+}
+
+def ZG_AttentionGradOp : ZG_Op<"attention_grad", [Pure]> {
+  let summary = "flash-style gradient of zg.attention";
+  let description = [{
+    From q, k, v, the forward output `out`, its gradient `dout`, the forward's
+    `lse` [B, Hq, S] (f32) and the optional mask, with the forward's `scale`
+    and `causal`: dq (q's type), dk (k's), dv (v's). The probabilities are
+    recomputed as exp(scores - lse); dk and dv sum over the query heads that
+    share a kv head (grouped-query attention). The mask gets no gradient.
+  }];
+  let arguments = (ins ZG_Tensor:$q, ZG_Tensor:$k, ZG_Tensor:$v,
+                   ZG_Tensor:$out, ZG_Tensor:$grad, ZG_Tensor:$lse,
+                   Optional<ZG_Tensor>:$mask, F64Attr:$scale,
+                   BoolAttr:$causal);
+  let results = (outs ZG_Tensor:$grad_q, ZG_Tensor:$grad_k,
+                  ZG_Tensor:$grad_v);
+  let hasVerifier = 1;
+}
+
+def ZG_EmbeddingGradOp : ZG_Op<"embedding_grad", [Pure]> {
+  let summary = "gradient of zg.embedding's table";
+  let description = [{
+    ids (integer) and dy [..ids, D] give dtable [V, D]: zero, then every row
+    of dy is added into the table row its id names. Under tp (see
+    `zd.vocab_stride` above) ids outside this rank's rows are skipped.
+  }];
+  let arguments = (ins ZG_IntTensor:$ids, ZG_Tensor:$grad);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_LabelPickOp : ZG_Op<"label_pick", [Pure]> {
+  let summary = "the logit of each row's label";
+  let description = [{
+    logits [N, V], labels [N] (integer) give out [N]:
+    `out[n] = logits[n, labels[n]]`, and 0 when `labels[n] == ignore_index`.
+    Under tp (`zd.vocab_stride`) a label outside this rank's rows also gives
+    0, so that the sum over tp is the picked logit.
+  }];
+  let arguments = (ins ZG_Tensor:$logits, ZG_IntTensor:$labels,
+                   I64Attr:$ignore_index);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_LabelPickGradOp : ZG_Op<"label_pick_grad", [Pure]> {
+  let summary = "gradient of zg.label_pick";
+  let description = [{
+    labels [N] and dy [N] give dlogits [N, V]: zero except
+    `dlogits[n, labels[n]] = dy[n]` for labels that are not `ignore_index`
+    (and, under tp, in this rank's rows).
+  }];
+  let arguments = (ins ZG_IntTensor:$labels, ZG_Tensor:$grad,
+                   I64Attr:$ignore_index);
   let results = (outs ZG_Tensor:$result);
   let hasVerifier = 1;
 }

@@ -241,3 +241,21 @@ func.func @attr_keyword() attributes {
   test.s = #zd.sharding<[tp], whole>} {
   return
 }
+
+// -----
+
+// Tests that all_reduce names a known reduction.
+func.func @reduction(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{reduction must be "sum", "max" or "min", got "prod"}}
+  %a = zd.all_reduce %x {axis = "tp", reduction = "prod"} : tensor<4xf32>
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+// Tests that reduce_scatter names a known reduction.
+func.func @scatter_reduction(%x: tensor<8x4xf32>) -> tensor<4x4xf32> {
+  // expected-error @+1 {{reduction must be "sum", "max" or "min", got "mean"}}
+  %s = zd.reduce_scatter %x {axis = "dp", dim = 0 : i64, reduction = "mean"} : tensor<8x4xf32> -> tensor<4x4xf32>
+  return %s : tensor<4x4xf32>
+}

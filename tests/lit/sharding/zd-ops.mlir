@@ -37,3 +37,20 @@ func.func @zero(%x: tensor<2x16xf32>) -> tensor<2x16xf32> {
   return %h : tensor<2x16xf32>
 }
 }
+
+// -----
+
+// Tests that a max or min reduction prints back and sum stays the unprinted
+// default.
+// CHECK-LABEL: func.func @reductions
+// CHECK: zd.all_reduce %{{.*}} {axis = "tp", reduction = "max"} : tensor<4xf32>
+// CHECK: zd.reduce_scatter %{{.*}} {axis = "tp", dim = 0 : i64, reduction = "min"} : tensor<4xf32> -> tensor<2xf32>
+// CHECK: zd.all_reduce %{{.*}} {axis = "tp"} : tensor<2xf32>
+module attributes {zd.tp = 2 : i64, zd.dp = 1 : i64} {
+func.func @reductions(%x: tensor<4xf32>) -> tensor<2xf32> {
+  %a = zd.all_reduce %x {axis = "tp", reduction = "max"} : tensor<4xf32>
+  %s = zd.reduce_scatter %a {axis = "tp", dim = 0 : i64, reduction = "min"} : tensor<4xf32> -> tensor<2xf32>
+  %b = zd.all_reduce %s {axis = "tp", reduction = "sum"} : tensor<2xf32>
+  return %b : tensor<2xf32>
+}
+}
