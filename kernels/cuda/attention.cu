@@ -9,6 +9,8 @@
 //  - row_kernel (every other case, fp32 included): one block per query row, scores in shared memory, a
 //    plain two-pass softmax; exact fp32, used as the reference-grade path.
 // GQA: query head h reads kv head h / (Hq / Hkv). A fully masked row yields zeros, as the reference does.
+// Every path can also write each row's log-sum-exp (lse), which the backward (attention_grad.cu) recomputes
+// the probabilities from.
 #include <mma.h>
 
 #include <cstdlib>
@@ -16,6 +18,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "zk/cuda_train_kernels.h"
 
 namespace zk {
 namespace cuda {
@@ -26,6 +29,7 @@ using detail::to_f32;
 namespace wmma = nvcuda::wmma;
 
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 /// The additive mask as a broadcast view: element (b, h, i, j) at b*st[0] + h*st[1] + i*st[2] + j*st[3].
 struct MaskView {
@@ -38,6 +42,7 @@ struct AttnDims {
   int B, Hq, Hkv, S, T;
   int causal;
   float scale;
+  float *lse = nullptr;  // optional [B, Hq, S]: the natural log-sum-exp of each row's scaled, masked scores
 };
 
 // --- tier 1: tensor-core path ---------------------------------------------------------------------------------
@@ -182,6 +187,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_kernel(const T *__restrict_
 
   if (qi < d.S) {
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    // m is in base-2 units (scores times log2 e); the lse is natural.
+    if (d.lse && half == 0) d.lse[static_cast<int64_t>(bh) * d.S + qi] = l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY;
     T *op = out + (static_cast<int64_t>(bh) * d.S + qi) * Dh + half * (Dh / 2);
 #pragma unroll 8
     for (int c = 0; c < Dh / 2; ++c) op[c] = from_f32<T>(Os[row * L::ldo + half * (Dh / 2) + c] * inv);
@@ -416,6 +423,10 @@ __global__ void __launch_bounds__(kWarps * 32) flash_mma_kernel(const T *__restr
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   T *op = out + static_cast<int64_t>(bh) * d.S * Dh;
+  if (d.lse && t == 0) {  // m is in base-2 units (scores times log2 e); the lse is natural
+    if (qi0 < d.S) d.lse[static_cast<int64_t>(bh) * d.S + qi0] = l0 > 0.0f ? (m0 + log2f(l0)) * kLn2 : -INFINITY;
+    if (qi1 < d.S) d.lse[static_cast<int64_t>(bh) * d.S + qi1] = l1 > 0.0f ? (m1 + log2f(l1)) * kLn2 : -INFINITY;
+  }
 #pragma unroll
   for (int nd = 0; nd < ND; ++nd) {
     const int c = nd * 8 + 2 * t;
@@ -464,6 +475,8 @@ __global__ void row_kernel(const T *__restrict__ q, const T *__restrict__ k, con
   }
   sum = detail::block_sum(sum, red);  // its barriers also publish sc[] to every thread
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  if (d.lse && threadIdx.x == 0)
+    d.lse[static_cast<int64_t>(bh) * d.S + i] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
   for (int c = threadIdx.x; c < Dh; c += blockDim.x) {
     float acc = 0.0f;
     for (int j = 0; j < d.T; ++j) acc = fmaf(sc[j], to_f32(vp[static_cast<int64_t>(j) * Dh + c]), acc);
@@ -518,6 +531,11 @@ cudaError_t rows(const T *q, const T *k, const T *v, T *out, const AttnDims &d, 
 // --- tier 3 ------------------------------------------------------------------------------------------------------------
 GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, bool causal, float scale,
                     cudaStream_t s) {
+  return attention(q, k, v, mask, out, Out{}, causal, scale, s);
+}
+
+GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                    float scale, cudaStream_t s) {
   if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape.rank != 4) return kernel_failure("attention: q, k, v must be rank 4");
   const int64_t B = q.shape.d[0], Hq = q.shape.d[1], S = q.shape.d[2], Dh = q.shape.d[3];
   const int64_t Hkv = k.shape.d[1], T = k.shape.d[2];
@@ -528,6 +546,8 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
   if (!is_float(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype || out.dtype != q.dtype)
     return kernel_failure("attention: q, k, v and out must share one float dtype");
   if (causal && S > T) return kernel_failure("attention: causal needs S <= T");
+  if (lse.data && (lse.dtype != DType::f32 || lse.shape != Dims{B, Hq, S}))
+    return kernel_failure("attention: lse must be f32 [B, Hq, S]");
   if (B * Hq > 65535 * 1024LL || S > (1LL << 30) || T > (1LL << 30)) return kernel_failure("attention: sizes too large");
   MaskView mv;
   if (mask.data) {
@@ -542,7 +562,7 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
   }
   if (out.shape.numel() == 0) return {};
   AttnDims d{static_cast<int>(B), static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(S), static_cast<int>(T),
-             causal ? 1 : 0, scale};
+             causal ? 1 : 0, scale, static_cast<float *>(lse.data)};
   const bool aligned = (reinterpret_cast<uintptr_t>(q.data) | reinterpret_cast<uintptr_t>(k.data) |
                         reinterpret_cast<uintptr_t>(v.data) | reinterpret_cast<uintptr_t>(out.data)) % 16 == 0;
   const bool tc = (q.dtype == DType::bf16 || q.dtype == DType::f16) && (Dh == 64 || Dh == 128) && aligned && T > 0;

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "zk/cuda_train_kernels.h"
 
 namespace zk {
 namespace cuda {
@@ -326,6 +327,8 @@ GpuStatus residual_norm(const In &x, const In &res, const In &scale, const In &b
 }
 
 GpuStatus reduce(Reduce op, const In &x, const Out &out, const int64_t *axes, int naxes, bool keepdims, cudaStream_t s) {
+  // The min and prod reductions of the run-time ops live with them (runtime_ops.cu).
+  if (op == Reduce::min || op == Reduce::prod) return reduce_min_prod(op, x, out, axes, naxes, keepdims, s);
   const int r = x.shape.rank;
   bool red[kMaxRank] = {};
   for (int i = 0; i < naxes; ++i) {

@@ -1,0 +1,86 @@
+// zk/cuda_train_kernels.h - the CUDA kernels of training (backwards, the optimizer, gradient bookkeeping)
+// and of the run-time ops of decoder exports. Same conventions as zk/cuda_kernels.h: the CPU reference
+// kernels' descriptors and meanings (zk/cpu_kernels.h), device pointers, one stream, a GpuStatus naming the
+// failed check, no allocation and no synchronisation. Kernels that need temporary device memory say how
+// much through a *_workspace() function (bytes); the caller passes a buffer of at least that size.
+//
+// Scalars that the plan computes on the device (AdamW's lr, step and grad_scale; Range's start and delta)
+// are read by the kernels from device memory, so that nothing waits for the host.
+#ifndef ZK_CUDA_TRAIN_KERNELS_H
+#define ZK_CUDA_TRAIN_KERNELS_H
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "zk/cpu_kernels.h"
+#include "zk/cuda_status.h"
+
+namespace zk {
+namespace cuda {
+
+// --- backwards -----------------------------------------------------------------------------------------
+/// dx = dy * f'(x), act in {gelu_tanh, gelu_erf, silu}; shapes equal, float dtypes.
+GpuStatus act_grad(cpu::Unary act, const In &x, const In &dy, const Out &dx, cudaStream_t stream);
+/// dx = y * (dy - sum(dy * y, axis)).
+GpuStatus softmax_grad(const In &y, const In &dy, const Out &dx, int axis, cudaStream_t stream);
+/// layer_norm's backward over dims >= axis; scale optional; dscale and dbias optional (summed over the
+/// leading dims deterministically: per-chunk partial sums, then one sum per column).
+size_t layer_norm_grad_workspace(const In &x, int axis);
+GpuStatus layer_norm_grad(const In &x, const In &scale, const In &dy, const Out &dx, const Out &dscale, const Out &dbias,
+                          int axis, float eps, void *workspace, cudaStream_t stream);
+size_t rms_norm_grad_workspace(const In &x);
+GpuStatus rms_norm_grad(const In &x, const In &scale, const In &dy, const Out &dx, const Out &dscale, float eps,
+                        void *workspace, cudaStream_t stream);
+/// The attention forward of zk/cuda_kernels.h with the optional lse output [B, Hq, S] (f32).
+GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                    float scale, cudaStream_t stream);
+/// Flash-style attention backward: probabilities recomputed tile by tile from q, k and lse; dk and dv of a
+/// kv head summed over its query heads (GQA) inside one block, so no atomics and a deterministic result.
+/// Head dims up to 256; q, k, v, out, dout, dq, dk, dv share one float dtype.
+size_t attention_grad_workspace(const In &q);
+GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, const In &dout, const In &lse,
+                         const In &mask, const Out &dq, const Out &dk, const Out &dv, bool causal, float scale,
+                         void *workspace, cudaStream_t stream);
+/// The embedding backward (zeroed, then rows scatter-added in fp32); ids outside [row_start, row_start +
+/// V_local) are skipped. A 16-bit dtable accumulates in an fp32 workspace of its size first.
+size_t embedding_grad_workspace(const Out &dtable);
+GpuStatus embedding_grad(const In &ids, const In &dy, const Out &dtable, int64_t row_start, void *workspace,
+                         cudaStream_t stream);
+GpuStatus label_pick(const In &logits, const In &labels, const Out &out, int64_t row_start, int64_t ignore_index,
+                     cudaStream_t stream);
+GpuStatus label_pick_grad(const In &labels, const In &dy, const Out &dlogits, int64_t row_start, int64_t ignore_index,
+                          cudaStream_t stream);
+
+// --- optimizer and gradient bookkeeping ------------------------------------------------------------------
+/// torch.optim.AdamW in place; lr (f32), step (i64) and grad_scale (f32) are one-element device tensors.
+/// The element update uses round-to-nearest intrinsics without contraction, in the reference's order, so
+/// fp32 results equal cpu::adamw's bit for bit.
+GpuStatus adamw(const Out &param, const In &grad, const Out &m, const Out &v, const In &lr, const In &step,
+                const In &grad_scale, const cpu::AdamWParams &p, cudaStream_t stream);
+/// target += value (value broadcast to target).
+GpuStatus accumulate(const Out &target, const In &value, cudaStream_t stream);
+/// out (one f32) = sum of x^2 in double: fixed per-block partials, then one block sums them (deterministic).
+size_t sum_squares_workspace();
+GpuStatus sum_squares(const In &x, const Out &out, void *workspace, cudaStream_t stream);
+
+// --- run-time ops of decoder exports ---------------------------------------------------------------------
+GpuStatus range(const In &start, const In &delta, const Out &out, cudaStream_t stream);
+GpuStatus cumsum(const In &x, const Out &out, int axis, bool exclusive, bool reverse, cudaStream_t stream);
+/// Index tuples are device data and are not checked on the host: one outside its dim yields a zero slice
+/// (the CPU kernel reports it as an error instead), as cuda::gather does.
+GpuStatus gather_nd(const In &data, const In &indices, const Out &out, int batch_dims, cudaStream_t stream);
+/// An index outside its dim yields 0 (see gather_nd).
+GpuStatus gather_elements(const In &data, const In &indices, const Out &out, int axis, cudaStream_t stream);
+GpuStatus mod(const In &a, const In &b, const Out &out, bool fmod, cudaStream_t stream);
+GpuStatus floor(const In &x, const Out &out, cudaStream_t stream);
+GpuStatus tile(const In &x, const Out &out, cudaStream_t stream);
+/// reduce for Reduce::min and Reduce::prod (cuda::reduce forwards them here).
+GpuStatus reduce_min_prod(cpu::Reduce op, const In &x, const Out &out, const int64_t *axes, int naxes, bool keepdims,
+                          cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace zk
+
+#endif  // ZK_CUDA_TRAIN_KERNELS_H

@@ -1,0 +1,462 @@
+// The training kernels on the GPU: activation and softmax backwards, the layer / RMS norm backwards, the
+// embedding and label-pick backwards, AdamW, gradient accumulation and the squared norm. Each mirrors the
+// CPU reference kernel of the same name (zk/cpu_kernels.h), which the tests compare it with. Operands are
+// read through run-time dtype tags (uniform across a launch, so the switch never diverges): these kernels
+// are memory-bound and one instantiation per op keeps the build small.
+#include <cstdint>
+
+#include "common.cuh"
+#include "zk/cuda_train_kernels.h"
+
+namespace zk {
+namespace cuda {
+namespace {
+
+using detail::block_sum;
+using detail::grid_for;
+using detail::IndexMap;
+using detail::load_f;
+using detail::store_f;
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+constexpr int kChunks = 64;  // row chunks of the deterministic column sums
+
+inline int row_threads(int64_t n) {
+  if (n <= 64) return 32;
+  if (n <= 128) return 64;
+  if (n <= 512) return 128;
+  return 256;
+}
+
+// --- tier 1 ------------------------------------------------------------------------------------------------
+__device__ __forceinline__ float act_deriv(int act, float v) {
+  if (act == static_cast<int>(cpu::Unary::gelu_tanh)) {
+    const float t = tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v));
+    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * v * v);
+  }
+  if (act == static_cast<int>(cpu::Unary::gelu_erf))
+    return 0.5f * (1.0f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
+  const float s = 1.0f / (1.0f + expf(-v));
+  return s * (1.0f + v * (1.0f - s));
+}
+
+__global__ void act_grad_kernel(int act, const void *x, DType xt, const void *dy, DType gt, void *dx, DType ot, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    store_f(dx, ot, i, load_f(dy, gt, i) * act_deriv(act, load_f(x, xt, i)));
+}
+
+/// One block per row of n elements at stride `inner`.
+__global__ void softmax_grad_kernel(const void *y, DType yt, const void *dy, DType gt, void *dx, DType ot, int64_t n,
+                                    int64_t inner) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x, o = row / inner, in = row % inner, base = o * n * inner + in;
+  float acc = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc += load_f(y, yt, base + j * inner) * load_f(dy, gt, base + j * inner);
+  const float d = block_sum(acc, red);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const int64_t at = base + j * inner;
+    store_f(dx, ot, at, load_f(y, yt, at) * (load_f(dy, gt, at) - d));
+  }
+}
+
+/// dx of one row of layer norm (Rms = false) or RMS norm; the row's mean and inverse deviation go to
+/// stats[2 * row] and stats[2 * row + 1] for the column sums.
+template <bool Rms>
+__global__ void norm_grad_rows(const void *x, DType xt, const void *scale, DType st, const void *dy, DType gt, void *dx,
+                               DType ot, int64_t n, float eps, float *stats) {
+  __shared__ float red[32];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * n;
+  auto g_at = [&](int64_t j) { return load_f(dy, gt, base + j) * (scale ? load_f(scale, st, j) : 1.0f); };
+  float mean = 0.0f;
+  if (!Rms) {
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += load_f(x, xt, base + j);
+    mean = block_sum(s, red) / static_cast<float>(n);
+  }
+  float ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float dv = load_f(x, xt, base + j) - mean;
+    ss += dv * dv;
+  }
+  const float inv = rsqrtf(block_sum(ss, red) / static_cast<float>(n) + eps);
+  float sg = 0.0f, sgx = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float g = g_at(j), xh = (load_f(x, xt, base + j) - mean) * inv;
+    sg += g;
+    sgx += g * xh;
+  }
+  sg = block_sum(sg, red) / static_cast<float>(n);
+  sgx = block_sum(sgx, red) / static_cast<float>(n);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float g = g_at(j), xh = (load_f(x, xt, base + j) - mean) * inv;
+    // layer norm: inv (g - mean(g) - xhat mean(g xhat)); RMS norm (mean 0): inv (g - xhat mean(g xhat)).
+    store_f(dx, ot, base + j, inv * (g - (Rms ? 0.0f : sg) - xh * sgx));
+  }
+  if (threadIdx.x == 0) {
+    stats[2 * blockIdx.x] = mean;
+    stats[2 * blockIdx.x + 1] = inv;
+  }
+}
+
+/// Partial column sums of dy * xhat (and of dy) over one chunk of rows: part[chunk * n + col].
+__global__ void norm_grad_cols(const void *x, DType xt, const void *dy, DType gt, const float *stats, int64_t rows,
+                               int64_t n, int64_t per_chunk, float *part_scale, float *part_bias) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= n) return;
+  const int64_t r0 = blockIdx.y * per_chunk, r1 = min(rows, r0 + per_chunk);
+  float as = 0.0f, ab = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float g = load_f(dy, gt, r * n + col);
+    as += g * ((load_f(x, xt, r * n + col) - stats[2 * r]) * stats[2 * r + 1]);
+    ab += g;
+  }
+  if (part_scale) part_scale[blockIdx.y * n + col] = as;
+  if (part_bias) part_bias[blockIdx.y * n + col] = ab;
+}
+
+__global__ void column_finish(const float *part, int chunks, int64_t n, void *out, DType ot) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= n) return;
+  double acc = 0.0;
+  for (int c = 0; c < chunks; ++c) acc += part[c * n + col];
+  store_f(out, ot, col, static_cast<float>(acc));
+}
+
+/// One block per id: its row of dy is added into acc (fp32) when the id is this rank's.
+__global__ void embedding_grad_kernel(const void *ids, DType it, const void *dy, DType gt, float *acc, int64_t V, int64_t D,
+                                      int64_t row_start) {
+  const int64_t n = blockIdx.x;
+  const int64_t row = detail::load_i(ids, it, n) - row_start;
+  if (row < 0 || row >= V) return;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) atomicAdd(acc + row * D + d, load_f(dy, gt, n * D + d));
+}
+
+__global__ void convert_kernel(const float *src, void *dst, DType ot, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    store_f(dst, ot, i, src[i]);
+}
+
+__global__ void label_pick_kernel(const void *logits, DType lt, const void *labels, DType bt, void *out, DType ot, int64_t N,
+                                  int64_t V, int64_t row_start, int64_t ignore) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const int64_t l = detail::load_i(labels, bt, n);
+  const bool here = l != ignore && l >= row_start && l < row_start + V;
+  store_f(out, ot, n, here ? load_f(logits, lt, n * V + (l - row_start)) : 0.0f);
+}
+
+__global__ void label_pick_grad_kernel(const void *labels, DType bt, const void *dy, DType gt, void *dl, DType ot, int64_t N,
+                                       int64_t V, int64_t row_start, int64_t ignore) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * V;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = i / V, j = i % V;
+    const int64_t l = detail::load_i(labels, bt, n);
+    const bool hit = l != ignore && l - row_start == j;
+    store_f(dl, ot, i, hit ? load_f(dy, gt, n) : 0.0f);
+  }
+}
+
+struct AdamWConst {
+  double beta1, beta2, eps, wd;
+};
+
+/// AdamW. Thread 0 of each block derives the step's scalars from the device tensors exactly as
+/// cpu::AdamWStep::from does (in double, rounded to fp32 once); the element update uses _rn intrinsics,
+/// which nvcc never contracts into multiply-adds, in the reference's order.
+__global__ void adamw_kernel(void *param, DType pt, const void *grad, DType gt, void *m, DType mt, void *v, DType vt,
+                             int64_t n, const void *lr, DType lrt, const void *step, DType stt, const void *gsc, DType gst,
+                             AdamWConst c) {
+  __shared__ float sc[7];
+  if (threadIdx.x == 0) {
+    const double l = load_f(lr, lrt, 0);
+    const double t = static_cast<double>(detail::load_i(step, stt, 0));
+    // _rn intrinsics here too: a contracted fma(-l, wd, 1) could round differently from the host's code.
+    sc[0] = static_cast<float>(__dsub_rn(1.0, __dmul_rn(l, c.wd)));
+    sc[1] = static_cast<float>(1.0 - c.beta1);
+    sc[2] = static_cast<float>(c.beta2);
+    sc[3] = static_cast<float>(1.0 - c.beta2);
+    sc[4] = static_cast<float>(l / (1.0 - pow(c.beta1, t)));
+    sc[5] = static_cast<float>(sqrt(1.0 - pow(c.beta2, t)));
+    sc[6] = load_f(gsc, gst, 0);
+  }
+  __syncthreads();
+  const float decay = sc[0], omb1 = sc[1], b2 = sc[2], omb2 = sc[3], step_size = sc[4], bc2 = sc[5], gs = sc[6];
+  const float eps = static_cast<float>(c.eps);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = __fmul_rn(load_f(grad, gt, i), gs);
+    float p = __fmul_rn(load_f(param, pt, i), decay);
+    const float m0 = load_f(m, mt, i), v0 = load_f(v, vt, i);
+    const float mm = __fadd_rn(m0, __fmul_rn(omb1, __fsub_rn(g, m0)));
+    const float vv = __fadd_rn(__fmul_rn(v0, b2), __fmul_rn(__fmul_rn(omb2, g), g));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv), bc2), eps);
+    p = __fadd_rn(p, __fmul_rn(-step_size, __fdiv_rn(mm, denom)));
+    store_f(param, pt, i, p);
+    store_f(m, mt, i, mm);
+    store_f(v, vt, i, vv);
+  }
+}
+
+__global__ void accumulate_kernel(void *t, DType tt, const void *v, DType vt, int64_t n, IndexMap<1> vmap) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[1];
+    vmap.offsets(i, off);
+    store_f(t, tt, i, load_f(t, tt, i) + load_f(v, vt, off[0]));
+  }
+}
+
+constexpr int kSsBlocks = 1024;
+
+__device__ __forceinline__ double block_sum_d(double v, double *red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < nw ? red[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void sum_squares_part(const void *x, DType xt, int64_t n, double *part) {
+  __shared__ double red[32];
+  double acc = 0.0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double v = load_f(x, xt, i);
+    acc += v * v;
+  }
+  acc = block_sum_d(acc, red);
+  if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+__global__ void sum_squares_finish(const double *part, int parts, float *out) {
+  __shared__ double red[32];
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < parts; i += blockDim.x) acc += part[i];
+  acc = block_sum_d(acc, red);
+  if (threadIdx.x == 0) out[0] = static_cast<float>(acc);
+}
+
+}  // namespace
+
+// --- tier 2 ---------------------------------------------------------------------------------------------------
+namespace launch {
+
+cudaError_t norm_grad(bool rms, const void *x, DType xt, const void *scale, DType st, const void *dy, DType gt, void *dx,
+                      DType ot, void *dscale, DType dst, void *dbias, DType dbt, int64_t rows, int64_t n, float eps,
+                      float *ws, cudaStream_t s) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  float *stats = ws, *ps = ws + 2 * rows, *pb = ps + kChunks * n;
+  const int t = row_threads(n);
+  if (rms) norm_grad_rows<true><<<static_cast<unsigned>(rows), t, 0, s>>>(x, xt, scale, st, dy, gt, dx, ot, n, eps, stats);
+  else norm_grad_rows<false><<<static_cast<unsigned>(rows), t, 0, s>>>(x, xt, scale, st, dy, gt, dx, ot, n, eps, stats);
+  if (dscale || dbias) {
+    const int chunks = static_cast<int>(rows < kChunks ? rows : kChunks);
+    const int64_t per = (rows + chunks - 1) / chunks;
+    const unsigned cb = static_cast<unsigned>((n + 255) / 256);
+    norm_grad_cols<<<dim3(cb, chunks), 256, 0, s>>>(x, xt, dy, gt, stats, rows, n, per, dscale ? ps : nullptr,
+                                                    dbias ? pb : nullptr);
+    if (dscale) column_finish<<<cb, 256, 0, s>>>(ps, chunks, n, dscale, dst);
+    if (dbias) column_finish<<<cb, 256, 0, s>>>(pb, chunks, n, dbias, dbt);
+  }
+  return detail::launched();
+}
+
+}  // namespace launch
+
+// --- tier 3 ---------------------------------------------------------------------------------------------------
+GpuStatus act_grad(cpu::Unary act, const In &x, const In &dy, const Out &dx, cudaStream_t s) {
+  if (x.shape != dx.shape || dy.shape != dx.shape) return kernel_failure("act_grad: x, dy and dx shapes differ");
+  if (!is_float(x.dtype) || !is_float(dy.dtype) || !is_float(dx.dtype)) return kernel_failure("act_grad: operands must be float");
+  if (act != cpu::Unary::gelu_tanh && act != cpu::Unary::gelu_erf && act != cpu::Unary::silu)
+    return kernel_failure("act_grad: the activation must be gelu_tanh, gelu_erf or silu");
+  const int64_t n = dx.shape.numel();
+  if (n == 0) return {};
+  act_grad_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(static_cast<int>(act), x.data, x.dtype, dy.data, dy.dtype,
+                                                           dx.data, dx.dtype, n);
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus softmax_grad(const In &y, const In &dy, const Out &dx, int axis, cudaStream_t s) {
+  if (y.shape != dx.shape || dy.shape != dx.shape) return kernel_failure("softmax_grad: y, dy and dx shapes differ");
+  if (!is_float(y.dtype) || !is_float(dy.dtype) || !is_float(dx.dtype)) return kernel_failure("softmax_grad: operands must be float");
+  const int r = y.shape.rank;
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return kernel_failure("softmax_grad: axis out of range");
+  int64_t outer = 1, inner = 1, n = y.shape.d[axis];
+  for (int i = 0; i < axis; ++i) outer *= y.shape.d[i];
+  for (int i = axis + 1; i < r; ++i) inner *= y.shape.d[i];
+  if (outer * inner == 0 || n == 0) return {};
+  softmax_grad_kernel<<<static_cast<unsigned>(outer * inner), row_threads(n), 0, s>>>(y.data, y.dtype, dy.data, dy.dtype,
+                                                                                     dx.data, dx.dtype, n, inner);
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+namespace {
+bool norm_rows(const Dims &s, int axis, int64_t *rows, int64_t *n) {
+  if (axis < 0) axis += s.rank;
+  if (axis < 0 || axis >= s.rank) return false;
+  *rows = 1;
+  *n = 1;
+  for (int i = 0; i < axis; ++i) *rows *= s.d[i];
+  for (int i = axis; i < s.rank; ++i) *n *= s.d[i];
+  return true;
+}
+}  // namespace
+
+size_t layer_norm_grad_workspace(const In &x, int axis) {
+  int64_t rows, n;
+  if (!norm_rows(x.shape, axis, &rows, &n)) return 0;
+  return static_cast<size_t>(2 * rows + 2 * kChunks * n) * sizeof(float);
+}
+
+GpuStatus layer_norm_grad(const In &x, const In &scale, const In &dy, const Out &dx, const Out &dscale, const Out &dbias,
+                          int axis, float eps, void *ws, cudaStream_t s) {
+  if (x.shape != dx.shape || dy.shape != dx.shape) return kernel_failure("layer_norm_grad: x, dy and dx shapes differ");
+  if (!is_float(x.dtype) || !is_float(dy.dtype) || !is_float(dx.dtype)) return kernel_failure("layer_norm_grad: operands must be float");
+  int64_t rows, n;
+  if (!norm_rows(x.shape, axis, &rows, &n)) return kernel_failure("layer_norm_grad: axis out of range");
+  if (scale.data && (scale.shape.numel() != n || !is_float(scale.dtype)))
+    return kernel_failure("layer_norm_grad: scale must be float of the normalised size");
+  if ((dscale.data && (dscale.shape.numel() != n || !is_float(dscale.dtype))) ||
+      (dbias.data && (dbias.shape.numel() != n || !is_float(dbias.dtype))))
+    return kernel_failure("layer_norm_grad: dscale and dbias must be float of the normalised size");
+  if (!ws && rows * n > 0) return kernel_failure("layer_norm_grad: workspace missing");
+  ZK_CUDA_TRY(launch::norm_grad(false, x.data, x.dtype, scale.data, scale.dtype, dy.data, dy.dtype, dx.data, dx.dtype,
+                                dscale.data, dscale.dtype, dbias.data, dbias.dtype, rows, n, eps, static_cast<float *>(ws), s));
+  return {};
+}
+
+size_t rms_norm_grad_workspace(const In &x) {
+  if (x.shape.rank < 1) return 0;
+  return layer_norm_grad_workspace(x, x.shape.rank - 1);
+}
+
+GpuStatus rms_norm_grad(const In &x, const In &scale, const In &dy, const Out &dx, const Out &dscale, float eps, void *ws,
+                        cudaStream_t s) {
+  if (x.shape != dx.shape || dy.shape != dx.shape) return kernel_failure("rms_norm_grad: x, dy and dx shapes differ");
+  if (!is_float(x.dtype) || !is_float(dy.dtype) || !is_float(dx.dtype)) return kernel_failure("rms_norm_grad: operands must be float");
+  if (x.shape.rank < 1) return kernel_failure("rms_norm_grad: input must have rank >= 1");
+  int64_t rows, n;
+  norm_rows(x.shape, x.shape.rank - 1, &rows, &n);
+  if (scale.data && (scale.shape.numel() != n || !is_float(scale.dtype)))
+    return kernel_failure("rms_norm_grad: scale must be float of the last dim's size");
+  if (dscale.data && (dscale.shape.numel() != n || !is_float(dscale.dtype)))
+    return kernel_failure("rms_norm_grad: dscale must be float of the last dim's size");
+  if (!ws && rows * n > 0) return kernel_failure("rms_norm_grad: workspace missing");
+  ZK_CUDA_TRY(launch::norm_grad(true, x.data, x.dtype, scale.data, scale.dtype, dy.data, dy.dtype, dx.data, dx.dtype,
+                                dscale.data, dscale.dtype, nullptr, DType::f32, rows, n, eps, static_cast<float *>(ws), s));
+  return {};
+}
+
+size_t embedding_grad_workspace(const Out &dtable) {
+  return dtable.dtype == DType::f32 ? 0 : static_cast<size_t>(dtable.shape.numel()) * sizeof(float);
+}
+
+GpuStatus embedding_grad(const In &ids, const In &dy, const Out &dtable, int64_t row_start, void *ws, cudaStream_t s) {
+  if (dtable.shape.rank != 2) return kernel_failure("embedding_grad: dtable must be [V, D]");
+  if (ids.dtype != DType::i64 && ids.dtype != DType::i32) return kernel_failure("embedding_grad: ids must be i64 or i32");
+  if (!is_float(dy.dtype) || !is_float(dtable.dtype)) return kernel_failure("embedding_grad: dy and dtable must be float");
+  const int64_t V = dtable.shape.d[0], D = dtable.shape.d[1];
+  if (dy.shape.rank != ids.shape.rank + 1 || dy.shape.d[dy.shape.rank - 1] != D)
+    return kernel_failure("embedding_grad: dy must be [ids..., D]");
+  for (int i = 0; i < ids.shape.rank; ++i)
+    if (dy.shape.d[i] != ids.shape.d[i]) return kernel_failure("embedding_grad: dy must be [ids..., D]");
+  const bool direct = dtable.dtype == DType::f32;
+  if (!direct && !ws && V * D > 0) return kernel_failure("embedding_grad: a 16-bit dtable needs the fp32 workspace");
+  float *acc = direct ? static_cast<float *>(dtable.data) : static_cast<float *>(ws);
+  if (V * D == 0) return {};
+  ZK_CUDA_TRY(cudaMemsetAsync(acc, 0, static_cast<size_t>(V * D) * sizeof(float), s));
+  const int64_t n = ids.shape.numel();
+  if (n > 0)
+    embedding_grad_kernel<<<static_cast<unsigned>(n), D >= 256 ? 256 : 64, 0, s>>>(ids.data, ids.dtype, dy.data, dy.dtype,
+                                                                                  acc, V, D, row_start);
+  if (!direct) convert_kernel<<<grid_for(V * D), detail::kThreads, 0, s>>>(acc, dtable.data, dtable.dtype, V * D);
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus label_pick(const In &logits, const In &labels, const Out &out, int64_t row_start, int64_t ignore, cudaStream_t s) {
+  if (logits.shape.rank != 2) return kernel_failure("label_pick: logits must be [N, V]");
+  if (labels.dtype != DType::i64 && labels.dtype != DType::i32) return kernel_failure("label_pick: labels must be i64 or i32");
+  if (!is_float(logits.dtype) || !is_float(out.dtype)) return kernel_failure("label_pick: logits and out must be float");
+  const int64_t N = logits.shape.d[0], V = logits.shape.d[1];
+  if (labels.shape.numel() != N || out.shape.numel() != N) return kernel_failure("label_pick: labels and out must have N elements");
+  if (N == 0) return {};
+  label_pick_kernel<<<static_cast<unsigned>((N + 255) / 256), 256, 0, s>>>(logits.data, logits.dtype, labels.data,
+                                                                           labels.dtype, out.data, out.dtype, N, V,
+                                                                           row_start, ignore);
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus label_pick_grad(const In &labels, const In &dy, const Out &dl, int64_t row_start, int64_t ignore, cudaStream_t s) {
+  if (dl.shape.rank != 2) return kernel_failure("label_pick_grad: dlogits must be [N, V]");
+  if (labels.dtype != DType::i64 && labels.dtype != DType::i32) return kernel_failure("label_pick_grad: labels must be i64 or i32");
+  if (!is_float(dy.dtype) || !is_float(dl.dtype)) return kernel_failure("label_pick_grad: dy and dlogits must be float");
+  const int64_t N = dl.shape.d[0], V = dl.shape.d[1];
+  if (labels.shape.numel() != N || dy.shape.numel() != N) return kernel_failure("label_pick_grad: labels and dy must have N elements");
+  if (N * V == 0) return {};
+  label_pick_grad_kernel<<<grid_for(N * V), detail::kThreads, 0, s>>>(labels.data, labels.dtype, dy.data, dy.dtype, dl.data,
+                                                                      dl.dtype, N, V, row_start, ignore);
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus adamw(const Out &param, const In &grad, const Out &m, const Out &v, const In &lr, const In &step,
+                const In &grad_scale, const cpu::AdamWParams &p, cudaStream_t s) {
+  if (grad.shape != param.shape || m.shape != param.shape || v.shape != param.shape)
+    return kernel_failure("adamw: param, grad, m and v shapes differ");
+  if (!is_float(param.dtype) || !is_float(grad.dtype) || !is_float(m.dtype) || !is_float(v.dtype))
+    return kernel_failure("adamw: param, grad, m and v must be float");
+  if (lr.shape.numel() != 1 || step.shape.numel() != 1 || grad_scale.shape.numel() != 1)
+    return kernel_failure("adamw: lr, step and grad_scale must be scalars");
+  if (!is_float(lr.dtype) || is_float(step.dtype) || !is_float(grad_scale.dtype))
+    return kernel_failure("adamw: lr and grad_scale must be float, step an integer");
+  const int64_t n = param.shape.numel();
+  if (n == 0) return {};
+  adamw_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(param.data, param.dtype, grad.data, grad.dtype, m.data, m.dtype,
+                                                        v.data, v.dtype, n, lr.data, lr.dtype, step.data, step.dtype,
+                                                        grad_scale.data, grad_scale.dtype,
+                                                        AdamWConst{p.beta1, p.beta2, p.eps, p.weight_decay});
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus accumulate(const Out &target, const In &value, cudaStream_t s) {
+  if (!broadcastable(value.shape, target.shape)) return kernel_failure("accumulate: value does not broadcast to the target");
+  if (!is_float(target.dtype) || !is_float(value.dtype)) return kernel_failure("accumulate: operands must be float");
+  const int64_t n = target.shape.numel();
+  if (n == 0) return {};
+  IndexMap<1> vmap;
+  vmap.rank = target.shape.rank;
+  for (int i = 0; i < vmap.rank; ++i) vmap.dims[i] = target.shape.d[i];
+  detail::broadcast_strides(value.shape, target.shape, vmap.st[0]);
+  accumulate_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(target.data, target.dtype, value.data, value.dtype, n, vmap);
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+size_t sum_squares_workspace() { return kSsBlocks * sizeof(double); }
+
+GpuStatus sum_squares(const In &x, const Out &out, void *ws, cudaStream_t s) {
+  if (!is_float(x.dtype)) return kernel_failure("sum_squares: x must be float");
+  if (out.shape.numel() != 1 || out.dtype != DType::f32) return kernel_failure("sum_squares: out must be one f32 element");
+  if (!ws) return kernel_failure("sum_squares: workspace missing");
+  const int64_t n = x.shape.numel();
+  sum_squares_part<<<kSsBlocks, 256, 0, s>>>(x.data, x.dtype, n, static_cast<double *>(ws));
+  sum_squares_finish<<<1, 256, 0, s>>>(static_cast<const double *>(ws), kSsBlocks, static_cast<float *>(out.data));
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+}  // namespace cuda
+}  // namespace zk

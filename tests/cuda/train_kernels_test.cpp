@@ -1,0 +1,304 @@
+// The CUDA training kernels and run-time ops against the CPU reference kernels, on random inputs, ragged
+// shapes and every storage dtype. Outputs are poisoned with NaN first, so an element a kernel never writes
+// fails. Tolerances (relative to max(|ref|, rms(ref))): data movement, range, floor, fmod, cumsum and the
+// fp32 AdamW are exact; fp32 math that sums in a different order than the reference's double sums is
+// within 1e-4 (attention backward: fp32 dot products of Dh terms inside exp) or 5e-5; 16-bit storage
+// within its rounding step (tol_for).
+#include <cmath>
+#include <limits>
+
+#include "gpu_test_util.h"
+#include "zk/cuda_train_kernels.h"
+
+namespace zt {
+namespace {
+
+using zk::cpu::Reduce;
+using zk::cpu::Unary;
+namespace zc = zk::cuda;
+
+const DType kFloats[] = {DType::f32, DType::bf16, DType::f16};
+
+/// Device scratch of `bytes` (at least 16), freed on scope exit.
+struct DevBytes {
+  void *ptr = nullptr;
+  explicit DevBytes(size_t bytes) { EXPECT_EQ(cudaMalloc(&ptr, bytes ? bytes : 16), cudaSuccess); }
+  ~DevBytes() { cudaFree(ptr); }
+};
+
+float grad_tol(DType t) { return t == DType::f32 ? 5e-5f : tol_for(t); }
+
+TEST(CudaTrain, ActivationAndSoftmaxGrads) {
+  for (DType t : kFloats) {
+    for (Unary act : {Unary::gelu_tanh, Unary::gelu_erf, Unary::silu}) {
+      HostT x = random_tensor(t, Dims{7, 129}, -4, 4), dy = random_tensor(t, Dims{7, 129}), ref(t, x.shape);
+      ZT_CPU_OK(zk::cpu::act_grad(act, x.in(), dy.in(), ref.out()));
+      DevT dx(x), ddy(dy), out(t, x.shape);
+      ZT_GPU_OK(zc::act_grad(act, dx.in(), ddy.in(), out.out(), nullptr));
+      EXPECT_TRUE(close(out.download(), ref, grad_tol(t))) << zk::dtype_name(t);
+    }
+    for (int axis : {-1, 1}) {
+      HostT x = random_tensor(t, Dims{3, 37, 300}), y(t, x.shape), dy = random_tensor(t, x.shape), ref(t, x.shape);
+      ZT_CPU_OK(zk::cpu::softmax(x.in(), y.out(), axis));
+      ZT_CPU_OK(zk::cpu::softmax_grad(y.in(), dy.in(), ref.out(), axis));
+      DevT dyv(y), ddy(dy), out(t, x.shape);
+      ZT_GPU_OK(zc::softmax_grad(dyv.in(), ddy.in(), out.out(), axis, nullptr));
+      EXPECT_TRUE(close(out.download(), ref, grad_tol(t))) << zk::dtype_name(t) << " axis " << axis;
+    }
+  }
+}
+
+TEST(CudaTrain, NormGrads) {
+  for (DType t : kFloats)
+    for (int64_t n : {8, 100, 1024, 3000}) {
+      SCOPED_TRACE(std::string(zk::dtype_name(t)) + " n" + std::to_string(n));
+      const Dims xs{5, 33, n};
+      HostT x = random_tensor(t, xs), dy = random_tensor(t, xs), scale = random_tensor(t, Dims{n}, 0.5f, 1.5f);
+      HostT rdx(t, xs), rds(t, Dims{n}), rdb(t, Dims{n});
+      std::vector<float> scratch(zk::cpu::layer_norm_grad_scratch(x.in(), 2) + zk::cpu::rms_norm_grad_scratch(x.in()));
+      ZT_CPU_OK(zk::cpu::layer_norm_grad(x.in(), scale.in(), dy.in(), rdx.out(), rds.out(), rdb.out(), 2, 1e-5f,
+                                         scratch.data()));
+      DevT gx(x), gdy(dy), gs(scale), gdx(t, xs), gds(t, Dims{n}), gdb(t, Dims{n});
+      DevBytes ws(zc::layer_norm_grad_workspace(gx.in(), 2));
+      ZT_GPU_OK(zc::layer_norm_grad(gx.in(), gs.in(), gdy.in(), gdx.out(), gds.out(), gdb.out(), 2, 1e-5f, ws.ptr, nullptr));
+      EXPECT_TRUE(close(gdx.download(), rdx, grad_tol(t))) << "layer_norm dx";
+      EXPECT_TRUE(close(gds.download(), rds, grad_tol(t))) << "layer_norm dscale";
+      EXPECT_TRUE(close(gdb.download(), rdb, grad_tol(t))) << "layer_norm dbias";
+      ZT_CPU_OK(zk::cpu::rms_norm_grad(x.in(), scale.in(), dy.in(), rdx.out(), rds.out(), 1e-6f, scratch.data()));
+      gdx.poison();
+      gds.poison();
+      DevBytes ws2(zc::rms_norm_grad_workspace(gx.in()));
+      ZT_GPU_OK(zc::rms_norm_grad(gx.in(), gs.in(), gdy.in(), gdx.out(), gds.out(), 1e-6f, ws2.ptr, nullptr));
+      EXPECT_TRUE(close(gdx.download(), rdx, grad_tol(t))) << "rms_norm dx";
+      EXPECT_TRUE(close(gds.download(), rds, grad_tol(t))) << "rms_norm dscale";
+    }
+}
+
+struct AttnCase {
+  int64_t B, Hq, Hkv, S, T, Dh;
+  bool causal;
+  int mask;  // 0 none, 1 [B, 1, 1, T] padding, 2 full [B, Hq, S, T]
+};
+
+void check_attention_grad(DType t, const AttnCase &c) {
+  SCOPED_TRACE(std::string(zk::dtype_name(t)) + " B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" +
+               std::to_string(c.Hkv) + " S" + std::to_string(c.S) + " T" + std::to_string(c.T) + " Dh" +
+               std::to_string(c.Dh) + (c.causal ? " causal" : "") + " mask" + std::to_string(c.mask));
+  const Dims qs{c.B, c.Hq, c.S, c.Dh}, ks{c.B, c.Hkv, c.T, c.Dh}, ls{c.B, c.Hq, c.S};
+  HostT q = random_tensor(t, qs), k = random_tensor(t, ks), v = random_tensor(t, ks), dout = random_tensor(t, qs);
+  HostT mask;
+  if (c.mask == 1) {
+    mask = random_tensor(DType::f32, Dims{c.B, 1, 1, c.T}, -2.0f, 0.0f);
+    for (int64_t j = std::max<int64_t>(0, c.T - 3); j < c.T; ++j)
+      zk::store_f32(mask.bytes.data(), DType::f32, j, -std::numeric_limits<float>::infinity());
+  } else if (c.mask == 2) {
+    mask = random_tensor(t, Dims{c.B, c.Hq, c.S, c.T}, -4.0f, 4.0f);
+  }
+  const zk::In cm = c.mask ? mask.in() : zk::In{};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.Dh));
+  HostT out(t, qs), lse(DType::f32, ls);
+  std::vector<float> fs(zk::cpu::attention_scratch(q.in(), k.in()) + 1);
+  ZT_CPU_OK(zk::cpu::attention(q.in(), k.in(), v.in(), cm, out.out(), lse.out(), c.causal, scale, fs.data()));
+  // The forward's lse on every GPU path (the tensor-core path for bf16/f16 with Dh 64 or 128).
+  DevT gq(q), gk(k), gv(v), gm(c.mask ? mask : HostT(DType::f32, Dims{1})), gout(t, qs), glse(DType::f32, ls);
+  const zk::In gmi = c.mask ? gm.in() : zk::In{};
+  ZT_GPU_OK(zc::attention(gq.in(), gk.in(), gv.in(), gmi, gout.out(), glse.out(), c.causal, scale, nullptr));
+  EXPECT_TRUE(close(gout.download(), out, tol_for(t))) << "attention out";
+  EXPECT_TRUE(close(glse.download(), lse, t == DType::f32 ? 1e-5f : 2e-3f)) << "attention lse";
+  // The backward from the reference's out and lse, so that only the backward is compared.
+  HostT rdq(t, qs), rdk(t, ks), rdv(t, ks);
+  std::vector<float> bs(zk::cpu::attention_grad_scratch(q.in(), k.in()) + 1);
+  ZT_CPU_OK(zk::cpu::attention_grad(q.in(), k.in(), v.in(), out.in(), dout.in(), lse.in(), cm, rdq.out(), rdk.out(),
+                                    rdv.out(), c.causal, scale, bs.data()));
+  DevT gro(out), grl(lse), gdo(dout), gdq(t, qs), gdk(t, ks), gdv(t, ks);
+  DevBytes ws(zc::attention_grad_workspace(gq.in()));
+  ZT_GPU_OK(zc::attention_grad(gq.in(), gk.in(), gv.in(), gro.in(), gdo.in(), grl.in(), gmi, gdq.out(), gdk.out(),
+                               gdv.out(), c.causal, scale, ws.ptr, nullptr));
+  const float tol = t == DType::f32 ? 1e-4f : tol_for(t);
+  EXPECT_TRUE(close(gdq.download(), rdq, tol)) << "dq";
+  EXPECT_TRUE(close(gdk.download(), rdk, tol)) << "dk";
+  EXPECT_TRUE(close(gdv.download(), rdv, tol)) << "dv";
+}
+
+TEST(CudaTrain, AttentionLseAndFlashBackward) {
+  const AttnCase cases[] = {
+      {2, 4, 2, 37, 37, 64, true, 0},     // ragged tiles, GQA, causal
+      {1, 2, 2, 50, 90, 128, true, 1},    // S < T, padding mask
+      {2, 4, 4, 64, 64, 64, false, 0},    // exact tiles
+      {1, 3, 1, 40, 70, 64, false, 2},    // full additive mask, multi-query
+      {1, 2, 2, 1, 77, 64, true, 0},      // one query
+      {1, 2, 1, 20, 33, 32, true, 1},     // head dim off the tensor-core path
+      {1, 2, 2, 256, 256, 64, true, 0},   // many tiles each way
+  };
+  for (DType t : kFloats)
+    for (const AttnCase &c : cases) check_attention_grad(t, c);
+}
+
+TEST(CudaTrain, EmbeddingAndLabelPick) {
+  for (DType t : kFloats) {
+    const int64_t V = 50, D = 129, start = 50;
+    HostT ids = ids_tensor(DType::i64, Dims{3, 40}, 0, 150);  // a third on this rank, many repeats
+    HostT dy = random_tensor(t, Dims{3, 40, D}), ref(t, Dims{V, D});
+    std::vector<float> scratch(zk::cpu::embedding_grad_scratch(ref.out()));
+    ZT_CPU_OK(zk::cpu::embedding_grad(ids.in(), dy.in(), ref.out(), start, scratch.data()));
+    DevT gi(ids), gdy(dy), gt(t, Dims{V, D});
+    DevBytes ws(zc::embedding_grad_workspace(gt.out()));
+    ZT_GPU_OK(zc::embedding_grad(gi.in(), gdy.in(), gt.out(), start, ws.ptr, nullptr));
+    EXPECT_TRUE(close(gt.download(), ref, grad_tol(t))) << "embedding_grad " << zk::dtype_name(t);
+
+    const int64_t N = 37, Vl = 33;
+    HostT logits = random_tensor(t, Dims{N, Vl}), labels = ids_tensor(DType::i64, Dims{N}, -1, 100);
+    zk::store_i64(labels.bytes.data(), DType::i64, 3, -100);
+    HostT rp(t, Dims{N}), rg(t, Dims{N, Vl}), g = random_tensor(t, Dims{N});
+    ZT_CPU_OK(zk::cpu::label_pick(logits.in(), labels.in(), rp.out(), 33, -100));
+    ZT_CPU_OK(zk::cpu::label_pick_grad(labels.in(), g.in(), rg.out(), 33, -100));
+    DevT gl(logits), glb(labels), gg(g), gp(t, Dims{N}), ggr(t, Dims{N, Vl});
+    ZT_GPU_OK(zc::label_pick(gl.in(), glb.in(), gp.out(), 33, -100, nullptr));
+    ZT_GPU_OK(zc::label_pick_grad(glb.in(), gg.in(), ggr.out(), 33, -100, nullptr));
+    EXPECT_TRUE(close(gp.download(), rp, 0)) << "label_pick";
+    EXPECT_TRUE(close(ggr.download(), rg, 0)) << "label_pick_grad";
+  }
+}
+
+TEST(CudaTrain, AdamWAccumulateSumSquares) {
+  const zk::cpu::AdamWParams hp{0.9, 0.999, 1e-8, 0.01};
+  for (DType t : kFloats) {
+    const Dims s{1000, 37};
+    HostT p = random_tensor(t, s), m(DType::f32, s), v(DType::f32, s);
+    std::memset(m.bytes.data(), 0, m.bytes.size());
+    std::memset(v.bytes.data(), 0, v.bytes.size());
+    DevT gp(p), gm(m), gv(v);
+    HostT lr(DType::f32, Dims{}), step(DType::i64, Dims{}), gs(DType::f32, Dims{});
+    zk::store_f32(lr.bytes.data(), DType::f32, 0, 1e-3f);
+    zk::store_f32(gs.bytes.data(), DType::f32, 0, 0.25f);
+    DevT glr(lr), ggs(gs);
+    for (int it = 1; it <= 3; ++it) {
+      zk::store_i64(step.bytes.data(), DType::i64, 0, it);
+      HostT grad = random_tensor(t, s);
+      DevT gstep(step), gg(grad);
+      ZT_CPU_OK(zk::cpu::adamw(p.out(), grad.in(), m.out(), v.out(), lr.in(), step.in(), gs.in(), hp));
+      ZT_GPU_OK(zc::adamw(gp.out(), gg.in(), gm.out(), gv.out(), glr.in(), gstep.in(), ggs.in(), hp, nullptr));
+    }
+    // fp32: the same operations in the same order with correctly rounded intrinsics: bit for bit.
+    const float tol = t == DType::f32 ? 0.0f : tol_for(t);
+    EXPECT_TRUE(close(gp.download(), p, tol)) << "adamw param " << zk::dtype_name(t);
+    EXPECT_TRUE(close(gm.download(), m, t == DType::f32 ? 0.0f : 1e-5f)) << "adamw m";
+    EXPECT_TRUE(close(gv.download(), v, t == DType::f32 ? 0.0f : 1e-5f)) << "adamw v";
+
+    HostT target = random_tensor(t, Dims{6, 70}), val = random_tensor(DType::f32, Dims{70});
+    DevT gt(target), gval(val);
+    ZT_CPU_OK(zk::cpu::accumulate(target.out(), val.in()));
+    ZT_GPU_OK(zc::accumulate(gt.out(), gval.in(), nullptr));
+    EXPECT_TRUE(close(gt.download(), target, t == DType::f32 ? 0.0f : tol_for(t))) << "accumulate";
+
+    HostT x = random_tensor(t, Dims{3, 100003}), ref(DType::f32, Dims{});
+    ZT_CPU_OK(zk::cpu::sum_squares(x.in(), ref.out()));
+    DevT gx(x), go(DType::f32, Dims{});
+    DevBytes ws(zc::sum_squares_workspace());
+    ZT_GPU_OK(zc::sum_squares(gx.in(), go.out(), ws.ptr, nullptr));
+    EXPECT_TRUE(close(go.download(), ref, 1e-6f)) << "sum_squares";
+  }
+}
+
+TEST(CudaRuntimeOps, RangeCumsumFloorModTile) {
+  HostT st(DType::i64, Dims{}), de(DType::i64, Dims{});
+  zk::store_i64(st.bytes.data(), DType::i64, 0, 5);
+  zk::store_i64(de.bytes.data(), DType::i64, 0, -2);
+  for (DType t : {DType::i64, DType::i32}) {
+    HostT ref(t, Dims{1000});
+    HostT s2(t, Dims{}), d2(t, Dims{});
+    zk::store_i64(s2.bytes.data(), t, 0, 5);
+    zk::store_i64(d2.bytes.data(), t, 0, -2);
+    ZT_CPU_OK(zk::cpu::range(s2.in(), d2.in(), ref.out()));
+    DevT gs(s2), gd(d2), go(t, Dims{1000});
+    ZT_GPU_OK(zc::range(gs.in(), gd.in(), go.out(), nullptr));
+    EXPECT_TRUE(close(go.download(), ref, 0)) << "range";
+  }
+  {
+    HostT s2 = random_tensor(DType::f32, Dims{}), d2 = random_tensor(DType::f32, Dims{}, 0.1f, 0.5f), ref(DType::f32, Dims{777});
+    ZT_CPU_OK(zk::cpu::range(s2.in(), d2.in(), ref.out()));
+    DevT gs(s2), gd(d2), go(DType::f32, Dims{777});
+    ZT_GPU_OK(zc::range(gs.in(), gd.in(), go.out(), nullptr));
+    EXPECT_TRUE(close(go.download(), ref, 0)) << "range f32";
+  }
+  for (DType t : {DType::f32, DType::bf16, DType::i64})
+    for (int axis : {0, 1, 2})
+      for (int flags = 0; flags < 4; ++flags) {
+        HostT x = random_tensor(t, Dims{4, 33, 9}, -5, 5), ref(t, x.shape);
+        ZT_CPU_OK(zk::cpu::cumsum(x.in(), ref.out(), axis, flags & 1, flags & 2));
+        DevT gx(x), go(t, x.shape);
+        ZT_GPU_OK(zc::cumsum(gx.in(), go.out(), axis, flags & 1, flags & 2, nullptr));
+        EXPECT_TRUE(close(go.download(), ref, 0)) << "cumsum " << zk::dtype_name(t) << " axis " << axis << " flags " << flags;
+      }
+  for (DType t : kFloats) {
+    HostT x = random_tensor(t, Dims{5, 301}, -20, 20), ref(t, x.shape);
+    ZT_CPU_OK(zk::cpu::floor(x.in(), ref.out()));
+    DevT gx(x), go(t, x.shape);
+    ZT_GPU_OK(zc::floor(gx.in(), go.out(), nullptr));
+    EXPECT_TRUE(close(go.download(), ref, 0)) << "floor";
+  }
+  for (DType t : {DType::i64, DType::i32, DType::f32}) {
+    for (bool fm : {false, true}) {
+      if (zk::is_float(t) && !fm) continue;
+      HostT a = random_tensor(t, Dims{7, 50}, -100, 100), b = random_tensor(t, Dims{50}, -9, 9), ref(t, Dims{7, 50});
+      ZT_CPU_OK(zk::cpu::mod(a.in(), b.in(), ref.out(), fm));
+      DevT ga(a), gb(b), go(t, ref.shape);
+      ZT_GPU_OK(zc::mod(ga.in(), gb.in(), go.out(), fm, nullptr));
+      EXPECT_TRUE(close(go.download(), ref, 0)) << "mod " << zk::dtype_name(t) << " fmod " << fm;
+    }
+  }
+  for (DType t : {DType::f16, DType::i64}) {
+    HostT x = random_tensor(t, Dims{3, 1, 5}, -9, 9), ref(t, Dims{6, 4, 15});
+    ZT_CPU_OK(zk::cpu::tile(x.in(), ref.out()));
+    DevT gx(x), go(t, ref.shape);
+    ZT_GPU_OK(zc::tile(gx.in(), go.out(), nullptr));
+    EXPECT_TRUE(close(go.download(), ref, 0)) << "tile";
+  }
+}
+
+TEST(CudaRuntimeOps, GathersAndMinProdReductions) {
+  for (DType t : {DType::f32, DType::bf16, DType::i64}) {
+    HostT data = random_tensor(t, Dims{4, 6, 5}, -9, 9);
+    {
+      HostT idx = ids_tensor(DType::i64, Dims{7, 2}, -4, 4), ref(t, Dims{7, 5});
+      // The second coordinate indexes a dim of 6: keep it in range.
+      for (int i = 0; i < 7; ++i)
+        zk::store_i64(idx.bytes.data(), DType::i64, 2 * i + 1, zk::load_i64(idx.bytes.data(), DType::i64, 2 * i + 1) % 6);
+      ZT_CPU_OK(zk::cpu::gather_nd(data.in(), idx.in(), ref.out(), 0));
+      DevT gd(data), gi(idx), go(t, ref.shape);
+      ZT_GPU_OK(zc::gather_nd(gd.in(), gi.in(), go.out(), 0, nullptr));
+      EXPECT_TRUE(close(go.download(), ref, 0)) << "gather_nd";
+    }
+    {
+      HostT idx = ids_tensor(DType::i32, Dims{4, 3, 1}, -6, 6), ref(t, Dims{4, 3, 5});
+      ZT_CPU_OK(zk::cpu::gather_nd(data.in(), idx.in(), ref.out(), 1));
+      DevT gd(data), gi(idx), go(t, ref.shape);
+      ZT_GPU_OK(zc::gather_nd(gd.in(), gi.in(), go.out(), 1, nullptr));
+      EXPECT_TRUE(close(go.download(), ref, 0)) << "gather_nd batch_dims 1";
+    }
+    for (int axis : {0, 1, 2}) {
+      Dims is{3, 4, 5};
+      is.d[axis] = 9;
+      const int64_t dim = data.shape.d[axis];
+      HostT idx = ids_tensor(DType::i64, is, -dim, dim), ref(t, is);
+      ZT_CPU_OK(zk::cpu::gather_elements(data.in(), idx.in(), ref.out(), axis));
+      DevT gd(data), gi(idx), go(t, is);
+      ZT_GPU_OK(zc::gather_elements(gd.in(), gi.in(), go.out(), axis, nullptr));
+      EXPECT_TRUE(close(go.download(), ref, 0)) << "gather_elements axis " << axis;
+    }
+    for (Reduce op : {Reduce::min, Reduce::prod}) {
+      HostT x = t == DType::i64 ? random_tensor(t, Dims{5, 40, 3}, -3, 3) : random_tensor(t, Dims{5, 40, 3}, 0.8f, 1.2f);
+      const int64_t axes[] = {1};
+      HostT ref(t, Dims{5, 3});
+      ZT_CPU_OK(zk::cpu::reduce(op, x.in(), ref.out(), axes, 1, false));
+      DevT gx(x), go(t, ref.shape);
+      // Through cuda::reduce, which forwards min and prod.
+      ZT_GPU_OK(zc::reduce(op, gx.in(), go.out(), axes, 1, false, nullptr));
+      EXPECT_TRUE(close(go.download(), ref, op == Reduce::min || t == DType::i64 ? 0.0f : grad_tol(t)))
+          << (op == Reduce::min ? "reduce_min " : "reduce_prod ") << zk::dtype_name(t);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zt
