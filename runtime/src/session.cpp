@@ -248,6 +248,7 @@ Status Session::Impl::decode_steps() {
 Status Session::Impl::run_collective(const Step &s) {
   const auto op = static_cast<fb::Op>(s.op);
   void *stream = backend->native_stream(s.stream);
+  comm->set_step(static_cast<uint64_t>(s.index));  // named by the collective order check's header
   if (op == fb::Op::barrier) return comm->barrier(s.axis);
   const TensorRef &in = s.inputs[0], &out = s.outputs[0];
   const size_t es = dtype_size(in.dtype);

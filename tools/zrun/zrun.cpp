@@ -2,7 +2,7 @@
 //
 //   mpirun -np WORLD zrun PLAN --input NAME=FILE.npy ... [--random-inputs] --output NAME=FILE.npy
 //          [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS]
-//          [--expect NAME=FILE.npy [--tolerance T]] [--cuda-graph]
+//          [--expect NAME=FILE.npy [--tolerance T]] [--cuda-graph] [--check-collectives]
 //
 // Input files hold the global batch (each dp group takes its rows); output files receive the whole
 // global output, written by rank 0. Every rank prints its planned and measured peak arena bytes and the
@@ -35,6 +35,7 @@ struct Args {
   double tolerance = 1e-4;
   bool random_inputs = false;
   bool cuda_graph = false;
+  bool check_collectives = false;
   int repeat = 1;
   int warmup = 0;
   bool init_random = false;
@@ -114,6 +115,9 @@ int parse_args(int argc, char **argv, Args *a) {
   app.add_option("--tolerance", a->tolerance, "Largest absolute difference --expect accepts")
       ->type_name("T")->check(number_in(0, 1e30))->capture_default_str();
   app.add_flag("--cuda-graph", a->cuda_graph, "cuda: capture the step as a CUDA graph and replay it");
+  app.add_flag("--check-collectives", a->check_collectives,
+               "Before each collective, every rank agrees its sequence number, op, group, bytes and dtype; a "
+               "mismatch ends the job naming both sides (also ZRT_CHECK_COLLECTIVES=1)");
 
   const bool speak = launcher_rank() == 0;
   auto fail = [&](const std::string &msg) {
@@ -221,6 +225,8 @@ int main(int argc, char **argv) {
   // The CUDA backend captures the step as a CUDA graph after the first run and replays it (plans without
   // collectives); it reads the switch from the environment so that apps of the library get it too.
   if (args.cuda_graph) setenv("ZRT_CUDA_GRAPH", "1", 1);
+  // The communicators read the order check's switch when they are made, as apps of the library do.
+  if (args.check_collectives) setenv("ZRT_CHECK_COLLECTIVES", "1", 1);
 
   zrt::Options opts;
   opts.init = args.init_random ? zrt::InitMode::random : zrt::InitMode::file;

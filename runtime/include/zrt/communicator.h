@@ -9,9 +9,19 @@
 // Groups follow docs/design.md: world = tp x dp, rank r has tp index r % tp and dp index r / tp; a tp group
 // is the ranks of one dp index, in tp-index order; a dp group the ranks of one tp index, in dp-index order.
 // "Group order" below means that order.
+//
+// The collective order check (zrun --check-collectives, or ZRT_CHECK_COLLECTIVES=1 in the environment when
+// the communicator is made): before each data-plane collective, every rank of the job agrees a small header
+// over the control plane: its count of collectives so far, the plan step issuing it, the op, the axis, the
+// bytes, the dtype and the root. Every rank runs the same plan, so every rank issues the same sequence of
+// collectives (on its own tp/dp group); a rank that skips or changes one makes the headers differ, and every
+// rank then returns the same comm_error naming both sides instead of waiting in a collective that never
+// matches. The check is world-wide, so it also catches a divergence that a per-group exchange would turn
+// into a wait on another group.
 #ifndef ZRT_COMMUNICATOR_H
 #define ZRT_COMMUNICATOR_H
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -19,6 +29,22 @@
 #include "zrt/types.h"
 
 namespace zrt {
+
+/// The data-plane collectives, as the order check names them.
+enum class CollectiveOp : uint8_t { all_reduce = 1, all_gather, reduce_scatter, broadcast, barrier };
+
+/// What a rank is about to issue, as the order check compares it.
+struct CollectiveHeader {
+  uint64_t seq = 0;                     // data-plane collectives this communicator issued before this one
+  uint64_t step = ~uint64_t{0};         // the plan step issuing it (set_step); all ones when none was set
+  CollectiveOp op = CollectiveOp::barrier;
+  Axis axis = Axis::none;
+  DType dtype = DType::bool8;           // the element type of reductions; bytes-only collectives say bool8
+  int root = -1;                        // broadcast's root group rank, -1 otherwise
+  uint64_t bytes = 0;                   // this rank's send bytes
+};
+/// "all_reduce over tp of 4096 B f32 (collective #3, plan step 17)".
+std::string describe(const CollectiveHeader &h);
 
 class Communicator {
  public:
@@ -52,7 +78,31 @@ class Communicator {
   virtual Status gather_host(const void *send, void *recv, const size_t *counts, int root) = 0;
   /// Ends every rank of the job (used when a rank cannot continue and the others may be blocked).
   virtual void abort(int code) = 0;
+
+  // --- collective order check (see the top of this file). Collective over the world when on: every rank
+  // must turn it on or off alike, before its first collective.
+  void set_check_collectives(bool on) { check_ = on; }
+  bool check_collectives() const { return check_; }
+  /// Data-plane collectives issued so far (counted whether or not the check is on).
+  uint64_t collectives_issued() const { return seq_; }
+  /// Names the plan step whose collectives follow, so that skipping one of two equal collectives shows as
+  /// a different step rather than as a shifted but identical header.
+  void set_step(uint64_t step) { step_ = step; }
+
+ protected:
+  /// Called by each implementation at the top of every data-plane collective: counts it and, with the check
+  /// on, agrees its header with every rank of the job; a mismatch returns comm_error naming both sides (the
+  /// same message on every rank).
+  Status check_order(CollectiveOp op, Axis axis, uint64_t bytes, DType dtype, int root);
+
+ private:
+  bool check_ = false;
+  uint64_t seq_ = 0;
+  uint64_t step_ = ~uint64_t{0};
 };
+
+/// Whether ZRT_CHECK_COLLECTIVES asks for the order check ("1", "on", "true"; anything else or unset: off).
+bool check_collectives_from_env();
 
 /// Initialises MPI if nobody has (MPI_Init_thread, MPI_THREAD_SERIALIZED) and returns a communicator over
 /// MPI_COMM_WORLD. Errors on MPI calls are returned as Status, not fatal.

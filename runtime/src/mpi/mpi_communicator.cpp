@@ -102,6 +102,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status all_reduce(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *) override {
+    ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::all_reduce, axis, count * dtype_size(dtype), dtype, -1));
     ZRT_RETURN_IF_ERROR(check_count(count, "all_reduce"));
     MPI_Datatype t;
     MPI_Op op = MPI_SUM;
@@ -112,6 +113,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status all_gather(Axis axis, const void *send, void *recv, size_t bytes, void *) override {
+    ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::all_gather, axis, bytes, DType::bool8, -1));
     ZRT_RETURN_IF_ERROR(check_count(bytes, "all_gather"));
     ZRT_MPI_CHECK(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
                                 comm(axis)));
@@ -119,6 +121,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status reduce_scatter(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *) override {
+    ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::reduce_scatter, axis, count * dtype_size(dtype) * group_size(axis),
+                                    dtype, -1));
     ZRT_RETURN_IF_ERROR(check_count(count, "reduce_scatter"));
     MPI_Datatype t;
     MPI_Op op = MPI_SUM;
@@ -128,12 +132,14 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status broadcast(Axis axis, void *buf, size_t bytes, int root, void *) override {
+    ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::broadcast, axis, bytes, DType::bool8, root));
     ZRT_RETURN_IF_ERROR(check_count(bytes, "broadcast"));
     ZRT_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm(axis)));
     return {};
   }
 
   Status barrier(Axis axis) override {
+    ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::barrier, axis, 0, DType::bool8, -1));
     ZRT_MPI_CHECK(MPI_Barrier(comm(axis)));
     return {};
   }
@@ -204,6 +210,7 @@ Status make_mpi_communicator(std::unique_ptr<Communicator> *out) {
   }
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
   ZRT_RETURN_IF_ERROR(c->init());
+  c->set_check_collectives(check_collectives_from_env());
   *out = std::move(c);
   return {};
 }

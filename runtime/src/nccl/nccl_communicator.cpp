@@ -42,6 +42,10 @@ class NcclCommunicator final : public Communicator {
   explicit NcclCommunicator(std::unique_ptr<Communicator> control) : ctl_(std::move(control)) {
     const char *t = std::getenv("ZRT_NCCL_TIMEOUT_S");
     timeout_s_ = t ? std::atof(t) : 600.0;
+    // The order check moves here from the control-plane communicator: the barrier below goes through it,
+    // and one count of collectives (this one's) keeps the headers' sequence numbers those of the data plane.
+    set_check_collectives(ctl_->check_collectives());
+    ctl_->set_check_collectives(false);
   }
   ~NcclCommunicator() override {
     set_comm_watch(nullptr, nullptr);
@@ -88,6 +92,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status all_reduce(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream) override {
+    ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::all_reduce, axis, count * dtype_size(dtype), dtype, -1));
     if (group_size(axis) == 1) return self_copy(send, recv, count * dtype_size(dtype), stream);
     ncclComm_t c;
     ZRT_RETURN_IF_ERROR(comm_of(axis, &c));
@@ -97,6 +102,7 @@ class NcclCommunicator final : public Communicator {
     return {};
   }
   Status all_gather(Axis axis, const void *send, void *recv, size_t bytes, void *stream) override {
+    ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::all_gather, axis, bytes, DType::bool8, -1));
     if (group_size(axis) == 1) return self_copy(send, recv, bytes, stream);
     ncclComm_t c;
     ZRT_RETURN_IF_ERROR(comm_of(axis, &c));
@@ -104,6 +110,8 @@ class NcclCommunicator final : public Communicator {
     return {};
   }
   Status reduce_scatter(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream) override {
+    ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::reduce_scatter, axis, count * dtype_size(dtype) * group_size(axis),
+                                    dtype, -1));
     if (group_size(axis) == 1) return self_copy(send, recv, count * dtype_size(dtype), stream);
     ncclComm_t c;
     ZRT_RETURN_IF_ERROR(comm_of(axis, &c));
@@ -113,6 +121,7 @@ class NcclCommunicator final : public Communicator {
     return {};
   }
   Status broadcast(Axis axis, void *buf, size_t bytes, int root, void *stream) override {
+    ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::broadcast, axis, bytes, DType::bool8, root));
     if (group_size(axis) == 1) return {};
     ncclComm_t c;
     ZRT_RETURN_IF_ERROR(comm_of(axis, &c));
@@ -120,6 +129,7 @@ class NcclCommunicator final : public Communicator {
     return {};
   }
   Status barrier(Axis axis) override {
+    ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::barrier, axis, 0, DType::bool8, -1));
     // Device work first (the plan's barrier orders everything before it), then the host barrier.
     ZRT_CUDA_CHECK(cudaDeviceSynchronize());
     return ctl_->barrier(axis);
