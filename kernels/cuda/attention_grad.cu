@@ -5,8 +5,17 @@
 //   dk_j = scale sum_{h in group, i} dS_hij q_hi,  dv_j = sum_{h in group, i} P_hij dout_hi.
 // dkdv_kernel owns a tile of keys of one kv head and walks every query of the heads sharing it (GQA), so
 // dk and dv are summed inside one block: no atomics, the same result on every run. dq_kernel owns a tile
-// of queries and walks the keys. Tiles live in shared memory in fp32; the math is fp32 on CUDA cores
-// (a tensor-core version for bf16 is the next step). Causal tiles that see nothing are skipped.
+// of queries and walks the keys. Causal tiles that see nothing are skipped. Two implementations:
+//  - the exact path (every dtype, head dims up to 256; the default): 32 x 32 tiles in fp32 shared memory,
+//    fp32 math on CUDA cores;
+//  - the tensor-core path (bf16/f16, head dims 64 and 128; ZK_CUDA_ATTENTION_GRAD=wmma selects it until
+//    it has been measured against the exact one on a GPU): 64 x 64 tiles, the five products
+//    (S, dP, dV += P^T dO, dK += dS^T Q, dQ += dS K) on WMMA with fp32 accumulation; P and dS are rounded
+//    to the 16-bit type for their products, as FlashAttention does.
+#include <mma.h>
+
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "common.cuh"
@@ -18,6 +27,7 @@ namespace {
 
 using detail::from_f32;
 using detail::to_f32;
+namespace wmma = nvcuda::wmma;
 
 constexpr int kTile = 32;      // queries and keys per tile
 constexpr int kThreads = 256;  // 8 warps
@@ -202,6 +212,237 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const T *__restrict__ q, c
   }
 }
 
+// --- tier 1: tensor-core path -----------------------------------------------------------------------------
+constexpr int kTc = 64;        // queries and keys per tile
+constexpr int kTcWarps = 4;    // each warp owns 16 rows of the block's tile
+
+/// Shared-memory layout of both tensor-core kernels: four 16-bit [64, Dh] tiles (Q, dO, K, V), two fp32
+/// [64, 64] score tiles (S, dP), two 16-bit [64, 64] tiles (P, dS), two fp32 [64, Dh] accumulators and the
+/// rows' lse and D. Row strides are padded against bank conflicts and keep every WMMA pointer 32-byte aligned.
+template <int Dh>
+struct TcSmem {
+  static constexpr int ld = Dh + 8, lds = kTc + 4, ldp = kTc + 8, lda = Dh + 4;
+  static constexpr size_t tile = size_t(kTc) * ld * 2, score = size_t(kTc) * lds * 4, prob = size_t(kTc) * ldp * 2;
+  static constexpr size_t acc = size_t(kTc) * lda * 4;
+  static constexpr size_t bytes = 4 * tile + 2 * score + 2 * prob + 2 * acc + 2 * kTc * 4;
+};
+
+/// Copies `rows` rows of Dh 16-bit elements (row stride Dh in global memory) into shared rows of stride
+/// ld, 16 bytes per thread per step; rows past `valid` are zero.
+template <int Dh, class T>
+__device__ __forceinline__ void load_tile16(T *dst, const T *src, int valid, int ld) {
+  constexpr int per_row = Dh / 8;
+  for (int e = threadIdx.x; e < kTc * per_row; e += blockDim.x) {
+    const int r = e / per_row, c = (e % per_row) * 8;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r < valid) val = *reinterpret_cast<const uint4 *>(src + static_cast<int64_t>(r) * Dh + c);
+    *reinterpret_cast<uint4 *>(dst + r * ld + c) = val;
+  }
+}
+
+/// For the warp's 16 rows: X = A B^T and Y = C E^T over Dh (A, C: the warp's rows of a [64, Dh] tile;
+/// B, E: all 64 rows of another), stored to fp32 [16, 64] tiles Xs and Ys (row stride lds).
+template <class T, int Dh>
+__device__ __forceinline__ void two_products(const T *A, const T *B, const T *C, const T *E, float *Xs, float *Ys) {
+  using L = TcSmem<Dh>;
+#pragma unroll
+  for (int nb = 0; nb < kTc / 16; ++nb) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> x, y;
+    wmma::fill_fragment(x, 0.0f);
+    wmma::fill_fragment(y, 0.0f);
+#pragma unroll
+    for (int kk = 0; kk < Dh / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bt;  // B^T: B's rows read as columns
+      wmma::load_matrix_sync(a, A + kk * 16, L::ld);
+      wmma::load_matrix_sync(bt, B + nb * 16 * L::ld + kk * 16, L::ld);
+      wmma::mma_sync(x, a, bt, x);
+      wmma::load_matrix_sync(a, C + kk * 16, L::ld);
+      wmma::load_matrix_sync(bt, E + nb * 16 * L::ld + kk * 16, L::ld);
+      wmma::mma_sync(y, a, bt, y);
+    }
+    wmma::store_matrix_sync(Xs + nb * 16, x, L::lds, wmma::mem_row_major);
+    wmma::store_matrix_sync(Ys + nb * 16, y, L::lds, wmma::mem_row_major);
+  }
+}
+
+/// Acc[16, Dh] (fp32, the warp's rows, stride lda) += P[16, 64] (16-bit, stride ldp) X[64, Dh] (16-bit,
+/// stride ld).
+template <class T, int Dh>
+__device__ __forceinline__ void accumulate_product(float *Acc, const T *P, const T *X) {
+  using L = TcSmem<Dh>;
+#pragma unroll
+  for (int nd = 0; nd < Dh / 16; ++nd) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, Acc + nd * 16, L::lda, wmma::mem_row_major);
+#pragma unroll
+    for (int kk = 0; kk < kTc / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
+      wmma::load_matrix_sync(a, P + kk * 16, L::ldp);
+      wmma::load_matrix_sync(b, X + kk * 16 * L::ld + nd * 16, L::ld);
+      wmma::mma_sync(acc, a, b, acc);
+    }
+    wmma::store_matrix_sync(Acc + nd * 16, acc, L::lda, wmma::mem_row_major);
+  }
+}
+
+template <class T, int Dh>
+struct TcPtrs {
+  T *Qs, *dOs, *Ks, *Vs;
+  float *Ss, *dPs;
+  T *Ps, *dSs;
+  float *A1, *A2, *lse_s, *D_s;
+  __device__ explicit TcPtrs(unsigned char *smem) {
+    using L = TcSmem<Dh>;
+    Qs = reinterpret_cast<T *>(smem);
+    dOs = reinterpret_cast<T *>(smem + L::tile);
+    Ks = reinterpret_cast<T *>(smem + 2 * L::tile);
+    Vs = reinterpret_cast<T *>(smem + 3 * L::tile);
+    unsigned char *p = smem + 4 * L::tile;
+    Ss = reinterpret_cast<float *>(p);
+    dPs = reinterpret_cast<float *>(p + L::score);
+    p += 2 * L::score;
+    Ps = reinterpret_cast<T *>(p);
+    dSs = reinterpret_cast<T *>(p + L::prob);
+    p += 2 * L::prob;
+    A1 = reinterpret_cast<float *>(p);
+    A2 = reinterpret_cast<float *>(p + L::acc);
+    p += 2 * L::acc;
+    lse_s = reinterpret_cast<float *>(p);
+    D_s = lse_s + kTc;
+  }
+};
+
+/// dK and dV for 64 keys of one kv head, over every query of the heads sharing it. Warp w owns keys
+/// 16w .. 16w + 15: it computes S^T = K Q^T and dP^T = V dO^T for them, then P^T, dS^T, and adds
+/// P^T dO and dS^T Q into its rows of the accumulators.
+template <class T, int Dh>
+__global__ void __launch_bounds__(kTcWarps * 32) dkdv_tc_kernel(const T *__restrict__ q, const T *__restrict__ k,
+                                                                 const T *__restrict__ v, const T *__restrict__ dout,
+                                                                 const float *__restrict__ lse,
+                                                                 const float *__restrict__ D, T *__restrict__ dk,
+                                                                 T *__restrict__ dv, GradDims d) {
+  using L = TcSmem<Dh>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  TcPtrs<T, Dh> sp(smem);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int j0 = blockIdx.x * kTc, bk = blockIdx.y, b = bk / d.Hkv, kh = bk % d.Hkv;
+  const int group = d.Hq / d.Hkv, shift = d.T - d.S;
+  const int64_t kvbase = static_cast<int64_t>(bk) * d.T * Dh;
+  load_tile16<Dh>(sp.Ks, k + kvbase + static_cast<int64_t>(j0) * Dh, min(kTc, d.T - j0), L::ld);
+  load_tile16<Dh>(sp.Vs, v + kvbase + static_cast<int64_t>(j0) * Dh, min(kTc, d.T - j0), L::ld);
+  for (int e = threadIdx.x; e < kTc * L::lda; e += blockDim.x) {
+    sp.A1[e] = 0.0f;
+    sp.A2[e] = 0.0f;
+  }
+  float *Ss = sp.Ss + warp * 16 * L::lds, *dPs = sp.dPs + warp * 16 * L::lds;
+  T *Ps = sp.Ps + warp * 16 * L::ldp, *dSs = sp.dSs + warp * 16 * L::ldp;
+  const int first = d.causal ? max(0, j0 - shift) / kTc * kTc : 0;
+  for (int g = 0; g < group; ++g) {
+    const int h = kh * group + g;
+    const int64_t bh = static_cast<int64_t>(b) * d.Hq + h;
+    for (int i0 = first; i0 < d.S; i0 += kTc) {
+      __syncthreads();  // every warp is done with the previous Q and dO tiles
+      load_tile16<Dh>(sp.Qs, q + (bh * d.S + i0) * Dh, min(kTc, d.S - i0), L::ld);
+      load_tile16<Dh>(sp.dOs, dout + (bh * d.S + i0) * Dh, min(kTc, d.S - i0), L::ld);
+      for (int r = threadIdx.x; r < kTc; r += blockDim.x) {
+        sp.lse_s[r] = i0 + r < d.S ? lse[bh * d.S + i0 + r] : -INFINITY;
+        sp.D_s[r] = i0 + r < d.S ? D[bh * d.S + i0 + r] : 0.0f;
+      }
+      __syncthreads();
+      two_products<T, Dh>(sp.Ks + warp * 16 * L::ld, sp.Qs, sp.Vs + warp * 16 * L::ld, sp.dOs, Ss, dPs);
+      __syncwarp();
+      for (int e = lane; e < 16 * kTc; e += 32) {
+        const int r = e / kTc, c = e % kTc;
+        const int j = j0 + warp * 16 + r, i = i0 + c;
+        const float l = sp.lse_s[c];
+        float p = 0.0f, ds = 0.0f;
+        if (j < d.T && i < d.S && (!d.causal || j <= i + shift) && l != -INFINITY) {
+          float sc = Ss[r * L::lds + c] * d.scale;
+          if (d.mask)
+            sc += detail::load_f(d.mask, d.mask_dtype,
+                                 b * d.mst[0] + h * d.mst[1] + static_cast<int64_t>(i) * d.mst[2] +
+                                     static_cast<int64_t>(j) * d.mst[3]);
+          p = expf(sc - l);
+          ds = p * (dPs[r * L::lds + c] - sp.D_s[c]);
+        }
+        Ps[r * L::ldp + c] = from_f32<T>(p);
+        dSs[r * L::ldp + c] = from_f32<T>(ds);
+      }
+      __syncwarp();
+      accumulate_product<T, Dh>(sp.A2 + warp * 16 * L::lda, Ps, sp.dOs);  // dV += P^T dO
+      accumulate_product<T, Dh>(sp.A1 + warp * 16 * L::lda, dSs, sp.Qs);  // dK += dS^T Q
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kTc * Dh; e += blockDim.x) {
+    const int r = e / Dh, c = e % Dh;
+    if (j0 + r < d.T) {
+      const int64_t at = kvbase + static_cast<int64_t>(j0 + r) * Dh + c;
+      dk[at] = from_f32<T>(sp.A1[r * L::lda + c] * d.scale);
+      dv[at] = from_f32<T>(sp.A2[r * L::lda + c]);
+    }
+  }
+}
+
+/// dQ for 64 queries of one head, over every key it sees. Warp w owns queries 16w .. 16w + 15.
+template <class T, int Dh>
+__global__ void __launch_bounds__(kTcWarps * 32) dq_tc_kernel(const T *__restrict__ q, const T *__restrict__ k,
+                                                               const T *__restrict__ v, const T *__restrict__ dout,
+                                                               const float *__restrict__ lse, const float *__restrict__ D,
+                                                               T *__restrict__ dq, GradDims d) {
+  using L = TcSmem<Dh>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  TcPtrs<T, Dh> sp(smem);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int i0 = blockIdx.x * kTc, bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq;
+  const int kh = h / (d.Hq / d.Hkv), shift = d.T - d.S;
+  const int64_t qbase = static_cast<int64_t>(bh) * d.S * Dh;
+  const int64_t kvbase = (static_cast<int64_t>(b) * d.Hkv + kh) * d.T * Dh;
+  load_tile16<Dh>(sp.Qs, q + qbase + static_cast<int64_t>(i0) * Dh, min(kTc, d.S - i0), L::ld);
+  load_tile16<Dh>(sp.dOs, dout + qbase + static_cast<int64_t>(i0) * Dh, min(kTc, d.S - i0), L::ld);
+  for (int r = threadIdx.x; r < kTc; r += blockDim.x) {
+    sp.lse_s[r] = i0 + r < d.S ? lse[static_cast<int64_t>(bh) * d.S + i0 + r] : -INFINITY;
+    sp.D_s[r] = i0 + r < d.S ? D[static_cast<int64_t>(bh) * d.S + i0 + r] : 0.0f;
+  }
+  for (int e = threadIdx.x; e < kTc * L::lda; e += blockDim.x) sp.A1[e] = 0.0f;
+  float *Ss = sp.Ss + warp * 16 * L::lds, *dPs = sp.dPs + warp * 16 * L::lds;
+  T *dSs = sp.dSs + warp * 16 * L::ldp;
+  const int end = d.causal ? min(d.T, i0 + kTc + shift) : d.T;
+  for (int j0 = 0; j0 < end; j0 += kTc) {
+    __syncthreads();  // every warp is done with the previous K and V tiles
+    load_tile16<Dh>(sp.Ks, k + kvbase + static_cast<int64_t>(j0) * Dh, min(kTc, d.T - j0), L::ld);
+    load_tile16<Dh>(sp.Vs, v + kvbase + static_cast<int64_t>(j0) * Dh, min(kTc, d.T - j0), L::ld);
+    __syncthreads();
+    two_products<T, Dh>(sp.Qs + warp * 16 * L::ld, sp.Ks, sp.dOs + warp * 16 * L::ld, sp.Vs, Ss, dPs);
+    __syncwarp();
+    for (int e = lane; e < 16 * kTc; e += 32) {
+      const int r = e / kTc, c = e % kTc;
+      const int i = i0 + warp * 16 + r, j = j0 + c;
+      const float l = sp.lse_s[warp * 16 + r];
+      float ds = 0.0f;
+      if (j < d.T && i < d.S && (!d.causal || j <= i + shift) && l != -INFINITY) {
+        float sc = Ss[r * L::lds + c] * d.scale;
+        if (d.mask)
+          sc += detail::load_f(d.mask, d.mask_dtype,
+                               b * d.mst[0] + h * d.mst[1] + static_cast<int64_t>(i) * d.mst[2] +
+                                   static_cast<int64_t>(j) * d.mst[3]);
+        const float p = expf(sc - l);
+        ds = p * (dPs[r * L::lds + c] - sp.D_s[warp * 16 + r]);
+      }
+      dSs[r * L::ldp + c] = from_f32<T>(ds);
+    }
+    __syncwarp();
+    accumulate_product<T, Dh>(sp.A1 + warp * 16 * L::lda, dSs, sp.Ks);  // dQ += dS K
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kTc * Dh; e += blockDim.x) {
+    const int r = e / Dh, c = e % Dh;
+    if (i0 + r < d.S) dq[qbase + static_cast<int64_t>(i0 + r) * Dh + c] = from_f32<T>(sp.A1[r * L::lda + c] * d.scale);
+  }
+}
+
 }  // namespace
 
 // --- tier 2 ---------------------------------------------------------------------------------------------------
@@ -225,6 +466,28 @@ cudaError_t attention_grad(const T *q, const T *k, const T *v, const T *out, con
     dkdv_kernel<T><<<dim3((d.T + kTile - 1) / kTile, d.B * d.Hkv), kThreads, smem, s>>>(q, k, v, dout, lse, D, dk, dv, d);
   if (d.S > 0)
     dq_kernel<T><<<dim3((d.S + kTile - 1) / kTile, d.B * d.Hq), kThreads, smem, s>>>(q, k, v, dout, lse, D, dq, d);
+  return detail::launched();
+}
+
+template <class T, int Dh>
+cudaError_t attention_grad_tc(const T *q, const T *k, const T *v, const T *out, const T *dout, const float *lse, T *dq,
+                              T *dk, T *dv, float *D, const GradDims &d, cudaStream_t s) {
+  const int64_t rows = static_cast<int64_t>(d.B) * d.Hq * d.S;
+  if (rows > 0)
+    delta_kernel<T><<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads), kThreads, 0, s>>>(out, dout, D, rows,
+                                                                                                       d.Dh);
+  const size_t smem = TcSmem<Dh>::bytes;
+  static cudaError_t a1 = cudaFuncSetAttribute(dkdv_tc_kernel<T, Dh>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+  static cudaError_t a2 = cudaFuncSetAttribute(dq_tc_kernel<T, Dh>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+  if (a1 != cudaSuccess) return a1;
+  if (a2 != cudaSuccess) return a2;
+  if (d.T > 0)
+    dkdv_tc_kernel<T, Dh><<<dim3((d.T + kTc - 1) / kTc, d.B * d.Hkv), kTcWarps * 32, smem, s>>>(q, k, v, dout, lse, D, dk,
+                                                                                                dv, d);
+  if (d.S > 0)
+    dq_tc_kernel<T, Dh><<<dim3((d.S + kTc - 1) / kTc, d.B * d.Hq), kTcWarps * 32, smem, s>>>(q, k, v, dout, lse, D, dq, d);
   return detail::launched();
 }
 
@@ -267,6 +530,26 @@ GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, c
     d.mask = mask.data;
     d.mask_dtype = mask.dtype;
     for (int i = 0; i < 4; ++i) d.mst[i] = st[i];
+  }
+  const bool aligned = (reinterpret_cast<uintptr_t>(q.data) | reinterpret_cast<uintptr_t>(k.data) |
+                        reinterpret_cast<uintptr_t>(v.data) | reinterpret_cast<uintptr_t>(dout.data)) % 16 == 0;
+  const char *path = std::getenv("ZK_CUDA_ATTENTION_GRAD");
+  const bool tc = path && std::strcmp(path, "wmma") == 0 && (q.dtype == DType::bf16 || q.dtype == DType::f16) &&
+                  (Dh == 64 || Dh == 128) && aligned;
+  auto run_tc = [&](auto *tag) {
+    using E = std::remove_pointer_t<decltype(tag)>;
+    auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);
+    auto *op = static_cast<const E *>(out.data), *dop = static_cast<const E *>(dout.data);
+    auto *lp = static_cast<const float *>(lse.data);
+    auto *dqp = static_cast<E *>(dq.data), *dkp = static_cast<E *>(dk.data), *dvp = static_cast<E *>(dv.data);
+    auto *ws = static_cast<float *>(workspace);
+    return Dh == 64 ? launch::attention_grad_tc<E, 64>(qp, kp, vp, op, dop, lp, dqp, dkp, dvp, ws, d, s)
+                    : launch::attention_grad_tc<E, 128>(qp, kp, vp, op, dop, lp, dqp, dkp, dvp, ws, d, s);
+  };
+  if (tc) {
+    if (q.dtype == DType::bf16) ZK_CUDA_TRY(run_tc(static_cast<__nv_bfloat16 *>(nullptr)));
+    else ZK_CUDA_TRY(run_tc(static_cast<__half *>(nullptr)));
+    return {};
   }
   auto run = [&](auto *tag) {
     using E = std::remove_pointer_t<decltype(tag)>;

@@ -4,7 +4,10 @@
 // fp32 AdamW are exact; fp32 math that sums in a different order than the reference's double sums is
 // within 1e-4 (attention backward: fp32 dot products of Dh terms inside exp) or 5e-5; 16-bit storage
 // within its rounding step (tol_for).
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 #include "gpu_test_util.h"
@@ -130,8 +133,61 @@ TEST(CudaTrain, AttentionLseAndFlashBackward) {
       {1, 2, 1, 20, 33, 32, true, 1},     // head dim off the tensor-core path
       {1, 2, 2, 256, 256, 64, true, 0},   // many tiles each way
   };
-  for (DType t : kFloats)
-    for (const AttnCase &c : cases) check_attention_grad(t, c);
+  // Both backward paths: the exact one (the default) and the tensor-core one (bf16/f16, Dh 64 and 128).
+  for (const char *path : {"", "wmma"}) {
+    SCOPED_TRACE(std::string("backward path '") + path + "'");
+    setenv("ZK_CUDA_ATTENTION_GRAD", path, 1);
+    for (DType t : kFloats)
+      for (const AttnCase &c : cases) check_attention_grad(t, c);
+  }
+  unsetenv("ZK_CUDA_ATTENTION_GRAD");
+}
+
+/// Times one call of `f` (median of 5 after a warm-up) with CUDA events on the default stream.
+template <class F>
+float time_ms(F &&f) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  f();
+  std::vector<float> ts;
+  for (int i = 0; i < 5; ++i) {
+    cudaEventRecord(a);
+    f();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    ts.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ts.begin(), ts.end());
+  return ts[2];
+}
+
+TEST(CudaTrain, AttentionTimingsAtGpt2MediumShape) {
+  // Not a check: the figures that decide which backward path is the default (B 8, 16 heads, S 1024,
+  // Dh 64, bf16, causal: one layer of gpt2-350m at the benchmark's shape). FLOPs: forward 2 products,
+  // backward 5, each 2 B H S^2 Dh, halved by causality.
+  const DType t = DType::bf16;
+  const Dims qs{8, 16, 1024, 64}, ls{8, 16, 1024};
+  HostT q = random_tensor(t, qs), k = random_tensor(t, qs), v = random_tensor(t, qs), dout = random_tensor(t, qs);
+  DevT gq(q), gk(k), gv(v), gdo(dout), gout(t, qs), glse(DType::f32, ls), gdq(t, qs), gdk(t, qs), gdv(t, qs);
+  DevBytes ws(zc::attention_grad_workspace(gq.in()));
+  const double flop = 2.0 * 8 * 16 * 1024.0 * 1024.0 * 64 / 2;
+  const float fwd = time_ms([&] { (void)zc::attention(gq.in(), gk.in(), gv.in(), zk::In{}, gout.out(), glse.out(), true, 0.125f, nullptr); });
+  std::printf("attention forward with lse: %.3f ms (%.1f TFLOP/s)\n", fwd, 2 * flop / fwd / 1e9);
+  for (const char *path : {"", "wmma"}) {
+    setenv("ZK_CUDA_ATTENTION_GRAD", path, 1);
+    const float bwd = time_ms([&] {
+      (void)zc::attention_grad(gq.in(), gk.in(), gv.in(), gout.in(), gdo.in(), glse.in(), zk::In{}, gdq.out(), gdk.out(),
+                               gdv.out(), true, 0.125f, ws.ptr, nullptr);
+    });
+    std::printf("attention backward, path '%s': %.3f ms (%.1f TFLOP/s)\n", path, bwd, 5 * flop / bwd / 1e9);
+  }
+  unsetenv("ZK_CUDA_ATTENTION_GRAD");
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 TEST(CudaTrain, EmbeddingAndLabelPick) {
