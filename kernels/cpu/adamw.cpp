@@ -2,6 +2,8 @@
 // (Python floats), applied to fp32 tensors as fp32, in PyTorch's operation order:
 //   param.mul_(1 - lr * wd); m.lerp_(g, 1 - beta1); v.mul_(beta2).addcmul_(g, g, 1 - beta2);
 //   param.addcdiv_(m, v.sqrt() / sqrt(1 - beta2^t) + eps, -lr / (1 - beta1^t)).
+// One difference remains: PyTorch's vectorised lerp uses a fused multiply-add where the hardware has one,
+// so m can differ from it in the last bit; the update here is the same on every machine.
 // This file is compiled with -ffp-contract=off so that no multiply-add is fused (which would change the
 // rounding), and with -fno-math-errno so that the square root vectorises. The reference kernel and the
 // threaded pool both run adamw_f32, so they agree bit for bit.
@@ -25,7 +27,7 @@ inline void adamw_elem(float &p, float grad, float &m, float &v, const AdamWStep
   const float mm = m + s.one_m_b1 * (g - m);
   const float vv = v * s.beta2 + s.one_m_b2 * g * g;
   const float denom = std::sqrt(vv) / s.bc2_sqrt + s.eps;
-  pp = pp + (-s.step_size) * (mm / denom);
+  pp = pp + (-s.step_size) * mm / denom;  // addcdiv computes self + (value * t1) / t2
   p = pp;
   m = mm;
   v = vv;

@@ -194,7 +194,7 @@ __global__ void adamw_kernel(void *param, DType pt, const void *grad, DType gt, 
     const float mm = __fadd_rn(m0, __fmul_rn(omb1, __fsub_rn(g, m0)));
     const float vv = __fadd_rn(__fmul_rn(v0, b2), __fmul_rn(__fmul_rn(omb2, g), g));
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv), bc2), eps);
-    p = __fadd_rn(p, __fmul_rn(-step_size, __fdiv_rn(mm, denom)));
+    p = __fadd_rn(p, __fdiv_rn(__fmul_rn(-step_size, mm), denom));
     store_f(param, pt, i, p);
     store_f(m, mt, i, mm);
     store_f(v, vt, i, vv);
