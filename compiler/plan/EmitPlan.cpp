@@ -531,7 +531,7 @@ struct Emitter {
         std::vector<int32_t> out = {indexOf(r)};
         bool lastOne = k + 1 == split.getNumResults();
         instrs.push_back(fb::CreateInstr(
-            fbb, static_cast<fb::Op>(opc::kSlice), fbb.CreateVector(inputs),
+            fbb, opc::kSlice, fbb.CreateVector(inputs),
             fbb.CreateVector(out), fbb.CreateVector(sliceInts),
             fbb.CreateVector(std::vector<double>{}), static_cast<fb::Axis>(0),
             static_cast<fb::Stream>(stream),
@@ -603,7 +603,7 @@ struct Emitter {
       countComm(op, *opcode, axis, in.bytes, out.bytes);
     }
     instrs.push_back(fb::CreateInstr(
-        fbb, static_cast<fb::Op>(*opcode), fbb.CreateVector(inputs),
+        fbb, *opcode, fbb.CreateVector(inputs),
         fbb.CreateVector(outputs), fbb.CreateVector(ints),
         fbb.CreateVector(floats), static_cast<fb::Axis>(axis),
         static_cast<fb::Stream>(stream), fbb.CreateVector(waits), signal,

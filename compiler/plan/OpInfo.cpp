@@ -121,70 +121,21 @@ AxisKind axisOf(Operation *op) {
 }
 
 std::optional<uint16_t> opcodeOf(Operation *op) {
-  // Ops whose name equals the plan's opcode name one to one (the zg dialect
-  // keeps them aligned on purpose).
-  static const llvm::StringMap<uint16_t> byName = {
-      {"zg.neg", 1},
-      {"zg.exp", 2},
-      {"zg.log", 3},
-      {"zg.sqrt", 4},
-      {"zg.reciprocal", 5},
-      {"zg.tanh", 6},
-      {"zg.erf", 7},
-      {"zg.sigmoid", 8},
-      {"zg.relu", 9},
-      {"zg.cos", 10},
-      {"zg.sin", 11},
-      {"zg.abs", 12},
-      {"zg.silu", 15},
-      {"zg.cast", 16},
-      {"zg.not", 17},
-      {"zg.add", 32},
-      {"zg.sub", 33},
-      {"zg.mul", 34},
-      {"zg.div", 35},
-      {"zg.pow", 36},
-      {"zg.max", 37},
-      {"zg.min", 38},
-      {"zg.equal", 39},
-      {"zg.less", 40},
-      {"zg.greater", 41},
-      {"zg.and", 42},
-      {"zg.or", 43},
-      {"zg.less_equal", 44},
-      {"zg.greater_equal", 45},
-      {"zg.where", 46},
-      {"zg.matmul", 64},
-      {"zg.linear", 65},
-      {"zg.softmax", 80},
-      {"zg.layer_norm", 81},
-      {"zg.rms_norm", 82},
-      {"zg.reduce_sum", 83},
-      {"zg.reduce_mean", 84},
-      {"zg.reduce_max", 85},
-      {"zg.transpose", 96},
-      {"zg.reshape", opc::kReshape},
-      {"zg.concat", 98},
-      {"zg.slice", opc::kSlice},
-      {"zg.split", opc::kSlice},
-      {"zg.gather", 100},
-      {"zg.expand", 101},
-      {"zg.embedding", 102},
-      {"zg.attention", 112},
-      {"zd.all_reduce", opc::kAllReduce},
-      {"zd.all_gather", opc::kAllGather},
-      {"zd.reduce_scatter", opc::kReduceScatter},
-      {"zd.broadcast", opc::kBroadcast},
-      {"zd.gather_param", opc::kGatherParam},
-      {"zd.release", opc::kRelease},
-      {"zd.prefetch", opc::kPrefetch},
-      {"zd.evict", opc::kEvict}};
+  // Special cases, named here: ops whose plan opcode is not their own name.
   if (auto gelu = dyn_cast<graph::GeluOp>(op))
-    return gelu.getApproximate() == "tanh" ? uint16_t(13) : uint16_t(14);
-  auto it = byName.find(op->getName().getStringRef());
-  if (it == byName.end())
+    return opc::code(gelu.getApproximate() == "tanh" ? zrt::Op::gelu_tanh
+                                                     : zrt::Op::gelu_erf);
+  if (isa<graph::SplitOp>(op))
+    return opc::kSlice;
+  // Every other zg / zd op maps onto the registry op of the same name. Storage
+  // ops (zg.weight, zg.constant, ...) have no registry entry and so no opcode.
+  StringRef dialect = op->getName().getDialectNamespace();
+  if (dialect != "zg" && dialect != "zd")
     return std::nullopt;
-  return it->second;
+  StringRef name = op->getName().stripDialect();
+  if (const zrt::OpInfo *info = zrt::op_info_by_name(name.data(), name.size()))
+    return info->code();
+  return std::nullopt;
 }
 
 unsigned spaceOf(Value value) {

@@ -15,6 +15,8 @@
 #include "mlir/IR/Value.h"
 #include "llvm/ADT/StringRef.h"
 
+#include "zrt/ops.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -37,12 +39,22 @@ enum class StreamKind : uint8_t { Compute = 0, Comm = 1, Copy = 2 };
 /// plan.fbs Axis numbers.
 enum class AxisKind : uint8_t { None = 0, Tp = 1, Dp = 2, World = 3 };
 
-/// plan.fbs Op numbers used by the planner directly.
+/// Opcodes the planner names directly, from the runtime's op registry
+/// (zrt/ops.def), which holds every number.
 namespace opc {
-constexpr uint16_t kCopy = 0, kReshape = 97, kSlice = 99, kAllReduce = 128,
-                   kAllGather = 129, kReduceScatter = 130, kBroadcast = 131,
-                   kBarrier = 132, kGatherParam = 144, kRelease = 145,
-                   kPrefetch = 160, kEvict = 161;
+constexpr uint16_t code(zrt::Op op) { return static_cast<uint16_t>(op); }
+constexpr uint16_t kCopy = code(zrt::Op::copy), kCast = code(zrt::Op::cast),
+                   kReshape = code(zrt::Op::reshape),
+                   kSlice = code(zrt::Op::slice),
+                   kAllReduce = code(zrt::Op::all_reduce),
+                   kAllGather = code(zrt::Op::all_gather),
+                   kReduceScatter = code(zrt::Op::reduce_scatter),
+                   kBroadcast = code(zrt::Op::broadcast),
+                   kBarrier = code(zrt::Op::barrier),
+                   kGatherParam = code(zrt::Op::gather_param),
+                   kRelease = code(zrt::Op::release),
+                   kPrefetch = code(zrt::Op::prefetch),
+                   kEvict = code(zrt::Op::evict);
 } // namespace opc
 
 /// Parses "fp32" | "bf16" | "fp16" into the plan dtype of float tensors.
@@ -75,8 +87,10 @@ llvm::StringRef streamName(StreamKind stream);
 AxisKind axisOf(mlir::Operation *op);
 
 /// The plan opcode of an instruction op; nullopt for ops the plan cannot
-/// express (the emitter names them in its error). zg.split is lowered to one
-/// slice per result and reports kSlice here.
+/// express (the emitter names them in its error). zg.<name> and zd.<name>
+/// map onto the registry op of the same name; the exceptions are named in
+/// OpInfo.cpp (zg.gelu by its approximation, zg.split lowered to one slice per
+/// result and reported as kSlice).
 std::optional<uint16_t> opcodeOf(mlir::Operation *op);
 
 /// The memory space (0 device, 1 host) of a value: host for host-placed

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "zrt/ops.h"
 #include "zrt/plan_file.h"
 
 namespace zrt {
@@ -75,53 +76,6 @@ struct TInfo {
   std::string name;
 };
 
-/// Operand counts and attribute counts of one opcode. ints == -1: any count the per-op check decides.
-struct OpSig {
-  int min_in, max_in, outs, ints, floats;
-};
-
-bool op_signature(fb::Op op, OpSig *s) {
-  const auto v = static_cast<int>(op);
-  if ((v >= 0 && v <= 17)) { *s = {1, 1, 1, 0, 0}; return true; }
-  if (v >= 32 && v <= 45) { *s = {2, 2, 1, 0, 0}; return true; }
-  switch (op) {
-    case fb::Op::where: *s = {3, 3, 1, 0, 0}; return true;
-    case fb::Op::matmul: *s = {2, 2, 1, 2, 0}; return true;
-    case fb::Op::linear: *s = {2, 3, 1, 1, 1}; return true;
-    case fb::Op::softmax: *s = {1, 1, 1, 1, 0}; return true;
-    case fb::Op::layer_norm: *s = {2, 3, 1, 1, 1}; return true;
-    case fb::Op::rms_norm: *s = {1, 2, 1, 0, 1}; return true;
-    case fb::Op::reduce_sum:
-    case fb::Op::reduce_mean:
-    case fb::Op::reduce_max: *s = {1, 1, 1, -1, 0}; return true;
-    case fb::Op::transpose: *s = {1, 1, 1, -1, 0}; return true;
-    case fb::Op::reshape: *s = {1, 1, 1, 0, 0}; return true;
-    case fb::Op::concat: *s = {1, 1 << 20, 1, 1, 0}; return true;
-    case fb::Op::slice: *s = {1, 1, 1, -1, 0}; return true;
-    case fb::Op::gather: *s = {2, 2, 1, 1, 0}; return true;
-    case fb::Op::expand: *s = {1, 1, 1, 0, 0}; return true;
-    case fb::Op::embedding: *s = {2, 2, 1, 1, 0}; return true;
-    case fb::Op::fill: *s = {0, 0, 1, 0, 1}; return true;
-    case fb::Op::attention: *s = {3, 4, 1, 1, 1}; return true;
-    case fb::Op::all_reduce: *s = {1, 1, 1, 0, 0}; return true;
-    case fb::Op::all_gather:
-    case fb::Op::reduce_scatter:
-    case fb::Op::broadcast: *s = {1, 1, 1, 1, 0}; return true;
-    case fb::Op::barrier: *s = {0, 0, 0, 0, 0}; return true;
-    case fb::Op::gather_param: *s = {1, 1, 1, 0, 0}; return true;
-    case fb::Op::release: *s = {1, 1, 0, 0, 0}; return true;
-    case fb::Op::prefetch:
-    case fb::Op::evict: *s = {1, 1, 1, 0, 0}; return true;
-    default: return false;
-  }
-}
-
-/// Inputs that an instruction may leave out by passing -1 (optional operands).
-bool optional_input(fb::Op op, size_t i) {
-  return (op == fb::Op::linear && i == 2) || (op == fb::Op::layer_norm && i == 2) ||
-         (op == fb::Op::rms_norm && i == 1) || (op == fb::Op::attention && i == 3);
-}
-
 template <class T>
 bool aligned8(const flatbuffers::Vector<T> *v) {
   return !v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->Data()) % 8 == 0;
@@ -176,7 +130,7 @@ class Verifier {
   Status check_constants_and_weights();
   Status check_io();
   Status check_instr(int idx, const fb::Instr &in);
-  Status check_shapes(fb::Op op, const fb::Instr &in, const std::vector<int> &ins, const std::vector<int> &outs,
+  Status check_shapes(const OpInfo &sig, const fb::Instr &in, const std::vector<int> &ins, const std::vector<int> &outs,
                       const std::string &where);
   int group(fb::Axis a) const {
     switch (a) {
@@ -444,27 +398,28 @@ Status Verifier::check_io() {
 }
 
 Status Verifier::check_instr(int idx, const fb::Instr &in) {
-  const fb::Op op = in.op();
-  const char *opname = fb::EnumNameOp(op);
-  std::string where = "instruction " + std::to_string(idx) + " (" + (opname && *opname ? opname : "?") +
+  const OpInfo *info = op_info(in.op());
+  std::string where = "instruction " + std::to_string(idx) + " (" + (info ? info->name : "?") +
                       (in.name() ? " '" + in.name()->str() + "'" : "") + ")";
-  OpSig sig;
-  if (!op_signature(op, &sig)) return fail(where + ": unknown opcode " + std::to_string(static_cast<int>(op)));
+  if (!info) return fail(where + ": unknown opcode " + std::to_string(in.op()) + " (not in the op registry)");
+  const Op op = info->op;
+  const OpInfo &sig = *info;
   const int nin = in.inputs() ? static_cast<int>(in.inputs()->size()) : 0;
   const int nout = in.outputs() ? static_cast<int>(in.outputs()->size()) : 0;
   const int nints = in.ints() ? static_cast<int>(in.ints()->size()) : 0;
   const int nfl = in.floats() ? static_cast<int>(in.floats()->size()) : 0;
+  auto range = [](int lo, int hi) { return std::to_string(lo) + (hi != lo ? " to " + std::to_string(hi) : ""); };
   if (nin < sig.min_in || nin > sig.max_in)
-    return fail(where + ": has " + std::to_string(nin) + " inputs, expects " + std::to_string(sig.min_in) +
-                (sig.max_in != sig.min_in ? " to " + std::to_string(sig.max_in) : ""));
-  if (nout != sig.outs) return fail(where + ": has " + std::to_string(nout) + " outputs, expects " + std::to_string(sig.outs));
-  if (sig.ints >= 0 && nints != sig.ints)
-    return fail(where + ": has " + std::to_string(nints) + " ints, expects " + std::to_string(sig.ints));
+    return fail(where + ": has " + std::to_string(nin) + " inputs, expects " + range(sig.min_in, sig.max_in));
+  if (nout < sig.min_out || nout > sig.max_out)
+    return fail(where + ": has " + std::to_string(nout) + " outputs, expects " + range(sig.min_out, sig.max_out));
+  if (sig.min_ints != ZRT_PER_OP && (nints < sig.min_ints || nints > sig.max_ints))
+    return fail(where + ": has " + std::to_string(nints) + " ints, expects " + range(sig.min_ints, sig.max_ints));
   if (nfl != sig.floats) return fail(where + ": has " + std::to_string(nfl) + " floats, expects " + std::to_string(sig.floats));
   std::vector<int> ins, outs;
   for (int i = 0; i < nin; ++i) {
     int t = in.inputs()->Get(i);
-    if (t == -1 && optional_input(op, i)) { ins.push_back(-1); continue; }
+    if (t == -1 && sig.optional_input(i)) { ins.push_back(-1); continue; }
     if (t < 0 || t >= static_cast<int>(t_.size())) return fail(where + ": input " + std::to_string(i) + " is tensor index " + std::to_string(t) + ", out of range");
     ins.push_back(t);
   }
@@ -474,48 +429,95 @@ Status Verifier::check_instr(int idx, const fb::Instr &in) {
     const auto k = t_[t].kind;
     if (k == fb::TensorKind::input || k == fb::TensorKind::constant || k == fb::TensorKind::weight || k == fb::TensorKind::weight_shard) {
       // Prefetch and evict may move weights between spaces; nothing else writes a bound tensor.
-      if (!(op == fb::Op::prefetch || op == fb::Op::evict))
+      if (sig.category != OpCategory::transfer)
         return fail(where + ": writes " + tn(t) + ", which is a bound " + fb::EnumNameTensorKind(k) + " tensor");
     }
     outs.push_back(t);
   }
+  // Results written in place must name the very tensor of the operand they overwrite.
+  for (int k = 0; k < nout; ++k) {
+    const int src = sig.in_place_input(k);
+    if (src >= 0 && outs[k] != ins[src])
+      return fail(where + ": output " + std::to_string(k) + " is " + tn(outs[k]) + " but the op writes it in place over input " +
+                  std::to_string(src) + " (" + tn(ins[src]) + ")");
+  }
   if (in.axis() > fb::Axis::MAX) return fail(where + ": unknown axis");
-  if (is_collective(op) && op != fb::Op::gather_param && in.axis() == fb::Axis::none)
+  if (sig.category == OpCategory::collective && in.axis() == fb::Axis::none)
     return fail(where + ": a collective needs an axis (tp, dp or world)");
-  if (op == fb::Op::gather_param && in.axis() != fb::Axis::dp && in.axis() != fb::Axis::none)
+  if (op == Op::gather_param && in.axis() != fb::Axis::dp && in.axis() != fb::Axis::none)
     return fail(where + ": gather_param runs over dp");
   if (in.stream() > fb::Stream::MAX) return fail(where + ": unknown stream");
   if (in.waits())
     for (int e : *in.waits())
       if (e < 0 || e >= p_.num_events()) return fail(where + ": waits on event " + std::to_string(e) + ", out of range");
   if (in.signal() < -1 || in.signal() >= p_.num_events()) return fail(where + ": signals event " + std::to_string(in.signal()) + ", out of range");
-  return check_shapes(op, in, ins, outs, where);
+  return check_shapes(sig, in, ins, outs, where);
 }
 
-Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<int> &ins, const std::vector<int> &outs,
+Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std::vector<int> &ins, const std::vector<int> &outs,
                               const std::string &where) {
   auto I = [&](size_t i) -> const TInfo & { return t_[ins[i]]; };
   auto O = [&]() -> const TInfo & { return t_[outs[0]]; };
   auto ints = [&](int i) { return in.ints()->Get(i); };
   auto bad = [&](const std::string &m) { return fail(where + ": " + m); };
   auto is_fl = [](DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f16; };
-  const int v = static_cast<int>(op);
-  if (v <= 17) {
-    if (I(0).shape != O().shape) return bad("input shape " + shape_str(I(0).shape) + " differs from output shape " + shape_str(O().shape));
-    if (op != fb::Op::cast && op != fb::Op::copy && I(0).dtype != O().dtype) return bad("input and output dtypes differ");
-    if (op == fb::Op::not_ && I(0).dtype != DType::bool8) return bad("not needs bool8");
-    return {};
-  }
-  if (v >= 32 && v <= 46) {
-    Shape bc = I(0).shape;
-    for (size_t i = 1; i < ins.size(); ++i)
-      if (!broadcast_shape(bc, I(i).shape, &bc)) return bad("operands " + shape_str(I(0).shape) + " and " + shape_str(I(i).shape) + " do not broadcast");
-    if (bc != O().shape) return bad("broadcast shape " + shape_str(bc) + " differs from output shape " + shape_str(O().shape));
-    return {};
+  auto Ok = [&](size_t k) -> const TInfo & { return t_[outs[k]]; };
+  auto is_int = [](DType d) { return d == DType::i64 || d == DType::i32; };
+  auto scalar = [](const TInfo &t) { return t.shape.empty(); };
+  const Op op = sig.op;
+  const int nints = in.ints() ? static_cast<int>(in.ints()->size()) : 0;
+  switch (sig.category) {
+    case OpCategory::unary:
+      if (I(0).shape != O().shape) return bad("input shape " + shape_str(I(0).shape) + " differs from output shape " + shape_str(O().shape));
+      if (op != Op::cast && op != Op::copy && I(0).dtype != O().dtype) return bad("input and output dtypes differ");
+      if (op == Op::not_ && I(0).dtype != DType::bool8) return bad("not needs bool8");
+      if (op == Op::floor && !is_fl(I(0).dtype)) return bad("floor needs a float dtype");
+      return {};
+    case OpCategory::binary:
+    case OpCategory::select: {
+      Shape bc = I(0).shape;
+      for (size_t i = 1; i < ins.size(); ++i)
+        if (!broadcast_shape(bc, I(i).shape, &bc)) return bad("operands " + shape_str(I(0).shape) + " and " + shape_str(I(i).shape) + " do not broadcast");
+      if (bc != O().shape) return bad("broadcast shape " + shape_str(bc) + " differs from output shape " + shape_str(O().shape));
+      if (op == Op::mod && ints(0) != 0 && ints(0) != 1) return bad("fmod must be 0 or 1");
+      if (op == Op::mod && ints(0) == 0 && (is_fl(I(0).dtype) || is_fl(I(1).dtype))) return bad("integer mod (fmod 0) needs integer operands");
+      return {};
+    }
+    case OpCategory::reduce: {
+      const Shape &x = I(0).shape;
+      if (nints < 2 || nints - 1 > static_cast<int>(x.size())) return bad("ints must be [keepdims, axis...] with 1 to rank axes");
+      std::vector<bool> red(x.size(), false);
+      for (int i = 1; i < nints; ++i) {
+        int64_t a = ints(i);
+        if (a < 0 || a >= static_cast<int64_t>(x.size()) || red[a]) return bad("axis " + std::to_string(a) + " is out of range or repeated");
+        red[a] = true;
+      }
+      Shape o;
+      for (size_t k = 0; k < x.size(); ++k)
+        if (!red[k]) o.push_back(x[k]);
+        else if (ints(0)) o.push_back(1);
+      if (o != O().shape) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
+      if (I(0).dtype != O().dtype) return bad("input and output dtypes differ");
+      return {};
+    }
+    case OpCategory::state_write: {
+      const TInfo &p = I(0), &v = I(1);
+      if (!is_fl(p.dtype) || !is_fl(v.dtype)) return bad("target and value must be float tensors");
+      if (v.numel != p.numel) return bad("value holds " + std::to_string(v.numel) + " elements, target " + tn(ins[0]) + " holds " + std::to_string(p.numel));
+      if (op == Op::adamw) {
+        for (int k : {2, 3})
+          if (I(k).numel != p.numel || !is_fl(I(k).dtype)) return bad(std::string(k == 2 ? "m" : "v") + " must be a float tensor of the parameter's size");
+        if (!scalar(I(4)) || I(4).dtype != DType::f32) return bad("lr must be an f32 scalar (rank 0)");
+        if (!scalar(I(5)) || I(5).dtype != DType::i64) return bad("step must be an i64 scalar (rank 0)");
+        if (!scalar(I(6)) || I(6).dtype != DType::f32) return bad("grad_scale must be an f32 scalar (rank 0)");
+      }
+      return {};
+    }
+    default: break;
   }
   const int g = group(in.axis());
   switch (op) {
-    case fb::Op::matmul: {
+    case Op::matmul: {
       Shape a = I(0).shape, b = I(1).shape;
       if (a.empty() || b.empty()) return bad("operands must have rank >= 1");
       const bool av = a.size() == 1, bv = b.size() == 1;
@@ -532,7 +534,7 @@ Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<
       if (!is_fl(I(0).dtype) || !is_fl(I(1).dtype) || !is_fl(O().dtype)) return bad("operands must be float");
       return {};
     }
-    case fb::Op::linear: {
+    case Op::linear: {
       const Shape &x = I(0).shape, &w = I(1).shape;
       if (x.empty() || w.size() != 2) return bad("x must have rank >= 1 and W rank 2");
       const bool tw = ints(0) != 0;
@@ -544,13 +546,13 @@ Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<
       if (ins.size() > 2 && ins[2] >= 0 && I(2).numel != N) return bad("bias must have N elements");
       return {};
     }
-    case fb::Op::softmax:
-    case fb::Op::layer_norm: {
+    case Op::softmax:
+    case Op::layer_norm: {
       const Shape &x = I(0).shape;
       const int64_t ax = ints(0);
       if (ax < -static_cast<int64_t>(x.size()) || ax >= static_cast<int64_t>(x.size())) return bad("axis " + std::to_string(ax) + " is out of range");
       if (x != O().shape) return bad("input and output shapes differ");
-      if (op == fb::Op::layer_norm) {
+      if (op == Op::layer_norm) {
         const size_t a = ax < 0 ? ax + x.size() : ax;
         int64_t n = 1;
         for (size_t k = a; k < x.size(); ++k) n *= x[k];
@@ -558,33 +560,13 @@ Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<
       }
       return {};
     }
-    case fb::Op::rms_norm: {
+    case Op::rms_norm: {
       if (I(0).shape.empty() || I(0).shape != O().shape) return bad("input and output shapes differ");
       if (ins.size() > 1 && ins[1] >= 0 && I(1).numel != I(0).shape.back()) return bad("scale must have the last dim's size");
       return {};
     }
-    case fb::Op::reduce_sum:
-    case fb::Op::reduce_mean:
-    case fb::Op::reduce_max: {
+    case Op::transpose: {
       const Shape &x = I(0).shape;
-      const int nints = in.ints() ? static_cast<int>(in.ints()->size()) : 0;
-      if (nints < 2 || nints - 1 > static_cast<int>(x.size())) return bad("ints must be [keepdims, axis...] with 1 to rank axes");
-      std::vector<bool> red(x.size(), false);
-      for (int i = 1; i < nints; ++i) {
-        int64_t a = ints(i);
-        if (a < 0 || a >= static_cast<int64_t>(x.size()) || red[a]) return bad("axis " + std::to_string(a) + " is out of range or repeated");
-        red[a] = true;
-      }
-      Shape o;
-      for (size_t k = 0; k < x.size(); ++k)
-        if (!red[k]) o.push_back(x[k]);
-        else if (ints(0)) o.push_back(1);
-      if (o != O().shape) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
-      return {};
-    }
-    case fb::Op::transpose: {
-      const Shape &x = I(0).shape;
-      const int nints = in.ints() ? static_cast<int>(in.ints()->size()) : 0;
       if (nints != static_cast<int>(x.size())) return bad("perm must have one entry per dim");
       Shape o;
       std::vector<bool> seen(x.size(), false);
@@ -597,14 +579,14 @@ Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<
       if (o != O().shape || I(0).dtype != O().dtype) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
       return {};
     }
-    case fb::Op::reshape:
-    case fb::Op::expand: {
+    case Op::reshape:
+    case Op::expand: {
       if (I(0).dtype != O().dtype) return bad("dtypes differ");
-      if (op == fb::Op::reshape && I(0).numel != O().numel) return bad("element counts differ");
-      if (op == fb::Op::expand && !broadcasts_to(I(0).shape, O().shape)) return bad("input does not broadcast to the output");
+      if (op == Op::reshape && I(0).numel != O().numel) return bad("element counts differ");
+      if (op == Op::expand && !broadcasts_to(I(0).shape, O().shape)) return bad("input does not broadcast to the output");
       return {};
     }
-    case fb::Op::concat: {
+    case Op::concat: {
       const Shape &o = O().shape;
       int64_t ax = ints(0);
       if (ax < 0) ax += o.size();
@@ -619,9 +601,8 @@ Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<
       if (sum != o[ax]) return bad("operand sizes do not sum to the output's");
       return {};
     }
-    case fb::Op::slice: {
+    case Op::slice: {
       const Shape &x = I(0).shape, &o = O().shape;
-      const int nints = in.ints() ? static_cast<int>(in.ints()->size()) : 0;
       if (nints != 2 * static_cast<int>(x.size())) return bad("ints must be [starts..., steps...], one per dim");
       if (o.size() != x.size() || I(0).dtype != O().dtype) return bad("output rank or dtype differs");
       for (size_t k = 0; k < x.size(); ++k) {
@@ -636,7 +617,7 @@ Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<
       }
       return {};
     }
-    case fb::Op::gather: {
+    case Op::gather: {
       const Shape &d = I(0).shape;
       int64_t ax = ints(0);
       if (ax < 0) ax += d.size();
@@ -648,7 +629,7 @@ Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<
       if (o != O().shape || I(0).dtype != O().dtype) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
       return {};
     }
-    case fb::Op::embedding: {
+    case Op::embedding: {
       const Shape &w = I(0).shape;
       if (w.size() != 2) return bad("table must be [V, D]");
       if (I(1).dtype != DType::i64 && I(1).dtype != DType::i32) return bad("ids must be i64 or i32");
@@ -658,43 +639,160 @@ Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<
       if (ints(0) < 0) return bad("vocab_stride is negative");
       return {};
     }
-    case fb::Op::fill: return {};
-    case fb::Op::attention: {
+    case Op::fill: return {};
+    case Op::attention: {
       const Shape &q = I(0).shape, &k = I(1).shape;
       if (q.size() != 4 || k.size() != 4 || I(2).shape != k) return bad("q, k, v must be rank 4 with v shaped like k");
       if (k[0] != q[0] || k[3] != q[3] || k[1] <= 0 || q[1] % k[1] != 0) return bad("k " + shape_str(k) + " does not fit q " + shape_str(q));
       if (O().shape != q) return bad("output shape must equal q's");
       if (ins.size() > 3 && ins[3] >= 0 && !broadcasts_to(I(3).shape, Shape{q[0], q[1], q[2], k[2]}))
         return bad("mask " + shape_str(I(3).shape) + " does not broadcast to [B, Hq, S, T]");
+      if (outs.size() > 1 && (Ok(1).shape != Shape{q[0], q[1], q[2]} || Ok(1).dtype != DType::f32))
+        return bad("lse output must be f32 [B, Hq, S] = " + shape_str(Shape{q[0], q[1], q[2]}));
       return {};
     }
-    case fb::Op::all_reduce:
+    case Op::attention_grad: {
+      const Shape &q = I(0).shape, &k = I(1).shape;
+      if (q.size() != 4 || k.size() != 4 || I(2).shape != k) return bad("q, k, v must be rank 4 with v shaped like k");
+      if (k[0] != q[0] || k[3] != q[3] || k[1] <= 0 || q[1] % k[1] != 0) return bad("k " + shape_str(k) + " does not fit q " + shape_str(q));
+      if (I(3).shape != q || I(4).shape != q) return bad("out and dout must have q's shape");
+      if (I(5).shape != Shape{q[0], q[1], q[2]} || I(5).dtype != DType::f32) return bad("lse must be f32 [B, Hq, S]");
+      if (ins.size() > 6 && ins[6] >= 0 && !broadcasts_to(I(6).shape, Shape{q[0], q[1], q[2], k[2]}))
+        return bad("mask " + shape_str(I(6).shape) + " does not broadcast to [B, Hq, S, T]");
+      if (Ok(0).shape != q || Ok(1).shape != k || Ok(2).shape != k) return bad("dq, dk, dv must have the shapes of q, k, v");
+      return {};
+    }
+    case Op::gelu_tanh_grad:
+    case Op::gelu_erf_grad:
+    case Op::silu_grad:
+    case Op::softmax_grad: {
+      if (I(0).shape != I(1).shape || I(0).shape != O().shape) return bad("x (or y), dy and dx must have one shape");
+      if (!is_fl(I(0).dtype) || !is_fl(I(1).dtype) || !is_fl(O().dtype)) return bad("operands must be float");
+      if (op == Op::softmax_grad) {
+        const int64_t r = static_cast<int64_t>(I(0).shape.size());
+        if (ints(0) < -r || ints(0) >= r) return bad("axis " + std::to_string(ints(0)) + " is out of range");
+      }
+      return {};
+    }
+    case Op::layer_norm_grad:
+    case Op::rms_norm_grad: {
+      const Shape &x = I(0).shape;
+      if (x.empty() || I(2).shape != x || Ok(0).shape != x) return bad("x, dy and dx must have one shape");
+      int64_t n = x.back();
+      if (op == Op::layer_norm_grad) {
+        const int64_t ax = ints(0), r = static_cast<int64_t>(x.size());
+        if (ax < -r || ax >= r) return bad("axis " + std::to_string(ax) + " is out of range");
+        n = 1;
+        for (size_t k = static_cast<size_t>(ax < 0 ? ax + r : ax); k < x.size(); ++k) n *= x[k];
+      }
+      if (I(1).numel != n) return bad("scale must cover the normalised dims (" + std::to_string(n) + " elements)");
+      for (size_t k = 1; k < outs.size(); ++k)
+        if (Ok(k).shape != I(1).shape) return bad("dscale and dbias must have scale's shape " + shape_str(I(1).shape));
+      return {};
+    }
+    case Op::embedding_grad: {
+      const Shape &ids = I(0).shape, &dy = I(1).shape, &t = O().shape;
+      if (!is_int(I(0).dtype)) return bad("ids must be i64 or i32");
+      if (t.size() != 2) return bad("dtable must be [V, D]");
+      Shape want = ids;
+      want.push_back(t[1]);
+      if (dy != want) return bad("dy " + shape_str(dy) + " should be " + shape_str(want));
+      if (ints(0) < 0) return bad("vocab_stride is negative");
+      return {};
+    }
+    case Op::label_pick:
+    case Op::label_pick_grad: {
+      const TInfo &lab = op == Op::label_pick ? I(1) : I(0);
+      const Shape &logits = op == Op::label_pick ? I(0).shape : O().shape;
+      const Shape &vec = op == Op::label_pick ? O().shape : I(1).shape;
+      if (!is_int(lab.dtype)) return bad("labels must be i64 or i32");
+      if (logits.size() != 2 || lab.shape != Shape{logits[0]} || vec != Shape{logits[0]})
+        return bad("logits must be [N, V_local] with labels and the per-row values [N]");
+      if (ints(0) < 0) return bad("vocab_stride is negative");
+      return {};
+    }
+    case Op::sum_squares:
+      if (!O().shape.empty() || O().dtype != DType::f32) return bad("output must be an f32 scalar (rank 0)");
+      if (!is_fl(I(0).dtype)) return bad("input must be float");
+      return {};
+    case Op::cumsum: {
+      const int64_t r = static_cast<int64_t>(I(0).shape.size());
+      if (I(0).shape != O().shape || I(0).dtype != O().dtype) return bad("input and output differ in shape or dtype");
+      if (ints(0) < 0 || ints(0) >= r) return bad("axis " + std::to_string(ints(0)) + " is out of range");
+      if ((ints(1) != 0 && ints(1) != 1) || (ints(2) != 0 && ints(2) != 1)) return bad("exclusive and reverse must be 0 or 1");
+      return {};
+    }
+    case Op::range:
+      for (size_t i = 0; i < 3; ++i)
+        if (!scalar(I(i)) || I(i).dtype != O().dtype) return bad("start, limit and delta must be rank-0 scalars of the output's dtype");
+      if (O().shape.size() != 1) return bad("output must be rank 1");
+      return {};
+    case Op::gather_nd: {
+      const Shape &d = I(0).shape, &ix = I(1).shape;
+      if (!is_int(I(1).dtype)) return bad("indices must be i64 or i32");
+      const int64_t b = ints(0), r = static_cast<int64_t>(d.size()), q = static_cast<int64_t>(ix.size());
+      if (q < 1 || b < 0 || b >= std::min(q, r)) return bad("batch_dims " + std::to_string(b) + " is out of range");
+      const int64_t depth = ix.back();
+      if (depth < 1 || depth > r - b) return bad("index depth " + std::to_string(depth) + " exceeds the data's rank");
+      for (int64_t k = 0; k < b; ++k)
+        if (d[k] != ix[k]) return bad("batch dims of data and indices differ");
+      Shape o(ix.begin(), ix.end() - 1);
+      o.insert(o.end(), d.begin() + b + depth, d.end());
+      if (o != O().shape || I(0).dtype != O().dtype) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
+      return {};
+    }
+    case Op::gather_elements: {
+      const Shape &d = I(0).shape, &ix = I(1).shape;
+      if (!is_int(I(1).dtype)) return bad("indices must be i64 or i32");
+      int64_t ax = ints(0);
+      if (ax < 0) ax += static_cast<int64_t>(d.size());
+      if (d.empty() || ax < 0 || ax >= static_cast<int64_t>(d.size())) return bad("axis is out of range");
+      if (ix.size() != d.size()) return bad("indices must have the data's rank");
+      for (size_t k = 0; k < d.size(); ++k)
+        if (static_cast<int64_t>(k) != ax && ix[k] > d[k]) return bad("indices exceed the data off the axis");
+      if (O().shape != ix || I(0).dtype != O().dtype) return bad("output must have the indices' shape and the data's dtype");
+      return {};
+    }
+    case Op::tile: {
+      const Shape &x = I(0).shape, &o = O().shape;
+      if (nints != static_cast<int>(x.size()) || o.size() != x.size()) return bad("ints must hold one repeat per dim");
+      for (size_t k = 0; k < x.size(); ++k) {
+        const int64_t rep = ints(static_cast<int>(k));
+        if (rep < 0 || rep > kHuge || (x[k] > 0 && rep > kHuge / x[k]) || o[k] != x[k] * rep)
+          return bad("output shape " + shape_str(o) + " is not the input " + shape_str(x) + " tiled by the repeats");
+      }
+      if (I(0).dtype != O().dtype) return bad("dtypes differ");
+      return {};
+    }
+    case Op::all_reduce:
       if (I(0).numel != O().numel || I(0).dtype != O().dtype) return bad("send and receive differ in size or dtype");
       if (!is_fl(I(0).dtype) && I(0).dtype != DType::i64 && I(0).dtype != DType::i32) return bad("all_reduce needs a numeric dtype");
+      if (nints > 0 && (ints(0) < 0 || ints(0) > 2)) return bad("reduction " + std::to_string(ints(0)) + " is not 0 (sum), 1 (max) or 2 (min)");
       return {};
-    case fb::Op::all_gather:
-    case fb::Op::reduce_scatter: {
+    case Op::all_gather:
+    case Op::reduce_scatter: {
       const Shape &a = I(0).shape, &b = O().shape;
       const int64_t dim = ints(0);
+      if (nints > 1 && (ints(1) < 0 || ints(1) > 2)) return bad("reduction " + std::to_string(ints(1)) + " is not 0 (sum), 1 (max) or 2 (min)");
       if (a.size() != b.size() || dim < 0 || dim >= static_cast<int64_t>(a.size()) || I(0).dtype != O().dtype) return bad("dim is out of range or ranks/dtypes differ");
-      const Shape &small = op == fb::Op::all_gather ? a : b, &big = op == fb::Op::all_gather ? b : a;
+      const Shape &small = op == Op::all_gather ? a : b, &big = op == Op::all_gather ? b : a;
       for (size_t k = 0; k < a.size(); ++k)
         if (big[k] != (static_cast<int64_t>(k) == dim ? small[k] * g : small[k]))
           return bad(shape_str(a) + " -> " + shape_str(b) + " is not a split of dim " + std::to_string(dim) + " over " + std::to_string(g) + " ranks");
       return {};
     }
-    case fb::Op::broadcast:
+    case Op::broadcast:
       if (I(0).numel != O().numel || I(0).dtype != O().dtype) return bad("send and receive differ");
       if (ints(0) < 0 || ints(0) >= g) return bad("root " + std::to_string(ints(0)) + " is not in the group of " + std::to_string(g));
       return {};
-    case fb::Op::barrier:
-    case fb::Op::release: return {};
-    case fb::Op::gather_param:
+    case Op::barrier:
+    case Op::release: return {};
+    case Op::gather_param:
       if (I(0).dtype != O().dtype) return bad("dtypes differ");
       if (I(0).numel * dp_ < O().numel) return bad("dp shards of " + std::to_string(I(0).numel) + " elements cannot cover " + std::to_string(O().numel));
       return {};
-    case fb::Op::prefetch:
-    case fb::Op::evict:
+    case Op::prefetch:
+    case Op::evict:
       if (I(0).numel != O().numel || I(0).dtype != O().dtype) return bad("source and destination differ");
       return {};
     default: return bad("no shape rule for this opcode");
@@ -703,26 +801,15 @@ Status Verifier::check_shapes(fb::Op op, const fb::Instr &in, const std::vector<
 
 }  // namespace
 
-bool is_collective(fb::Op op) {
-  switch (op) {
-    case fb::Op::all_reduce:
-    case fb::Op::all_gather:
-    case fb::Op::reduce_scatter:
-    case fb::Op::broadcast:
-    case fb::Op::barrier:
-    case fb::Op::gather_param: return true;
-    default: return false;
-  }
-}
-
 uint64_t compute_collective_hash(const fb::Plan &p) {
   uint64_t h = kFnvOffsetBasis;
   if (!p.instrs()) return h;
   for (const fb::Instr *in : *p.instrs()) {
-    if (!is_collective(in->op())) continue;
+    const OpInfo *info = op_info(in->op());
+    if (!info || !info->communicates()) continue;
     uint8_t dt = 0;
     uint64_t count = 0;
-    if (in->op() != fb::Op::barrier && in->inputs() && in->inputs()->size() > 0 && p.tensors()) {
+    if (info->op != Op::barrier && in->inputs() && in->inputs()->size() > 0 && p.tensors()) {
       const int t = in->inputs()->Get(0);
       if (t >= 0 && t < static_cast<int>(p.tensors()->size())) {
         const fb::Tensor *ten = p.tensors()->Get(t);
@@ -732,7 +819,7 @@ uint64_t compute_collective_hash(const fb::Plan &p) {
           for (int64_t d : *ten->shape()) count *= static_cast<uint64_t>(d);
       }
     }
-    h = collective_hash_step(h, static_cast<uint16_t>(in->op()), static_cast<uint8_t>(in->axis()), dt, count);
+    h = collective_hash_step(h, in->op(), static_cast<uint8_t>(in->axis()), dt, count);
   }
   return h;
 }

@@ -54,9 +54,6 @@ Status verify_plan(const uint8_t *file, size_t n, const Launch &launch, const fb
 /// Recomputes Plan.collective_hash from the instruction stream.
 uint64_t compute_collective_hash(const fb::Plan &plan);
 
-/// Whether an opcode is communicating (counted in the collective hash and run by the communicator).
-bool is_collective(fb::Op op);
-
 }  // namespace zrt
 
 #endif  // ZRT_SRC_PLAN_H

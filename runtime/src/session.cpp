@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "plan.h"
+#include "step_decoder.h"
 #include "weights.h"
 #include "zk/cpu_kernels.h"
 #include "zrt/backend.h"
@@ -185,23 +186,14 @@ Status Session::Impl::decode_steps() {
   step_extent.assign(n, {});
   std::vector<Step> compute;
   for (size_t i = 0; i < n; ++i) {
-    const fb::Instr &in = *p.instrs()->Get(i);
     Step &s = steps[i];
-    s.op = static_cast<uint16_t>(in.op());
-    s.axis = static_cast<Axis>(in.axis());
-    s.stream = static_cast<uint8_t>(in.stream());
-    s.index = static_cast<int>(i);
-    s.name = in.name() ? in.name()->str() : "";
-    if (in.inputs())
-      for (int t : *in.inputs()) s.inputs.push_back(t >= 0 ? tensors[t] : TensorRef{});
-    if (in.outputs())
-      for (int t : *in.outputs()) s.outputs.push_back(tensors[t]);
-    if (in.waits()) s.waits.assign(in.waits()->begin(), in.waits()->end());
-    s.signal = in.signal();
-    if (in.ints()) s.ints.assign(in.ints()->begin(), in.ints()->end());
-    if (in.floats()) s.floats.assign(in.floats()->begin(), in.floats()->end());
-    step_is_comm[i] = is_collective(in.op());
-    if (in.op() == fb::Op::gather_param) s.axis = Axis::dp;
+    ZRT_RETURN_IF_ERROR(decode_step(*p.instrs()->Get(i), static_cast<int>(i), tensors, &s));
+    step_is_comm[i] = s.info->on_communicator();
+    // The communicators reduce by sum only so far; a plan asking for max or min must not run as a sum.
+    const size_t red_at = s.op == Op::all_reduce ? 0 : 1;
+    if ((s.op == Op::all_reduce || s.op == Op::reduce_scatter) && s.ints.size() > red_at && s.ints[red_at] != 0)
+      return error(Code::mismatch, "instruction " + std::to_string(i) + " (" + op_name(s.op) +
+                                          "): reductions other than sum are not supported by this runtime yet");
     for (const TensorRef &o : s.outputs) {
       const int sp = static_cast<int>(o.space);
       const uint64_t end = static_cast<uint8_t *>(o.data) - static_cast<uint8_t *>(arena[sp]) + o.bytes;
@@ -209,10 +201,10 @@ Status Session::Impl::decode_steps() {
     }
     // Staging for collectives that permute or must not overlap: sized once here, never on the hot path.
     const size_t es = s.inputs.empty() ? 0 : dtype_size(s.inputs[0].dtype);
-    switch (in.op()) {
-      case fb::Op::all_gather: staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.outputs[0].numel()) * es); break;
-      case fb::Op::reduce_scatter: staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.inputs[0].numel()) * es); break;
-      case fb::Op::gather_param:
+    switch (s.op) {
+      case Op::all_gather: staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.outputs[0].numel()) * es); break;
+      case Op::reduce_scatter: staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.inputs[0].numel()) * es); break;
+      case Op::gather_param:
         staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.inputs[0].numel()) * es * ri.dp);
         break;
       default: break;
@@ -246,24 +238,24 @@ Status Session::Impl::decode_steps() {
 }
 
 Status Session::Impl::run_collective(const Step &s) {
-  const auto op = static_cast<fb::Op>(s.op);
+  const Op op = s.op;
   void *stream = backend->native_stream(s.stream);
   comm->set_step(static_cast<uint64_t>(s.index));  // named by the collective order check's header
-  if (op == fb::Op::barrier) return comm->barrier(s.axis);
+  if (op == Op::barrier) return comm->barrier(s.axis);
   const TensorRef &in = s.inputs[0], &out = s.outputs[0];
   const size_t es = dtype_size(in.dtype);
   const size_t in_bytes = static_cast<size_t>(in.numel()) * es, out_bytes = static_cast<size_t>(out.numel()) * es;
   const int g = comm->group_size(s.axis);
   auto *st = static_cast<uint8_t *>(staging);
   switch (op) {
-    case fb::Op::all_reduce: {
+    case Op::all_reduce: {
       if (in.data != out.data && overlaps(in.data, in_bytes, out.data, out_bytes)) {
         ZRT_RETURN_IF_ERROR(backend->copy_blocks(out.data, 0, in.data, 0, in_bytes, 1));
         return comm->all_reduce(s.axis, out.data, out.data, static_cast<size_t>(in.numel()), in.dtype, stream);
       }
       return comm->all_reduce(s.axis, in.data, out.data, static_cast<size_t>(in.numel()), in.dtype, stream);
     }
-    case fb::Op::all_gather: {
+    case Op::all_gather: {
       const int dim = static_cast<int>(s.ints[0]);
       int64_t outer = 1;
       for (int k = 0; k < dim; ++k) outer *= in.shape[k];
@@ -277,7 +269,7 @@ Status Session::Impl::run_collective(const Step &s) {
                                                  row, row, static_cast<size_t>(outer)));
       return {};
     }
-    case fb::Op::reduce_scatter: {
+    case Op::reduce_scatter: {
       const int dim = static_cast<int>(s.ints[0]);
       int64_t outer = 1;
       for (int k = 0; k < dim; ++k) outer *= out.shape[k];
@@ -290,11 +282,11 @@ Status Session::Impl::run_collective(const Step &s) {
                                                  g * row, row, static_cast<size_t>(outer)));
       return comm->reduce_scatter(s.axis, st, out.data, static_cast<size_t>(out.numel()), in.dtype, stream);
     }
-    case fb::Op::broadcast: {
+    case Op::broadcast: {
       if (in.data != out.data) ZRT_RETURN_IF_ERROR(backend->copy_blocks(out.data, 0, in.data, 0, in_bytes, 1));
       return comm->broadcast(s.axis, out.data, out_bytes, static_cast<int>(s.ints[0]), stream);
     }
-    case fb::Op::gather_param: {
+    case Op::gather_param: {
       // Every dp rank holds an equal flat shard; the gathered flat tensor is cut to the local shape.
       const size_t total = in_bytes * static_cast<size_t>(g);
       if (out.bytes >= total && !overlaps(in.data, in_bytes, out.data, total))
@@ -413,10 +405,10 @@ int64_t Session::Impl::id_bound(size_t i, bool *negative_ok) const {
     for (const fb::Instr *in : *p.instrs()) {
       if (!in->inputs() || in->inputs()->size() < 2 || in->inputs()->Get(1) != input_tensor[i]) continue;
       const TensorRef &tab = tensors[in->inputs()->Get(0)];
-      if (in->op() == fb::Op::embedding && tab.rank == 2) {
+      if (in->op() == static_cast<uint16_t>(Op::embedding) && tab.rank == 2) {
         const int64_t stride = in->ints() && in->ints()->size() ? in->ints()->Get(0) : 0;
         bound = stride > 0 ? std::min<int64_t>(stride * ri.tp, tab.shape[0] * ri.tp) : tab.shape[0];
-      } else if (in->op() == fb::Op::gather && tab.rank > 0) {
+      } else if (in->op() == static_cast<uint16_t>(Op::gather) && tab.rank > 0) {
         const int64_t ax = in->ints() && in->ints()->size() ? in->ints()->Get(0) : 0;
         bound = tab.shape[ax < 0 ? ax + tab.rank : ax];
         *negative_ok = true;
@@ -462,8 +454,7 @@ Status Session::run() {
       if (st.ok()) st = m.backend->leave(s);
     }
     if (!st.ok()) {
-      const char *on = fb::EnumNameOp(static_cast<fb::Op>(s.op));
-      return st.with_context("instruction " + std::to_string(i) + " (" + (on ? on : "?") +
+      return st.with_context("instruction " + std::to_string(i) + " (" + op_name(s.op) +
                              (s.name.empty() ? "" : " '" + s.name + "'") + ")");
     }
     for (int sp = 0; sp < kNumMemSpaces; ++sp) {

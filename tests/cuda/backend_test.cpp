@@ -113,12 +113,12 @@ PlanBuilder block_plan(fb::DType dt, bool rms, int64_t B, int64_t S, std::vector
   int G = p.param("g", {D}, -1, false, "", 0, fb::DType::f32, bytes_of(*g));
   int Bi = p.param("b", {D}, -1, false, "", 0, fb::DType::f32, bytes_of(*b));
   int s = p.act("s", {B, 1, S, D}), n = p.act("n", {B, 1, S, D}), a = p.act("a", {B, 1, S, D});
-  p.op(fb::Op::add, {x, r}, {s});
-  if (rms) p.op(fb::Op::rms_norm, {s, G}, {n}, {}, {1e-6});
-  else p.op(fb::Op::layer_norm, {s, G, Bi}, {n}, {3}, {1e-5});
-  p.op(fb::Op::attention, {n, n, n}, {a}, {1}, {0.125});
+  p.op(zrt::Op::add, {x, r}, {s});
+  if (rms) p.op(zrt::Op::rms_norm, {s, G}, {n}, {}, {1e-6});
+  else p.op(zrt::Op::layer_norm, {s, G, Bi}, {n}, {3}, {1e-5});
+  p.op(zrt::Op::attention, {n, n, n}, {a}, {1}, {0.125});
   int y = p.output("y", {B, 1, S, D}, true);
-  p.op(fb::Op::add, {a, s}, {y});
+  p.op(zrt::Op::add, {a, s}, {y});
   return p;
 }
 
@@ -148,12 +148,12 @@ PlanBuilder gated_plan(fb::DType dt, int64_t B, int64_t S, int64_t D, int64_t F)
   int Wu = p.param("wu", {D, F}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(D * F, 42)));
   int Wd = p.param("wd", {F, D}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(F * D, 43)));
   int g = p.act("g", {B, S, F}), a = p.act("a", {B, S, F}), u = p.act("u", {B, S, F}), h = p.act("h", {B, S, F});
-  p.op(fb::Op::linear, {x, Wg}, {g}, {0}, {1.0});
-  p.op(fb::Op::silu, {g}, {a});
-  p.op(fb::Op::linear, {x, Wu}, {u}, {0}, {1.0});
-  p.op(fb::Op::mul, {a, u}, {h});
+  p.op(zrt::Op::linear, {x, Wg}, {g}, {0}, {1.0});
+  p.op(zrt::Op::silu, {g}, {a});
+  p.op(zrt::Op::linear, {x, Wu}, {u}, {0}, {1.0});
+  p.op(zrt::Op::mul, {a, u}, {h});
   int y = p.output("y", {B, S, D}, true);
-  p.op(fb::Op::linear, {h, Wd}, {y}, {0}, {1.0});
+  p.op(zrt::Op::linear, {h, Wd}, {y}, {0}, {1.0});
   return p;
 }
 
@@ -189,12 +189,12 @@ PlanBuilder offload_plan(fb::DType dt, int64_t B, int64_t D) {
   }
   int wd = p.act("w_device", {D, D});
   int h = p.act("h", {B, D}), a = p.act("a", {B, D});
-  p.op(fb::Op::prefetch, {W[0]}, {wd});
-  p.op(fb::Op::linear, {x, wd}, {h}, {0}, {1.0});
-  p.op(fb::Op::prefetch, {W[1]}, {wd});
-  p.op(fb::Op::gelu_erf, {h}, {a});
+  p.op(zrt::Op::prefetch, {W[0]}, {wd});
+  p.op(zrt::Op::linear, {x, wd}, {h}, {0}, {1.0});
+  p.op(zrt::Op::prefetch, {W[1]}, {wd});
+  p.op(zrt::Op::gelu_erf, {h}, {a});
   int y = p.output("y", {B, D}, true);
-  p.op(fb::Op::linear, {a, wd}, {y}, {0}, {1.0});
+  p.op(zrt::Op::linear, {a, wd}, {y}, {0}, {1.0});
   return p;
 }
 

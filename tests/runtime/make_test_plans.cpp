@@ -62,14 +62,14 @@ int main(int argc, char **argv) {
     const int64_t n = 256;
     int x = p.input("x", fb::DType::f32, {n, n}, false);
     int a = p.act("a", {n, n}), b = p.act("b", {n, n});
-    p.op(fb::Op::copy, {x}, {a});
+    p.op(zrt::Op::copy, {x}, {a});
     for (int i = 0; i < 64; ++i) {
-      p.op(fb::Op::matmul, {a, a}, {b}, {0, 0});
-      p.op(fb::Op::all_reduce, {b}, {b}, {}, {}, fb::Axis::tp);
-      p.op(fb::Op::tanh, {b}, {a});
+      p.op(zrt::Op::matmul, {a, a}, {b}, {0, 0});
+      p.op(zrt::Op::all_reduce, {b}, {b}, {}, {}, fb::Axis::tp);
+      p.op(zrt::Op::tanh, {b}, {a});
     }
     int y = p.output("y", {n, n}, false);
-    p.op(fb::Op::copy, {a}, {y});
+    p.op(zrt::Op::copy, {a}, {y});
     e = p.write(out + "/slow_tp2.zplan");
     if (!e.empty()) return fail(e);
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "zrt/ops.h"
 #include "zrt/plan_file.h"
 #include "zrt/plan_generated.h"
 
@@ -54,7 +55,7 @@ struct PlanBuilder {
   struct B { int tensor, source; Shape local; std::vector<RS> ranks; };
   struct IO { std::string name; int tensor; Shape global; bool split; };
   struct I {
-    fb::Op op;
+    zrt::Op op;
     std::vector<int32_t> in, out;
     std::vector<int64_t> ints;
     std::vector<double> floats;
@@ -152,10 +153,10 @@ struct PlanBuilder {
     return t;
   }
 
-  void op(fb::Op o, std::vector<int32_t> in, std::vector<int32_t> out, std::vector<int64_t> ints = {},
+  void op(zrt::Op o, std::vector<int32_t> in, std::vector<int32_t> out, std::vector<int64_t> ints = {},
           std::vector<double> floats = {}, fb::Axis axis = fb::Axis::none, const std::string &name = "") {
     instrs.push_back({o, std::move(in), std::move(out), std::move(ints), std::move(floats), axis,
-                      name.empty() ? std::string(fb::EnumNameOp(o)) + std::to_string(instrs.size()) : name});
+                      name.empty() ? std::string(zrt::op_name(o)) + std::to_string(instrs.size()) : name});
   }
 
   /// The FlatBuffer payload.
@@ -191,14 +192,14 @@ struct PlanBuilder {
     std::vector<flatbuffers::Offset<fb::Instr>> is;
     uint64_t h = zrt::kFnvOffsetBasis;
     for (const I &i : instrs) {
-      is.push_back(fb::CreateInstrDirect(b, i.op, &i.in, &i.out, &i.ints, &i.floats, i.axis, fb::Stream::compute,
+      is.push_back(fb::CreateInstrDirect(b, static_cast<uint16_t>(i.op), &i.in, &i.out, &i.ints, &i.floats, i.axis, fb::Stream::compute,
                                          nullptr, -1, i.name.c_str()));
-      const bool coll = i.op == fb::Op::all_reduce || i.op == fb::Op::all_gather || i.op == fb::Op::reduce_scatter ||
-                        i.op == fb::Op::broadcast || i.op == fb::Op::barrier || i.op == fb::Op::gather_param;
+      const zrt::OpInfo *info = zrt::op_info(static_cast<uint16_t>(i.op));
+      const bool coll = info && info->communicates();
       if (coll) {
         uint8_t dt = 0;
         uint64_t n = 0;
-        if (i.op != fb::Op::barrier && !i.in.empty()) {
+        if (i.op != zrt::Op::barrier && !i.in.empty()) {
           dt = static_cast<uint8_t>(tensors[i.in[0]].dtype);
           n = static_cast<uint64_t>(numel(tensors[i.in[0]].shape));
         }

@@ -43,7 +43,7 @@ zk::Dims dims(const Shape &s) {
 using Oracle = std::function<zk::Result(const std::vector<zk::In> &, const zk::Out &)>;
 
 /// Runs `op` on inputs `ins` (random data; -1 marks an absent optional operand) and compares with `oracle`.
-void check(fb::Op op, const std::vector<Arg> &ins, const Arg &out, std::vector<int64_t> ints, std::vector<double> floats,
+void check(zrt::Op op, const std::vector<Arg> &ins, const Arg &out, std::vector<int64_t> ints, std::vector<double> floats,
            const Oracle &oracle, bool optional_last_absent = false) {
   PlanBuilder p(1, 1);
   std::vector<int32_t> idx;
@@ -60,17 +60,17 @@ void check(fb::Op op, const std::vector<Arg> &ins, const Arg &out, std::vector<i
   std::vector<uint8_t> f = p.file();
   std::unique_ptr<zrt::Session> s;
   zrt::Status st = zrt::Session::open_buffer(f.data(), f.size(), ".", {}, &s);
-  ASSERT_TRUE(st.ok()) << fb::EnumNameOp(op) << ": " << st.message();
+  ASSERT_TRUE(st.ok()) << zrt::op_name(op) << ": " << st.message();
   for (size_t i = 0; i < ins.size(); ++i) ASSERT_TRUE(s->bind_input("in" + std::to_string(i), data[i].data(), data[i].size()).ok());
   st = s->run();
-  ASSERT_TRUE(st.ok()) << fb::EnumNameOp(op) << ": " << st.message();
+  ASSERT_TRUE(st.ok()) << zrt::op_name(op) << ": " << st.message();
   std::vector<uint8_t> got(static_cast<size_t>(numel(out.shape)) * esize(out.dt)), want(got.size() + 64, 0);
   ASSERT_TRUE(s->read_output("out", got.data(), got.size()).ok());
   std::vector<zk::In> kin;
   for (size_t i = 0; i < ins.size(); ++i) kin.push_back(zk::In{data[i].data(), static_cast<zk::DType>(ins[i].dt), dims(ins[i].shape)});
   zk::Out kout{want.data(), static_cast<zk::DType>(out.dt), dims(out.shape)};
-  ASSERT_TRUE(oracle(kin, kout).ok()) << fb::EnumNameOp(op);
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0) << fb::EnumNameOp(op) << " differs from the kernel";
+  ASSERT_TRUE(oracle(kin, kout).ok()) << zrt::op_name(op);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0) << zrt::op_name(op) << " differs from the kernel";
 }
 
 const fb::DType F = fb::DType::f32, I64 = fb::DType::i64, B8 = fb::DType::bool8;
@@ -79,45 +79,45 @@ const fb::DType F = fb::DType::f32, I64 = fb::DType::i64, B8 = fb::DType::bool8;
 
 TEST(World1, OpcodeDecoding) {
   using namespace zk::cpu;
-  check(fb::Op::gelu_erf, {{F, {3, 4}}}, {F, {3, 4}}, {}, {}, [](auto &i, auto &o) { return unary(Unary::gelu_erf, i[0], o); });
-  check(fb::Op::silu, {{F, {5}}}, {F, {5}}, {}, {}, [](auto &i, auto &o) { return unary(Unary::silu, i[0], o); });
-  check(fb::Op::cast, {{F, {6}}}, {I64, {6}}, {}, {}, [](auto &i, auto &o) { return cast(i[0], o); });
-  check(fb::Op::pow, {{F, {2, 3}}, {F, {3}}}, {F, {2, 3}}, {}, {}, [](auto &i, auto &o) { return binary(Binary::pow, i[0], i[1], o); });
-  check(fb::Op::less, {{F, {2, 3}}, {F, {2, 1}}}, {B8, {2, 3}}, {}, {}, [](auto &i, auto &o) { return binary(Binary::less, i[0], i[1], o); });
-  check(fb::Op::where, {{B8, {2, 1}}, {F, {2, 3}}, {F, {3}}}, {F, {2, 3}}, {}, {}, [](auto &i, auto &o) { return where(i[0], i[1], i[2], o); });
-  check(fb::Op::matmul, {{F, {2, 5, 4}}, {F, {3, 5}}}, {F, {2, 4, 3}}, {1, 1}, {},
+  check(zrt::Op::gelu_erf, {{F, {3, 4}}}, {F, {3, 4}}, {}, {}, [](auto &i, auto &o) { return unary(Unary::gelu_erf, i[0], o); });
+  check(zrt::Op::silu, {{F, {5}}}, {F, {5}}, {}, {}, [](auto &i, auto &o) { return unary(Unary::silu, i[0], o); });
+  check(zrt::Op::cast, {{F, {6}}}, {I64, {6}}, {}, {}, [](auto &i, auto &o) { return cast(i[0], o); });
+  check(zrt::Op::pow, {{F, {2, 3}}, {F, {3}}}, {F, {2, 3}}, {}, {}, [](auto &i, auto &o) { return binary(Binary::pow, i[0], i[1], o); });
+  check(zrt::Op::less, {{F, {2, 3}}, {F, {2, 1}}}, {B8, {2, 3}}, {}, {}, [](auto &i, auto &o) { return binary(Binary::less, i[0], i[1], o); });
+  check(zrt::Op::where, {{B8, {2, 1}}, {F, {2, 3}}, {F, {3}}}, {F, {2, 3}}, {}, {}, [](auto &i, auto &o) { return where(i[0], i[1], i[2], o); });
+  check(zrt::Op::matmul, {{F, {2, 5, 4}}, {F, {3, 5}}}, {F, {2, 4, 3}}, {1, 1}, {},
         [](auto &i, auto &o) { std::vector<float> s(100); return matmul(i[0], i[1], o, true, true, s.data()); });
-  check(fb::Op::linear, {{F, {2, 3, 4}}, {F, {5, 4}}, {F, {5}}}, {F, {2, 3, 5}}, {1}, {0.5},
+  check(zrt::Op::linear, {{F, {2, 3, 4}}, {F, {5, 4}}, {F, {5}}}, {F, {2, 3, 5}}, {1}, {0.5},
         [](auto &i, auto &o) { return linear(i[0], i[1], i[2], o, true, 0.5f, nullptr); });
-  check(fb::Op::linear, {{F, {3, 4}}, {F, {4, 5}}}, {F, {3, 5}}, {0}, {2.0},
+  check(zrt::Op::linear, {{F, {3, 4}}, {F, {4, 5}}}, {F, {3, 5}}, {0}, {2.0},
         [](auto &i, auto &o) { return linear(i[0], i[1], zk::In{}, o, false, 2.0f, nullptr); }, true);
-  check(fb::Op::softmax, {{F, {2, 3, 4}}}, {F, {2, 3, 4}}, {1}, {}, [](auto &i, auto &o) { return softmax(i[0], o, 1); });
-  check(fb::Op::layer_norm, {{F, {2, 3, 4}}, {F, {3, 4}}, {F, {3, 4}}}, {F, {2, 3, 4}}, {1}, {1e-3},
+  check(zrt::Op::softmax, {{F, {2, 3, 4}}}, {F, {2, 3, 4}}, {1}, {}, [](auto &i, auto &o) { return softmax(i[0], o, 1); });
+  check(zrt::Op::layer_norm, {{F, {2, 3, 4}}, {F, {3, 4}}, {F, {3, 4}}}, {F, {2, 3, 4}}, {1}, {1e-3},
         [](auto &i, auto &o) { return layer_norm(i[0], i[1], i[2], o, 1, 1e-3f); });
-  check(fb::Op::rms_norm, {{F, {2, 6}}, {F, {6}}}, {F, {2, 6}}, {}, {1e-4},
+  check(zrt::Op::rms_norm, {{F, {2, 6}}, {F, {6}}}, {F, {2, 6}}, {}, {1e-4},
         [](auto &i, auto &o) { return rms_norm(i[0], i[1], o, 1e-4f); });
   const int64_t axes[] = {0, 2};
-  check(fb::Op::reduce_mean, {{F, {2, 3, 4}}}, {F, {3}}, {0, 0, 2}, {},
+  check(zrt::Op::reduce_mean, {{F, {2, 3, 4}}}, {F, {3}}, {0, 0, 2}, {},
         [&](auto &i, auto &o) { return reduce(Reduce::mean, i[0], o, axes, 2, false); });
-  check(fb::Op::reduce_max, {{F, {2, 3, 4}}}, {F, {1, 3, 1}}, {1, 0, 2}, {},
+  check(zrt::Op::reduce_max, {{F, {2, 3, 4}}}, {F, {1, 3, 1}}, {1, 0, 2}, {},
         [&](auto &i, auto &o) { return reduce(Reduce::max, i[0], o, axes, 2, true); });
   const int64_t perm[] = {2, 0, 1};
-  check(fb::Op::transpose, {{F, {2, 3, 4}}}, {F, {4, 2, 3}}, {2, 0, 1}, {}, [&](auto &i, auto &o) { return transpose(i[0], o, perm); });
+  check(zrt::Op::transpose, {{F, {2, 3, 4}}}, {F, {4, 2, 3}}, {2, 0, 1}, {}, [&](auto &i, auto &o) { return transpose(i[0], o, perm); });
   const int64_t starts[] = {1, 0, 3}, steps[] = {1, 2, -1};
-  check(fb::Op::slice, {{F, {2, 3, 4}}}, {F, {1, 2, 3}}, {1, 0, 3, 1, 2, -1}, {},
+  check(zrt::Op::slice, {{F, {2, 3, 4}}}, {F, {1, 2, 3}}, {1, 0, 3, 1, 2, -1}, {},
         [&](auto &i, auto &o) { return slice(i[0], o, starts, steps); });
-  check(fb::Op::concat, {{F, {1, 3}}, {F, {2, 3}}, {F, {1, 3}}}, {F, {4, 3}}, {0}, {},
+  check(zrt::Op::concat, {{F, {1, 3}}, {F, {2, 3}}, {F, {1, 3}}}, {F, {4, 3}}, {0}, {},
         [](auto &i, auto &o) { return concat(i.data(), 3, o, 0); });
-  check(fb::Op::gather, {{F, {4, 3}}, {I64, {2, 2}}}, {F, {4, 2, 2}}, {1}, {}, [](auto &i, auto &o) { return gather(i[0], i[1], o, 1); });
-  check(fb::Op::embedding, {{F, {3, 4}}, {I64, {2, 5}}}, {F, {2, 5, 4}}, {3}, {},
+  check(zrt::Op::gather, {{F, {4, 3}}, {I64, {2, 2}}}, {F, {4, 2, 2}}, {1}, {}, [](auto &i, auto &o) { return gather(i[0], i[1], o, 1); });
+  check(zrt::Op::embedding, {{F, {3, 4}}, {I64, {2, 5}}}, {F, {2, 5, 4}}, {3}, {},
         [](auto &i, auto &o) { return embedding(i[0], i[1], o, 0); });
-  check(fb::Op::expand, {{F, {3, 1}}}, {F, {2, 3, 4}}, {}, {}, [](auto &i, auto &o) { return expand(i[0], o); });
-  check(fb::Op::fill, {}, {F, {2, 2}}, {}, {0.25}, [](auto &, auto &o) { return fill(0.25, o); });
-  check(fb::Op::reshape, {{F, {2, 6}}}, {F, {3, 4}}, {}, {}, [](auto &i, auto &o) {
+  check(zrt::Op::expand, {{F, {3, 1}}}, {F, {2, 3, 4}}, {}, {}, [](auto &i, auto &o) { return expand(i[0], o); });
+  check(zrt::Op::fill, {}, {F, {2, 2}}, {}, {0.25}, [](auto &, auto &o) { return fill(0.25, o); });
+  check(zrt::Op::reshape, {{F, {2, 6}}}, {F, {3, 4}}, {}, {}, [](auto &i, auto &o) {
     std::memcpy(o.data, i[0].data, 48);
     return zk::Result{};
   });
-  check(fb::Op::attention, {{F, {1, 4, 3, 2}}, {F, {1, 2, 5, 2}}, {F, {1, 2, 5, 2}}, {F, {1, 1, 3, 5}}}, {F, {1, 4, 3, 2}},
+  check(zrt::Op::attention, {{F, {1, 4, 3, 2}}, {F, {1, 2, 5, 2}}, {F, {1, 2, 5, 2}}, {F, {1, 1, 3, 5}}}, {F, {1, 4, 3, 2}},
         {1}, {0.7}, [](auto &i, auto &o) {
           std::vector<float> s(8);
           return attention(i[0], i[1], i[2], i[3], o, true, 0.7f, s.data());

@@ -263,17 +263,17 @@ void check_vocab_parallel(int tp) {
   p.bindings.push_back(b);
   const int in = p.input("ids", fb::DType::i64, {B, S}, false);
   const int emb = p.act("emb", {B, S, D});
-  p.op(fb::Op::embedding, {et, in}, {emb}, {tp > 1 ? Vl : 0});
-  if (tp > 1) p.op(fb::Op::all_reduce, {emb}, {emb}, {}, {}, fb::Axis::tp);
+  p.op(zrt::Op::embedding, {et, in}, {emb}, {tp > 1 ? Vl : 0});
+  if (tp > 1) p.op(zrt::Op::all_reduce, {emb}, {emb}, {}, {}, fb::Axis::tp);
   const int lg = p.act("logits_local", {B, S, Vl});
-  p.op(fb::Op::linear, {emb, et}, {lg}, {1}, {1.0});
+  p.op(zrt::Op::linear, {emb, et}, {lg}, {1}, {1.0});
   int full = lg;
   if (tp > 1) {
     full = p.act("logits_padded", {B, S, Vl * tp});
-    p.op(fb::Op::all_gather, {lg}, {full}, {2}, {}, fb::Axis::tp);
+    p.op(zrt::Op::all_gather, {lg}, {full}, {2}, {}, fb::Axis::tp);
   }
   const int out = p.output("logits", {B, S, V}, false);
-  p.op(fb::Op::slice, {full}, {out}, {0, 0, 0, 1, 1, 1});
+  p.op(zrt::Op::slice, {full}, {out}, {0, 0, 0, 1, 1, 1});
   auto s = open_ok(p, ".");
   ASSERT_TRUE(s);
   ASSERT_TRUE(s->bind_input("ids", ids.data(), ids.size() * 8).ok());

@@ -88,27 +88,27 @@ struct Mlp {
       const int64_t shard = p.tensors[t].shape[0];
       const uint64_t pad = static_cast<uint64_t>(shard * dp - numel(local)) * esize(dt);
       int g = p.tensor(n + ".gathered", dt, local, fb::TensorKind::gathered, fb::MemSpace::device, pad);
-      p.op(fb::Op::gather_param, {t}, {g}, {}, {}, fb::Axis::dp, "gather " + n);
+      p.op(zrt::Op::gather_param, {t}, {g}, {}, {}, fb::Axis::dp, "gather " + n);
       return g;
     };
     int w1g = use(W1, {D, Fl}, "w1"), b1g = use(B1, {Fl}, "b1");
     int h = p.act("h", {Bl, S, Fl});
-    p.op(fb::Op::linear, {xin, w1g, b1g}, {h}, {0}, {1.0}, fb::Axis::none, "fc1");
+    p.op(zrt::Op::linear, {xin, w1g, b1g}, {h}, {0}, {1.0}, fb::Axis::none, "fc1");
     if (zero) {
-      p.op(fb::Op::release, {w1g}, {});
-      p.op(fb::Op::release, {b1g}, {});
+      p.op(zrt::Op::release, {w1g}, {});
+      p.op(zrt::Op::release, {b1g}, {});
     }
     int a = p.act("a", {Bl, S, Fl});
-    p.op(fb::Op::gelu_tanh, {h}, {a});
+    p.op(zrt::Op::gelu_tanh, {h}, {a});
     int w2g = use(W2, {Fl, D}, "w2");
     int pr = p.act("partial", {Bl, S, D});
-    p.op(fb::Op::linear, {a, w2g, -1}, {pr}, {0}, {1.0}, fb::Axis::none, "fc2");
-    if (zero) p.op(fb::Op::release, {w2g}, {});
-    if (tp > 1) p.op(fb::Op::all_reduce, {pr}, {pr}, {}, {}, fb::Axis::tp, "fc2 all_reduce");
+    p.op(zrt::Op::linear, {a, w2g, -1}, {pr}, {0}, {1.0}, fb::Axis::none, "fc2");
+    if (zero) p.op(zrt::Op::release, {w2g}, {});
+    if (tp > 1) p.op(zrt::Op::all_reduce, {pr}, {pr}, {}, {}, fb::Axis::tp, "fc2 all_reduce");
     int b2g = use(B2, {D}, "b2");
     int y = p.output("y", {B, S, D}, true);
-    p.op(fb::Op::add, {pr, b2g}, {y}, {}, {}, fb::Axis::none, "bias2");
-    if (zero) p.op(fb::Op::release, {b2g}, {});
+    p.op(zrt::Op::add, {pr, b2g}, {y}, {}, {}, fb::Axis::none, "bias2");
+    if (zero) p.op(zrt::Op::release, {b2g}, {});
     return p;
   }
 };
@@ -137,18 +137,18 @@ struct Collectives {
     int xin = p.input("x", fb::DType::f32, {N, C}, true);
     int sl = p.param("s", {tp * C}, 0, false, "", 0, fb::DType::f32, sb);
     int a = p.act("a", {Nl, C});
-    p.op(fb::Op::mul, {xin, sl}, {a});
+    p.op(zrt::Op::mul, {xin, sl}, {a});
     int g = p.act("g", {Nl, tp * C});
-    p.op(fb::Op::all_gather, {a}, {g}, {1}, {}, fb::Axis::tp);
+    p.op(zrt::Op::all_gather, {a}, {g}, {1}, {}, fb::Axis::tp);
     int r = p.output("r", {N, C}, true);
-    p.op(fb::Op::reduce_scatter, {g}, {r}, {1}, {}, fb::Axis::tp);
+    p.op(zrt::Op::reduce_scatter, {g}, {r}, {1}, {}, fb::Axis::tp);
     int b = p.output("b", {Nl, C}, false);
-    p.op(fb::Op::broadcast, {r}, {b}, {dp - 1}, {}, fb::Axis::dp);
+    p.op(zrt::Op::broadcast, {r}, {b}, {dp - 1}, {}, fb::Axis::dp);
     int w = p.output("w", {Nl, C}, false);
-    p.op(fb::Op::all_reduce, {a}, {w}, {}, {}, fb::Axis::world);
-    p.op(fb::Op::barrier, {}, {}, {}, {}, fb::Axis::world);
+    p.op(zrt::Op::all_reduce, {a}, {w}, {}, {}, fb::Axis::world);
+    p.op(zrt::Op::barrier, {}, {}, {}, {}, fb::Axis::world);
     int c = p.output("c", {N, C}, false);
-    p.op(fb::Op::all_gather, {a}, {c}, {0}, {}, fb::Axis::dp);
+    p.op(zrt::Op::all_gather, {a}, {c}, {0}, {}, fb::Axis::dp);
     return p;
   }
   /// a of the rank with tp index t and dp index d, element (i, j) of its [N/dp, C].

@@ -102,7 +102,7 @@ TEST(Verifier, IndicesRangesAndCounts) {
   p.hash_override = true;
   expect_reject(verify(p.file(), 2), "collective hash mismatch");
   p = good();
-  p.instrs[0].op = static_cast<fb::Op>(250);
+  p.instrs[0].op = static_cast<zrt::Op>(250);
   expect_reject(verify(p.file(), 2), "unknown opcode 250");
 }
 

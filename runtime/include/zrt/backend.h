@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "zrt/ops.h"
 #include "zrt/status.h"
 #include "zrt/types.h"
 
@@ -40,15 +41,19 @@ struct TensorRef {
   }
 };
 
-/// One decoded instruction. `op` is the zrt::fb::Op value of the plan (see runtime/schema/plan.fbs for
-/// the operand and attribute layout of each opcode). An optional operand that is absent has data nullptr.
+/// One decoded instruction, as the shared step decoder (runtime/src/step_decoder.h) makes it from the plan
+/// for every backend. `op` and `info` come from the op registry (zrt/ops.def), which documents the operand
+/// and attribute layout of each opcode; `category` routes it. An optional operand that is absent has data
+/// nullptr. Backends map categories and opcodes onto kernels and never read the plan themselves.
 struct Step {
-  uint16_t op = 0;
+  Op op = Op::copy;
+  const OpInfo *info = nullptr;
+  OpCategory category = OpCategory::unary;
   Axis axis = Axis::none;
-  uint8_t stream = 0;  // zrt::fb::Stream
+  uint8_t stream = 0;      // zrt::fb::Stream: 0 compute, 1 comm, 2 copy
   std::vector<int> waits;  // the plan's events this instruction waits on before it starts
   int signal = -1;         // the plan's event recorded when it completes, or -1
-  int index = 0;       // instruction index in the plan
+  int index = 0;           // instruction index in its program
   std::string name;
   std::vector<TensorRef> inputs;
   std::vector<TensorRef> outputs;

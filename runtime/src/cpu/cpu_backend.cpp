@@ -6,19 +6,18 @@
 
 #include "zk/cpu_kernels.h"
 #include "zrt/backend.h"
-#include "zrt/plan_generated.h"
 
 namespace zrt {
 namespace {
 
-// The dispatch below maps opcodes onto the kernels' enums by value; these pin the correspondence.
-static_assert(static_cast<int>(zk::cpu::Unary::silu) == static_cast<int>(fb::Op::silu), "unary opcodes");
-static_assert(static_cast<int>(zk::cpu::Unary::gelu_tanh) == static_cast<int>(fb::Op::gelu_tanh), "unary opcodes");
-static_assert(static_cast<int>(zk::cpu::Binary::greater_equal) + 32 == static_cast<int>(fb::Op::greater_equal),
+// The dispatch below maps unary and binary opcodes onto the kernels' enums by value; these pin the
+// correspondence between the op registry (zrt/ops.def) and the kernels.
+static_assert(static_cast<int>(zk::cpu::Unary::silu) == static_cast<int>(Op::silu), "unary opcodes");
+static_assert(static_cast<int>(zk::cpu::Unary::gelu_tanh) == static_cast<int>(Op::gelu_tanh), "unary opcodes");
+static_assert(static_cast<int>(zk::cpu::Binary::greater_equal) + 32 == static_cast<int>(Op::greater_equal),
               "binary opcodes");
-static_assert(static_cast<int>(zk::cpu::Binary::and_) + 32 == static_cast<int>(fb::Op::and_), "binary opcodes");
-static_assert(static_cast<int>(zk::DType::bool8) == static_cast<int>(fb::DType::bool8), "dtypes");
-static_assert(static_cast<int>(DType::bool8) == static_cast<int>(fb::DType::bool8), "dtypes");
+static_assert(static_cast<int>(zk::cpu::Binary::and_) + 32 == static_cast<int>(Op::and_), "binary opcodes");
+static_assert(static_cast<int>(zk::DType::bool8) == static_cast<int>(DType::bool8), "dtypes");
 
 zk::In in_of(const TensorRef &t) {
   zk::In r;
@@ -80,15 +79,15 @@ class CpuBackend final : public Backend {
     size_t need = 0;
     for (const Step &s : steps) {
       size_t n = 0;
-      switch (static_cast<fb::Op>(s.op)) {
-        case fb::Op::matmul:
+      switch (s.op) {
+        case Op::matmul:
           n = zk::cpu::matmul_scratch(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0,
                                       s.ints[1] != 0);
           break;
-        case fb::Op::linear:
+        case Op::linear:
           n = zk::cpu::linear_scratch(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0);
           break;
-        case fb::Op::attention: n = zk::cpu::attention_scratch(in_of(s.inputs[0]), in_of(s.inputs[1])); break;
+        case Op::attention: n = zk::cpu::attention_scratch(in_of(s.inputs[0]), in_of(s.inputs[1])); break;
         default: break;
       }
       need = std::max(need, n);
@@ -108,65 +107,69 @@ class CpuBackend final : public Backend {
  private:
   zk::Result dispatch(const Step &s) {
     using namespace zk::cpu;
-    const auto op = static_cast<fb::Op>(s.op);
+    const Op op = s.op;
     const int v = static_cast<int>(s.op);
     float *scratch = scratch_.empty() ? nullptr : scratch_.data();
-    if (v <= 15) return unary(static_cast<Unary>(v), in_of(s.inputs[0]), out_of(s.outputs[0]));
-    if (op == fb::Op::cast) return cast(in_of(s.inputs[0]), out_of(s.outputs[0]));
-    if (op == fb::Op::not_) return unary(Unary::not_, in_of(s.inputs[0]), out_of(s.outputs[0]));
-    if (v >= 32 && v <= 45)
-      return binary(static_cast<Binary>(v - 32), in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]));
+    if (s.category == OpCategory::unary) {
+      if (op == Op::cast) return cast(in_of(s.inputs[0]), out_of(s.outputs[0]));
+      if (op == Op::not_) return unary(Unary::not_, in_of(s.inputs[0]), out_of(s.outputs[0]));
+      if (v <= static_cast<int>(Op::silu)) return unary(static_cast<Unary>(v), in_of(s.inputs[0]), out_of(s.outputs[0]));
+    }
+    if (s.category == OpCategory::binary && v <= static_cast<int>(Op::greater_equal))
+      return binary(static_cast<Binary>(v - static_cast<int>(Op::add)), in_of(s.inputs[0]), in_of(s.inputs[1]),
+                    out_of(s.outputs[0]));
     switch (op) {
-      case fb::Op::where: return where(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]));
-      case fb::Op::matmul:
+      case Op::where: return where(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]));
+      case Op::matmul:
         return matmul(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0, s.ints[1] != 0, scratch);
-      case fb::Op::linear:
+      case Op::linear:
         return linear(in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(s.outputs[0]), s.ints[0] != 0,
                       static_cast<float>(s.floats[0]), scratch);
-      case fb::Op::softmax: return softmax(in_of(s.inputs[0]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]));
-      case fb::Op::layer_norm:
+      case Op::softmax: return softmax(in_of(s.inputs[0]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]));
+      case Op::layer_norm:
         return layer_norm(in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(s.outputs[0]),
                           static_cast<int>(s.ints[0]), static_cast<float>(s.floats[0]));
-      case fb::Op::rms_norm:
+      case Op::rms_norm:
         return rms_norm(in_of(s.inputs[0]), opt_in(s, 1), out_of(s.outputs[0]), static_cast<float>(s.floats[0]));
-      case fb::Op::reduce_sum:
-      case fb::Op::reduce_mean:
-      case fb::Op::reduce_max: {
-        const Reduce r = op == fb::Op::reduce_sum ? Reduce::sum : op == fb::Op::reduce_mean ? Reduce::mean : Reduce::max;
+      case Op::reduce_sum:
+      case Op::reduce_mean:
+      case Op::reduce_max: {
+        const Reduce r = op == Op::reduce_sum ? Reduce::sum : op == Op::reduce_mean ? Reduce::mean : Reduce::max;
         return reduce(r, in_of(s.inputs[0]), out_of(s.outputs[0]), s.ints.data() + 1,
                       static_cast<int>(s.ints.size()) - 1, s.ints[0] != 0);
       }
-      case fb::Op::transpose: return transpose(in_of(s.inputs[0]), out_of(s.outputs[0]), s.ints.data());
-      case fb::Op::reshape:
-      case fb::Op::prefetch:
-      case fb::Op::evict: {
+      case Op::transpose: return transpose(in_of(s.inputs[0]), out_of(s.outputs[0]), s.ints.data());
+      case Op::reshape:
+      case Op::prefetch:
+      case Op::evict: {
         // A reshape planned as an alias shares its input's storage: nothing to move.
         const TensorRef &a = s.inputs[0], &b = s.outputs[0];
         if (a.data != b.data) std::memmove(b.data, a.data, static_cast<size_t>(a.numel()) * dtype_size(a.dtype));
         return {};
       }
-      case fb::Op::concat: {
+      case Op::concat: {
         zk::In xs[64];
         if (s.inputs.size() > 64) return zk::Result::fail("concat: more than 64 operands");
         for (size_t i = 0; i < s.inputs.size(); ++i) xs[i] = in_of(s.inputs[i]);
         return concat(xs, static_cast<int>(s.inputs.size()), out_of(s.outputs[0]), static_cast<int>(s.ints[0]));
       }
-      case fb::Op::slice: {
+      case Op::slice: {
         const int r = s.inputs[0].rank;
         return slice(in_of(s.inputs[0]), out_of(s.outputs[0]), s.ints.data(), s.ints.data() + r);
       }
-      case fb::Op::gather:
+      case Op::gather:
         return gather(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]));
-      case fb::Op::expand: return expand(in_of(s.inputs[0]), out_of(s.outputs[0]));
-      case fb::Op::embedding:
+      case Op::expand: return expand(in_of(s.inputs[0]), out_of(s.outputs[0]));
+      case Op::embedding:
         return embedding(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
                          static_cast<int64_t>(rank_.tp_index()) * s.ints[0]);
-      case fb::Op::fill: return fill(s.floats[0], out_of(s.outputs[0]));
-      case fb::Op::attention:
+      case Op::fill: return fill(s.floats[0], out_of(s.outputs[0]));
+      case Op::attention:
         return attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3), out_of(s.outputs[0]),
                          s.ints[0] != 0, static_cast<float>(s.floats[0]), scratch);
-      case fb::Op::release: return {};
-      default: return zk::Result::fail("cpu backend: opcode is not a compute op");
+      case Op::release: return {};
+      // The executor names the instruction and its op around this message.
+      default: return zk::Result::fail("cpu backend: no kernel for this opcode");
     }
   }
 

@@ -113,12 +113,12 @@ zk::Out out_of(const TensorRef &t) {
 
 zk::In opt_in(const Step &s, size_t i) { return i < s.inputs.size() ? in_of(s.inputs[i]) : zk::In{}; }
 
-int class_of(fb::Op op) {
+int class_of(Op op) {
   const int v = static_cast<int>(op);
-  if (op == fb::Op::matmul || op == fb::Op::linear) return 0;
-  if (op == fb::Op::attention) return 1;
+  if (op == Op::matmul || op == Op::linear) return 0;
+  if (op == Op::attention) return 1;
   if (v >= 80 && v <= 85) return 2;
-  if (op == fb::Op::reshape || op == fb::Op::prefetch || op == fb::Op::evict) return 5;
+  if (op == Op::reshape || op == Op::prefetch || op == Op::evict) return 5;
   if (v >= 96 && v <= 102) return 4;
   if (v >= 128 && v <= 144) return 6;
   return 3;
@@ -241,8 +241,8 @@ class CudaBackend final : public Backend {
     bool gemm = false;
     for (const Step &s : steps) {
       ZRT_RETURN_IF_ERROR(check_supported(s));
-      const auto op = static_cast<fb::Op>(s.op);
-      gemm = gemm || op == fb::Op::matmul || op == fb::Op::linear;
+      const auto op = s.op;
+      gemm = gemm || op == Op::matmul || op == Op::linear;
     }
     // The steps passed here are the compute steps; the executor holds the collectives. A barrier among
     // them is found in enter() and stops capture there, before any capture begins (see begin_run()).
@@ -284,7 +284,7 @@ class CudaBackend final : public Backend {
   Status enter(const Step &s) override {
     if (s.stream > 2) return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) +
                                                             " names stream " + std::to_string(s.stream));
-    if (static_cast<fb::Op>(s.op) == fb::Op::barrier) {
+    if (s.op == Op::barrier) {
       saw_barrier_ = true;
       if (capturing_)
         return error(Code::backend_error, "cuda backend: a host barrier cannot be captured in a CUDA graph");
@@ -374,7 +374,7 @@ class CudaBackend final : public Backend {
         prof_events_.push_back(e);
         prof_class_.push_back(0);
       }
-      prof_class_[prof_next_] = class_of(static_cast<fb::Op>(s.op));
+      prof_class_[prof_next_] = class_of(s.op);
       ZRT_CUDA_CHECK(cudaEventRecord(prof_events_[prof_next_].first, cur_));
       return {};
     }
@@ -410,15 +410,15 @@ class CudaBackend final : public Backend {
   }
 
   Status check_supported(const Step &s) const {
-    const auto op = static_cast<fb::Op>(s.op);
+    const auto op = s.op;
     const int v = static_cast<int>(s.op);
-    const bool known = v <= 17 || (v >= 32 && v <= 46) || op == fb::Op::matmul || op == fb::Op::linear ||
-                       (v >= 80 && v <= 85) || (v >= 96 && v <= 103) || op == fb::Op::attention ||
-                       op == fb::Op::release || op == fb::Op::prefetch || op == fb::Op::evict;
+    const bool known = v <= 17 || (v >= 32 && v <= 46) || op == Op::matmul || op == Op::linear ||
+                       (v >= 80 && v <= 85) || (v >= 96 && v <= 103) || op == Op::attention ||
+                       op == Op::release || op == Op::prefetch || op == Op::evict;
     if (!known) return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
                                                       "'): opcode " + std::to_string(v) + " is not a compute op");
     for (const TensorRef &t : s.inputs)
-      if (t.data && t.space == MemSpace::host && op != fb::Op::prefetch)
+      if (t.data && t.space == MemSpace::host && op != Op::prefetch)
         return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
                                               "') reads host tensor " + std::to_string(t.index) +
                                               " directly; only prefetch may (the plan must prefetch it first)");
@@ -437,18 +437,18 @@ class CudaBackend final : public Backend {
     using zk::cpu::Binary;
     using zk::cpu::Reduce;
     using zk::cpu::Unary;
-    const auto op = static_cast<fb::Op>(s.op);
+    const auto op = s.op;
     const int v = static_cast<int>(s.op);
     cudaStream_t st = cur_;
     if (v <= 15) {
       ZRT_GPU_CHECK(zc::unary(static_cast<Unary>(v), in_of(s.inputs[0]), out_of(s.outputs[0]), st));
       return {};
     }
-    if (op == fb::Op::cast) {
+    if (op == Op::cast) {
       ZRT_GPU_CHECK(zc::cast(in_of(s.inputs[0]), out_of(s.outputs[0]), st));
       return {};
     }
-    if (op == fb::Op::not_) {
+    if (op == Op::not_) {
       ZRT_GPU_CHECK(zc::unary(Unary::not_, in_of(s.inputs[0]), out_of(s.outputs[0]), st));
       return {};
     }
@@ -457,72 +457,72 @@ class CudaBackend final : public Backend {
       return {};
     }
     switch (op) {
-      case fb::Op::where:
+      case Op::where:
         ZRT_GPU_CHECK(zc::where(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]), st));
         return {};
-      case fb::Op::matmul:
+      case Op::matmul:
         ZRT_GPU_CHECK(zc::matmul(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0,
                                  s.ints[1] != 0, workspace_, workspace_bytes_, st));
         return {};
-      case fb::Op::linear: {
+      case Op::linear: {
         const bool bias = s.inputs.size() > 2 && s.inputs[2].data;
         ZRT_GPU_CHECK(zc::linear(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(s.outputs[0]),
                                  s.ints[0] != 0, static_cast<float>(s.floats[0]), bias ? Epilogue::bias : Epilogue::none,
                                  workspace_, workspace_bytes_, st));
         return {};
       }
-      case fb::Op::softmax:
+      case Op::softmax:
         ZRT_GPU_CHECK(zc::softmax(in_of(s.inputs[0]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), st));
         return {};
-      case fb::Op::layer_norm:
+      case Op::layer_norm:
         ZRT_GPU_CHECK(zc::layer_norm(in_of(s.inputs[0]), opt_in(s, 1), opt_in(s, 2), out_of(s.outputs[0]),
                                      static_cast<int>(s.ints[0]), static_cast<float>(s.floats[0]), st));
         return {};
-      case fb::Op::rms_norm:
+      case Op::rms_norm:
         ZRT_GPU_CHECK(zc::rms_norm(in_of(s.inputs[0]), opt_in(s, 1), out_of(s.outputs[0]), static_cast<float>(s.floats[0]), st));
         return {};
-      case fb::Op::reduce_sum:
-      case fb::Op::reduce_mean:
-      case fb::Op::reduce_max: {
-        const Reduce r = op == fb::Op::reduce_sum ? Reduce::sum : op == fb::Op::reduce_mean ? Reduce::mean : Reduce::max;
+      case Op::reduce_sum:
+      case Op::reduce_mean:
+      case Op::reduce_max: {
+        const Reduce r = op == Op::reduce_sum ? Reduce::sum : op == Op::reduce_mean ? Reduce::mean : Reduce::max;
         ZRT_GPU_CHECK(zc::reduce(r, in_of(s.inputs[0]), out_of(s.outputs[0]), s.ints.data() + 1,
                                  static_cast<int>(s.ints.size()) - 1, s.ints[0] != 0, st));
         return {};
       }
-      case fb::Op::transpose:
+      case Op::transpose:
         ZRT_GPU_CHECK(zc::transpose(in_of(s.inputs[0]), out_of(s.outputs[0]), s.ints.data(), st));
         return {};
-      case fb::Op::reshape:
-      case fb::Op::prefetch:
-      case fb::Op::evict:
+      case Op::reshape:
+      case Op::prefetch:
+      case Op::evict:
         // A reshape planned as an alias shares its input's storage: nothing to move. Prefetch and evict
         // copy between the pinned host arena and the device arena, asynchronously on the stream.
         return copy(s.inputs[0], s.outputs[0]);
-      case fb::Op::concat: {
+      case Op::concat: {
         std::vector<zk::In> xs;
         for (const TensorRef &t : s.inputs) xs.push_back(in_of(t));
         ZRT_GPU_CHECK(zc::concat(xs.data(), static_cast<int>(xs.size()), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), st));
         return {};
       }
-      case fb::Op::slice: {
+      case Op::slice: {
         const int r = s.inputs[0].rank;
         ZRT_GPU_CHECK(zc::slice(in_of(s.inputs[0]), out_of(s.outputs[0]), s.ints.data(), s.ints.data() + r, st));
         return {};
       }
-      case fb::Op::gather:
+      case Op::gather:
         ZRT_GPU_CHECK(zc::gather(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), st));
         return {};
-      case fb::Op::expand: ZRT_GPU_CHECK(zc::expand(in_of(s.inputs[0]), out_of(s.outputs[0]), st)); return {};
-      case fb::Op::embedding:
+      case Op::expand: ZRT_GPU_CHECK(zc::expand(in_of(s.inputs[0]), out_of(s.outputs[0]), st)); return {};
+      case Op::embedding:
         ZRT_GPU_CHECK(zc::embedding(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
                                     static_cast<int64_t>(rank_.tp_index()) * s.ints[0], st));
         return {};
-      case fb::Op::fill: ZRT_GPU_CHECK(zc::fill(s.floats[0], out_of(s.outputs[0]), st)); return {};
-      case fb::Op::attention:
+      case Op::fill: ZRT_GPU_CHECK(zc::fill(s.floats[0], out_of(s.outputs[0]), st)); return {};
+      case Op::attention:
         ZRT_GPU_CHECK(zc::attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3),
                                     out_of(s.outputs[0]), s.ints[0] != 0, static_cast<float>(s.floats[0]), st));
         return {};
-      case fb::Op::release: return {};
+      case Op::release: return {};
       default: return error(Code::backend_error, "cuda backend: opcode " + std::to_string(v) + " is not a compute op");
     }
   }

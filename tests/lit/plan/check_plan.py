@@ -23,6 +23,7 @@ Prints a short summary that FileCheck can match.
 import argparse
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -64,6 +65,20 @@ def read_plan(path, schema):
         return json.load(open(os.path.join(d, "plan.json")))
 
 
+def op_names(schema):
+    """Opcode number -> name, read from the op registry (runtime/include/zrt/ops.def) beside the schema:
+    plan.fbs stores Instr.op as a plain number that the registry defines."""
+    path = os.path.join(os.path.dirname(os.path.abspath(schema)), "..", "include", "zrt", "ops.def")
+    names = {}
+    for line in open(path):
+        m = re.match(r'\s*ZRT_OP\(\s*\w+\s*,\s*"(\w+)"\s*,\s*(\d+)\s*,', line)
+        if m:
+            names[int(m.group(2))] = m.group(1)
+    if not names:
+        fail("no ZRT_OP entries in " + path)
+    return names
+
+
 def elements(shape):
     n = 1
     for s in shape:
@@ -79,6 +94,11 @@ def main():
     p = read_plan(args.plan, args.schema)
     tensors = p["tensors"]
     instrs = p["instrs"]
+    names = op_names(args.schema)
+    for ins in instrs:
+        if ins["op"] not in names:
+            fail("unknown opcode %s" % ins["op"])
+        ins["op"] = names[ins["op"]]
     fp = p["fingerprint"]
     world, tp, dp = fp["world"], fp["tp"], fp["dp"]
     if world != tp * dp:
