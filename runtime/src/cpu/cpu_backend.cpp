@@ -39,6 +39,8 @@ zk::Out out_of(const TensorRef &t) {
 
 /// An absent optional operand.
 zk::In opt_in(const Step &s, size_t i) { return i < s.inputs.size() ? in_of(s.inputs[i]) : zk::In{}; }
+/// An absent optional result.
+zk::Out opt_out(const Step &s, size_t i) { return i < s.outputs.size() ? out_of(s.outputs[i]) : zk::Out{}; }
 
 class CpuBackend final : public Backend {
  public:
@@ -88,6 +90,12 @@ class CpuBackend final : public Backend {
           n = zk::cpu::linear_scratch(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0);
           break;
         case Op::attention: n = zk::cpu::attention_scratch(in_of(s.inputs[0]), in_of(s.inputs[1])); break;
+        case Op::attention_grad: n = zk::cpu::attention_grad_scratch(in_of(s.inputs[0]), in_of(s.inputs[1])); break;
+        case Op::layer_norm_grad:
+          n = zk::cpu::layer_norm_grad_scratch(in_of(s.inputs[0]), static_cast<int>(s.ints[0]));
+          break;
+        case Op::rms_norm_grad: n = zk::cpu::rms_norm_grad_scratch(in_of(s.inputs[0])); break;
+        case Op::embedding_grad: n = zk::cpu::embedding_grad_scratch(out_of(s.outputs[0])); break;
         default: break;
       }
       need = std::max(need, n);
@@ -166,7 +174,59 @@ class CpuBackend final : public Backend {
       case Op::fill: return fill(s.floats[0], out_of(s.outputs[0]));
       case Op::attention:
         return attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3), out_of(s.outputs[0]),
-                         s.ints[0] != 0, static_cast<float>(s.floats[0]), scratch);
+                         opt_out(s, 1), s.ints[0] != 0, static_cast<float>(s.floats[0]), scratch);
+      // Run-time ops of decoder exports.
+      case Op::floor: return zk::cpu::floor(in_of(s.inputs[0]), out_of(s.outputs[0]));
+      case Op::mod: return mod(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0);
+      case Op::reduce_min:
+      case Op::reduce_prod:
+        return reduce(op == Op::reduce_min ? Reduce::min : Reduce::prod, in_of(s.inputs[0]), out_of(s.outputs[0]),
+                      s.ints.data() + 1, static_cast<int>(s.ints.size()) - 1, s.ints[0] != 0);
+      case Op::cumsum:
+        return cumsum(in_of(s.inputs[0]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), s.ints[1] != 0, s.ints[2] != 0);
+      case Op::range: return range(in_of(s.inputs[0]), in_of(s.inputs[2]), out_of(s.outputs[0]));
+      case Op::gather_nd:
+        return gather_nd(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]));
+      case Op::gather_elements:
+        return gather_elements(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]));
+      case Op::tile: return tile(in_of(s.inputs[0]), out_of(s.outputs[0]));
+      // Training (docs/training-contract.md).
+      case Op::gelu_tanh_grad:
+      case Op::gelu_erf_grad:
+      case Op::silu_grad: {
+        const Unary act = op == Op::gelu_tanh_grad ? Unary::gelu_tanh : op == Op::gelu_erf_grad ? Unary::gelu_erf : Unary::silu;
+        return act_grad(act, in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]));
+      }
+      case Op::softmax_grad:
+        return softmax_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]));
+      case Op::layer_norm_grad:
+        return layer_norm_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]),
+                               out_of(s.outputs[1]), out_of(s.outputs[2]), static_cast<int>(s.ints[0]),
+                               static_cast<float>(s.floats[0]), scratch);
+      case Op::rms_norm_grad:
+        return rms_norm_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]),
+                             out_of(s.outputs[1]), static_cast<float>(s.floats[0]), scratch);
+      case Op::attention_grad:
+        return attention_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
+                              in_of(s.inputs[4]), in_of(s.inputs[5]), opt_in(s, 6), out_of(s.outputs[0]),
+                              out_of(s.outputs[1]), out_of(s.outputs[2]), s.ints[0] != 0,
+                              static_cast<float>(s.floats[0]), scratch);
+      case Op::embedding_grad:
+        return embedding_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
+                              static_cast<int64_t>(rank_.tp_index()) * s.ints[0], scratch);
+      case Op::label_pick:
+        return label_pick(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
+                          static_cast<int64_t>(rank_.tp_index()) * s.ints[0], s.ints[1]);
+      case Op::label_pick_grad:
+        return label_pick_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
+                               static_cast<int64_t>(rank_.tp_index()) * s.ints[0], s.ints[1]);
+      case Op::sum_squares: return sum_squares(in_of(s.inputs[0]), out_of(s.outputs[0]));
+      case Op::adamw: {
+        const AdamWParams hp{s.floats[0], s.floats[1], s.floats[2], s.floats[3]};
+        return adamw(out_of(s.outputs[0]), in_of(s.inputs[1]), out_of(s.outputs[1]), out_of(s.outputs[2]),
+                     in_of(s.inputs[4]), in_of(s.inputs[5]), in_of(s.inputs[6]), hp);
+      }
+      case Op::accumulate: return accumulate(out_of(s.outputs[0]), in_of(s.inputs[1]));
       case Op::release: return {};
       // The executor names the instruction and its op around this message.
       default: return zk::Result::fail("cpu backend: no kernel for this opcode");

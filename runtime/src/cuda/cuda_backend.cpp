@@ -34,6 +34,7 @@
 #include "cuda_hooks.h"
 #include "cuda_status.h"
 #include "zk/cuda_kernels.h"
+#include "zk/cuda_train_kernels.h"
 #include "zrt/backend.h"
 #include "zrt/plan_generated.h"
 
@@ -112,11 +113,24 @@ zk::Out out_of(const TensorRef &t) {
 }
 
 zk::In opt_in(const Step &s, size_t i) { return i < s.inputs.size() ? in_of(s.inputs[i]) : zk::In{}; }
+zk::Out opt_out(const Step &s, size_t i) { return i < s.outputs.size() ? out_of(s.outputs[i]) : zk::Out{}; }
+
+/// Bytes of device workspace a training or run-time kernel needs for this step (0 for every other op).
+size_t kernel_workspace(const Step &s) {
+  switch (s.op) {
+    case Op::attention_grad: return zk::cuda::attention_grad_workspace(in_of(s.inputs[0]));
+    case Op::layer_norm_grad: return zk::cuda::layer_norm_grad_workspace(in_of(s.inputs[0]), static_cast<int>(s.ints[0]));
+    case Op::rms_norm_grad: return zk::cuda::rms_norm_grad_workspace(in_of(s.inputs[0]));
+    case Op::embedding_grad: return zk::cuda::embedding_grad_workspace(out_of(s.outputs[0]));
+    case Op::sum_squares: return zk::cuda::sum_squares_workspace();
+    default: return 0;
+  }
+}
 
 int class_of(Op op) {
   const int v = static_cast<int>(op);
   if (op == Op::matmul || op == Op::linear) return 0;
-  if (op == Op::attention) return 1;
+  if (op == Op::attention || op == Op::attention_grad) return 1;
   if (v >= 80 && v <= 85) return 2;
   if (op == Op::reshape || op == Op::prefetch || op == Op::evict) return 5;
   if (v >= 96 && v <= 102) return 4;
@@ -153,6 +167,7 @@ class CudaBackend final : public Backend {
     if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
     if (graph_) cudaGraphDestroy(graph_);
     if (workspace_) cudaFree(workspace_);
+    if (kernel_ws_) cudaFree(kernel_ws_);
     blas_.reset();
     for (cudaEvent_t e : plan_events_) cudaEventDestroy(e);
     for (cudaEvent_t e : edge_events_) cudaEventDestroy(e);
@@ -239,10 +254,12 @@ class CudaBackend final : public Backend {
     ZRT_RETURN_IF_ERROR(init());
     rank_ = rank;
     bool gemm = false;
+    size_t kernel_ws = 0;
     for (const Step &s : steps) {
       ZRT_RETURN_IF_ERROR(check_supported(s));
       const auto op = s.op;
       gemm = gemm || op == Op::matmul || op == Op::linear;
+      kernel_ws = std::max(kernel_ws, kernel_workspace(s));
     }
     // The steps passed here are the compute steps; the executor holds the collectives. A barrier among
     // them is found in enter() and stops capture there, before any capture begins (see begin_run()).
@@ -254,6 +271,12 @@ class CudaBackend final : public Backend {
       workspace_bytes_ = zk::cuda::kGemmWorkspaceBytes;
       scratch += workspace_bytes_;
       allocated_ += workspace_bytes_;
+    }
+    // One workspace for the training kernels: compute steps run one at a time on the compute stream.
+    if (kernel_ws) {
+      ZRT_CUDA_CHECK(cudaMalloc(&kernel_ws_, kernel_ws));
+      scratch += kernel_ws;
+      allocated_ += kernel_ws;
     }
     note_memory();
     *scratch_bytes = scratch;
@@ -414,7 +437,11 @@ class CudaBackend final : public Backend {
     const int v = static_cast<int>(s.op);
     const bool known = v <= 17 || (v >= 32 && v <= 46) || op == Op::matmul || op == Op::linear ||
                        (v >= 80 && v <= 85) || (v >= 96 && v <= 103) || op == Op::attention ||
-                       op == Op::release || op == Op::prefetch || op == Op::evict;
+                       op == Op::release || op == Op::prefetch || op == Op::evict || op == Op::floor || op == Op::mod ||
+                       op == Op::reduce_min || op == Op::reduce_prod || op == Op::cumsum ||
+                       (v >= static_cast<int>(Op::range) && v <= static_cast<int>(Op::tile)) ||
+                       (v >= static_cast<int>(Op::gelu_tanh_grad) && v <= static_cast<int>(Op::sum_squares)) ||
+                       op == Op::adamw || op == Op::accumulate;
     if (!known) return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
                                                       "'): opcode " + std::to_string(v) + " is not a compute op");
     for (const TensorRef &t : s.inputs)
@@ -520,8 +547,79 @@ class CudaBackend final : public Backend {
       case Op::fill: ZRT_GPU_CHECK(zc::fill(s.floats[0], out_of(s.outputs[0]), st)); return {};
       case Op::attention:
         ZRT_GPU_CHECK(zc::attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3),
-                                    out_of(s.outputs[0]), s.ints[0] != 0, static_cast<float>(s.floats[0]), st));
+                                    out_of(s.outputs[0]), opt_out(s, 1), s.ints[0] != 0, static_cast<float>(s.floats[0]),
+                                    st));
         return {};
+      // Run-time ops of decoder exports.
+      case Op::floor: ZRT_GPU_CHECK(zc::floor(in_of(s.inputs[0]), out_of(s.outputs[0]), st)); return {};
+      case Op::mod:
+        ZRT_GPU_CHECK(zc::mod(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0, st));
+        return {};
+      case Op::reduce_min:
+      case Op::reduce_prod:
+        ZRT_GPU_CHECK(zc::reduce(op == Op::reduce_min ? Reduce::min : Reduce::prod, in_of(s.inputs[0]), out_of(s.outputs[0]),
+                                 s.ints.data() + 1, static_cast<int>(s.ints.size()) - 1, s.ints[0] != 0, st));
+        return {};
+      case Op::cumsum:
+        ZRT_GPU_CHECK(zc::cumsum(in_of(s.inputs[0]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), s.ints[1] != 0,
+                                 s.ints[2] != 0, st));
+        return {};
+      case Op::range: ZRT_GPU_CHECK(zc::range(in_of(s.inputs[0]), in_of(s.inputs[2]), out_of(s.outputs[0]), st)); return {};
+      case Op::gather_nd:
+        ZRT_GPU_CHECK(zc::gather_nd(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), st));
+        return {};
+      case Op::gather_elements:
+        ZRT_GPU_CHECK(zc::gather_elements(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
+                                          static_cast<int>(s.ints[0]), st));
+        return {};
+      case Op::tile: ZRT_GPU_CHECK(zc::tile(in_of(s.inputs[0]), out_of(s.outputs[0]), st)); return {};
+      // Training (docs/training-contract.md).
+      case Op::gelu_tanh_grad:
+      case Op::gelu_erf_grad:
+      case Op::silu_grad: {
+        const Unary act = op == Op::gelu_tanh_grad ? Unary::gelu_tanh : op == Op::gelu_erf_grad ? Unary::gelu_erf : Unary::silu;
+        ZRT_GPU_CHECK(zc::act_grad(act, in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), st));
+        return {};
+      }
+      case Op::softmax_grad:
+        ZRT_GPU_CHECK(zc::softmax_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
+                                       static_cast<int>(s.ints[0]), st));
+        return {};
+      case Op::layer_norm_grad:
+        ZRT_GPU_CHECK(zc::layer_norm_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]),
+                                          out_of(s.outputs[1]), out_of(s.outputs[2]), static_cast<int>(s.ints[0]),
+                                          static_cast<float>(s.floats[0]), kernel_ws_, st));
+        return {};
+      case Op::rms_norm_grad:
+        ZRT_GPU_CHECK(zc::rms_norm_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]),
+                                        out_of(s.outputs[1]), static_cast<float>(s.floats[0]), kernel_ws_, st));
+        return {};
+      case Op::attention_grad:
+        ZRT_GPU_CHECK(zc::attention_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
+                                         in_of(s.inputs[4]), in_of(s.inputs[5]), opt_in(s, 6), out_of(s.outputs[0]),
+                                         out_of(s.outputs[1]), out_of(s.outputs[2]), s.ints[0] != 0,
+                                         static_cast<float>(s.floats[0]), kernel_ws_, st));
+        return {};
+      case Op::embedding_grad:
+        ZRT_GPU_CHECK(zc::embedding_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
+                                         static_cast<int64_t>(rank_.tp_index()) * s.ints[0], kernel_ws_, st));
+        return {};
+      case Op::label_pick:
+        ZRT_GPU_CHECK(zc::label_pick(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
+                                     static_cast<int64_t>(rank_.tp_index()) * s.ints[0], s.ints[1], st));
+        return {};
+      case Op::label_pick_grad:
+        ZRT_GPU_CHECK(zc::label_pick_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
+                                          static_cast<int64_t>(rank_.tp_index()) * s.ints[0], s.ints[1], st));
+        return {};
+      case Op::sum_squares: ZRT_GPU_CHECK(zc::sum_squares(in_of(s.inputs[0]), out_of(s.outputs[0]), kernel_ws_, st)); return {};
+      case Op::adamw: {
+        const zk::cpu::AdamWParams hp{s.floats[0], s.floats[1], s.floats[2], s.floats[3]};
+        ZRT_GPU_CHECK(zc::adamw(out_of(s.outputs[0]), in_of(s.inputs[1]), out_of(s.outputs[1]), out_of(s.outputs[2]),
+                                in_of(s.inputs[4]), in_of(s.inputs[5]), in_of(s.inputs[6]), hp, st));
+        return {};
+      }
+      case Op::accumulate: ZRT_GPU_CHECK(zc::accumulate(out_of(s.outputs[0]), in_of(s.inputs[1]), st)); return {};
       case Op::release: return {};
       default: return error(Code::backend_error, "cuda backend: opcode " + std::to_string(v) + " is not a compute op");
     }
@@ -536,6 +634,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<zk::cuda::Blas> blas_;
   void *workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  void *kernel_ws_ = nullptr;  // the training kernels' workspace (kernel_workspace), sized in prepare()
   // CUDA graph state.
   bool graph_wanted_ = false, graph_ok_ = false, capturing_ = false, saw_barrier_ = false;
   int runs_ = 0;
