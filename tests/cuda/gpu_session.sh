@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU part checks, in one call on the lent GPU machine (device time is scarce):
-#   build (compiler off) -> kernel tests -> memcheck of the attention/row/movement kernels -> backend tests
+#   build (compiler off) -> kernel tests -> memcheck of the attention/row/movement kernels -> training kernels
+#   and run-time ops (with a memcheck of the attention backward) -> backend tests
 #   -> the shared models on the cuda backend (.gpu-plans/) -> kernel timings -> bench/gpu/run.sh.
 # Logs go to $OUT (or /tmp/zplan-gpu); a summary is printed last.
 set -uo pipefail
@@ -25,7 +26,8 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.sm --
 step configure cmake -S . -B "$b" -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   -DZPLAN_FLATBUFFERS_ROOT="$top/.gpu-deps" -DZPLAN_GTEST_SOURCE_DIR="$top/.gpu-deps/googletest-src" ||
   { tail -30 "$out/configure.log"; exit 1; }
-step build ninja -C "$b" -j"$(nproc)" zplan_cuda_kernels_test zplan_cuda_backend_test zplan_cuda_nccl_test zplan_cuda_kernel_bench zrun ||
+step build ninja -C "$b" -j"$(nproc)" zplan_cuda_kernels_test zplan_cuda_backend_test zplan_cuda_nccl_test zplan_cuda_kernel_bench zrun \
+  zplan_cuda_train_kernels_test zplan_cuda_train_backend_test ||
   { grep -B2 -A12 -E "error|FAILED" "$out/build.log" | head -60; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 step kernels "$b/bin/zplan_cuda_kernels_test"
@@ -33,6 +35,13 @@ grep -E "^\[  (PASSED|FAILED) |worst|Trace|path|error:" "$out/kernels.log" | hea
 step memcheck timeout 60 compute-sanitizer --tool memcheck "$b/bin/zplan_cuda_kernels_test" \
   --gtest_filter='CudaAttention.*:CudaMovement.*'
 grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log" | tail -3
+step train_kernels "$b/bin/zplan_cuda_train_kernels_test"
+grep -E "^\[  (PASSED|FAILED) |worst|Trace|path|attention (forward|backward)|error:" "$out/train_kernels.log" | head -40
+step train_memcheck timeout 180 compute-sanitizer --tool memcheck "$b/bin/zplan_cuda_train_kernels_test" \
+  --gtest_filter='CudaTrain.AttentionLseAndFlashBackward:CudaTrain.NormGrads:CudaRuntimeOps.*'
+grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/train_memcheck.log" | tail -3
+step train_backend "$b/bin/zplan_cuda_train_backend_test"
+grep -E "^\[  (PASSED|FAILED) |Failure|cpu .*cuda" "$out/train_backend.log" | head -20
 step backend "$b/bin/zplan_cuda_backend_test"
 grep -E "^\[  (PASSED|FAILED) |Failure|error|rel |vs " "$out/backend.log" | head -30
 if [[ $(nvidia-smi -L | wc -l) -ge 2 ]]; then
