@@ -7,6 +7,7 @@
 #ifndef ZPLAN_DIALECTS_GRAPH_GRAPHOPS_H
 #define ZPLAN_DIALECTS_GRAPH_GRAPHOPS_H
 
+#include "dialects/graph/GradientOpInterface.h"
 #include "dialects/graph/GraphDialect.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"

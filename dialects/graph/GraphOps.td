@@ -10,6 +10,7 @@
 #define ZPLAN_DIALECTS_GRAPH_GRAPHOPS_TD
 
 include "dialects/graph/GraphDialect.td"
+include "dialects/graph/GradientOpInterface.td"
 include "mlir/IR/OpBase.td"
 include "mlir/IR/BuiltinAttributes.td"
 include "mlir/IR/CommonAttrConstraints.td"
@@ -33,7 +34,7 @@ class ZG_Op<string mnemonic, list<Trait> traits = []>
 //===----------------------------------------------------------------------===//
 
 class ZG_UnaryOp<string mnemonic, string formula>
-    : ZG_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+    : ZG_Op<mnemonic, [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "elementwise " # mnemonic;
   let description = "Elementwise: `result[i] = " # formula # "`. The result "
                     "has the operand's shape and element type.";
@@ -74,7 +75,7 @@ def ZG_IsNanOp : ZG_Op<"is_nan", [Pure, SameOperandsAndResultShape]> {
   let results = (outs ZG_BoolTensor:$result);
 }
 
-def ZG_CastOp : ZG_Op<"cast", [Pure, SameOperandsAndResultShape]> {
+def ZG_CastOp : ZG_Op<"cast", [Pure, SameOperandsAndResultShape, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "element type conversion";
   let description = [{
     Converts every element to the result's element type (ONNX Cast). Float to
@@ -85,7 +86,7 @@ def ZG_CastOp : ZG_Op<"cast", [Pure, SameOperandsAndResultShape]> {
   let results = (outs ZG_Tensor:$result);
 }
 
-def ZG_GeluOp : ZG_Op<"gelu", [Pure, SameOperandsAndResultType]> {
+def ZG_GeluOp : ZG_Op<"gelu", [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `approximate = "none"`: `0.5 x (1 + erf(x / sqrt(2)))`.
@@ -102,7 +103,7 @@ def ZG_GeluOp : ZG_Op<"gelu", [Pure, SameOperandsAndResultType]> {
 //===----------------------------------------------------------------------===//
 
 class ZG_BinaryOp<string mnemonic, string formula, Type resultType = ZG_Tensor>
-    : ZG_Op<mnemonic, [Pure]> {
+    : ZG_Op<mnemonic, [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "elementwise " # mnemonic # " with broadcasting";
   let description = "`result = " # formula # "` with numpy (ONNX "
                     "multidirectional) broadcasting of lhs and rhs to the "
@@ -128,7 +129,7 @@ def ZG_GreaterEqualOp
 def ZG_AndOp : ZG_BinaryOp<"and", "lhs && rhs (i1)", ZG_BoolTensor>;
 def ZG_OrOp : ZG_BinaryOp<"or", "lhs || rhs (i1)", ZG_BoolTensor>;
 
-def ZG_WhereOp : ZG_Op<"where", [Pure]> {
+def ZG_WhereOp : ZG_Op<"where", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "elementwise select with broadcasting";
   let description = [{
     `result = condition ? lhs : rhs`, all three broadcast (numpy rules) to the
@@ -144,7 +145,7 @@ def ZG_WhereOp : ZG_Op<"where", [Pure]> {
 // Linear algebra.
 //===----------------------------------------------------------------------===//
 
-def ZG_MatmulOp : ZG_Op<"matmul", [Pure]> {
+def ZG_MatmulOp : ZG_Op<"matmul", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "matrix product with ONNX MatMul semantics";
   let description = [{
     numpy.matmul: a 1-D lhs is treated as [1, K] and a 1-D rhs as [K, 1] (the
@@ -156,7 +157,7 @@ def ZG_MatmulOp : ZG_Op<"matmul", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_LinearOp : ZG_Op<"linear", [Pure]> {
+def ZG_LinearOp : ZG_Op<"linear", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "fully connected layer";
   let description = [{
     `result[..., n] = alpha * sum_k input[..., k] * W[k, n] + bias[n]`.
@@ -184,7 +185,7 @@ def ZG_LinearOp : ZG_Op<"linear", [Pure]> {
 // Normalisation and friends.
 //===----------------------------------------------------------------------===//
 
-def ZG_SoftmaxOp : ZG_Op<"softmax", [Pure, SameOperandsAndResultType]> {
+def ZG_SoftmaxOp : ZG_Op<"softmax", [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "softmax along one axis";
   let description = [{
     `exp(x - max) / sum(exp(x - max))` along `axis` (opset-13 semantics; axis
@@ -195,7 +196,7 @@ def ZG_SoftmaxOp : ZG_Op<"softmax", [Pure, SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def ZG_LayerNormOp : ZG_Op<"layer_norm", [Pure]> {
+def ZG_LayerNormOp : ZG_Op<"layer_norm", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "layer normalisation";
   let description = [{
     Normalises over the trailing dims [axis, rank): `(x - mean) /
@@ -210,7 +211,7 @@ def ZG_LayerNormOp : ZG_Op<"layer_norm", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_RmsNormOp : ZG_Op<"rms_norm", [Pure]> {
+def ZG_RmsNormOp : ZG_Op<"rms_norm", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "root mean square normalisation over the last axis";
   let description = [{
     `x / sqrt(mean(x^2 over the last axis) + epsilon) * scale`, with `scale`
@@ -222,7 +223,8 @@ def ZG_RmsNormOp : ZG_Op<"rms_norm", [Pure]> {
   let hasVerifier = 1;
 }
 
-class ZG_ReduceOp<string mnemonic, string what> : ZG_Op<mnemonic, [Pure]> {
+class ZG_ReduceOp<string mnemonic, string what>
+    : ZG_Op<mnemonic, [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = what # " over axes";
   let description = "The " # what # " over `axes` (normalised to [0, rank), "
                     "sorted, unique; never empty). With `keepdims` the reduced "
@@ -241,7 +243,7 @@ def ZG_ReduceMaxOp : ZG_ReduceOp<"reduce_max", "maximum">;
 // Data movement.
 //===----------------------------------------------------------------------===//
 
-def ZG_TransposeOp : ZG_Op<"transpose", [Pure]> {
+def ZG_TransposeOp : ZG_Op<"transpose", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "permutation of dims";
   let description = "`result` dim i is `input` dim `perm[i]` (ONNX Transpose).";
   let arguments = (ins ZG_Tensor:$input, DenseI64ArrayAttr:$perm);
@@ -249,7 +251,7 @@ def ZG_TransposeOp : ZG_Op<"transpose", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_ReshapeOp : ZG_Op<"reshape", [Pure]> {
+def ZG_ReshapeOp : ZG_Op<"reshape", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "reshape to the result's static shape";
   let description = "Row-major reinterpretation; element counts are equal.";
   let arguments = (ins ZG_Tensor:$input);
@@ -257,7 +259,7 @@ def ZG_ReshapeOp : ZG_Op<"reshape", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_ConcatOp : ZG_Op<"concat", [Pure]> {
+def ZG_ConcatOp : ZG_Op<"concat", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "concatenation along one axis";
   let description = "Operands in order along `axis` (in [0, rank)).";
   let arguments = (ins Variadic<ZG_Tensor>:$inputs, I64Attr:$axis);
@@ -265,7 +267,7 @@ def ZG_ConcatOp : ZG_Op<"concat", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_SliceOp : ZG_Op<"slice", [Pure]> {
+def ZG_SliceOp : ZG_Op<"slice", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "strided slice";
   let description = [{
     One start and one step per input dim (starts in [0, dim), steps non-zero,
@@ -279,7 +281,7 @@ def ZG_SliceOp : ZG_Op<"slice", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_SplitOp : ZG_Op<"split", [Pure]> {
+def ZG_SplitOp : ZG_Op<"split", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "split into consecutive parts along one axis";
   let description = [{
     The results, in order, are consecutive pieces of `input` along `axis`;
@@ -291,7 +293,7 @@ def ZG_SplitOp : ZG_Op<"split", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_GatherOp : ZG_Op<"gather", [Pure]> {
+def ZG_GatherOp : ZG_Op<"gather", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "ONNX Gather";
   let description = [{
     `result` has shape `data[:axis] + indices.shape + data[axis+1:]`; negative
@@ -302,7 +304,7 @@ def ZG_GatherOp : ZG_Op<"gather", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_ExpandOp : ZG_Op<"expand", [Pure]> {
+def ZG_ExpandOp : ZG_Op<"expand", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "broadcast to the result's shape";
   let description = "numpy broadcasting of `input` to the result's shape, "
                     "which must equal the broadcast of the two shapes.";
@@ -311,7 +313,7 @@ def ZG_ExpandOp : ZG_Op<"expand", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure]> {
+def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "embedding lookup";
   let description = [{
     `result[ids..., :] = table[ids[ids...], :]` with table [V, D] and integer
@@ -326,7 +328,7 @@ def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure]> {
 // Attention.
 //===----------------------------------------------------------------------===//
 
-def ZG_AttentionOp : ZG_Op<"attention", [Pure]> {
+def ZG_AttentionOp : ZG_Op<"attention", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "scaled dot-product attention core";
   let description = [{
     q [B, Hq, S, D], k [B, Hkv, T, D], v [B, Hkv, T, D], optional additive
@@ -482,7 +484,7 @@ def ZG_AdamwOp : ZG_Op<"adamw"> {
   let hasVerifier = 1;
 }
 
-def ZG_SumSquaresOp : ZG_Op<"sum_squares", [Pure]> {
+def ZG_SumSquaresOp : ZG_Op<"sum_squares", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "sum of squares of every element";
   let description = [{
     `result = sum_i input[i]^2` as an f32 scalar (rank 0), accumulated in
@@ -595,7 +597,7 @@ def ZG_EmbeddingGradOp : ZG_Op<"embedding_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_LabelPickOp : ZG_Op<"label_pick", [Pure]> {
+def ZG_LabelPickOp : ZG_Op<"label_pick", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
   let summary = "the logit of each row's label";
   let description = [{
     logits [N, V], labels [N] (integer) give out [N]:

@@ -1,0 +1,39 @@
+//===- Evaluator.h - a float64 interpreter of zg functions ------*- C++ -*-===//
+//
+// The independent oracle of the gradient tests: it runs a zg function in
+// double precision, straight from each op's documented semantics, with no
+// code shared with the gradient rules or the runtime's kernels. Integers and
+// booleans are held as doubles too (exact below 2^53).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZPLAN_TESTS_COMPILER_AUTODIFF_EVALUATOR_H
+#define ZPLAN_TESTS_COMPILER_AUTODIFF_EVALUATOR_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zplan::test {
+
+/// A dense row-major tensor of doubles.
+struct Tensor {
+  std::vector<int64_t> shape;
+  std::vector<double> data;
+
+  Tensor() = default;
+  explicit Tensor(std::vector<int64_t> s, double fill = 0.0);
+  int64_t size() const { return static_cast<int64_t>(data.size()); }
+};
+
+/// Runs `func` on `args` (one per argument) and returns its results. Fails
+/// the current test (and returns an empty vector) on an op it does not know.
+std::vector<Tensor> evaluate(mlir::func::FuncOp func,
+                             const std::vector<Tensor> &args,
+                             std::string *error = nullptr);
+
+} // namespace zplan::test
+
+#endif // ZPLAN_TESTS_COMPILER_AUTODIFF_EVALUATOR_H
