@@ -6,12 +6,11 @@
 // dkdv_kernel owns a tile of keys of one kv head and walks every query of the heads sharing it (GQA), so
 // dk and dv are summed inside one block: no atomics, the same result on every run. dq_kernel owns a tile
 // of queries and walks the keys. Causal tiles that see nothing are skipped. Two implementations:
-//  - the exact path (every dtype, head dims up to 256; the default): 32 x 32 tiles in fp32 shared memory,
-//    fp32 math on CUDA cores;
-//  - the tensor-core path (bf16/f16, head dims 64 and 128; ZK_CUDA_ATTENTION_GRAD=wmma selects it until
-//    it has been measured against the exact one on a GPU): 64 x 64 tiles, the five products
-//    (S, dP, dV += P^T dO, dK += dS^T Q, dQ += dS K) on WMMA with fp32 accumulation; P and dS are rounded
-//    to the 16-bit type for their products, as FlashAttention does.
+//  - the tensor-core path (bf16/f16 with head dims 64 and 128; the default there): 64 x 64 tiles, the
+//    products S, dP, dV += P^T dO, dK += dS^T Q and dQ += dS K on WMMA with fp32 accumulation; P and dS
+//    are rounded to the 16-bit type for their products, as FlashAttention does;
+//  - the exact path (every other case, and everywhere with ZK_CUDA_ATTENTION_GRAD=exact, kept as the
+//    cross-check): 32 x 32 tiles in fp32 shared memory, fp32 math on CUDA cores, head dims up to 256.
 #include <mma.h>
 
 #include <cstdlib>
@@ -534,8 +533,8 @@ GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, c
   const bool aligned = (reinterpret_cast<uintptr_t>(q.data) | reinterpret_cast<uintptr_t>(k.data) |
                         reinterpret_cast<uintptr_t>(v.data) | reinterpret_cast<uintptr_t>(dout.data)) % 16 == 0;
   const char *path = std::getenv("ZK_CUDA_ATTENTION_GRAD");
-  const bool tc = path && std::strcmp(path, "wmma") == 0 && (q.dtype == DType::bf16 || q.dtype == DType::f16) &&
-                  (Dh == 64 || Dh == 128) && aligned;
+  const bool exact = path && std::strcmp(path, "exact") == 0;
+  const bool tc = !exact && (q.dtype == DType::bf16 || q.dtype == DType::f16) && (Dh == 64 || Dh == 128) && aligned;
   auto run_tc = [&](auto *tag) {
     using E = std::remove_pointer_t<decltype(tag)>;
     auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);

@@ -133,8 +133,8 @@ TEST(CudaTrain, AttentionLseAndFlashBackward) {
       {1, 2, 1, 20, 33, 32, true, 1},     // head dim off the tensor-core path
       {1, 2, 2, 256, 256, 64, true, 0},   // many tiles each way
   };
-  // Both backward paths: the exact one (the default) and the tensor-core one (bf16/f16, Dh 64 and 128).
-  for (const char *path : {"", "wmma"}) {
+  // Both backward paths: the default (tensor cores for bf16/f16 with Dh 64 and 128) and the exact one.
+  for (const char *path : {"", "exact"}) {
     SCOPED_TRACE(std::string("backward path '") + path + "'");
     setenv("ZK_CUDA_ATTENTION_GRAD", path, 1);
     for (DType t : kFloats)
@@ -167,7 +167,7 @@ float time_ms(F &&f) {
 }
 
 TEST(CudaTrain, AttentionTimingsAtGpt2MediumShape) {
-  // Not a check: the figures that decide which backward path is the default (B 8, 16 heads, S 1024,
+  // Not a check: the figures behind the choice of the default backward path (B 8, 16 heads, S 1024,
   // Dh 64, bf16, causal: one layer of gpt2-350m at the benchmark's shape). FLOPs: forward 2 products,
   // backward 5, each 2 B H S^2 Dh, halved by causality.
   const DType t = DType::bf16;
@@ -178,7 +178,7 @@ TEST(CudaTrain, AttentionTimingsAtGpt2MediumShape) {
   const double flop = 2.0 * 8 * 16 * 1024.0 * 1024.0 * 64 / 2;
   const float fwd = time_ms([&] { (void)zc::attention(gq.in(), gk.in(), gv.in(), zk::In{}, gout.out(), glse.out(), true, 0.125f, nullptr); });
   std::printf("attention forward with lse: %.3f ms (%.1f TFLOP/s)\n", fwd, 2 * flop / fwd / 1e9);
-  for (const char *path : {"", "wmma"}) {
+  for (const char *path : {"", "exact"}) {
     setenv("ZK_CUDA_ATTENTION_GRAD", path, 1);
     const float bwd = time_ms([&] {
       (void)zc::attention_grad(gq.in(), gk.in(), gv.in(), gout.in(), gdo.in(), glse.in(), zk::In{}, gdq.out(), gdk.out(),

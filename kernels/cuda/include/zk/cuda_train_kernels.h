@@ -38,7 +38,8 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
                     float scale, cudaStream_t stream);
 /// Flash-style attention backward: probabilities recomputed tile by tile from q, k and lse; dk and dv of a
 /// kv head summed over its query heads (GQA) inside one block, so no atomics and a deterministic result.
-/// Head dims up to 256; q, k, v, out, dout, dq, dk, dv share one float dtype.
+/// Head dims up to 256; q, k, v, out, dout, dq, dk, dv share one float dtype. bf16/f16 with head dims 64
+/// and 128 run on tensor cores (ZK_CUDA_ATTENTION_GRAD=exact forces the fp32 CUDA-core path).
 size_t attention_grad_workspace(const In &q);
 GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, const In &dout, const In &lse,
                          const In &mask, const Out &dq, const Out &dk, const Out &dv, bool causal, float scale,
