@@ -125,19 +125,44 @@ __global__ void column_finish(const float *part, int chunks, int64_t n, void *ou
   store_f(out, ot, col, static_cast<float>(acc));
 }
 
-/// One block per id: its row of dy is added into acc (fp32) when the id is this rank's.
-__global__ void embedding_grad_kernel(const void *ids, DType it, const void *dy, DType gt, float *acc, int64_t V, int64_t D,
-                                      int64_t row_start) {
-  const int64_t n = blockIdx.x;
-  const int64_t row = detail::load_i(ids, it, n) - row_start;
-  if (row < 0 || row >= V) return;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) atomicAdd(acc + row * D + d, load_f(dy, gt, n * D + d));
-}
-
-__global__ void convert_kernel(const float *src, void *dst, DType ot, int64_t n) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    store_f(dst, ot, i, src[i]);
+/// One block per row of this rank's table: the block walks the ids in order, 256 at a time, compacts the
+/// positions that name its row (warp ballots, in position order) and adds their dy rows into an fp32 row in
+/// shared memory, then stores it once. Every column sums the same terms in the same order as the CPU
+/// reference, so the result is deterministic and equal to it; no atomics, no workspace.
+constexpr int kEmbThreads = 256;
+__global__ void __launch_bounds__(kEmbThreads) embedding_grad_kernel(const void *ids, DType it, const void *dy, DType gt,
+                                                                       void *out, DType ot, int64_t N, int64_t D,
+                                                                       int64_t row_start) {
+  extern __shared__ float acc[];  // [D]
+  __shared__ int64_t pos[kEmbThreads];
+  __shared__ int offs[kEmbThreads / 32];
+  __shared__ int total;
+  const int64_t row = blockIdx.x, id = row_start + row;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) acc[d] = 0.0f;
+  for (int64_t base = 0; base < N; base += blockDim.x) {
+    const int64_t n = base + threadIdx.x;
+    const bool hit = n < N && detail::load_i(ids, it, n) == id;
+    const unsigned mask = __ballot_sync(0xffffffffu, hit);
+    if (lane == 0) offs[warp] = __popc(mask);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int sum = 0;
+      for (int w = 0; w < kEmbThreads / 32; ++w) {
+        const int c = offs[w];
+        offs[w] = sum;
+        sum += c;
+      }
+      total = sum;
+    }
+    __syncthreads();
+    if (hit) pos[offs[warp] + __popc(mask & ((1u << lane) - 1u))] = n;
+    __syncthreads();
+    for (int k = 0; k < total; ++k)
+      for (int64_t d = threadIdx.x; d < D; d += blockDim.x) acc[d] += load_f(dy, gt, pos[k] * D + d);
+    __syncthreads();  // pos, offs and total are rewritten by the next chunk
+  }
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store_f(out, ot, row * D + d, acc[d]);
 }
 
 __global__ void label_pick_kernel(const void *logits, DType lt, const void *labels, DType bt, void *out, DType ot, int64_t N,
@@ -357,11 +382,9 @@ GpuStatus rms_norm_grad(const In &x, const In &scale, const In &dy, const Out &d
   return {};
 }
 
-size_t embedding_grad_workspace(const Out &dtable) {
-  return dtable.dtype == DType::f32 ? 0 : static_cast<size_t>(dtable.shape.numel()) * sizeof(float);
-}
+size_t embedding_grad_workspace(const Out &) { return 0; }
 
-GpuStatus embedding_grad(const In &ids, const In &dy, const Out &dtable, int64_t row_start, void *ws, cudaStream_t s) {
+GpuStatus embedding_grad(const In &ids, const In &dy, const Out &dtable, int64_t row_start, void *, cudaStream_t s) {
   if (dtable.shape.rank != 2) return kernel_failure("embedding_grad: dtable must be [V, D]");
   if (ids.dtype != DType::i64 && ids.dtype != DType::i32) return kernel_failure("embedding_grad: ids must be i64 or i32");
   if (!is_float(dy.dtype) || !is_float(dtable.dtype)) return kernel_failure("embedding_grad: dy and dtable must be float");
@@ -370,16 +393,15 @@ GpuStatus embedding_grad(const In &ids, const In &dy, const Out &dtable, int64_t
     return kernel_failure("embedding_grad: dy must be [ids..., D]");
   for (int i = 0; i < ids.shape.rank; ++i)
     if (dy.shape.d[i] != ids.shape.d[i]) return kernel_failure("embedding_grad: dy must be [ids..., D]");
-  const bool direct = dtable.dtype == DType::f32;
-  if (!direct && !ws && V * D > 0) return kernel_failure("embedding_grad: a 16-bit dtable needs the fp32 workspace");
-  float *acc = direct ? static_cast<float *>(dtable.data) : static_cast<float *>(ws);
+  // The fp32 row lives in shared memory: up to 48K floats with the opt-in limit raised below.
+  if (D > 48 * 1024) return kernel_failure("embedding_grad: rows longer than 49152 elements");
+  if (V > 0x7fffffffLL) return kernel_failure("embedding_grad: table too tall");
   if (V * D == 0) return {};
-  ZK_CUDA_TRY(cudaMemsetAsync(acc, 0, static_cast<size_t>(V * D) * sizeof(float), s));
-  const int64_t n = ids.shape.numel();
-  if (n > 0)
-    embedding_grad_kernel<<<static_cast<unsigned>(n), D >= 256 ? 256 : 64, 0, s>>>(ids.data, ids.dtype, dy.data, dy.dtype,
-                                                                                  acc, V, D, row_start);
-  if (!direct) convert_kernel<<<grid_for(V * D), detail::kThreads, 0, s>>>(acc, dtable.data, dtable.dtype, V * D);
+  static cudaError_t attr =
+      cudaFuncSetAttribute(embedding_grad_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024 * 4);
+  ZK_CUDA_TRY(attr);
+  embedding_grad_kernel<<<static_cast<unsigned>(V), kEmbThreads, static_cast<size_t>(D) * sizeof(float), s>>>(
+      ids.data, ids.dtype, dy.data, dy.dtype, dtable.data, dtable.dtype, ids.shape.numel(), D, row_start);
   ZK_CUDA_TRY(detail::launched());
   return {};
 }

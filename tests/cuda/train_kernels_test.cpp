@@ -200,7 +200,8 @@ TEST(CudaTrain, EmbeddingAndLabelPick) {
     DevT gi(ids), gdy(dy), gt(t, Dims{V, D});
     DevBytes ws(zc::embedding_grad_workspace(gt.out()));
     ZT_GPU_OK(zc::embedding_grad(gi.in(), gdy.in(), gt.out(), start, ws.ptr, nullptr));
-    EXPECT_TRUE(close(gt.download(), ref, grad_tol(t))) << "embedding_grad " << zk::dtype_name(t);
+    // The same fp32 additions in the same order as the reference: exact.
+    EXPECT_TRUE(close(gt.download(), ref, 0)) << "embedding_grad " << zk::dtype_name(t);
 
     const int64_t N = 37, Vl = 33;
     HostT logits = random_tensor(t, Dims{N, Vl}), labels = ids_tensor(DType::i64, Dims{N}, -1, 100);

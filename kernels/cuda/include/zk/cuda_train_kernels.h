@@ -44,8 +44,9 @@ size_t attention_grad_workspace(const In &q);
 GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, const In &dout, const In &lse,
                          const In &mask, const Out &dq, const Out &dk, const Out &dv, bool causal, float scale,
                          void *workspace, cudaStream_t stream);
-/// The embedding backward (zeroed, then rows scatter-added in fp32); ids outside [row_start, row_start +
-/// V_local) are skipped. A 16-bit dtable accumulates in an fp32 workspace of its size first.
+/// The embedding backward: each row of dtable is the fp32 sum, in id order, of the dy rows whose id names
+/// it (ids outside [row_start, row_start + V_local) are skipped), rounded once: deterministic and equal to
+/// the CPU reference. No workspace (the function stays for the backends' uniform sizing and returns 0).
 size_t embedding_grad_workspace(const Out &dtable);
 GpuStatus embedding_grad(const In &ids, const In &dy, const Out &dtable, int64_t row_start, void *workspace,
                          cudaStream_t stream);
