@@ -105,9 +105,16 @@ void check_attention_grad(DType t, const AttnCase &c) {
   // The forward's lse on every GPU path (the tensor-core path for bf16/f16 with Dh 64 or 128).
   DevT gq(q), gk(k), gv(v), gm(c.mask ? mask : HostT(DType::f32, Dims{1})), gout(t, qs), glse(DType::f32, ls);
   const zk::In gmi = c.mask ? gm.in() : zk::In{};
-  ZT_GPU_OK(zc::attention(gq.in(), gk.in(), gv.in(), gmi, gout.out(), glse.out(), c.causal, scale, nullptr));
-  EXPECT_TRUE(close(gout.download(), out, tol_for(t))) << "attention out";
-  EXPECT_TRUE(close(glse.download(), lse, t == DType::f32 ? 1e-5f : 2e-3f)) << "attention lse";
+  // Both tensor-core forward kernels write the lse (ZK_CUDA_ATTENTION selects them; f32 runs the row path).
+  for (const char *fwd : {"wmma", ""}) {
+    setenv("ZK_CUDA_ATTENTION", fwd, 1);
+    gout.poison();
+    glse.poison();
+    ZT_GPU_OK(zc::attention(gq.in(), gk.in(), gv.in(), gmi, gout.out(), glse.out(), c.causal, scale, nullptr));
+    EXPECT_TRUE(close(gout.download(), out, tol_for(t))) << "attention out, forward path '" << fwd << "'";
+    EXPECT_TRUE(close(glse.download(), lse, t == DType::f32 ? 1e-5f : 2e-3f)) << "attention lse, forward path '" << fwd << "'";
+  }
+  unsetenv("ZK_CUDA_ATTENTION");
   // The backward from the reference's out and lse, so that only the backward is compared.
   HostT rdq(t, qs), rdk(t, ks), rdv(t, ks);
   std::vector<float> bs(zk::cpu::attention_grad_scratch(q.in(), k.in()) + 1);
