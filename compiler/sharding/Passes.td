@@ -132,6 +132,50 @@ def ZplanZero : Pass<"zplan-zero", "mlir::ModuleOp"> {
   let dependentDialects = ["zplan::dist::ZdDialect"];
 }
 
+def ZplanZeroTrain : Pass<"zplan-zero-train", "mlir::ModuleOp"> {
+  let summary = "ZeRO stages 0-3 for a training step over the dp axis";
+  let description = [{
+    Works on every program holding `zg.adamw` (the train step built by
+    --zplan-train-step), at dp > 1; each rank runs the step on its own rows,
+    so each reduction below is a sum over dp times 1/dp. Stage 0 all-reduces
+    each gradient right after backward produces it. Stages 1-2 shrink both
+    moments to this rank's flat part (in every program that names them),
+    reduce-scatter the flat, zero-padded gradient (stage 1 once backward is
+    over, stage 2 right after the gradient exists), update a
+    `zd.weight_shard` master part and gather it back into the parameter
+    (`zd.gather_param` + `zg.assign`). Stage 3 also replaces each parameter
+    of at least persist-threshold bytes by its shard: gathered before its
+    forward uses and again before its backward uses, released after each,
+    updated in place. Once gradients are partitioned the squared norm is
+    all-reduced before its square root. The loss result is averaged over dp.
+
+    ```mlir
+    %g = ... // gradient of %w, tensor<64x64xf32>
+    zg.adamw %w, %g, %m, %v, %lr, %step, %scale ...
+    // becomes, at stage 2 and dp = 2,
+    %f = zg.reshape %g : tensor<64x64xf32> -> tensor<4096xf32>
+    %p = zd.reduce_scatter %f {axis = "dp", dim = 0} : ... -> tensor<2048xf32>
+    %s = zg.mul %p, %half
+    zg.adamw %master, %s, %m, %v, %lr, %step, %scale ...
+    %w2 = zd.gather_param %master : tensor<2048xf32> -> tensor<64x64xf32>
+    zg.assign %w, %w2
+    zd.release %w2
+    ```
+  }];
+  let options = [
+    Option<"stage", "stage", "int64_t", "0", "ZeRO stage (0-3)">,
+    Option<"persistThreshold", "persist-threshold", "int64_t", "0",
+           "stage 3: parameters below this many bytes stay whole">,
+  ];
+  let statistics = [
+    Statistic<"numReduced", "reduced", "gradients all-reduced whole">,
+    Statistic<"numPartitioned", "partitioned",
+              "parameters whose optimizer state is partitioned">,
+    Statistic<"numSharded", "sharded", "parameters partitioned (stage 3)">,
+  ];
+  let dependentDialects = ["zplan::dist::ZdDialect", "zplan::graph::GraphDialect"];
+}
+
 def ZplanOffload : Pass<"zplan-offload", "mlir::ModuleOp"> {
   let summary = "Keep parameters in host memory, prefetch them ahead of use";
   let description = [{

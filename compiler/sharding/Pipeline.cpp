@@ -24,6 +24,10 @@ void zplan::sharding::buildShardingPipeline(OpPassManager &pm,
   zero.prefetchBytes = options.prefetchBytes;
   zero.maxLiveBytes = options.maxLiveBytes;
   pm.addPass(createZplanZero(zero));
+  ZplanZeroTrainOptions zeroTrain;
+  zeroTrain.stage = options.zeroStage;
+  zeroTrain.persistThreshold = options.persistThreshold;
+  pm.addPass(createZplanZeroTrain(zeroTrain));
   ZplanOffloadOptions offload;
   offload.param =
       options.offload == ShardingOptions::Offload::Cpu ? "cpu" : "none";

@@ -321,6 +321,18 @@ struct Param {
 } // namespace
 
 namespace {
+/// Marks the rank-local batch inputs of a training program (integer
+/// arguments of rank >= 1: token ids and labels) as split over dp: the
+/// runtime hands each dp group its own rows of the global batch.
+void markTrainingBatchInputs(func::FuncOp func) {
+  Builder b(func.getContext());
+  for (BlockArgument arg : func.getArguments()) {
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (type && type.getRank() >= 1 && isa<IntegerType>(type.getElementType()))
+      func.setArgAttr(arg.getArgNumber(), kBatchSplit, b.getUnitAttr());
+  }
+}
+
 struct ZplanZeroPass : zplan::sharding::impl::ZplanZeroBase<ZplanZeroPass> {
   using Base::Base;
   void runOnOperation() override;
@@ -468,6 +480,17 @@ void ZplanZeroPass::runOnOperation() {
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal())
       continue;
+    // Training programs are built from the rank-local batch and partitioned
+    // by --zplan-zero-train; only their batch inputs are marked here.
+    bool training = false;
+    func.walk([&](Operation *op) {
+      training |= isa<zg::AdamwOp, zg::StateOp, zg::AccumulateOp>(op);
+    });
+    if (training) {
+      if (dp > 1)
+        markTrainingBatchInputs(func);
+      continue;
+    }
     if (dp > 1) {
       BatchSplitter split(func, dp);
       if (failed(split.run()))

@@ -1,0 +1,431 @@
+//===- ZeroTrain.cpp - --zplan-zero-train ---------------------------------===//
+//
+// ZeRO for a training step: what each stage keeps whole and what it
+// partitions over the dp axis, made explicit as collectives and shards.
+//
+// Every rank runs the train step on its own rows of the global batch (the
+// driver imports the model at the local batch), so each rank's loss is the
+// mean over its rows and each rank's gradients are those of that mean. The
+// global mean is the average over dp, hence every reduction below is a sum
+// followed by a multiply by 1/dp.
+//
+//  - stage 0: every gradient is all-reduced over dp right after backward
+//    produces it; the optimizer updates whole parameters on every rank;
+//  - stage 1: the optimizer state (fp32 master copy, both moments) keeps only
+//    this rank's flat part of each parameter; gradients stay whole until the
+//    end of backward, then are reduce-scattered; after the update the master
+//    parts are all-gathered back into the whole parameter;
+//  - stage 2: as stage 1, but each gradient is reduce-scattered as soon as
+//    backward produces it, so whole gradients do not outlive their producer;
+//  - stage 3: as stage 2, and the parameters themselves are shards: gathered
+//    before their forward uses, released, gathered again before their
+//    backward uses and released; the optimizer updates the shard in place.
+//
+// The squared gradient norm (sum_squares over the gradients) is a partial sum
+// over dp once the gradients are partitioned: an all-reduce is inserted before
+// its square root so that clipping sees the global norm.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/sharding/Passes.h"
+#include "compiler/sharding/Sharding.h"
+#include "dialects/graph/GraphOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace zplan::sharding {
+#define GEN_PASS_DEF_ZPLANZEROTRAIN
+#include "compiler/sharding/Passes.h.inc"
+} // namespace zplan::sharding
+
+using namespace mlir;
+using namespace zplan;
+using namespace zplan::sharding;
+namespace zg = zplan::graph;
+
+namespace {
+
+RankedTensorType rtt(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+/// A scalar f32 constant with the element type of `like`.
+Value scalarConstant(OpBuilder &b, Location loc, Type elementType,
+                     double value) {
+  auto type = RankedTensorType::get({}, elementType);
+  Attribute attr;
+  if (auto ft = dyn_cast<FloatType>(elementType))
+    attr = DenseElementsAttr::get(type, b.getFloatAttr(ft, value));
+  return zg::ConstantOp::create(b, loc, type, cast<ElementsAttr>(attr))
+      .getResult();
+}
+
+/// v * (1 / dp), in v's element type (exact for a power-of-two dp).
+Value scaleByInverse(OpBuilder &b, Location loc, Value v, int64_t dp) {
+  Value k = scalarConstant(b, loc, rtt(v).getElementType(), 1.0 / double(dp));
+  return zg::MulOp::create(b, loc, v.getType(), v, k).getResult();
+}
+
+Value allReduce(OpBuilder &b, Location loc, Value v, StringRef axis) {
+  auto op = dist::AllReduceOp::create(b, loc, v.getType(), v,
+                                      b.getStringAttr(axis));
+  return op.getResult();
+}
+
+/// The flat, zero-padded form of `v`: [dp * shard] elements.
+Value flatPadded(OpBuilder &b, Location loc, Value v, int64_t shard,
+                 int64_t dp) {
+  auto type = rtt(v);
+  int64_t n = type.getNumElements();
+  Type et = type.getElementType();
+  Value flat =
+      zg::ReshapeOp::create(b, loc, RankedTensorType::get({n}, et), v)
+          .getResult();
+  int64_t padded = shard * dp;
+  if (padded == n)
+    return flat;
+  auto padType = RankedTensorType::get({padded - n}, et);
+  Value zeros =
+      zg::ConstantOp::create(
+          b, loc, padType,
+          cast<ElementsAttr>(DenseElementsAttr::get(
+              padType, b.getFloatAttr(cast<FloatType>(et), 0.0))))
+          .getResult();
+  return zg::ConcatOp::create(b, loc, RankedTensorType::get({padded}, et),
+                              ValueRange{flat, zeros}, b.getI64IntegerAttr(0))
+      .getResult();
+}
+
+/// One parameter's optimizer step, as the builder of the train step left it.
+struct ParamUpdate {
+  zg::AdamwOp adamw;
+  zg::WeightOp weight; // the parameter (null when it is already a shard)
+  Value grad;
+};
+
+class TrainZero {
+public:
+  TrainZero(func::FuncOp func, ModuleOp module, int64_t dp, int64_t stage,
+            int64_t persistThreshold)
+      : func(func), module(module), dp(dp), stage(stage),
+        persistThreshold(persistThreshold) {}
+
+  LogicalResult run();
+  int64_t numReduced = 0, numPartitioned = 0, numSharded = 0;
+
+private:
+  LogicalResult collect();
+  void reduceLoss();
+  Value reduceGradWhole(ParamUpdate &u);
+  Value reduceGradShard(ParamUpdate &u, int64_t shard, Operation *at);
+  LogicalResult partitionState(ParamUpdate &u, int64_t shard, Value gradShard,
+                               Value paramShard);
+  void reduceNormOverDp();
+  void gatherForUses(zg::WeightOp w, Value shard);
+  int64_t indexOf(Operation *op) {
+    return index.lookup(func.getBody().front().findAncestorOpInBlock(*op));
+  }
+
+  func::FuncOp func;
+  ModuleOp module;
+  int64_t dp, stage, persistThreshold;
+  SmallVector<ParamUpdate> updates;
+  DenseMap<Operation *, int64_t> index;
+  Operation *lossDef = nullptr;
+  Operation *firstOptimizerOp = nullptr;
+};
+
+LogicalResult TrainZero::collect() {
+  Block &body = func.getBody().front();
+  int64_t i = 0;
+  for (Operation &op : body)
+    index[&op] = i++;
+  for (auto adamw : body.getOps<zg::AdamwOp>()) {
+    ParamUpdate u;
+    u.adamw = adamw;
+    u.grad = adamw.getGrad();
+    u.weight = adamw.getParam().getDefiningOp<zg::WeightOp>();
+    if (!u.weight)
+      return adamw.emitError("zplan-zero-train: the parameter of zg.adamw "
+                             "must be a zg.weight before ZeRO partitions it");
+    if (!adamw.getM().getDefiningOp<zg::StateOp>() ||
+        !adamw.getV().getDefiningOp<zg::StateOp>())
+      return adamw.emitError("zplan-zero-train: the moments of zg.adamw must "
+                             "be zg.state values");
+    updates.push_back(u);
+  }
+  // The earliest optimizer-phase op: the first sum_squares of a gradient,
+  // else the first update. Stage 1 reduces whole gradients right before it.
+  for (Operation &op : body) {
+    if (isa<zg::SumSquaresOp, zg::AdamwOp>(&op)) {
+      firstOptimizerOp = &op;
+      break;
+    }
+  }
+  // The loss: the result named "loss" (else the first result).
+  Operation *ret = body.getTerminator();
+  for (unsigned r = 0; r < ret->getNumOperands(); ++r) {
+    auto name = func.getResultAttrOfType<StringAttr>(r, "zg.name");
+    if (!lossDef || (name && name.getValue() == "loss"))
+      lossDef = ret->getOperand(r).getDefiningOp();
+  }
+  return success();
+}
+
+void TrainZero::reduceLoss() {
+  Block &body = func.getBody().front();
+  Operation *ret = body.getTerminator();
+  for (unsigned r = 0; r < ret->getNumOperands(); ++r) {
+    auto name = func.getResultAttrOfType<StringAttr>(r, "zg.name");
+    if (!name || name.getValue() != "loss")
+      continue;
+    Value loss = ret->getOperand(r);
+    OpBuilder b(ret);
+    Value mean =
+        scaleByInverse(b, loss.getLoc(), allReduce(b, loss.getLoc(), loss, "dp"),
+                       dp);
+    ret->setOperand(r, mean);
+  }
+}
+
+Value TrainZero::reduceGradWhole(ParamUpdate &u) {
+  OpBuilder b(func.getContext());
+  b.setInsertionPointAfterValue(u.grad);
+  Location loc = u.grad.getLoc();
+  Value summed = allReduce(b, loc, u.grad, "dp");
+  Value mean = scaleByInverse(b, loc, summed, dp);
+  u.grad.replaceAllUsesExcept(mean, summed.getDefiningOp());
+  ++numReduced;
+  return mean;
+}
+
+Value TrainZero::reduceGradShard(ParamUpdate &u, int64_t shard,
+                                 Operation *at) {
+  OpBuilder b(func.getContext());
+  if (at)
+    b.setInsertionPoint(at);
+  else
+    b.setInsertionPointAfterValue(u.grad);
+  Location loc = u.grad.getLoc();
+  Type et = rtt(u.grad).getElementType();
+  Value flat = flatPadded(b, loc, u.grad, shard, dp);
+  auto rs = dist::ReduceScatterOp::create(
+      b, loc, RankedTensorType::get({shard}, et), flat, b.getStringAttr("dp"),
+      b.getI64IntegerAttr(0));
+  Value mean = scaleByInverse(b, loc, rs.getResult(), dp);
+  // The norm and the update read this rank's part; the padding is zeros, so
+  // the sums of squares over the parts add up to the whole gradient's.
+  u.grad.replaceUsesWithIf(mean, [](OpOperand &use) {
+    return isa<zg::SumSquaresOp, zg::AdamwOp>(use.getOwner());
+  });
+  return mean;
+}
+
+/// Shrinks a moment (zg.state) to this rank's flat part, in every program
+/// that names it.
+void shrinkState(ModuleOp module, zg::StateOp state, int64_t shard) {
+  StringRef name = state.getName();
+  Type et = rtt(state.getResult()).getElementType();
+  auto type = RankedTensorType::get({shard}, et);
+  SmallVector<Operation *> dead;
+  module.walk([&](zg::StateOp other) {
+    if (other.getName() != name)
+      return;
+    other.getResult().setType(type);
+    // Programs that write the state (init) write a value of the new shape:
+    // a constant fill keeps its value; other writers are left to fail the
+    // verifier, which names them.
+    for (Operation *user : other->getUsers()) {
+      auto assign = dyn_cast<zg::AssignOp>(user);
+      if (!assign || assign.getTarget() != other.getResult())
+        continue;
+      auto cst = assign.getValue().getDefiningOp<zg::ConstantOp>();
+      auto dense = cst ? dyn_cast<DenseElementsAttr>(cst.getValue()) : nullptr;
+      if (!dense || !dense.isSplat())
+        continue;
+      OpBuilder b(assign);
+      Value fill =
+          zg::ConstantOp::create(
+              b, cst.getLoc(), type,
+              cast<ElementsAttr>(DenseElementsAttr::get(
+                  type, dense.getSplatValue<Attribute>())))
+              .getResult();
+      assign->setOperand(1, fill);
+      dead.push_back(cst);
+    }
+  });
+  for (Operation *op : dead)
+    if (op->use_empty())
+      op->erase();
+}
+
+/// A zd.weight_shard of `w`: this dp rank's flat part, loaded from w's source.
+Value makeShard(OpBuilder &b, zg::WeightOp w, int64_t dp, int64_t shard,
+                StringRef role) {
+  auto type = rtt(w.getResult());
+  SmallVector<int64_t> source(type.getShape());
+  if (auto s = w->getAttrOfType<DenseI64ArrayAttr>(kSourceShape))
+    source.assign(s.asArrayRef().begin(), s.asArrayRef().end());
+  SmallVector<NamedAttribute> attrs = {
+      b.getNamedAttr("name", w.getNameAttr()),
+      b.getNamedAttr("source_shape", b.getDenseI64ArrayAttr(source)),
+      b.getNamedAttr("local_shape", b.getDenseI64ArrayAttr(type.getShape())),
+      b.getNamedAttr("dp", b.getI64IntegerAttr(dp)),
+      b.getNamedAttr("space", b.getStringAttr("device"))};
+  if (!w.getFile().empty()) {
+    attrs.push_back(b.getNamedAttr("file", w.getFileAttr()));
+    attrs.push_back(b.getNamedAttr("offset", w.getOffsetAttr()));
+    attrs.push_back(b.getNamedAttr("length", w.getLengthAttr()));
+  }
+  if (auto v = w.getValueAttr())
+    attrs.push_back(b.getNamedAttr("value", v));
+  if (auto pieces = w->getAttrOfType<ArrayAttr>(kPieces))
+    attrs.push_back(b.getNamedAttr("pieces", pieces));
+  auto op = dist::WeightShardOp::create(
+      b, w.getLoc(),
+      TypeRange{RankedTensorType::get({shard}, type.getElementType())},
+      ValueRange{}, attrs);
+  op->setAttr("zd.role", b.getStringAttr(role));
+  return op.getResult();
+}
+
+LogicalResult TrainZero::partitionState(ParamUpdate &u, int64_t shard,
+                                        Value gradShard, Value paramShard) {
+  zg::AdamwOp adamw = u.adamw;
+  shrinkState(module, adamw.getM().getDefiningOp<zg::StateOp>(), shard);
+  shrinkState(module, adamw.getV().getDefiningOp<zg::StateOp>(), shard);
+  adamw->setOperand(1, gradShard);
+  adamw->setOperand(0, paramShard);
+  ++numPartitioned;
+  return success();
+}
+
+void TrainZero::reduceNormOverDp() {
+  // The first square root fed by a sum of squares is the gradient norm.
+  Block &body = func.getBody().front();
+  llvm::SetVector<Value> fromSquares;
+  for (Operation &op : body) {
+    bool fed = isa<zg::SumSquaresOp>(&op) ||
+               llvm::any_of(op.getOperands(),
+                            [&](Value v) { return fromSquares.contains(v); });
+    if (!fed)
+      continue;
+    if (auto sqrt = dyn_cast<zg::SqrtOp>(&op)) {
+      OpBuilder b(sqrt);
+      Value total = allReduce(b, sqrt.getLoc(), sqrt.getInput(), "dp");
+      sqrt->setOperand(0, total);
+      return;
+    }
+    for (Value r : op.getResults())
+      fromSquares.insert(r);
+  }
+}
+
+void TrainZero::gatherForUses(zg::WeightOp w, Value shard) {
+  // Uses up to the loss are forward, later ones backward: one gather window
+  // each, released after the window's last use.
+  int64_t lossIndex = lossDef ? indexOf(lossDef) : INT64_MAX;
+  SmallVector<OpOperand *> fwd, bwd;
+  for (OpOperand &use : w.getResult().getUses()) {
+    if (isa<zg::AdamwOp>(use.getOwner()))
+      continue;
+    (indexOf(use.getOwner()) <= lossIndex ? fwd : bwd).push_back(&use);
+  }
+  auto type = rtt(w.getResult());
+  for (auto *window : {&fwd, &bwd}) {
+    if (window->empty())
+      continue;
+    Operation *first = nullptr, *last = nullptr;
+    for (OpOperand *use : *window) {
+      Operation *top =
+          func.getBody().front().findAncestorOpInBlock(*use->getOwner());
+      if (!first || index[top] < index[first])
+        first = top;
+      if (!last || index[top] > index[last])
+        last = top;
+    }
+    OpBuilder b(first);
+    auto gather = dist::GatherParamOp::create(b, w.getLoc(), type, shard);
+    for (OpOperand *use : *window)
+      use->set(gather.getResult());
+    b.setInsertionPointAfter(last);
+    dist::ReleaseOp::create(b, w.getLoc(), gather.getResult());
+  }
+}
+
+LogicalResult TrainZero::run() {
+  if (failed(collect()))
+    return failure();
+  if (updates.empty())
+    return success();
+  reduceLoss();
+  for (ParamUpdate &u : updates) {
+    zg::WeightOp w = u.weight;
+    auto type = rtt(w.getResult());
+    int64_t elements = type.getNumElements();
+    int64_t shard = (elements + dp - 1) / dp;
+    bool shardParam =
+        stage == 3 && byteSize(type) >= persistThreshold;
+    if (stage == 0) {
+      reduceGradWhole(u);
+      continue;
+    }
+    // Stage 1 reduces once backward is over; stages 2-3 as soon as the
+    // gradient exists.
+    Value gradShard =
+        reduceGradShard(u, shard, stage == 1 ? firstOptimizerOp : nullptr);
+    OpBuilder b(w);
+    if (shardParam) {
+      Value paramShard = makeShard(b, w, dp, shard, "param");
+      if (failed(partitionState(u, shard, gradShard, paramShard)))
+        return failure();
+      gatherForUses(w, paramShard);
+      if (w->use_empty())
+        w->erase();
+      ++numSharded;
+      continue;
+    }
+    // The master part lives beside the whole parameter; after the update it
+    // is gathered back into the parameter.
+    Value master = makeShard(b, w, dp, shard, "master");
+    if (failed(partitionState(u, shard, gradShard, master)))
+      return failure();
+    b.setInsertionPointAfter(u.adamw);
+    auto gather =
+        dist::GatherParamOp::create(b, w.getLoc(), type, master);
+    zg::AssignOp::create(b, w.getLoc(), w.getResult(), gather.getResult());
+    dist::ReleaseOp::create(b, w.getLoc(), gather.getResult());
+  }
+  if (stage >= 1)
+    reduceNormOverDp();
+  return success();
+}
+
+struct ZplanZeroTrainPass
+    : zplan::sharding::impl::ZplanZeroTrainBase<ZplanZeroTrainPass> {
+  using Base::Base;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    int64_t dp = dist::getMeshAxisSize(module, "dp");
+    if (stage < 0 || stage > 3) {
+      module.emitError("ZeRO stage must be 0, 1, 2 or 3, got ")
+          << (int64_t)stage;
+      return signalPassFailure();
+    }
+    if (dp == 1)
+      return;
+    SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
+    for (func::FuncOp func : funcs) {
+      if (func.isExternal())
+        continue;
+      TrainZero z(func, module, dp, stage, persistThreshold);
+      if (failed(z.run()))
+        return signalPassFailure();
+      numReduced += z.numReduced;
+      numPartitioned += z.numPartitioned;
+      numSharded += z.numSharded;
+    }
+  }
+};
+
+} // namespace
