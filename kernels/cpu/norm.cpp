@@ -115,13 +115,12 @@ Result reduce(Reduce op, const In &x, const Out &out, const int64_t *axes, int n
   }
   if (expect != out.shape) return Result::fail("reduce: output shape is not the reduced shape");
   const int64_t count = reduced.numel();
-  const bool extremum = op == Reduce::max || op == Reduce::min;
-  if (extremum && count == 0) return Result::fail(op == Reduce::max ? "reduce_max: reducing an empty set" : "reduce_min: reducing an empty set");
   int64_t st1[1][kMaxRank], st2[1][kMaxRank];
   for (int i = 0; i < kept.rank; ++i) st1[0][i] = kst[i];
   for (int i = 0; i < reduced.rank; ++i) st2[0][i] = rst[i];
   const bool fl = is_float(x.dtype);
-  // The identities of the reductions; an empty sum is 0 and an empty product 1, as numpy gives.
+  // The identities of the reductions, which an empty set reduces to (ONNX opset 18): 0, 1, and for max and
+  // min the lowest and the highest value of the type (-inf and +inf for floats).
   const double finit = op == Reduce::max ? -std::numeric_limits<double>::infinity()
                        : op == Reduce::min ? std::numeric_limits<double>::infinity()
                        : op == Reduce::prod ? 1.0 : 0.0;

@@ -350,6 +350,15 @@ TEST(CudaRuntimeOps, GathersAndMinProdReductions) {
       ZT_GPU_OK(zc::gather_elements(gd.in(), gi.in(), go.out(), axis, nullptr));
       EXPECT_TRUE(close(go.download(), ref, 0)) << "gather_elements axis " << axis;
     }
+    for (Reduce op : {Reduce::min, Reduce::prod, Reduce::max}) {
+      // The empty set reduces to the identity (ONNX): +inf / the largest int64, 1, -inf / the lowest int64.
+      HostT e(t, Dims{0, 3}), ref(t, Dims{3});
+      const int64_t axes[] = {0};
+      ZT_CPU_OK(zk::cpu::reduce(op, e.in(), ref.out(), axes, 1, false));
+      DevT ge(e), go(t, ref.shape);
+      ZT_GPU_OK(zc::reduce(op, ge.in(), go.out(), axes, 1, false, nullptr));
+      EXPECT_TRUE(close(go.download(), ref, 0)) << "empty reduction " << zk::dtype_name(t);
+    }
     for (Reduce op : {Reduce::min, Reduce::prod}) {
       HostT x = t == DType::i64 ? random_tensor(t, Dims{5, 40, 3}, -3, 3) : random_tensor(t, Dims{5, 40, 3}, 0.8f, 1.2f);
       const int64_t axes[] = {1};

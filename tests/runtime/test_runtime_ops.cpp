@@ -214,7 +214,7 @@ TEST(RuntimeOps, ReduceMinAndProd) {
       }
     }
   }
-  // NaN propagates through min; an empty product is 1; an empty min is refused.
+  // NaN propagates through min; an empty product is 1, an empty min +inf and an empty max -inf (ONNX).
   Buf xn(DType::f32, {3}), on(DType::f32, {});
   xn.set(0, 1.0);
   xn.set(1, NAN);
@@ -225,5 +225,11 @@ TEST(RuntimeOps, ReduceMinAndProd) {
   Buf e(DType::f32, {0, 2}), ep(DType::f32, {2});
   ASSERT_TRUE(cpu::reduce(cpu::Reduce::prod, e.in(), ep.out(), ax0, 1, false).ok());
   EXPECT_EQ(ep.get(0), 1.0);
-  EXPECT_FALSE(cpu::reduce(cpu::Reduce::min, e.in(), ep.out(), ax0, 1, false).ok());
+  ASSERT_TRUE(cpu::reduce(cpu::Reduce::min, e.in(), ep.out(), ax0, 1, false).ok());
+  EXPECT_EQ(ep.get(1), INFINITY);
+  ASSERT_TRUE(cpu::reduce(cpu::Reduce::max, e.in(), ep.out(), ax0, 1, false).ok());
+  EXPECT_EQ(ep.get(1), -INFINITY);
+  Buf ei(DType::i64, {0, 2}), epi(DType::i64, {2});
+  ASSERT_TRUE(cpu::reduce(cpu::Reduce::min, ei.in(), epi.out(), ax0, 1, false).ok());
+  EXPECT_EQ(load_i64(epi.bytes.data(), DType::i64, 0), INT64_MAX);
 }

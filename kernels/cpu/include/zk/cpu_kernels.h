@@ -124,7 +124,8 @@ Result rms_norm(const In &x, const In &scale, const Out &out, float eps);
 
 enum class Reduce : uint8_t { sum, mean, max, min, prod };
 /// Reduces `naxes` axes (each in [0, rank)); out has the reduced dims as 1 (keepdims) or dropped. Sums
-/// and products accumulate in double (int64 for integers); max and min propagate NaN, as numpy does.
+/// and products accumulate in double (int64 for integers); max and min propagate NaN, as numpy does. An
+/// empty set gives the reduction's identity, as ONNX defines it: 0, 1, -inf / +inf (the int64 extremes).
 Result reduce(Reduce op, const In &x, const Out &out, const int64_t *axes, int naxes, bool keepdims);
 
 Result transpose(const In &x, const Out &out, const int64_t *perm);
