@@ -10,7 +10,9 @@ promises:
     (liveness recomputed here from the instruction list);
   - the planned peak is the device arena and is at least the largest sum of
     live bytes at any instruction;
-  - the collective hash recomputed from the instructions;
+  - the collective hash recomputed from the instructions (first, so that
+    reordered collectives are named as such);
+  - every event signalled by one instruction, and waited on after it;
   - under concurrent streams (in-order streams plus the waits and signals,
     as vector clocks), every read happens after the write it reads, and a
     tensor reusing bytes of an earlier one is written only after every
@@ -108,6 +110,23 @@ def main():
         fail("memory has %d entries, world is %d" % (len(mem), world))
     arena = [int(x) for x in mem[0]["arena_bytes"]]
 
+    # Collective hash, first: a plan whose collectives were reordered after scheduling is refused for that,
+    # before the storage and ordering checks below report a consequence of it.
+    h = 0xcbf29ce484222325
+    for ins in instrs:
+        if ins["op"] not in OPS_COMM:
+            continue
+        if ins["op"] == "barrier":
+            dt, n = 0, 0
+        else:
+            t = tensors[ins["inputs"][0]]
+            dt, n = DTYPES[t["dtype"]], elements(t.get("shape", []))
+        for byte in struct.pack("<HBBQ", OP_CODES[ins["op"]], AXES[ins["axis"]],
+                                dt, n):
+            h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    if h != p["collective_hash"]:
+        fail("collective hash %d != recomputed %d" % (p["collective_hash"], h))
+
     # Storage: root of each tensor, alignment and arena bounds.
     def root(i):
         while tensors[i]["alias_of"] >= 0:
@@ -182,22 +201,6 @@ def main():
     if arena[0] < peak:
         fail("device arena %d below the live peak %d" % (arena[0], peak))
 
-    # Collective hash.
-    h = 0xcbf29ce484222325
-    for ins in instrs:
-        if ins["op"] not in OPS_COMM:
-            continue
-        if ins["op"] == "barrier":
-            dt, n = 0, 0
-        else:
-            t = tensors[ins["inputs"][0]]
-            dt, n = DTYPES[t["dtype"]], elements(t.get("shape", []))
-        for byte in struct.pack("<HBBQ", OP_CODES[ins["op"]], AXES[ins["axis"]],
-                                dt, n):
-            h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    if h != p["collective_hash"]:
-        fail("collective hash %d != recomputed %d" % (p["collective_hash"], h))
-
     # Events: every wait names an event some earlier instruction signals.
     signalled = set()
     for ins in instrs:
@@ -208,6 +211,11 @@ def main():
         if ins["signal"] >= 0:
             if ins["signal"] >= p["num_events"]:
                 fail("event id out of range")
+            # One signaller per event: a wait must name one instruction, or the order it gives depends on
+            # which record the waiter happens to see.
+            if ins["signal"] in signalled:
+                fail("event %d is signalled twice (again by instruction %s)"
+                     % (ins["signal"], ins.get("name", "?")))
             signalled.add(ins["signal"])
 
     # Ordering under concurrent streams: each stream runs its instructions in

@@ -1,0 +1,195 @@
+"""Breaks an emitted zplan plan in one named way, for the plan checker's negative tests.
+
+    mutate_plan.py MUTATION IN.zplan OUT.zplan --schema plan.fbs
+
+The plan goes through flatc (to JSON and back), so the mutation edits fields by name and survives changes
+of the schema's layout; the header (magic copied from the input, payload length, CRC-32) is rewritten.
+Plans with named programs (format 2) are edited in their first program that has what the mutation needs.
+Mutations, each chosen deterministically from the plan's own contents:
+  drop-wait      removes a wait that orders a read after a write made on another stream
+  double-signal  makes a second instruction signal an event that another one already signals
+  overlap        moves a transient tensor onto the bytes of another tensor live at the same time
+  swap-collectives  swaps two collectives of different kinds (op, axis, dtype or size) in the list
+Prints what it changed; exits 2 when the plan has nothing the mutation can break.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+WHOLE_RUN = {"input", "output", "weight", "weight_shard", "constant"}
+
+
+def die(msg, code=2):
+    print("mutate_plan: " + msg)
+    sys.exit(code)
+
+
+def to_json(data, schema, d):
+    binp = os.path.join(d, "plan.bin")
+    open(binp, "wb").write(data[24:])
+    subprocess.run(["flatc", "--json", "--strict-json", "--defaults-json", "--raw-binary", "-o", d, schema,
+                    "--", binp], check=True)
+    return json.load(open(os.path.join(d, "plan.json")))
+
+
+def to_binary(p, schema, d):
+    jp = os.path.join(d, "mutated.json")
+    json.dump(p, open(jp, "w"))
+    subprocess.run(["flatc", "--binary", "-o", d, schema, jp], check=True)
+    # flatc names the output after the JSON file, with the schema's file_extension.
+    out = [f for f in os.listdir(d) if f.startswith("mutated.") and f != "mutated.json"]
+    if len(out) != 1:
+        die("flatc wrote %s" % out)
+    return open(os.path.join(d, out[0]), "rb").read()
+
+
+def programs(p):
+    """The instruction lists of the plan: the top-level one (format 1) or each program's (format 2)."""
+    lists = []
+    if p.get("instrs"):
+        lists.append(p["instrs"])
+    for prog in p.get("programs", []) or []:
+        if prog.get("instrs"):
+            lists.append(prog["instrs"])
+    return lists
+
+
+def op_codes(schema):
+    """Collective opcodes from the op registry beside the schema (plan.fbs stores plain numbers)."""
+    import re
+    path = os.path.join(os.path.dirname(os.path.abspath(schema)), "..", "include", "zrt", "ops.def")
+    codes = {}
+    for line in open(path):
+        m = re.match(r'\s*ZRT_OP\(\s*\w+\s*,\s*"(\w+)"\s*,\s*(\d+)\s*,', line)
+        if m:
+            codes[m.group(1)] = int(m.group(2))
+    return codes
+
+
+def root(tensors, i):
+    while tensors[i].get("alias_of", -1) >= 0:
+        i = tensors[i]["alias_of"]
+    return i
+
+
+def drop_wait(p, instrs, tensors):
+    signaller = {}
+    for step, ins in enumerate(instrs):
+        if ins.get("signal", -1) >= 0:
+            signaller.setdefault(ins["signal"], step)
+    for step, ins in enumerate(instrs):
+        for e in ins.get("waits", []) or []:
+            w = signaller.get(e)
+            if w is None or instrs[w]["stream"] == ins["stream"]:
+                continue
+            written = {root(tensors, o) for o in instrs[w].get("outputs", [])}
+            read = {root(tensors, o) for o in ins.get("inputs", [])}
+            if written & read:
+                # Later waits of the same stream would not help an instruction that runs before them.
+                ins["waits"] = [x for x in ins["waits"] if x != e]
+                return "instruction %d (%s) no longer waits on event %d of instruction %d" % (
+                    step, ins.get("name", "?"), e, w)
+    return None
+
+
+def double_signal(p, instrs, tensors):
+    first = None
+    for step, ins in enumerate(instrs):
+        if ins.get("signal", -1) >= 0:
+            first = step
+            break
+    if first is None:
+        return None
+    e = instrs[first]["signal"]
+    for step, ins in enumerate(instrs):
+        if step != first and ins.get("signal", -1) < 0:
+            ins["signal"] = e
+            return "instruction %d also signals event %d (signalled by instruction %d)" % (step, e, first)
+    return None
+
+
+def overlap(p, instrs, tensors):
+    begin, end = {}, {}
+    for step, ins in enumerate(instrs):
+        for o in ins.get("outputs", []) + ins.get("inputs", []):
+            r = root(tensors, o)
+            begin.setdefault(r, step)
+            end[r] = step
+    cands = [i for i in begin if tensors[i].get("alias_of", -1) < 0 and tensors[i]["kind"] not in WHOLE_RUN
+             and tensors[i]["bytes"] > 0]
+    for a in cands:
+        for b in cands:
+            ta, tb = tensors[a], tensors[b]
+            if a == b or ta["space"] != tb["space"] or ta["offset"] == tb["offset"]:
+                continue
+            if end[a] < begin[b] or end[b] < begin[a]:
+                continue
+            if tb["bytes"] > ta["bytes"]:
+                continue  # keep b inside the arena: it moves onto a's bytes
+            old = tb["offset"]
+            tb["offset"] = ta["offset"]
+            for t in tensors:  # aliases follow their base
+                if t.get("alias_of", -1) >= 0 and root(tensors, tensors.index(t)) == b:
+                    t["offset"] = ta["offset"]
+            return "tensor %s moved from offset %d onto %s at %d (both live at step %d)" % (
+                tb["name"], old, ta["name"], ta["offset"], max(begin[a], begin[b]))
+    return None
+
+
+def swap_collectives(p, instrs, tensors, codes):
+    comm = {codes[n] for n in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier",
+                               "gather_param") if n in codes}
+
+    def sig(ins):
+        t = tensors[ins["inputs"][0]] if ins.get("inputs") else {}
+        return (ins["op"], ins.get("axis"), t.get("dtype"), tuple(t.get("shape", [])))
+
+    idx = [i for i, ins in enumerate(instrs) if ins["op"] in comm]
+    for x in idx:
+        for y in idx:
+            if y > x and sig(instrs[x]) != sig(instrs[y]):
+                instrs[x], instrs[y] = instrs[y], instrs[x]
+                return "collectives at instructions %d and %d swapped" % (x, y)
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mutation", choices=["drop-wait", "double-signal", "overlap", "swap-collectives"])
+    ap.add_argument("plan")
+    ap.add_argument("out")
+    ap.add_argument("--schema", required=True)
+    args = ap.parse_args()
+    data = open(args.plan, "rb").read()
+    if len(data) < 24:
+        die("not a plan file")
+    with tempfile.TemporaryDirectory() as d:
+        p = to_json(data, args.schema, d)
+        tensors = p["tensors"]
+        what = None
+        for instrs in programs(p):
+            if args.mutation == "drop-wait":
+                what = drop_wait(p, instrs, tensors)
+            elif args.mutation == "double-signal":
+                what = double_signal(p, instrs, tensors)
+            elif args.mutation == "overlap":
+                what = overlap(p, instrs, tensors)
+            else:
+                what = swap_collectives(p, instrs, tensors, op_codes(args.schema))
+            if what:
+                break
+        if not what:
+            die("nothing to %s in %s" % (args.mutation, args.plan))
+        payload = to_binary(p, args.schema, d)
+    header = data[:8] + struct.pack("<QII", len(payload), zlib.crc32(payload) & 0xFFFFFFFF, 0)
+    open(args.out, "wb").write(header + payload)
+    print("mutate_plan: " + what)
+
+
+if __name__ == "__main__":
+    main()
