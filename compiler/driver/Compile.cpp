@@ -16,6 +16,7 @@
 
 #include "compiler/driver/Compile.h"
 
+#include "compiler/autodiff/Passes.h"
 #include "compiler/import/Import.h"
 #include "compiler/plan/EmitPlan.h"
 #include "compiler/plan/Passes.h"
@@ -67,6 +68,14 @@ struct CompileFlags {
   bool keepLogitsSharded = false;
   bool report = false;
   std::string reportJson;
+  // Training (docs/training-contract.md): --train builds @init and
+  // @train_step from the forward before sharding.
+  bool train = false;
+  std::string loss = "causal-lm", lossOutput, lrSchedule = "constant";
+  double lr = 1e-3, weightDecay = 0.01, beta1 = 0.9, beta2 = 0.999,
+         eps = 1e-8, clipGrad = 0.0;
+  int64_t warmupSteps = 0, totalSteps = 0, microBatches = 1;
+  bool restoreZeroBiases = false;
 };
 
 CompileFlags &flags() {
@@ -201,6 +210,30 @@ std::string validate(const CompileFlags &f, const CommonOptions &o,
            std::to_string(f.tp) + ")";
   if (o.import.seq == 0)
     return "--seq 0 must be at least 1";
+  if (!f.train) {
+    if (f.loss != "causal-lm" || !f.lossOutput.empty() || f.microBatches != 1)
+      return "--loss, --loss-output and --micro-batches need --train";
+    return {};
+  }
+  if (f.loss != "causal-lm")
+    return "--loss '" + f.loss + "' must be causal-lm (or use --loss-output)";
+  if (f.lrSchedule != "constant" && f.lrSchedule != "warmup-decay")
+    return "--lr-schedule '" + f.lrSchedule +
+           "' must be constant or warmup-decay";
+  if ((f.warmupSteps != 0 || f.totalSteps != 0) && f.lrSchedule == "constant")
+    return "--warmup-steps and --total-steps need --lr-schedule warmup-decay";
+  if (f.lrSchedule == "warmup-decay" &&
+      (f.warmupSteps < 0 || f.totalSteps <= f.warmupSteps))
+    return "--lr-schedule warmup-decay needs 0 <= --warmup-steps < "
+           "--total-steps";
+  if (!(f.lr >= 0) || !(f.weightDecay >= 0) || !(f.eps >= 0) ||
+      !(f.clipGrad >= 0))
+    return "--lr, --weight-decay, --eps and --clip-grad must not be negative";
+  if (!(f.beta1 >= 0 && f.beta1 < 1) || !(f.beta2 >= 0 && f.beta2 < 1))
+    return "--beta1 and --beta2 must be in [0, 1)";
+  if (f.microBatches != 1)
+    return "--micro-batches " + std::to_string(f.microBatches) +
+           ": gradient accumulation is not built yet (only 1)";
   return {};
 }
 
@@ -217,6 +250,8 @@ std::string commandLine(const CompileFlags &f, const CommonOptions &o) {
   os << " --dtype " << f.dtype << " --target " << f.target;
   if (f.offloadParam != "none")
     os << " --offload-param " << f.offloadParam;
+  if (f.train)
+    os << " --train";
   return os.str();
 }
 
@@ -268,6 +303,32 @@ void addCompileFlags(CLI::App &app) {
                "Print the per-rank memory and communication report");
   app.add_option("--report-json", f.reportJson,
                  "Write the report as JSON to this file");
+  app.add_flag("--train", f.train,
+               "Plan a training step (@init, @train_step) instead of the "
+               "forward pass");
+  app.add_option("--loss", f.loss,
+                 "--train: causal-lm (next-token cross-entropy, default)");
+  app.add_option("--loss-output", f.lossOutput,
+                 "--train: use this named model output as the loss");
+  app.add_option("--lr", f.lr, "--train: learning rate (default 1e-3)");
+  app.add_option("--lr-schedule", f.lrSchedule,
+                 "--train: constant or warmup-decay");
+  app.add_option("--warmup-steps", f.warmupSteps,
+                 "--train, warmup-decay: steps of linear warmup");
+  app.add_option("--total-steps", f.totalSteps,
+                 "--train, warmup-decay: step at which the rate reaches 0");
+  app.add_option("--weight-decay", f.weightDecay,
+                 "--train: AdamW weight decay (default 0.01)");
+  app.add_option("--beta1", f.beta1, "--train: AdamW beta1 (default 0.9)");
+  app.add_option("--beta2", f.beta2, "--train: AdamW beta2 (default 0.999)");
+  app.add_option("--eps", f.eps, "--train: AdamW epsilon (default 1e-8)");
+  app.add_option("--clip-grad", f.clipGrad,
+                 "--train: clip the global gradient norm (0: off)");
+  app.add_option("--micro-batches", f.microBatches,
+                 "--train: micro-batches accumulated per optimizer step");
+  app.add_flag("--restore-zero-biases", f.restoreZeroBiases,
+               "--train: give bias-free linears (not a tied LM head) a "
+               "trainable zero bias, which exporters drop");
 }
 
 int compileCommand(MLIRContext &context, const CommonOptions &options) {
@@ -306,6 +367,22 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
 
   PassManager pm(&context, ModuleOp::getOperationName());
   transforms::buildRecognitionPipeline(pm);
+  if (f.train) {
+    autodiff::BuildTrainStepOptions train;
+    train.loss = f.loss;
+    train.lossOutput = f.lossOutput;
+    train.lr = f.lr;
+    train.lrSchedule = f.lrSchedule;
+    train.warmupSteps = f.warmupSteps;
+    train.totalSteps = f.totalSteps;
+    train.weightDecay = f.weightDecay;
+    train.beta1 = f.beta1;
+    train.beta2 = f.beta2;
+    train.eps = f.eps;
+    train.clipGrad = f.clipGrad;
+    train.restoreZeroBiases = f.restoreZeroBiases;
+    pm.addPass(autodiff::createBuildTrainStep(train));
+  }
   sharding::ShardingOptions sharding;
   sharding.tp = f.tp;
   sharding.dp = dp;

@@ -9,6 +9,7 @@
 #ifndef ZPLAN_COMPILER_DRIVER_INITALL_H
 #define ZPLAN_COMPILER_DRIVER_INITALL_H
 
+#include "compiler/autodiff/Passes.h"
 #include "compiler/plan/Passes.h"
 #include "compiler/sharding/Pipeline.h"
 #include "compiler/transforms/Passes.h"
@@ -33,6 +34,7 @@ inline void registerAllPasses() {
   mlir::registerCSEPass();
   zplan::transforms::registerTransformsPasses();
   zplan::transforms::registerRecognitionPipeline();
+  zplan::autodiff::registerAutodiffPasses();
   zplan::sharding::registerShardingPipeline();
   zplan::plan::registerPlanPasses();
 }

@@ -14,6 +14,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -176,7 +177,8 @@ AttentionParts attention(const Tensor &q, const Tensor &k, const Tensor &v,
 
 class Interpreter {
 public:
-  explicit Interpreter(std::string *error) : error(error) {}
+  Interpreter(std::string *error, PersistentState *state)
+      : error(error), state(state) {}
 
   bool run(func::FuncOp func, const std::vector<Tensor> &args,
            std::vector<Tensor> &results) {
@@ -260,23 +262,23 @@ private:
     int64_t M = a.shape[a.shape.size() - 2], K = a.shape.back(),
             N = b.shape.back();
     std::vector<int64_t> batch(outShape.begin(), outShape.end() - 2);
-    forEach(batch, [&](const Index &bi, int64_t) {
-      auto pick = [&](const Tensor &t, int64_t row, int64_t col) {
-        Index idx = bi;
-        idx.push_back(row);
-        idx.push_back(col);
-        return bcastAt(t, idx);
-      };
+    // The offset of batch index `bi` in an operand whose batch dims
+    // broadcast to `batch`.
+    auto offset = [&](const Tensor &t, const Index &bi) {
+      size_t rank = t.shape.size() - 2, lead = bi.size() - rank;
+      int64_t f = 0;
+      for (size_t i = 0; i < rank; ++i)
+        f = f * t.shape[i] + (t.shape[i] == 1 ? 0 : bi[lead + i]);
+      return f * t.shape[rank] * t.shape[rank + 1];
+    };
+    forEach(batch, [&](const Index &bi, int64_t flat) {
+      const double *pa = &a.data[offset(a, bi)];
+      const double *pb = &b.data[offset(b, bi)];
+      double *pr = &r.data[flat * M * N];
       for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) {
-          double s = 0;
-          for (int64_t kk = 0; kk < K; ++kk)
-            s += pick(a, m, kk) * pick(b, kk, n);
-          Index o = bi;
-          o.push_back(m);
-          o.push_back(n);
-          r.data[flatOf(outShape, o)] = s;
-        }
+        for (int64_t kk = 0; kk < K; ++kk)
+          for (int64_t n = 0; n < N; ++n)
+            pr[m * N + n] += pa[m * K + kk] * pb[kk * N + n];
     });
     return r;
   }
@@ -631,10 +633,11 @@ private:
       set(op, 0, fromElements(cast<ElementsAttr>(op->getAttr("value"))));
       return true;
     }
-    if (name == "weight" && op->getAttr("value")) {
-      set(op, 0, fromElements(cast<ElementsAttr>(op->getAttr("value"))));
-      return true;
-    }
+    if (name == "weight")
+      return weight(op);
+    if (name == "state" || name == "assign" || name == "accumulate" ||
+        name == "adamw")
+      return persistent(op, name);
     return fail(op);
   }
 
@@ -779,15 +782,99 @@ private:
     return true;
   }
 
+  /// Reads a parameter: its current value when a program already wrote or
+  /// read it, else its inline value or its bytes in the external data file.
+  bool weight(Operation *op) {
+    std::string name = cast<StringAttr>(op->getAttr("name")).str();
+    if (state && state->tensors.count(name)) {
+      set(op, 0, state->tensors[name]);
+      return true;
+    }
+    Tensor t(shapeOf(op->getResult(0)));
+    if (auto value = op->getAttr("value")) {
+      t = fromElements(cast<ElementsAttr>(value));
+    } else {
+      if (!state)
+        return fail(op);
+      auto elt = cast<RankedTensorType>(op->getResult(0).getType())
+                     .getElementType();
+      if (!elt.isF32())
+        return fail(op);
+      std::string path =
+          state->weightDir + "/" + cast<StringAttr>(op->getAttr("file")).str();
+      FILE *file = std::fopen(path.c_str(), "rb");
+      if (!file)
+        return fail(op);
+      std::vector<float> raw(t.size());
+      std::fseek(file, long(intAttr(op, "offset")), SEEK_SET);
+      size_t got = std::fread(raw.data(), sizeof(float), raw.size(), file);
+      std::fclose(file);
+      if (got != raw.size())
+        return fail(op);
+      for (int64_t i = 0; i < t.size(); ++i)
+        t.data[i] = raw[i];
+    }
+    if (state)
+      state->tensors[name] = t;
+    set(op, 0, t);
+    return true;
+  }
+
+  /// The name under which a persistent operand lives in `state`.
+  std::string persistentName(Value v) {
+    return cast<StringAttr>(v.getDefiningOp()->getAttr("name")).str();
+  }
+
+  /// zg.state, zg.assign, zg.accumulate and zg.adamw.
+  bool persistent(Operation *op, StringRef name) {
+    if (!state)
+      return fail(op);
+    if (name == "state") {
+      std::string key = cast<StringAttr>(op->getAttr("name")).str();
+      if (!state->tensors.count(key))
+        state->tensors[key] = Tensor(shapeOf(op->getResult(0)));
+      set(op, 0, state->tensors[key]);
+      return true;
+    }
+    if (name == "assign" || name == "accumulate") {
+      Tensor &target = state->tensors[persistentName(op->getOperand(0))];
+      const Tensor &value = in(op, 1);
+      if (name == "assign")
+        target = Tensor(shapeOf(op->getOperand(0)));
+      for (int64_t i = 0; i < value.size(); ++i)
+        target.data[i] += value.data[i];
+      return true;
+    }
+    // AdamW as torch.optim.AdamW documents it, with g = grad * grad_scale.
+    Tensor &p = state->tensors[persistentName(op->getOperand(0))];
+    Tensor &m = state->tensors[persistentName(op->getOperand(2))];
+    Tensor &v = state->tensors[persistentName(op->getOperand(3))];
+    const Tensor &g = in(op, 1);
+    double lr = in(op, 4).data[0], t = in(op, 5).data[0],
+           scale = in(op, 6).data[0];
+    double b1 = floatAttr(op, "beta1"), b2 = floatAttr(op, "beta2"),
+           eps = floatAttr(op, "eps"), wd = floatAttr(op, "weight_decay");
+    for (int64_t i = 0; i < p.size(); ++i) {
+      double gi = g.data[i] * scale;
+      p.data[i] -= lr * wd * p.data[i];
+      m.data[i] = b1 * m.data[i] + (1 - b1) * gi;
+      v.data[i] = b2 * v.data[i] + (1 - b2) * gi * gi;
+      p.data[i] -= lr * (m.data[i] / (1 - std::pow(b1, t))) /
+                   (std::sqrt(v.data[i] / (1 - std::pow(b2, t))) + eps);
+    }
+    return true;
+  }
+
   std::string *error;
+  PersistentState *state;
   llvm::DenseMap<Value, Tensor> values;
 };
 
 } // namespace
 
 std::vector<Tensor> evaluate(func::FuncOp func, const std::vector<Tensor> &args,
-                             std::string *error) {
-  Interpreter interp(error);
+                             std::string *error, PersistentState *state) {
+  Interpreter interp(error, state);
   std::vector<Tensor> results;
   if (!interp.run(func, args, results))
     return {};

@@ -13,6 +13,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,11 +29,22 @@ struct Tensor {
   int64_t size() const { return static_cast<int64_t>(data.size()); }
 };
 
-/// Runs `func` on `args` (one per argument) and returns its results. Fails
-/// the current test (and returns an empty vector) on an op it does not know.
+/// Persistent tensors shared by several programs: parameters (read from
+/// their external data under `weightDir` at first use) and zg.state tensors,
+/// by name. zg.assign, zg.accumulate and zg.adamw write here.
+struct PersistentState {
+  std::string weightDir;
+  std::map<std::string, Tensor> tensors;
+};
+
+/// Runs `func` on `args` (one per argument) and returns its results, or an
+/// empty vector (with `error` set) on an op it does not know. Without
+/// `state`, weights need inline values and writes to persistent tensors are
+/// errors.
 std::vector<Tensor> evaluate(mlir::func::FuncOp func,
                              const std::vector<Tensor> &args,
-                             std::string *error = nullptr);
+                             std::string *error = nullptr,
+                             PersistentState *state = nullptr);
 
 } // namespace zplan::test
 

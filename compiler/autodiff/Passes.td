@@ -1,0 +1,96 @@
+//===- Passes.td - the training step in the graph dialect --*- tablegen -*-===//
+//
+// Passes that turn a recognised forward graph into the programs of a training
+// step (docs/training-contract.md), before sharding, so that the sharding and
+// plan passes plan forward, backward and optimizer together.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZPLAN_COMPILER_AUTODIFF_PASSES_TD
+#define ZPLAN_COMPILER_AUTODIFF_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def BuildTrainStep : Pass<"zg-build-train-step", "mlir::ModuleOp"> {
+  let summary = "forward @main -> @init and @train_step (loss, backward, AdamW)";
+  let description = [{
+    Replaces the forward function `@main` by two programs:
+
+    - `@init()`: fills every optimizer state tensor (`zg.state`: the AdamW
+      moments) with zeros (zg.assign of a splat zg.constant).
+    - `@train_step(<@main's inputs>, %lr, %step) -> (loss, grad_norm)`: the
+      forward; the loss; the reverse-mode backward built from each op's
+      GradientOpInterface (a value used several times gets the sum of its
+      gradients, so the tied GPT-2 embedding is one parameter); the global
+      gradient norm `sqrt(sum of zg.sum_squares)`; clipping
+      `grad_scale = min(1, clip / (norm + 1e-6))`; the learning rate of this
+      step from the schedule; one `zg.adamw` per parameter.
+
+    `loss = "causal-lm"`: the mean next-token cross-entropy of the logits
+    [B, S, V] against the integer input [B, S] shifted by one (the last
+    position of each row is ignored), composed of reduce_max, sub, exp,
+    reduce_sum, log and label_pick so that a vocabulary split over tp needs
+    only partial reductions. `loss-output = NAME`: the named output of
+    `@main` (one element) is the loss.
+
+    Exporters merge initializers with equal values (all the layer-norm scales
+    of a fresh model, for instance); such a zg.weight has several users but
+    stands for several parameters. A weight used several times is split into
+    one parameter per user op unless it carries `zg.tied` (the recognised
+    tied embedding / LM head).
+
+    `restore-zero-biases`: exporters drop a bias whose initial value is zero
+    (torch.onnx's optimizer removes GPT-2's zero-initialised Conv1D biases),
+    but PyTorch trains it. With this option every zg.linear without a bias,
+    other than one whose weight is `zg.tied`, gets a trainable zero bias
+    named after its weight (`<prefix>.bias` for `<prefix>.weight`).
+
+    Before:
+    ```mlir
+    func.func @main(%ids: tensor<2x16xi64>) -> tensor<2x16x512xf32>
+    ```
+    After:
+    ```mlir
+    func.func @init()
+    func.func @train_step(%ids: tensor<2x16xi64>,
+                          %lr: tensor<f32> {zg.default = 1.0e-3 : f64},
+                          %step: tensor<i64> {zg.default = 1 : i64})
+        -> (tensor<f32> {zg.name = "loss"}, tensor<f32> {zg.name = "grad_norm"})
+    ```
+  }];
+  let dependentDialects = ["zplan::graph::GraphDialect",
+                           "mlir::func::FuncDialect"];
+  let options = [
+    Option<"loss", "loss", "std::string", "\"causal-lm\"",
+           "Loss: causal-lm (next-token cross-entropy of the logits)">,
+    Option<"lossOutput", "loss-output", "std::string", "\"\"",
+           "Use this named output of @main as the loss instead">,
+    Option<"ignoreIndex", "ignore-index", "int64_t", "-100",
+           "Label value that contributes no loss">,
+    Option<"lr", "lr", "double", "1e-3",
+           "Default learning rate (the lr run input's default)">,
+    Option<"lrSchedule", "lr-schedule", "std::string", "\"constant\"",
+           "constant, or warmup-decay (linear warmup, then linear decay to 0)">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", "0",
+           "warmup-decay: steps of linear warmup">,
+    Option<"totalSteps", "total-steps", "int64_t", "0",
+           "warmup-decay: the step at which the rate reaches 0">,
+    Option<"weightDecay", "weight-decay", "double", "0.01",
+           "AdamW decoupled weight decay">,
+    Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", "0.999", "AdamW beta2">,
+    Option<"eps", "eps", "double", "1e-8", "AdamW epsilon">,
+    Option<"clipGrad", "clip-grad", "double", "0.0",
+           "Clip the global gradient norm at this value (0: no clipping)">,
+    Option<"restoreZeroBiases", "restore-zero-biases", "bool", "false",
+           "Give every linear without a bias (except the tied LM head) a "
+           "trainable bias starting at zero">
+  ];
+  let statistics = [
+    Statistic<"numParameters", "num-parameters", "Parameters trained">,
+    Statistic<"numBackwardOps", "num-backward-ops",
+              "Ops built by the gradient rules">
+  ];
+}
+
+#endif // ZPLAN_COMPILER_AUTODIFF_PASSES_TD
