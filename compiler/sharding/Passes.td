@@ -148,6 +148,10 @@ def ZplanZeroTrain : Pass<"zplan-zero-train", "mlir::ModuleOp"> {
     forward uses and again before its backward uses, released after each,
     updated in place. Once gradients are partitioned the squared norm is
     all-reduced before its square root. The loss result is averaged over dp.
+    With offload-optimizer=cpu (also at dp = 1) the master part and both
+    moments live in host memory: the gradient part is evicted to the host,
+    zg.adamw (marked `zd.on_host`) updates there, and the updated part is
+    prefetched back into the parameter (gathered over dp) or its shard.
 
     ```mlir
     %g = ... // gradient of %w, tensor<64x64xf32>
@@ -166,6 +170,9 @@ def ZplanZeroTrain : Pass<"zplan-zero-train", "mlir::ModuleOp"> {
     Option<"stage", "stage", "int64_t", "0", "ZeRO stage (0-3)">,
     Option<"persistThreshold", "persist-threshold", "int64_t", "0",
            "stage 3: parameters below this many bytes stay whole">,
+    Option<"offloadOptimizer", "offload-optimizer", "std::string",
+           "\"none\"",
+           "none, or cpu: master parts, moments and the update on the host">,
   ];
   let statistics = [
     Statistic<"numReduced", "reduced", "gradients all-reduced whole">,

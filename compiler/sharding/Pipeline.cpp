@@ -27,6 +27,9 @@ void zplan::sharding::buildShardingPipeline(OpPassManager &pm,
   ZplanZeroTrainOptions zeroTrain;
   zeroTrain.stage = options.zeroStage;
   zeroTrain.persistThreshold = options.persistThreshold;
+  zeroTrain.offloadOptimizer =
+      options.offloadOptimizer == ShardingOptions::Offload::Cpu ? "cpu"
+                                                                : "none";
   pm.addPass(createZplanZeroTrain(zeroTrain));
   ZplanOffloadOptions offload;
   offload.param =
@@ -44,6 +47,8 @@ struct PipelineCliOptions : public PassPipelineOptions<PipelineCliOptions> {
   Option<int64_t> prefetch{*this, "prefetch-bytes", llvm::cl::init(0)};
   Option<int64_t> maxLive{*this, "max-live-bytes", llvm::cl::init(0)};
   Option<std::string> offload{*this, "offload-param", llvm::cl::init("none")};
+  Option<std::string> offloadOptimizer{*this, "offload-optimizer",
+                                       llvm::cl::init("none")};
 };
 } // namespace
 
@@ -63,6 +68,9 @@ void zplan::sharding::registerShardingPipeline() {
         o.offload = cli.offload.getValue() == "cpu"
                         ? ShardingOptions::Offload::Cpu
                         : ShardingOptions::Offload::None;
+        o.offloadOptimizer = cli.offloadOptimizer.getValue() == "cpu"
+                                 ? ShardingOptions::Offload::Cpu
+                                 : ShardingOptions::Offload::None;
         buildShardingPipeline(pm, o);
       });
 }

@@ -26,6 +26,8 @@ struct ShardingOptions {
   /// Cap on gathered parameter bytes alive at once; 0 means no cap.
   int64_t maxLiveBytes = 0;
   enum class Offload { None, Cpu } offload = Offload::None;
+  /// Training: where the optimizer's master parts and moments live.
+  Offload offloadOptimizer = Offload::None;
 };
 
 /// Adds set-mesh, tp-propagate, tp-partition, zero and offload to `pm`, which

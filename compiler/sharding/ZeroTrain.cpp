@@ -106,9 +106,9 @@ struct ParamUpdate {
 class TrainZero {
 public:
   TrainZero(func::FuncOp func, ModuleOp module, int64_t dp, int64_t stage,
-            int64_t persistThreshold)
+            int64_t persistThreshold, bool offload)
       : func(func), module(module), dp(dp), stage(stage),
-        persistThreshold(persistThreshold) {}
+        persistThreshold(persistThreshold), offload(offload) {}
 
   LogicalResult run();
   int64_t numReduced = 0, numPartitioned = 0, numSharded = 0;
@@ -122,6 +122,8 @@ private:
                                Value paramShard);
   void reduceNormOverDp();
   void gatherForUses(zg::WeightOp w, Value shard);
+  LogicalResult updateOnHost(ParamUpdate &u, Value gradPart, Value master,
+                             Value deviceTarget);
   int64_t indexOf(Operation *op) {
     return index.lookup(func.getBody().front().findAncestorOpInBlock(*op));
   }
@@ -129,6 +131,7 @@ private:
   func::FuncOp func;
   ModuleOp module;
   int64_t dp, stage, persistThreshold;
+  bool offload;
   SmallVector<ParamUpdate> updates;
   DenseMap<Operation *, int64_t> index;
   Operation *lossDef = nullptr;
@@ -223,7 +226,8 @@ Value TrainZero::reduceGradShard(ParamUpdate &u, int64_t shard,
 
 /// Shrinks a moment (zg.state) to this rank's flat part, in every program
 /// that names it.
-void shrinkState(ModuleOp module, zg::StateOp state, int64_t shard) {
+void shrinkState(ModuleOp module, zg::StateOp state, int64_t shard,
+                 bool onHost) {
   StringRef name = state.getName();
   Type et = rtt(state.getResult()).getElementType();
   auto type = RankedTensorType::get({shard}, et);
@@ -232,6 +236,8 @@ void shrinkState(ModuleOp module, zg::StateOp state, int64_t shard) {
     if (other.getName() != name)
       return;
     other.getResult().setType(type);
+    if (onHost)
+      other->setAttr(kSpace, StringAttr::get(other.getContext(), "host"));
     // Programs that write the state (init) write a value of the new shape:
     // a constant fill keeps its value; other writers are left to fail the
     // verifier, which names them.
@@ -261,7 +267,7 @@ void shrinkState(ModuleOp module, zg::StateOp state, int64_t shard) {
 
 /// A zd.weight_shard of `w`: this dp rank's flat part, loaded from w's source.
 Value makeShard(OpBuilder &b, zg::WeightOp w, int64_t dp, int64_t shard,
-                StringRef role) {
+                StringRef role, bool onHost = false) {
   auto type = rtt(w.getResult());
   SmallVector<int64_t> source(type.getShape());
   if (auto s = w->getAttrOfType<DenseI64ArrayAttr>(kSourceShape))
@@ -271,7 +277,7 @@ Value makeShard(OpBuilder &b, zg::WeightOp w, int64_t dp, int64_t shard,
       b.getNamedAttr("source_shape", b.getDenseI64ArrayAttr(source)),
       b.getNamedAttr("local_shape", b.getDenseI64ArrayAttr(type.getShape())),
       b.getNamedAttr("dp", b.getI64IntegerAttr(dp)),
-      b.getNamedAttr("space", b.getStringAttr("device"))};
+      b.getNamedAttr("space", b.getStringAttr(onHost ? "host" : "device"))};
   if (!w.getFile().empty()) {
     attrs.push_back(b.getNamedAttr("file", w.getFileAttr()));
     attrs.push_back(b.getNamedAttr("offset", w.getOffsetAttr()));
@@ -292,8 +298,10 @@ Value makeShard(OpBuilder &b, zg::WeightOp w, int64_t dp, int64_t shard,
 LogicalResult TrainZero::partitionState(ParamUpdate &u, int64_t shard,
                                         Value gradShard, Value paramShard) {
   zg::AdamwOp adamw = u.adamw;
-  shrinkState(module, adamw.getM().getDefiningOp<zg::StateOp>(), shard);
-  shrinkState(module, adamw.getV().getDefiningOp<zg::StateOp>(), shard);
+  shrinkState(module, adamw.getM().getDefiningOp<zg::StateOp>(), shard,
+              offload);
+  shrinkState(module, adamw.getV().getDefiningOp<zg::StateOp>(), shard,
+              offload);
   adamw->setOperand(1, gradShard);
   adamw->setOperand(0, paramShard);
   ++numPartitioned;
@@ -353,21 +361,65 @@ void TrainZero::gatherForUses(zg::WeightOp w, Value shard) {
   }
 }
 
+/// The optimizer step of one parameter on the host: the device part of the
+/// gradient goes down (evict), the update runs on the host master part and
+/// moments, and the updated part comes back up (prefetch) into
+/// `deviceTarget`: the parameter's shard (stage 3), else gathered over dp
+/// into the whole parameter.
+LogicalResult TrainZero::updateOnHost(ParamUpdate &u, Value gradPart,
+                                      Value master, Value deviceTarget) {
+  zg::AdamwOp adamw = u.adamw;
+  OpBuilder b(adamw);
+  Location loc = adamw.getLoc();
+  Value gradHost = dist::EvictOp::create(b, loc, gradPart).getResult();
+  adamw->setOperand(1, gradHost);
+  adamw->setOperand(0, master);
+  adamw->setAttr("zd.on_host", b.getUnitAttr());
+  b.setInsertionPointAfter(adamw);
+  Value up = dist::PrefetchOp::create(b, loc, master).getResult();
+  if (rtt(deviceTarget) == rtt(up)) {
+    zg::AssignOp::create(b, loc, deviceTarget, up);
+    return success();
+  }
+  auto gather =
+      dist::GatherParamOp::create(b, loc, deviceTarget.getType(), up);
+  zg::AssignOp::create(b, loc, deviceTarget, gather.getResult());
+  dist::ReleaseOp::create(b, loc, gather.getResult());
+  return success();
+}
+
 LogicalResult TrainZero::run() {
   if (failed(collect()))
     return failure();
   if (updates.empty())
     return success();
-  reduceLoss();
+  if (offload && stage == 0 && dp > 1)
+    return updates.front().adamw.emitError(
+               "zplan-zero-train: optimizer offload over dp = ")
+           << dp
+           << " needs ZeRO stage 1 or more (each rank updates its part on "
+              "its host); pass --zero 1";
+  if (dp > 1)
+    reduceLoss();
   for (ParamUpdate &u : updates) {
     zg::WeightOp w = u.weight;
     auto type = rtt(w.getResult());
     int64_t elements = type.getNumElements();
     int64_t shard = (elements + dp - 1) / dp;
     bool shardParam =
-        stage == 3 && byteSize(type) >= persistThreshold;
-    if (stage == 0) {
-      reduceGradWhole(u);
+        stage == 3 && dp > 1 && byteSize(type) >= persistThreshold;
+    if (stage == 0 || dp == 1) {
+      Value grad = dp > 1 ? reduceGradWhole(u) : u.grad;
+      if (!offload)
+        continue;
+      // The whole parameter's master copy, moments and update on the host.
+      OpBuilder b(w);
+      Value master = makeShard(b, w, dp, shard, "master", /*onHost=*/true);
+      b.setInsertionPointAfterValue(grad);
+      Value flat = flatPadded(b, grad.getLoc(), grad, shard, dp);
+      if (failed(partitionState(u, shard, flat, master)) ||
+          failed(updateOnHost(u, flat, master, w.getResult())))
+        return failure();
       continue;
     }
     // Stage 1 reduces once backward is over; stages 2-3 as soon as the
@@ -377,7 +429,11 @@ LogicalResult TrainZero::run() {
     OpBuilder b(w);
     if (shardParam) {
       Value paramShard = makeShard(b, w, dp, shard, "param");
-      if (failed(partitionState(u, shard, gradShard, paramShard)))
+      Value master = offload ? makeShard(b, w, dp, shard, "master", true)
+                             : paramShard;
+      if (failed(partitionState(u, shard, gradShard, master)))
+        return failure();
+      if (offload && failed(updateOnHost(u, gradShard, master, paramShard)))
         return failure();
       gatherForUses(w, paramShard);
       if (w->use_empty())
@@ -387,16 +443,21 @@ LogicalResult TrainZero::run() {
     }
     // The master part lives beside the whole parameter; after the update it
     // is gathered back into the parameter.
-    Value master = makeShard(b, w, dp, shard, "master");
+    Value master = makeShard(b, w, dp, shard, "master", offload);
     if (failed(partitionState(u, shard, gradShard, master)))
       return failure();
+    if (offload) {
+      if (failed(updateOnHost(u, gradShard, master, w.getResult())))
+        return failure();
+      continue;
+    }
     b.setInsertionPointAfter(u.adamw);
     auto gather =
         dist::GatherParamOp::create(b, w.getLoc(), type, master);
     zg::AssignOp::create(b, w.getLoc(), w.getResult(), gather.getResult());
     dist::ReleaseOp::create(b, w.getLoc(), gather.getResult());
   }
-  if (stage >= 1)
+  if (stage >= 1 && dp > 1)
     reduceNormOverDp();
   return success();
 }
@@ -412,13 +473,19 @@ struct ZplanZeroTrainPass
           << (int64_t)stage;
       return signalPassFailure();
     }
-    if (dp == 1)
+    bool offload = offloadOptimizer == "cpu";
+    if (!offload && offloadOptimizer != "none") {
+      module.emitError("offload-optimizer must be none or cpu, got '")
+          << offloadOptimizer << "'";
+      return signalPassFailure();
+    }
+    if (dp == 1 && !offload)
       return;
     SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
     for (func::FuncOp func : funcs) {
       if (func.isExternal())
         continue;
-      TrainZero z(func, module, dp, stage, persistThreshold);
+      TrainZero z(func, module, dp, stage, persistThreshold, offload);
       if (failed(z.run()))
         return signalPassFailure();
       numReduced += z.numReduced;

@@ -15,3 +15,9 @@ func.func @train_step(%g: tensor<4xf32>, %lr: tensor<f32>, %step: tensor<i64>) {
   return
 }
 }
+
+// -----
+
+// Tests that optimizer offload with stage 0 over dp > 1 is refused with the
+// flag that fixes it.
+// RUN: zplan-opt --split-input-file --verify-diagnostics --zplan-zero-train="stage=0 offload-optimizer=cpu" %S/Inputs/zero-train-offload-stage0.mlir

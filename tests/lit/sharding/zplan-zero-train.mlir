@@ -96,3 +96,42 @@ func.func @forward(%x: tensor<1x3xf32>) -> tensor<1x3xf32> {
   return %y : tensor<1x3xf32>
 }
 }
+
+// -----
+
+// Tests that optimizer offload at stage 2 puts the master part and both
+// moments in host memory, evicts the gradient part before the update, runs
+// the update on the host and brings the part back before gathering it.
+// RUN: zplan-opt --split-input-file --zplan-zero-train="stage=2 offload-optimizer=cpu" %s | FileCheck %s --check-prefix=OFF
+// RUN: zplan-opt --split-input-file --zplan-zero-train="stage=3 offload-optimizer=cpu" %s | FileCheck %s --check-prefix=OFF3
+// OFF-LABEL: func.func @offloaded
+// OFF: %[[MASTER:.*]] = zd.weight_shard {{.*}}space = "host"{{.*}} : tensor<5xf32>
+// OFF: zg.state {{.*}}name = "w.m"{{.*}}zd.space = "host"{{.*}} -> tensor<5xf32>
+// OFF: %[[RS:.*]] = zd.reduce_scatter
+// OFF: %[[G:.*]] = zg.mul %[[RS]]
+// OFF: %[[H:.*]] = zd.evict %[[G]]
+// OFF-NEXT: zg.adamw %[[MASTER]], %[[H]], {{.*}}zd.on_host
+// OFF-NEXT: %[[UP:.*]] = zd.prefetch %[[MASTER]]
+// OFF-NEXT: %[[W:.*]] = zd.gather_param %[[UP]] : tensor<5xf32> -> tensor<3x3xf32>
+// OFF-NEXT: zg.assign %{{.*}}, %[[W]]
+// OFF-NEXT: zd.release %[[W]]
+// OFF3-LABEL: func.func @offloaded
+// OFF3: %[[P:.*]] = zd.weight_shard {{.*}}space = "device"{{.*}} : tensor<5xf32>
+// OFF3: %[[MASTER:.*]] = zd.weight_shard {{.*}}space = "host"{{.*}} : tensor<5xf32>
+// OFF3: zg.adamw %[[MASTER]]
+// OFF3-NEXT: %[[UP:.*]] = zd.prefetch %[[MASTER]]
+// OFF3-NEXT: zg.assign %[[P]], %[[UP]] : (tensor<5xf32>, tensor<5xf32>)
+module attributes {zd.tp = 1 : i64, zd.dp = 2 : i64} {
+func.func @offloaded(%x: tensor<1x3xf32>, %lr: tensor<f32>, %step: tensor<i64>) -> (tensor<f32> {zg.name = "loss"}) {
+  %w = zg.weight {name = "w", file = "m.data", offset = 0 : i64, length = 36 : i64} : () -> tensor<3x3xf32>
+  %m = zg.state {init = "zeros", kind = "moment1", name = "w.m", of = "w"} : () -> tensor<3x3xf32>
+  %v = zg.state {init = "zeros", kind = "moment2", name = "w.v", of = "w"} : () -> tensor<3x3xf32>
+  %y = zg.matmul %x, %w : (tensor<1x3xf32>, tensor<3x3xf32>) -> tensor<1x3xf32>
+  %loss = zg.reduce_sum %y {axes = array<i64: 0, 1>, keepdims = false} : (tensor<1x3xf32>) -> tensor<f32>
+  %xt = zg.transpose %x {perm = array<i64: 1, 0>} : (tensor<1x3xf32>) -> tensor<3x1xf32>
+  %g = zg.matmul %xt, %y : (tensor<3x1xf32>, tensor<1x3xf32>) -> tensor<3x3xf32>
+  %one = zg.constant {value = dense<1.0> : tensor<f32>} : () -> tensor<f32>
+  zg.adamw %w, %g, %m, %v, %lr, %step, %one {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64} : (tensor<3x3xf32>, tensor<3x3xf32>, tensor<3x3xf32>, tensor<3x3xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> ()
+  return %loss : tensor<f32>
+}
+}
