@@ -19,7 +19,7 @@ trap 'rm -rf "$out"' EXIT
 
 tp=8 world=64
 start=$(date +%s.%N)
-"$zplan" "$model" --tp $tp --zero 3 --world $world --batch 8 --seq 4096 --dtype bf16 \
+"$zplan" "$model" --graph-only --tp $tp --zero 3 --world $world --batch 8 --seq 4096 --dtype bf16 \
   -o "$out/llama2-7b.zplan" --report-json "$out/report.json" 2> "$out/stderr" || {
   cat "$out/stderr"; exit 1; }
 end=$(date +%s.%N)

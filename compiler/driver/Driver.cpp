@@ -47,7 +47,9 @@ void addCommonFlags(CLI::App &cmd, driver::CommonOptions &opts,
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--dim", dims, "Bind a symbolic dim: NAME=VALUE (repeatable)");
   cmd.add_flag("--graph-only", opts.import.allowMissingData,
-               "Accept external-data files that are not present");
+               "Accept external-data files that are not present (the plan "
+               "refers to them by name; without this flag a missing file is "
+               "an error)");
 }
 
 /// Parses NAME=VALUE pairs into the import options.
