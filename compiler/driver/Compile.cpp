@@ -56,6 +56,7 @@ struct CompileFlags {
   int zero = 0;
   int world = 0; // 0: world = tp
   std::string offloadParam = "none";
+  std::string offloadOptimizer = "none";
   std::string dtype = "fp32";
   std::string target = "cpu";
   std::string gpuMem, hostMem;
@@ -179,6 +180,9 @@ std::string validate(const CompileFlags &f, const CommonOptions &o,
     return "--zero " + std::to_string(f.zero) + " must be 0, 1, 2 or 3";
   if (f.offloadParam != "none" && f.offloadParam != "cpu")
     return "--offload-param '" + f.offloadParam + "' must be none or cpu";
+  if (f.offloadOptimizer != "none" && f.offloadOptimizer != "cpu")
+    return "--offload-optimizer '" + f.offloadOptimizer +
+           "' must be none or cpu";
   if (!plan::parseFloatDType(f.dtype))
     return "--dtype '" + f.dtype + "' must be fp32, bf16 or fp16";
   if (f.target != "cpu" && f.target != "cuda")
@@ -213,8 +217,19 @@ std::string validate(const CompileFlags &f, const CommonOptions &o,
   if (!f.train) {
     if (f.loss != "causal-lm" || !f.lossOutput.empty() || f.microBatches != 1)
       return "--loss, --loss-output and --micro-batches need --train";
+    if (f.offloadOptimizer != "none")
+      return "--offload-optimizer needs --train (inference has no optimizer)";
     return {};
   }
+  // The sharding passes do not yet give the backward ops and the optimizer
+  // update tensor-parallel rules: refuse rather than plan a wrong step.
+  if (f.tp > 1)
+    return "--train with --tp " + std::to_string(f.tp) +
+           ": tensor-parallel training is not built yet (use --tp 1 with "
+           "--world N for data parallelism and ZeRO)";
+  if (f.offloadOptimizer == "cpu" && f.zero == 0 && dp > 1)
+    return "--offload-optimizer cpu over dp = " + std::to_string(dp) +
+           " needs --zero 1 or more (each rank updates its part on its host)";
   if (f.loss != "causal-lm")
     return "--loss '" + f.loss + "' must be causal-lm (or use --loss-output)";
   if (f.lrSchedule != "constant" && f.lrSchedule != "warmup-decay")
@@ -250,6 +265,8 @@ std::string commandLine(const CompileFlags &f, const CommonOptions &o) {
   os << " --dtype " << f.dtype << " --target " << f.target;
   if (f.offloadParam != "none")
     os << " --offload-param " << f.offloadParam;
+  if (f.offloadOptimizer != "none")
+    os << " --offload-optimizer " << f.offloadOptimizer;
   if (f.train)
     os << " --train";
   return os.str();
@@ -277,6 +294,9 @@ void addCompileFlags(CLI::App &app) {
   app.add_option("--tp", f.tp, "Tensor-parallel degree");
   app.add_option("--zero", f.zero, "ZeRO stage: 0, 1, 2 or 3");
   app.add_option("--world", f.world, "Number of ranks (default: --tp)");
+  app.add_option("--offload-optimizer", f.offloadOptimizer,
+                 "--train: where the optimizer state lives: none (device) or "
+                 "cpu (master weights, moments and AdamW in host memory)");
   app.add_option("--offload-param", f.offloadParam,
                  "Parameter placement: none or cpu (pinned host memory)");
   app.add_option("--dtype", f.dtype, "Storage dtype: fp32, bf16 or fp16");
@@ -359,8 +379,13 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   // ../shared/bench-models) accepts them; the plan then refers to the files
   // by name, zrun needs them or --init random, and warnMissingWeightFiles
   // names each one now.
+  import::ImportOptions importOptions = options.import;
+  // A training step is built from each rank's own rows of the global batch
+  // (docs/training-contract.md, section 5): import at the rank-local batch.
+  if (f.train && importOptions.batch > 0)
+    importOptions.batch /= dp;
   OwningOpRef<ModuleOp> module =
-      import::importOnnxFile(context, options.model, options.import);
+      import::importOnnxFile(context, options.model, importOptions);
   if (!module)
     return 1;
   if (options.import.allowMissingData)
@@ -396,6 +421,9 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   sharding.offload = f.offloadParam == "cpu"
                          ? sharding::ShardingOptions::Offload::Cpu
                          : sharding::ShardingOptions::Offload::None;
+  sharding.offloadOptimizer = f.offloadOptimizer == "cpu"
+                                  ? sharding::ShardingOptions::Offload::Cpu
+                                  : sharding::ShardingOptions::Offload::None;
   sharding::buildShardingPipeline(pm, sharding);
   plan::ZplanScheduleOptions schedule;
   schedule.dtype = f.dtype;

@@ -469,7 +469,9 @@ void ZplanZeroPass::runOnOperation() {
                      "must not be negative");
     return signalPassFailure();
   }
-  if (stage == 1 || stage == 2)
+  bool hasTraining = false;
+  module.walk([&](zg::AdamwOp) { hasTraining = true; });
+  if ((stage == 1 || stage == 2) && !hasTraining)
     module.emitRemark("ZeRO stage ")
         << (int64_t)stage
         << " only shards training state (gradients, optimizer state); "
