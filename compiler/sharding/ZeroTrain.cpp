@@ -34,6 +34,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace zplan::sharding {
 #define GEN_PASS_DEF_ZPLANZEROTRAIN
@@ -96,6 +97,9 @@ Value flatPadded(OpBuilder &b, Location loc, Value v, int64_t shard,
       .getResult();
 }
 
+Value makeShard(OpBuilder &b, zg::WeightOp w, int64_t dp, int64_t shard,
+                StringRef role, bool onHost = false);
+
 /// One parameter's optimizer step, as the builder of the train step left it.
 struct ParamUpdate {
   zg::AdamwOp adamw;
@@ -111,7 +115,12 @@ public:
         persistThreshold(persistThreshold), offload(offload) {}
 
   LogicalResult run();
+  /// In a program without updates (@micro_step, @eval): gathers every
+  /// parameter that the update programs sharded, from the same shard.
+  LogicalResult gatherShardedParams(const llvm::StringSet<> &sharded);
   int64_t numReduced = 0, numPartitioned = 0, numSharded = 0;
+  /// Names of the parameters this program replaced by shards (stage 3).
+  llvm::StringSet<> shardedNames;
 
 private:
   LogicalResult collect();
@@ -122,6 +131,7 @@ private:
                                Value paramShard);
   void reduceNormOverDp();
   void gatherForUses(zg::WeightOp w, Value shard);
+  void numberOps();
   LogicalResult updateOnHost(ParamUpdate &u, Value gradPart, Value master,
                              Value deviceTarget);
   int64_t indexOf(Operation *op) {
@@ -138,11 +148,46 @@ private:
   Operation *firstOptimizerOp = nullptr;
 };
 
-LogicalResult TrainZero::collect() {
+void TrainZero::numberOps() {
   Block &body = func.getBody().front();
+  index.clear();
   int64_t i = 0;
   for (Operation &op : body)
     index[&op] = i++;
+  // The loss: the result named "loss" (else the first result). Uses of a
+  // parameter up to it are forward, later ones backward.
+  lossDef = nullptr;
+  Operation *ret = body.getTerminator();
+  for (unsigned r = 0; r < ret->getNumOperands(); ++r) {
+    auto name = func.getResultAttrOfType<StringAttr>(r, "zg.name");
+    if (!lossDef || (name && name.getValue() == "loss"))
+      lossDef = ret->getOperand(r).getDefiningOp();
+  }
+}
+
+LogicalResult TrainZero::gatherShardedParams(const llvm::StringSet<> &sharded) {
+  numberOps();
+  SmallVector<zg::WeightOp> weights;
+  for (auto w : func.getBody().front().getOps<zg::WeightOp>())
+    if (sharded.contains(w.getName()))
+      weights.push_back(w);
+  for (zg::WeightOp w : weights) {
+    auto type = rtt(w.getResult());
+    int64_t shard = (type.getNumElements() + dp - 1) / dp;
+    OpBuilder b(w);
+    Value paramShard = makeShard(b, w, dp, shard, "param");
+    gatherForUses(w, paramShard);
+    if (!w->use_empty())
+      return w.emitError("zplan-zero-train: parameter '")
+             << w.getName() << "' is sharded but written here";
+    w->erase();
+  }
+  return success();
+}
+
+LogicalResult TrainZero::collect() {
+  Block &body = func.getBody().front();
+  numberOps();
   for (auto adamw : body.getOps<zg::AdamwOp>()) {
     ParamUpdate u;
     u.adamw = adamw;
@@ -164,13 +209,6 @@ LogicalResult TrainZero::collect() {
       firstOptimizerOp = &op;
       break;
     }
-  }
-  // The loss: the result named "loss" (else the first result).
-  Operation *ret = body.getTerminator();
-  for (unsigned r = 0; r < ret->getNumOperands(); ++r) {
-    auto name = func.getResultAttrOfType<StringAttr>(r, "zg.name");
-    if (!lossDef || (name && name.getValue() == "loss"))
-      lossDef = ret->getOperand(r).getDefiningOp();
   }
   return success();
 }
@@ -267,7 +305,7 @@ void shrinkState(ModuleOp module, zg::StateOp state, int64_t shard,
 
 /// A zd.weight_shard of `w`: this dp rank's flat part, loaded from w's source.
 Value makeShard(OpBuilder &b, zg::WeightOp w, int64_t dp, int64_t shard,
-                StringRef role, bool onHost = false) {
+                StringRef role, bool onHost) {
   auto type = rtt(w.getResult());
   SmallVector<int64_t> source(type.getShape());
   if (auto s = w->getAttrOfType<DenseI64ArrayAttr>(kSourceShape))
@@ -436,6 +474,7 @@ LogicalResult TrainZero::run() {
       if (offload && failed(updateOnHost(u, gradShard, master, paramShard)))
         return failure();
       gatherForUses(w, paramShard);
+      shardedNames.insert(w.getName());
       if (w->use_empty())
         w->erase();
       ++numSharded;
@@ -482,16 +521,35 @@ struct ZplanZeroTrainPass
     if (dp == 1 && !offload)
       return;
     SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
+    // The programs that update parameters decide the partition; the others
+    // (micro-steps that accumulate gradients, evaluation) then gather the
+    // same shards.
+    llvm::StringSet<> sharded;
+    SmallVector<func::FuncOp> others;
     for (func::FuncOp func : funcs) {
       if (func.isExternal())
         continue;
+      bool updates = false;
+      func.walk([&](zg::AdamwOp) { updates = true; });
+      if (!updates) {
+        others.push_back(func);
+        continue;
+      }
       TrainZero z(func, module, dp, stage, persistThreshold, offload);
       if (failed(z.run()))
         return signalPassFailure();
       numReduced += z.numReduced;
       numPartitioned += z.numPartitioned;
       numSharded += z.numSharded;
+      for (auto &name : z.shardedNames)
+        sharded.insert(name.getKey());
     }
+    if (!sharded.empty())
+      for (func::FuncOp func : others) {
+        TrainZero z(func, module, dp, stage, persistThreshold, offload);
+        if (failed(z.gatherShardedParams(sharded)))
+          return signalPassFailure();
+      }
   }
 };
 

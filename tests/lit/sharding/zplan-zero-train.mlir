@@ -135,3 +135,51 @@ func.func @offloaded(%x: tensor<1x3xf32>, %lr: tensor<f32>, %step: tensor<i64>) 
   return %loss : tensor<f32>
 }
 }
+
+// -----
+
+// Tests that with gradient accumulation (@micro_step accumulates, the update
+// is in @optimizer_step) stage 3 gathers the same shard in the micro-step,
+// forward and backward windows apart, and the program without updates gets
+// no gradient reduction of its own.
+// Z3-LABEL: func.func @micro_step
+// Z3-NOT: zg.weight
+// Z3: %[[S:.*]] = zd.weight_shard {{.*}}name = "w"{{.*}}zd.role = "param"{{.*}} : tensor<5xf32>
+// Z3: %[[F:.*]] = zd.gather_param %[[S]]
+// Z3-NEXT: zg.matmul %{{.*}}, %[[F]]
+// Z3-NEXT: zd.release %[[F]]
+// Z3: %[[B:.*]] = zd.gather_param %[[S]]
+// Z3-NEXT: zg.matmul %{{.*}}, %[[B]]
+// Z3-NEXT: zd.release %[[B]]
+// Z3-NOT: zd.reduce_scatter
+// Z3: zg.accumulate
+// Z3-LABEL: func.func @optimizer_step
+// Z3: zd.weight_shard {{.*}}name = "w"{{.*}}zd.role = "param"
+// Z3: zd.reduce_scatter
+// Z3: zg.adamw
+module attributes {zd.tp = 1 : i64, zd.dp = 2 : i64} {
+func.func @micro_step(%x: tensor<1x3xf32>) -> (tensor<f32> {zg.name = "loss"}) {
+  %w = zg.weight {name = "w", file = "m.data", offset = 0 : i64, length = 36 : i64} : () -> tensor<3x3xf32>
+  %acc = zg.state {init = "zeros", kind = "grad", name = "w.grad", of = "w"} : () -> tensor<3x3xf32>
+  %y = zg.matmul %x, %w : (tensor<1x3xf32>, tensor<3x3xf32>) -> tensor<1x3xf32>
+  %loss = zg.reduce_sum %y {axes = array<i64: 0, 1>, keepdims = false} : (tensor<1x3xf32>) -> tensor<f32>
+  %dy = zg.matmul %y, %w : (tensor<1x3xf32>, tensor<3x3xf32>) -> tensor<1x3xf32>
+  %xt = zg.transpose %x {perm = array<i64: 1, 0>} : (tensor<1x3xf32>) -> tensor<3x1xf32>
+  %g = zg.matmul %xt, %dy : (tensor<3x1xf32>, tensor<1x3xf32>) -> tensor<3x3xf32>
+  zg.accumulate %acc, %g : (tensor<3x3xf32>, tensor<3x3xf32>) -> ()
+  return %loss : tensor<f32>
+}
+func.func @optimizer_step(%lr: tensor<f32>, %step: tensor<i64>) -> (tensor<f32> {zg.name = "grad_norm"}) {
+  %w = zg.weight {name = "w", file = "m.data", offset = 0 : i64, length = 36 : i64} : () -> tensor<3x3xf32>
+  %acc = zg.state {init = "zeros", kind = "grad", name = "w.grad", of = "w"} : () -> tensor<3x3xf32>
+  %m = zg.state {init = "zeros", kind = "moment1", name = "w.m", of = "w"} : () -> tensor<3x3xf32>
+  %v = zg.state {init = "zeros", kind = "moment2", name = "w.v", of = "w"} : () -> tensor<3x3xf32>
+  %half = zg.constant {value = dense<0.5> : tensor<f32>} : () -> tensor<f32>
+  %g = zg.mul %acc, %half : (tensor<3x3xf32>, tensor<f32>) -> tensor<3x3xf32>
+  %ss = zg.sum_squares %g : (tensor<3x3xf32>) -> tensor<f32>
+  %n = zg.sqrt %ss : (tensor<f32>) -> tensor<f32>
+  %one = zg.constant {value = dense<1.0> : tensor<f32>} : () -> tensor<f32>
+  zg.adamw %w, %g, %m, %v, %lr, %step, %one {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64} : (tensor<3x3xf32>, tensor<3x3xf32>, tensor<3x3xf32>, tensor<3x3xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> ()
+  return %n : tensor<f32>
+}
+}
