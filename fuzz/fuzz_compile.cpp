@@ -9,15 +9,20 @@
 // --world W --zero Z -o plan`. Any crash, sanitizer report or hang is a
 // finding; an error exit is the expected outcome for most inputs.
 //
-// zplan prints its diagnostics on stderr; they are silenced (fd 2 points at
-// /dev/null during the call) unless ZPLAN_FUZZ_VERBOSE is set, as triage.sh
-// does when it replays a crash.
+// zplan prints its diagnostics on stderr; they go to a file during the call
+// (unless ZPLAN_FUZZ_VERBOSE is set, as triage.sh does when it replays a
+// crash), and the first error line is the refusal's message. An exit status
+// other than 0, 1 or 2, a refusal without an error line, a refusal that
+// leaves a plan behind or a success without one is a finding: the target
+// aborts (fuzz_common.h, "Outcomes").
 //
 //===----------------------------------------------------------------------===//
 
 #include "compiler/driver/Driver.h"
+#include "fuzz_common.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -29,33 +34,17 @@
 namespace {
 
 std::string gDir;
-bool gQuiet = true;
-
-void writeFile(const std::string &path, const uint8_t *data, size_t n) {
-  FILE *f = std::fopen(path.c_str(), "wb");
-  if (!f || (n && std::fwrite(data, 1, n, f) != n) || std::fclose(f) != 0) {
-    std::perror(path.c_str());
-    std::abort();
-  }
-}
 
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-  const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-  std::string tmpl = std::string(base) + "/zplan-fuzz-compile-XXXXXX";
-  if (!mkdtemp(tmpl.data())) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  gDir = tmpl;
-  gQuiet = std::getenv("ZPLAN_FUZZ_VERBOSE") == nullptr;
+  gDir = zfuzz::make_dir("compile");
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const std::string model = gDir + "/model.onnx", plan = gDir + "/plan.zplan";
-  writeFile(model, data, size);
+  zfuzz::write_file(model, data, size);
   const int tp = 1 + int(size % 2), dp = 1 + int((size / 2) % 2);
   const std::string tpS = std::to_string(tp), worldS = std::to_string(tp * dp),
                     zeroS = dp > 1 ? "3" : "0";
@@ -68,20 +57,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     argv.push_back(a.data());
   argv.push_back(nullptr);
 
-  int saved = -1;
-  if (gQuiet) {
-    std::fflush(stderr);
-    saved = dup(2);
-    int null = open("/dev/null", O_WRONLY);
-    dup2(null, 2);
-    close(null);
-  }
-  (void)zplan::driver::run(int(args.size()), argv.data());
-  if (gQuiet) {
-    std::fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-  }
   unlink(plan.c_str());
+  zfuzz::StderrTo capture(gDir + "/stderr.txt");
+  const int rc = zplan::driver::run(int(args.size()), argv.data());
+  const std::string err = zfuzz::first_error_line(capture.take());
+  struct stat st;
+  const bool wrote = stat(plan.c_str(), &st) == 0;
+  unlink(plan.c_str());
+  if (rc == 0) {
+    if (!wrote)
+      zfuzz::unexpected("fuzz_compile", "zplan exited 0 but wrote no plan");
+    zfuzz::accepted();
+    return 0;
+  }
+  if (rc != 1 && rc != 2)
+    zfuzz::unexpected("fuzz_compile",
+                      "zplan exited " + std::to_string(rc) + "; errors exit 1 or 2");
+  if (wrote)
+    zfuzz::unexpected("fuzz_compile", "zplan failed but left a plan behind");
+  // Without ZPLAN_FUZZ_VERBOSE the diagnostics were captured: a refusal must
+  // say why.
+  if (err.empty() && !std::getenv("ZPLAN_FUZZ_VERBOSE"))
+    zfuzz::unexpected("fuzz_compile", "zplan failed without an error message");
+  zfuzz::refused(err);
   return 0;
 }

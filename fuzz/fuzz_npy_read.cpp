@@ -10,46 +10,37 @@
 #include <string>
 #include <unistd.h>
 
+#include "fuzz_common.h"
 #include "zrt/npy.h"
 
 namespace {
 
 std::string g_dir;
 
-void write_file(const std::string &path, const uint8_t *data, size_t n) {
-  FILE *f = std::fopen(path.c_str(), "wb");
-  if (!f || (n && std::fwrite(data, 1, n, f) != n) || std::fclose(f) != 0) {
-    std::perror(path.c_str());
-    std::abort();
-  }
-}
-
 void check(bool ok, const char *what) {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_npy_read: invariant violated: %s\n", what);
-    std::abort();
-  }
+  if (!ok) zfuzz::unexpected("fuzz_npy_read", std::string("invariant violated: ") + what);
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-  const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-  std::string tmpl = std::string(base) + "/zplan-fuzz-npy-XXXXXX";
-  if (!mkdtemp(tmpl.data())) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  g_dir = tmpl;
+  g_dir = zfuzz::make_dir("npy");
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const std::string in = g_dir + "/in.npy", out = g_dir + "/out.npy";
-  write_file(in, data, size);
+  zfuzz::write_file(in, data, size);
   for (bool bf16_as_u2 : {false, true}) {
     zrt::NpyArray a;
-    if (!zrt::read_npy(in, &a, bf16_as_u2).ok()) continue;
+    const zrt::Status st = zrt::read_npy(in, &a, bf16_as_u2);
+    // The outcome is that of the plain read (bf16 as bf16).
+    if (!bf16_as_u2) {
+      if (st.ok()) zfuzz::accepted();
+      else if (st.message().empty()) zfuzz::unexpected("fuzz_npy_read", "a refusal without a message");
+      else zfuzz::refused(st.message());
+    }
+    if (!st.ok()) continue;
     int64_t n = 1;
     for (int64_t d : a.shape) {
       check(d >= 0, "a dimension is negative");

@@ -3,7 +3,9 @@
 // Feeds arbitrary bytes to the ONNX importer (zplan::import::importOnnxFile)
 // and, when the import succeeds, to the recognition pipeline. Any crash,
 // sanitizer report, abort or hang is a finding: a model file is untrusted
-// input and must only ever produce a diagnostic.
+// input and must only ever produce a diagnostic. So is a refusal without an
+// error diagnostic, or an accepted module that fails the MLIR verifier: the
+// target aborts on those (fuzz_common.h, "Outcomes").
 //
 // The importer reads models from disk (it resolves external data against the
 // model's folder), so every input is written to `model.onnx` in a private
@@ -16,8 +18,11 @@
 #include "compiler/import/Import.h"
 #include "compiler/transforms/Passes.h"
 
+#include "fuzz_common.h"
+
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 
 #include <cstdint>
@@ -26,39 +31,25 @@
 #include <string>
 #include <unistd.h>
 
+using zfuzz::write_file;
+
 namespace {
 
 std::string gDir;
-
-/// Writes `n` bytes to `path`, replacing it; aborts on failure, since a
-/// fuzzer that cannot write its input tests nothing.
-void writeFile(const std::string &path, const uint8_t *data, size_t n) {
-  FILE *f = std::fopen(path.c_str(), "wb");
-  if (!f || (n && std::fwrite(data, 1, n, f) != n) || std::fclose(f) != 0) {
-    std::perror(path.c_str());
-    std::abort();
-  }
-}
 
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
   // /dev/shm keeps the per-input file write off the disk.
-  const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-  std::string tmpl = std::string(base) + "/zplan-fuzz-onnx-XXXXXX";
-  if (!mkdtemp(tmpl.data())) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  gDir = tmpl;
+  gDir = zfuzz::make_dir("onnx");
   std::string blob(4096, '\0');
   for (size_t i = 0; i < blob.size(); ++i)
     blob[i] = static_cast<char>(i * 37 + 11);
-  writeFile(gDir + "/data.bin",
+  write_file(gDir + "/data.bin",
             reinterpret_cast<const uint8_t *>(blob.data()), blob.size());
   // The link target lives outside the folder: a location that names the link
   // must be refused (the importer compares real paths).
-  writeFile(gDir + ".outside",
+  write_file(gDir + ".outside",
             reinterpret_cast<const uint8_t *>(blob.data()), blob.size());
   if (symlink((gDir + ".outside").c_str(), (gDir + "/escape.bin").c_str()) !=
       0) {
@@ -70,17 +61,22 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const std::string model = gDir + "/model.onnx";
-  writeFile(model, data, size);
+  write_file(model, data, size);
 
   // A fresh context per input: interned names and types of one input must
   // not grow the next one's memory.
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
   // Diagnostics are the expected outcome for almost every input; keep them
-  // off stderr so that the fuzzer's own output stays readable.
-  mlir::ScopedDiagnosticHandler quiet(&context,
-                                      [](mlir::Diagnostic &) {
-                                        return mlir::success();
-                                      });
+  // off stderr so that the fuzzer's own output stays readable, and keep the
+  // first error as the refusal's message.
+  std::string firstError;
+  mlir::ScopedDiagnosticHandler quiet(
+      &context, [&](mlir::Diagnostic &diag) {
+        if (diag.getSeverity() == mlir::DiagnosticSeverity::Error &&
+            firstError.empty())
+          firstError = diag.str();
+        return mlir::success();
+      });
   zplan::import::ImportOptions opts;
   opts.batch = 2;
   opts.seq = 8;
@@ -88,10 +84,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // interesting path; the location and range checks still run.
   opts.allowMissingData = true;
   auto module = zplan::import::importOnnxFile(context, model, opts);
-  if (!module)
+  if (!module) {
+    if (firstError.empty())
+      zfuzz::unexpected("fuzz_onnx_import",
+                        "the import failed without an error diagnostic");
+    zfuzz::refused(firstError);
     return 0;
+  }
+  if (mlir::failed(mlir::verify(*module)))
+    zfuzz::unexpected("fuzz_onnx_import",
+                      "the imported module fails the MLIR verifier");
   mlir::PassManager pm(&context);
   zplan::transforms::buildRecognitionPipeline(pm);
-  (void)pm.run(*module);
+  if (mlir::failed(pm.run(*module))) {
+    if (firstError.empty())
+      zfuzz::unexpected("fuzz_onnx_import",
+                        "recognition failed without an error diagnostic");
+    zfuzz::refused(firstError);
+    return 0;
+  }
+  zfuzz::accepted();
   return 0;
 }

@@ -24,6 +24,7 @@
 
 #include <unistd.h>
 
+#include "fuzz_common.h"
 #include "plan.h"
 #include "weights.h"
 #include "zrt/plan_file.h"
@@ -68,12 +69,7 @@ void assemble_all(const zrt::fb::Plan &plan, int rank) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-  std::string tmpl = "/tmp/zplan-fuzz-plan-XXXXXX";
-  if (!mkdtemp(tmpl.data())) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  g_dir = tmpl;
+  g_dir = zfuzz::make_dir("plan");
   // The plans compiled from the hostile control model name "weights.bin" beside the plan.
   FILE *f = std::fopen((g_dir + "/weights.bin").c_str(), "wb");
   if (!f) {
@@ -92,7 +88,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const zrt::fb::Plan *plan = nullptr;
   uint64_t chash = 0;
   zrt::Launch one;
-  (void)zrt::verify_plan(raw.data(), raw.size(), one, &plan, &chash);
+  // The outcome is that of the bytes as they are, for a one-rank launch (what zrun on one rank says).
+  const zrt::Status raw_status = zrt::verify_plan(raw.data(), raw.size(), one, &plan, &chash);
+  if (raw_status.ok()) zfuzz::accepted();
+  else if (raw_status.message().empty()) zfuzz::unexpected("fuzz_plan_load", "a refusal without a message");
+  else zfuzz::refused(raw_status.message());
 
   // 2. The payload behind a valid header.
   const std::vector<uint8_t> file = with_header(payload_of(data, size));

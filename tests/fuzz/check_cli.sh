@@ -5,16 +5,20 @@
 #                                                 is made valid again, so that the damage reaches the checks
 #                                                 behind the CRC
 #   check_cli.sh npy_read    INPUT ZRUN PLAN      zrun PLAN --input x=INPUT
-# The tool must end on its own within 20 s, with an ordinary exit status (never a signal), and a non-zero
-# status must come with an error message. No output file may be left behind. The header-repaired plan and
-# the .npy may be valid after all, so an exit of 0 is accepted there; for the raw inputs it is not, except
-# for an input named *.accept.*: a valid model that once crashed the importer (its correct answer is a graph).
+# The tool must end on its own within 20 s, with an ordinary exit status (never a signal). A raw regression
+# input must get the outcome its folder's expected.txt documents (as fuzz/replay does): refused with a
+# message matching that regex, or accepted. No output file may be left behind by a refusal. The
+# header-repaired plan and the .npy may be valid after all: there an exit of 0 is accepted, and a non-zero
+# one must come with an error message.
 set -u
 target=$1 input=$2
 shift 2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
+# The documented outcome: "accept", or the regex of the refusal.
+expected=$(awk -v n="$(basename "$input")" '$1 == n { if ($2 == "accept") print "accept"; else { sub(/^[^ ]+ +refuse +/, ""); print } }' \
+           "$(dirname "$input")/expected.txt" 2>/dev/null)
 
 run() {  # run EXPECT_FAIL REGEX CMD...: one invocation, checked
   local must_fail=$1 regex=$2
@@ -35,16 +39,19 @@ case $target in
     zplan=$1
     # The importer resolves external data against the model's folder: give it a folder of its own.
     cp "$input" "$work/model.onnx"
-    must_fail=1
-    case $(basename "$input") in *.accept.*) must_fail=0 ;; esac
+    [ -n "$expected" ] || { echo "FAIL: no documented outcome for $(basename "$input") in expected.txt"; exit 1; }
+    must_fail=1 regex=$expected
+    [ "$expected" = accept ] && must_fail=0 regex=error
     # The fuzzer binds batch 2, seq 8 and accepts missing external files (fuzz/fuzz_onnx_import.cpp).
-    run $must_fail "error" "$zplan" import "$work/model.onnx" --batch 2 --seq 8 --graph-only -o "$work/out.mlir"
+    run $must_fail "$regex" "$zplan" import "$work/model.onnx" --batch 2 --seq 8 --graph-only -o "$work/out.mlir"
+    if [ $must_fail = 0 ] && [ ! -s "$work/out.mlir" ]; then echo "FAIL: accepted, but no graph was written"; fail=1; fi
     if [ $must_fail = 1 ] && [ -e "$work/out.mlir" ]; then echo "FAIL: an output file was left behind"; fail=1; fi
     ;;
   plan_load)
     zrun=$1 python=$2
     cp "$input" "$work/plan.zplan"
-    run 1 "zrun: .*error" "$zrun" "$work/plan.zplan" --random-inputs --init random --timeout 15
+    [ -n "$expected" ] && [ "$expected" != accept ] || { echo "FAIL: no documented refusal for $(basename "$input")"; exit 1; }
+    run 1 "zrun: .*error.*$expected" "$zrun" "$work/plan.zplan" --random-inputs --init random --timeout 15
     "$python" - "$input" "$work/fixed.zplan" <<'PY'
 import struct, sys, zlib
 data = open(sys.argv[1], "rb").read()
