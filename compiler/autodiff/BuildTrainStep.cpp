@@ -70,6 +70,11 @@ private:
   void restoreBiases(func::FuncOp f);
   FailureOr<autodiff::Loss> buildLoss(OpBuilder &b, func::FuncOp f);
   Value learningRate(OpBuilder &b, Location loc, Value lr, Value step);
+  Value buildUpdate(OpBuilder &b, Location loc, ArrayRef<zg::WeightOp> params,
+                    ArrayRef<Value> grads, Value lr, Value step,
+                    double divisor);
+  Value makeState(OpBuilder &b, Location loc, const Twine &name,
+                  StringRef kind, StringRef of, RankedTensorType type);
   SmallVector<StateSpec> states;
 };
 
@@ -91,6 +96,9 @@ LogicalResult BuildTrainStepPass::checkOptions(ModuleOp module) {
     return bad("lr, weight-decay, eps and clip-grad must be >= 0");
   if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
     return bad("beta1 and beta2 must be in [0, 1)");
+  if (microBatches < 1)
+    return bad("micro-batches must be at least 1 (got " + Twine(microBatches) +
+               ")");
   return success();
 }
 
@@ -252,6 +260,116 @@ Value BuildTrainStepPass::learningRate(OpBuilder &b, Location loc, Value lr,
   return scalarOp<zg::MulOp>(b, loc, lr, factor);
 }
 
+/// The optimizer half shared by @train_step and @optimizer_step: the global
+/// norm of the mean gradients (each `grads` entry is `divisor` times the
+/// mean), the clipping scale, the scheduled rate and one zg.adamw per
+/// parameter. Returns the norm.
+Value BuildTrainStepPass::buildUpdate(OpBuilder &b, Location loc,
+                                      ArrayRef<zg::WeightOp> params,
+                                      ArrayRef<Value> grads, Value lr,
+                                      Value step, double divisor) {
+  Type f32 = b.getF32Type();
+  auto f32Scalar = RankedTensorType::get({}, f32);
+  Value sumSquares;
+  for (Value g : grads) {
+    Value s = zg::SumSquaresOp::create(b, loc, f32Scalar, g);
+    sumSquares = sumSquares ? scalarOp<zg::AddOp>(b, loc, sumSquares, s) : s;
+  }
+  Value norm = zg::SqrtOp::create(b, loc, f32Scalar, sumSquares);
+  if (divisor != 1.0)
+    norm = scalarOp<zg::MulOp>(b, loc, norm, scalar(b, loc, f32, 1 / divisor));
+  Value gradScale = scalar(b, loc, f32, 1.0 / divisor);
+  if (clipGrad > 0) {
+    Value denom = scalarOp<zg::AddOp>(b, loc, norm, scalar(b, loc, f32, 1e-6));
+    gradScale = scalarOp<zg::MinOp>(
+        b, loc, scalar(b, loc, f32, 1.0),
+        scalarOp<zg::DivOp>(b, loc, scalar(b, loc, f32, clipGrad), denom));
+    if (divisor != 1.0)
+      gradScale = scalarOp<zg::MulOp>(b, loc, gradScale,
+                                      scalar(b, loc, f32, 1.0 / divisor));
+  }
+  Value stepLr = learningRate(b, loc, lr, step);
+  for (auto [constW, g] : llvm::zip(params, grads)) {
+    zg::WeightOp w = constW;
+    auto momentType = RankedTensorType::get(rtt(w).getShape(), f32);
+    Value m = makeState(b, loc, w.getName() + ".exp_avg", "moment1",
+                        w.getName(), momentType);
+    Value v = makeState(b, loc, w.getName() + ".exp_avg_sq", "moment2",
+                        w.getName(), momentType);
+    zg::AdamwOp::create(b, loc, w.getResult(), g, m, v, stepLr, step,
+                        gradScale, b.getF64FloatAttr(beta1),
+                        b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
+                        b.getF64FloatAttr(weightDecay));
+  }
+  return norm;
+}
+
+Value BuildTrainStepPass::makeState(OpBuilder &b, Location loc,
+                                    const Twine &name, StringRef kind,
+                                    StringRef of, RankedTensorType type) {
+  StateSpec spec{name.str(), kind.str(), of.str(), type};
+  if (llvm::none_of(states,
+                    [&](const StateSpec &s) { return s.name == spec.name; }))
+    states.push_back(spec);
+  return zg::StateOp::create(b, loc, type, spec.name, spec.kind, spec.of,
+                             b.getStringAttr("zeros"));
+}
+
+/// Appends the scalar run inputs lr and step to `f`.
+static LogicalResult addScalarInputs(OpBuilder &b, func::FuncOp f, double lr,
+                                     Location loc) {
+  unsigned n = f.getNumArguments();
+  auto f32Scalar = RankedTensorType::get({}, b.getF32Type());
+  auto i64Scalar = RankedTensorType::get({}, b.getI64Type());
+  if (failed(f.insertArgument(
+          n, f32Scalar,
+          b.getDictionaryAttr(
+              {b.getNamedAttr("zg.name", b.getStringAttr("lr")),
+               b.getNamedAttr("zg.default", b.getF64FloatAttr(lr))}),
+          loc)) ||
+      failed(f.insertArgument(
+          n + 1, i64Scalar,
+          b.getDictionaryAttr(
+              {b.getNamedAttr("zg.name", b.getStringAttr("step")),
+               b.getNamedAttr("zg.default", b.getI64IntegerAttr(1))}),
+          loc)))
+    return f.emitError("zg-build-train-step: cannot add the lr and step "
+                       "inputs");
+  return success();
+}
+
+/// Replaces `f`'s return by one of `values`, named by `names`.
+static void setResults(OpBuilder &b, func::FuncOp f, ValueRange values,
+                       ArrayRef<StringRef> names) {
+  Block &body = f.getBody().front();
+  Operation *old = body.getTerminator();
+  b.setInsertionPoint(old);
+  func::ReturnOp::create(b, old->getLoc(), values);
+  old->erase();
+  f.setType(FunctionType::get(f.getContext(), f.getArgumentTypes(),
+                              ValueRange(values).getTypes()));
+  SmallVector<DictionaryAttr> attrs;
+  for (StringRef name : names)
+    attrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr("zg.name", b.getStringAttr(name))}));
+  f.setAllResultAttrs(attrs);
+}
+
+/// Erases ops whose results are unused (forward outputs other than the loss,
+/// gradients the rules built for inputs that need none).
+static void eraseDeadOps(func::FuncOp f) {
+  Block &body = f.getBody().front();
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body)))
+      if (isOpTriviallyDead(&op)) {
+        op.erase();
+        changed = true;
+      }
+  }
+}
+
 void BuildTrainStepPass::runOnOperation() {
   ModuleOp module = getOperation();
   MLIRContext *ctx = &getContext();
@@ -263,56 +381,39 @@ void BuildTrainStepPass::runOnOperation() {
     module.emitError("zg-build-train-step: the module has no @main");
     return signalPassFailure();
   }
-  if (module.lookupSymbol("train_step") || module.lookupSymbol("init")) {
-    module.emitError("zg-build-train-step: the module already has @init or "
-                     "@train_step");
-    return signalPassFailure();
-  }
+  for (StringRef name : {"init", "train_step", "micro_step", "optimizer_step"})
+    if (module.lookupSymbol(name)) {
+      module.emitError("zg-build-train-step: the module already has @")
+          << name;
+      return signalPassFailure();
+    }
+  bool accumulate = microBatches > 1;
 
-  // @train_step starts as a copy of the forward.
+  // @train_step (or @micro_step) starts as a copy of the forward.
   OpBuilder b(ctx);
   b.setInsertionPointAfter(main);
   auto train = cast<func::FuncOp>(b.clone(*main));
-  train.setSymName("train_step");
+  train.setSymName(accumulate ? "micro_step" : "train_step");
   splitSharedWeights(train);
   keepAttentionLse(train);
   if (restoreZeroBiases)
     restoreBiases(train);
 
   Block &body = train.getBody().front();
-  auto ret = cast<func::ReturnOp>(body.getTerminator());
-  Location loc = ret.getLoc();
-  Type f32 = b.getF32Type(), i64 = b.getI64Type();
+  Location loc = body.getTerminator()->getLoc();
+  Type f32 = b.getF32Type();
   auto f32Scalar = RankedTensorType::get({}, f32);
-  auto i64Scalar = RankedTensorType::get({}, i64);
-  unsigned numInputs = train.getNumArguments();
-  if (failed(train.insertArgument(
-          numInputs, f32Scalar,
-          b.getDictionaryAttr({b.getNamedAttr("zg.name", b.getStringAttr("lr")),
-                               b.getNamedAttr("zg.default",
-                                              b.getF64FloatAttr(lr))}),
-          loc)) ||
-      failed(train.insertArgument(
-          numInputs + 1, i64Scalar,
-          b.getDictionaryAttr(
-              {b.getNamedAttr("zg.name", b.getStringAttr("step")),
-               b.getNamedAttr("zg.default", b.getI64IntegerAttr(1))}),
-          loc))) {
-    train.emitError("zg-build-train-step: cannot add the lr and step inputs");
+  if (!accumulate && failed(addScalarInputs(b, train, lr, loc)))
     return signalPassFailure();
-  }
-  Value lrArg = train.getArgument(numInputs);
-  Value stepArg = train.getArgument(numInputs + 1);
 
-  b.setInsertionPoint(ret);
-  size_t opsBefore = body.getOperations().size();
+  b.setInsertionPoint(body.getTerminator());
   FailureOr<autodiff::Loss> loss = buildLoss(b, train);
   if (failed(loss))
     return signalPassFailure();
 
-  SmallVector<zg::WeightOp> params(train.getOps<zg::WeightOp>());
+  SmallVector<zg::WeightOp> all(train.getOps<zg::WeightOp>());
   SmallVector<Value> wrt;
-  for (zg::WeightOp w : params)
+  for (zg::WeightOp w : all)
     wrt.push_back(w.getResult());
   size_t opsBeforeBackward = body.getOperations().size();
   FailureOr<SmallVector<Value>> grads = autodiff::buildReverseMode(
@@ -320,74 +421,85 @@ void BuildTrainStepPass::runOnOperation() {
   if (failed(grads))
     return signalPassFailure();
   numBackwardOps += body.getOperations().size() - opsBeforeBackward;
-  (void)opsBefore;
 
-  // The global gradient norm over every parameter that reaches the loss.
-  Value sumSquares;
-  for (Value g : *grads) {
-    if (!g)
-      continue;
-    Value s = zg::SumSquaresOp::create(b, loc, f32Scalar, g);
-    sumSquares = sumSquares ? scalarOp<zg::AddOp>(b, loc, sumSquares, s) : s;
-  }
-  if (!sumSquares) {
+  // As PyTorch: a parameter without a gradient is not updated.
+  SmallVector<zg::WeightOp> params;
+  SmallVector<Value> paramGrads;
+  for (auto [w, g] : llvm::zip(all, *grads))
+    if (g) {
+      params.push_back(w);
+      paramGrads.push_back(g);
+    }
+  if (params.empty()) {
     train.emitError("zg-build-train-step: no parameter reaches the loss");
     return signalPassFailure();
   }
-  Value norm = zg::SqrtOp::create(b, loc, f32Scalar, sumSquares);
-  Value gradScale = scalar(b, loc, f32, 1.0);
-  if (clipGrad > 0) {
-    Value denom = scalarOp<zg::AddOp>(b, loc, norm, scalar(b, loc, f32, 1e-6));
-    gradScale = scalarOp<zg::MinOp>(
-        b, loc, scalar(b, loc, f32, 1.0),
-        scalarOp<zg::DivOp>(b, loc, scalar(b, loc, f32, clipGrad), denom));
+  numParameters += params.size();
+
+  if (!accumulate) {
+    Value lrArg = train.getArgument(train.getNumArguments() - 2);
+    Value stepArg = train.getArgument(train.getNumArguments() - 1);
+    Value norm =
+        buildUpdate(b, loc, params, paramGrads, lrArg, stepArg, 1.0);
+    setResults(b, train, {loss->value, norm}, {"loss", "grad_norm"});
+    eraseDeadOps(train);
+  } else {
+    // @micro_step adds its gradients and its loss into persistent sums;
+    // @optimizer_step divides them by the number of micro-batches (each
+    // micro-batch loss is a mean over the same number of tokens, so the mean
+    // of the means is the whole batch's mean), updates, and clears the sums.
+    auto lossSumType = f32Scalar;
+    SmallVector<Value> sums;
+    for (auto [w, g] : llvm::zip(params, paramGrads)) {
+      Value sum = makeState(b, loc, w.getName() + ".grad", "grad",
+                            w.getName(), cast<RankedTensorType>(g.getType()));
+      zg::AccumulateOp::create(b, loc, sum, g);
+    }
+    Value lossSum = makeState(b, loc, "loss_sum", "scalar", "", lossSumType);
+    Value lossValue = loss->value;
+    if (lossValue.getType() != lossSumType)
+      lossValue = zg::CastOp::create(b, loc, lossSumType, lossValue);
+    zg::AccumulateOp::create(b, loc, lossSum, lossValue);
+    setResults(b, train, {loss->value}, {"loss"});
+    eraseDeadOps(train);
+
+    b.setInsertionPointAfter(train);
+    auto opt = func::FuncOp::create(b, loc, "optimizer_step",
+                                    FunctionType::get(ctx, {}, {}));
+    Block *entry = opt.addEntryBlock();
+    b.setInsertionPointToStart(entry);
+    func::ReturnOp::create(b, loc);
+    if (failed(addScalarInputs(b, opt, lr, loc)))
+      return signalPassFailure();
+    b.setInsertionPoint(entry->getTerminator());
+    SmallVector<zg::WeightOp> optParams;
+    for (auto [w, g] : llvm::zip(params, paramGrads)) {
+      optParams.push_back(cast<zg::WeightOp>(b.clone(*w)));
+      sums.push_back(makeState(b, loc, w.getName() + ".grad", "grad",
+                               w.getName(),
+                               cast<RankedTensorType>(g.getType())));
+    }
+    double m = double(microBatches);
+    Value norm = buildUpdate(b, loc, optParams, sums, opt.getArgument(0),
+                             opt.getArgument(1), m);
+    Value sumRead = makeState(b, loc, "loss_sum", "scalar", "", lossSumType);
+    Value meanLoss =
+        scalarOp<zg::MulOp>(b, loc, sumRead, scalar(b, loc, f32, 1.0 / m));
+    // Clear the sums for the next step, after every read above.
+    for (Value sum : sums) {
+      auto type = cast<RankedTensorType>(sum.getType());
+      zg::AssignOp::create(
+          b, loc, sum,
+          zg::ConstantOp::create(
+              b, loc, type,
+              DenseElementsAttr::get(
+                  type, b.getFloatAttr(type.getElementType(), 0.0))));
+    }
+    zg::AssignOp::create(b, loc, sumRead, scalar(b, loc, f32, 0.0));
+    setResults(b, opt, {meanLoss, norm}, {"loss", "grad_norm"});
   }
-  Value stepLr = learningRate(b, loc, lrArg, stepArg);
 
-  for (auto [w, g] : llvm::zip(params, *grads)) {
-    if (!g)
-      continue; // As PyTorch: a parameter without a gradient is not updated.
-    ++numParameters;
-    auto momentType = RankedTensorType::get(rtt(w).getShape(), f32);
-    auto makeState = [&](StringRef suffix, StringRef kind) {
-      StateSpec spec{(w.getName() + suffix).str(), kind.str(),
-                     w.getName().str(), momentType};
-      states.push_back(spec);
-      return zg::StateOp::create(b, loc, momentType, spec.name, spec.kind,
-                                 spec.of, b.getStringAttr("zeros"));
-    };
-    Value m = makeState(".exp_avg", "moment1");
-    Value v = makeState(".exp_avg_sq", "moment2");
-    zg::AdamwOp::create(b, loc, w.getResult(), g, m, v, stepLr, stepArg,
-                        gradScale, b.getF64FloatAttr(beta1),
-                        b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
-                        b.getF64FloatAttr(weightDecay));
-  }
-
-  // (loss, grad_norm) replace the forward's outputs.
-  func::ReturnOp::create(b, loc, ValueRange{loss->value, norm});
-  ret.erase();
-  train.setType(FunctionType::get(ctx, train.getArgumentTypes(),
-                                  {f32Scalar, f32Scalar}));
-  train.setAllResultAttrs(ArrayRef<DictionaryAttr>{
-      b.getDictionaryAttr({b.getNamedAttr("zg.name",
-                                          b.getStringAttr("loss"))}),
-      b.getDictionaryAttr({b.getNamedAttr("zg.name",
-                                          b.getStringAttr("grad_norm"))})});
-
-  // Forward outputs other than the loss, and gradients the rules built for
-  // inputs that need none, are dead now.
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body)))
-      if (isOpTriviallyDead(&op)) {
-        op.erase();
-        changed = true;
-      }
-  }
-
-  // @init fills the optimizer state.
+  // @init fills the optimizer state and the sums with zeros.
   b.setInsertionPoint(train);
   auto init = func::FuncOp::create(b, main.getLoc(), "init",
                                    FunctionType::get(ctx, {}, {}));
@@ -399,7 +511,8 @@ void BuildTrainStepPass::runOnOperation() {
     // A splat constant: ZeroTrain re-makes it at a partitioned shape.
     Value zero = zg::ConstantOp::create(
         b, loc, s.type,
-        DenseElementsAttr::get(s.type, b.getFloatAttr(f32, 0.0)));
+        DenseElementsAttr::get(
+            s.type, b.getFloatAttr(s.type.getElementType(), 0.0)));
     zg::AssignOp::create(b, loc, target, zero);
   }
   func::ReturnOp::create(b, loc);

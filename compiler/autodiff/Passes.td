@@ -39,6 +39,14 @@ def BuildTrainStep : Pass<"zg-build-train-step", "mlir::ModuleOp"> {
     one parameter per user op unless it carries `zg.tied` (the recognised
     tied embedding / LM head).
 
+    `micro-batches = M > 1`: instead of `@train_step`, `@micro_step(<inputs>)
+    -> loss` runs forward and backward on one micro-batch and adds its
+    gradients into `zg.state` buffers (kind grad, `<param>.grad`) and its
+    loss into `loss_sum` with `zg.accumulate`; `@optimizer_step(%lr, %step)
+    -> (loss, grad_norm)` divides the sums by M (the mean of M equal-sized
+    micro-batch means is the batch mean), clips, updates and clears the
+    sums. The caller runs `@micro_step` M times, then `@optimizer_step`.
+
     `restore-zero-biases`: exporters drop a bias whose initial value is zero
     (torch.onnx's optimizer removes GPT-2's zero-initialised Conv1D biases),
     but PyTorch trains it. With this option every zg.linear without a bias,
@@ -82,6 +90,9 @@ def BuildTrainStep : Pass<"zg-build-train-step", "mlir::ModuleOp"> {
     Option<"eps", "eps", "double", "1e-8", "AdamW epsilon">,
     Option<"clipGrad", "clip-grad", "double", "0.0",
            "Clip the global gradient norm at this value (0: no clipping)">,
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "Micro-batches per optimizer step: @micro_step accumulates, "
+           "@optimizer_step updates">,
     Option<"restoreZeroBiases", "restore-zero-biases", "bool", "false",
            "Give every linear without a bias (except the tied LM head) a "
            "trainable bias starting at zero">

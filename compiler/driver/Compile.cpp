@@ -246,9 +246,13 @@ std::string validate(const CompileFlags &f, const CommonOptions &o,
     return "--lr, --weight-decay, --eps and --clip-grad must not be negative";
   if (!(f.beta1 >= 0 && f.beta1 < 1) || !(f.beta2 >= 0 && f.beta2 < 1))
     return "--beta1 and --beta2 must be in [0, 1)";
-  if (f.microBatches != 1)
+  if (f.microBatches < 1)
     return "--micro-batches " + std::to_string(f.microBatches) +
-           ": gradient accumulation is not built yet (only 1)";
+           " must be at least 1";
+  if (batch > 0 && batch % (dp * f.microBatches) != 0)
+    return "--batch " + std::to_string(batch) + " does not split into " +
+           std::to_string(f.microBatches) + " micro-batches on each of dp = " +
+           std::to_string(dp) + " ranks";
   return {};
 }
 
@@ -380,10 +384,11 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   // by name, zrun needs them or --init random, and warnMissingWeightFiles
   // names each one now.
   import::ImportOptions importOptions = options.import;
-  // A training step is built from each rank's own rows of the global batch
-  // (docs/training-contract.md, section 5): import at the rank-local batch.
+  // A training step is built from the forward of the rows one rank runs in
+  // one micro-batch: each rank's own rows of the global batch
+  // (docs/training-contract.md, sections 7 and 8), split into micro-batches.
   if (f.train && importOptions.batch > 0)
-    importOptions.batch /= dp;
+    importOptions.batch /= dp * f.microBatches;
   OwningOpRef<ModuleOp> module =
       import::importOnnxFile(context, options.model, importOptions);
   if (!module)
@@ -408,6 +413,7 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
     train.eps = f.eps;
     train.clipGrad = f.clipGrad;
     train.restoreZeroBiases = f.restoreZeroBiases;
+    train.microBatches = f.microBatches;
     pm.addPass(autodiff::createBuildTrainStep(train));
   }
   sharding::ShardingOptions sharding;
