@@ -438,9 +438,21 @@ LogicalResult LinearOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys,
   int64_t k = xs.back(), n = rtt(g).getShape().back();
   int64_t m = product(xs.drop_back());
   Value x2 = reshape(b, loc, x, {m, k}), g2 = reshape(b, loc, g, {m, n});
-  // dW = alpha * x^T dy ([K, N]) or alpha * dy^T x ([N, K]).
-  Value dw = getTransW() ? matmul(b, loc, transposeLast2(b, loc, g2), x2)
-                         : matmul(b, loc, transposeLast2(b, loc, x2), g2);
+  // dW = alpha * x^T dy ([K, N]) or alpha * dy^T x ([N, K]). Either form
+  // can also be computed as the transpose of the other product; the one that
+  // copies fewer elements in transposes is built (for a large vocabulary
+  // head, transposing dy [M, V] would copy the whole logits gradient).
+  int64_t direct = getTransW() ? m * n : k * m;
+  int64_t flipped = (getTransW() ? k * m : n * m) + k * n;
+  Value dw;
+  if (direct <= flipped)
+    dw = getTransW() ? matmul(b, loc, transposeLast2(b, loc, g2), x2)
+                     : matmul(b, loc, transposeLast2(b, loc, x2), g2);
+  else
+    dw = transposeLast2(
+        b, loc,
+        getTransW() ? matmul(b, loc, transposeLast2(b, loc, x2), g2)
+                    : matmul(b, loc, transposeLast2(b, loc, g2), x2));
   if (alpha != 1.0)
     dw = mulScalar(b, loc, dw, alpha);
   dxs[1] = dw;

@@ -299,6 +299,18 @@ std::vector<GradCase> linearAlgebraCases() {
       "%0 = zg.linear %x, %w {trans_w = true, alpha = 0.5 : f64} : "
       "(tensor<3x4xf64>, tensor<5x4xf64>) -> tensor<3x5xf64>",
       "tensor<3x5xf64>"));
+  // Shapes where the weight gradient is built as the transpose of the other
+  // product (fewer elements transposed).
+  cases.push_back(oneOp(
+      "linear_trans_flipped", "%x: tensor<8x2xf64>, %w: tensor<6x2xf64>",
+      "%0 = zg.linear %x, %w {trans_w = true} : (tensor<8x2xf64>, "
+      "tensor<6x2xf64>) -> tensor<8x6xf64>",
+      "tensor<8x6xf64>"));
+  cases.push_back(oneOp(
+      "linear_flipped", "%x: tensor<2x4x6xf64>, %w: tensor<6x2xf64>",
+      "%0 = zg.linear %x, %w : (tensor<2x4x6xf64>, tensor<6x2xf64>) -> "
+      "tensor<2x4x2xf64>",
+      "tensor<2x4x2xf64>"));
   cases.push_back(oneOp(
       "linear_vector", "%x: tensor<4xf64>, %w: tensor<4x3xf64>",
       "%0 = zg.linear %x, %w : (tensor<4xf64>, tensor<4x3xf64>) -> tensor<3xf64>",
