@@ -68,6 +68,7 @@ private:
   void splitSharedWeights(func::FuncOp f);
   void keepAttentionLse(func::FuncOp f);
   void restoreBiases(func::FuncOp f);
+  void recomputeSelective(func::FuncOp f, Operation *lastForward);
   FailureOr<autodiff::Loss> buildLoss(OpBuilder &b, func::FuncOp f);
   Value learningRate(OpBuilder &b, Location loc, Value lr, Value step);
   Value buildUpdate(OpBuilder &b, Location loc, ArrayRef<zg::WeightOp> params,
@@ -96,6 +97,9 @@ LogicalResult BuildTrainStepPass::checkOptions(ModuleOp module) {
     return bad("lr, weight-decay, eps and clip-grad must be >= 0");
   if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
     return bad("beta1 and beta2 must be in [0, 1)");
+  if (recompute != "none" && recompute != "selective")
+    return bad("recompute '" + recompute +
+               "' is not built (expected none or selective)");
   if (microBatches < 1)
     return bad("micro-batches must be at least 1 (got " + Twine(microBatches) +
                ")");
@@ -163,6 +167,39 @@ void BuildTrainStepPass::restoreBiases(func::FuncOp f) {
     auto bias = zg::WeightOp::create(b, linear.getLoc(), type, biasName, "",
                                      0, bytes, zero);
     linear->insertOperands(2, ValueRange{bias});
+  }
+}
+
+void BuildTrainStepPass::recomputeSelective(func::FuncOp f,
+                                            Operation *lastForward) {
+  SmallVector<Operation *> forward;
+  for (Operation &op : f.getBody().front()) {
+    forward.push_back(&op);
+    if (&op == lastForward)
+      break;
+  }
+  OpBuilder b(f.getContext());
+  for (Operation *op : forward) {
+    if (!isa<zg::LayerNormOp, zg::RmsNormOp, zg::GeluOp, zg::SiluOp>(op))
+      continue;
+    Value out = op->getResult(0);
+    SmallVector<OpOperand *> late;
+    Operation *first = nullptr;
+    for (OpOperand &use : out.getUses()) {
+      Operation *user = use.getOwner();
+      if (!lastForward->isBeforeInBlock(user))
+        continue;
+      late.push_back(&use);
+      if (!first || user->isBeforeInBlock(first))
+        first = user;
+    }
+    if (late.empty())
+      continue;
+    b.setInsertionPoint(first);
+    Operation *again = b.clone(*op);
+    for (OpOperand *use : late)
+      use->set(again->getResult(0));
+    ++numRecomputed;
   }
 }
 
@@ -416,11 +453,14 @@ void BuildTrainStepPass::runOnOperation() {
   for (zg::WeightOp w : all)
     wrt.push_back(w.getResult());
   size_t opsBeforeBackward = body.getOperations().size();
+  Operation *lastForward = body.getTerminator()->getPrevNode();
   FailureOr<SmallVector<Value>> grads = autodiff::buildReverseMode(
       b, loss->value, wrt, loss->stopGradient);
   if (failed(grads))
     return signalPassFailure();
   numBackwardOps += body.getOperations().size() - opsBeforeBackward;
+  if (recompute == "selective")
+    recomputeSelective(train, lastForward);
 
   // As PyTorch: a parameter without a gradient is not updated.
   SmallVector<zg::WeightOp> params;

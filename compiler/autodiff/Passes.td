@@ -47,6 +47,12 @@ def BuildTrainStep : Pass<"zg-build-train-step", "mlir::ModuleOp"> {
     micro-batch means is the batch mean), clips, updates and clears the
     sums. The caller runs `@micro_step` M times, then `@optimizer_step`.
 
+    `recompute = selective`: the outputs of layer_norm, rms_norm, gelu and
+    silu that the backward reads (the next linear's weight gradient needs its
+    input) are recomputed right before their first backward use, from inputs
+    the backward keeps anyway (the norm and activation gradients read them),
+    so those outputs die with the forward.
+
     `restore-zero-biases`: exporters drop a bias whose initial value is zero
     (torch.onnx's optimizer removes GPT-2's zero-initialised Conv1D biases),
     but PyTorch trains it. With this option every zg.linear without a bias,
@@ -93,6 +99,9 @@ def BuildTrainStep : Pass<"zg-build-train-step", "mlir::ModuleOp"> {
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "Micro-batches per optimizer step: @micro_step accumulates, "
            "@optimizer_step updates">,
+    Option<"recompute", "recompute", "std::string", "\"none\"",
+           "none, or selective: the backward recomputes norm and activation "
+           "outputs from their saved inputs instead of keeping them">,
     Option<"restoreZeroBiases", "restore-zero-biases", "bool", "false",
            "Give every linear without a bias (except the tied LM head) a "
            "trainable bias starting at zero">
@@ -100,7 +109,9 @@ def BuildTrainStep : Pass<"zg-build-train-step", "mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numParameters", "num-parameters", "Parameters trained">,
     Statistic<"numBackwardOps", "num-backward-ops",
-              "Ops built by the gradient rules">
+              "Ops built by the gradient rules">,
+    Statistic<"numRecomputed", "num-recomputed",
+              "Forward ops cloned into the backward (recompute=selective)">
   ];
 }
 

@@ -77,6 +77,7 @@ struct CompileFlags {
          eps = 1e-8, clipGrad = 0.0;
   int64_t warmupSteps = 0, totalSteps = 0, microBatches = 1;
   bool restoreZeroBiases = false;
+  std::string recompute = "none";
 };
 
 CompileFlags &flags() {
@@ -215,8 +216,10 @@ std::string validate(const CompileFlags &f, const CommonOptions &o,
   if (o.import.seq == 0)
     return "--seq 0 must be at least 1";
   if (!f.train) {
-    if (f.loss != "causal-lm" || !f.lossOutput.empty() || f.microBatches != 1)
-      return "--loss, --loss-output and --micro-batches need --train";
+    if (f.loss != "causal-lm" || !f.lossOutput.empty() ||
+        f.microBatches != 1 || f.recompute != "none")
+      return "--loss, --loss-output, --micro-batches and --recompute need "
+             "--train";
     if (f.offloadOptimizer != "none")
       return "--offload-optimizer needs --train (inference has no optimizer)";
     return {};
@@ -249,6 +252,9 @@ std::string validate(const CompileFlags &f, const CommonOptions &o,
   if (f.microBatches < 1)
     return "--micro-batches " + std::to_string(f.microBatches) +
            " must be at least 1";
+  if (f.recompute != "none" && f.recompute != "selective")
+    return "--recompute '" + f.recompute +
+           "' must be none or selective (full and auto are not built yet)";
   if (batch > 0 && batch % (dp * f.microBatches) != 0)
     return "--batch " + std::to_string(batch) + " does not split into " +
            std::to_string(f.microBatches) + " micro-batches on each of dp = " +
@@ -350,6 +356,9 @@ void addCompileFlags(CLI::App &app) {
                  "--train: clip the global gradient norm (0: off)");
   app.add_option("--micro-batches", f.microBatches,
                  "--train: micro-batches accumulated per optimizer step");
+  app.add_option("--recompute", f.recompute,
+                 "--train: none, or selective (norm and activation outputs "
+                 "recomputed in the backward)");
   app.add_flag("--restore-zero-biases", f.restoreZeroBiases,
                "--train: give bias-free linears (not a tied LM head) a "
                "trainable zero bias, which exporters drop");
@@ -414,6 +423,7 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
     train.clipGrad = f.clipGrad;
     train.restoreZeroBiases = f.restoreZeroBiases;
     train.microBatches = f.microBatches;
+    train.recompute = f.recompute;
     pm.addPass(autodiff::createBuildTrainStep(train));
   }
   sharding::ShardingOptions sharding;

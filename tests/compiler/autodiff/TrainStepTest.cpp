@@ -84,7 +84,8 @@ Tensor rows(const Tensor &t, int64_t first, int64_t count) {
 }
 
 void trainFiveSteps(const std::string &model, bool restoreZeroBiases,
-                    int64_t microBatches, double tolerance) {
+                    int64_t microBatches, double tolerance,
+                    const std::string &recompute = "none") {
   DialectRegistry registry;
   zplan::registerAllDialects(registry);
   MLIRContext context(registry);
@@ -104,6 +105,7 @@ void trainFiveSteps(const std::string &model, bool restoreZeroBiases,
   options.clipGrad = 1.0;
   options.restoreZeroBiases = restoreZeroBiases;
   options.microBatches = microBatches;
+  options.recompute = recompute;
   pm.addPass(zplan::autodiff::createBuildTrainStep(options));
   ASSERT_TRUE(succeeded(pm.run(*module)));
 
@@ -140,9 +142,10 @@ void trainFiveSteps(const std::string &model, bool restoreZeroBiases,
     }
     ASSERT_EQ(out.size(), 2u) << error;
     double loss = out[0].data[0], norm = out[1].data[0];
-    std::printf("%s (%lld micro-batches) step %d: loss %.8f (PyTorch %.8f), grad norm %.8f "
+    std::printf("%s (%lld micro-batches, recompute %s) step %d: loss %.8f (PyTorch %.8f), grad norm %.8f "
                 "(PyTorch %.8f)\n",
-                model.c_str(), (long long)microBatches, t, loss, losses.data[t - 1], norm,
+                model.c_str(), (long long)microBatches, recompute.c_str(), t,
+                loss, losses.data[t - 1], norm,
                 norms.data[t - 1]);
     EXPECT_NEAR(loss, losses.data[t - 1], tolerance * losses.data[t - 1])
         << "step " << t;
@@ -170,4 +173,14 @@ TEST(TrainStep, Gpt2TwoMicroBatchesMatchOneBatch) {
   trainFiveSteps("gpt2", /*restoreZeroBiases=*/true, 2, 1e-5);
 }
 
+} // namespace
+
+namespace {
+// Recomputing norm and activation outputs changes no value.
+TEST(TrainStep, LlamaSelectiveRecomputeMatchesPyTorch) {
+  trainFiveSteps("llama", /*restoreZeroBiases=*/false, 1, 1e-4, "selective");
+}
+TEST(TrainStep, Gpt2SelectiveRecomputeMatchesPyTorch) {
+  trainFiveSteps("gpt2", /*restoreZeroBiases=*/true, 1, 1e-4, "selective");
+}
 } // namespace
