@@ -1214,6 +1214,10 @@ LogicalResult Importer::importGemm(const onnx::NodeProto &n) {
   return success();
 }
 
+/// The longest Reshape shape accepted: far above any model's rank, far below
+/// what makes shape checks slow.
+constexpr size_t kMaxReshapeRank = 64;
+
 LogicalResult Importer::importReshapeLike(const onnx::NodeProto &n) {
   StringRef op = n.op_type();
   Val *x = in(n, 0);
@@ -1226,7 +1230,16 @@ LogicalResult Importer::importReshapeLike(const onnx::NodeProto &n) {
     if (failed(constInts(n, 1, "shape", s)))
       return failure();
     bool allowzero = attrInt(n, "allowzero", 0);
-    int64_t infer = -1, known = 1;
+    // A shape tensor can be long (a folded ConstantOfShape); no tensor of
+    // that rank is useful, and the plan format stops at rank 8 anyway.
+    if (s.size() > kMaxReshapeRank)
+      return nodeError(n) << "shape has " << s.size()
+                          << " entries; zplan handles rank up to "
+                          << kMaxReshapeRank;
+    // The product of the output dims so far, checked as it grows: checking
+    // the whole prefix at every entry was quadratic in the shape's length
+    // (fuzz/FINDINGS.md F31).
+    int64_t infer = -1, known = 1, sofar = 1;
     for (size_t d = 0; d < s.size(); ++d) {
       int64_t v = s[d];
       if (v == 0 && !allowzero) {
@@ -1245,8 +1258,9 @@ LogicalResult Importer::importReshapeLike(const onnx::NodeProto &n) {
       if (v < 0)
         return nodeError(n) << "shape entry " << v << " is negative";
       out.push_back(v);
-      if (!checkedNumElements(out))
+      if (!checkedNumElements({sofar, v}))
         return nodeError(n) << "shape has too many elements";
+      sofar *= v;
       known *= v;
     }
     int64_t total = *checkedNumElements(x->shape);

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The sanitizer stage of CI (scripts/test.sh runs it after the main suite): the unit tests and the fuzz
+# replays, built with clang-22 under AddressSanitizer + UndefinedBehaviorSanitizer in their own build folder
+# (build-asan, or ZPLAN_SAN_BUILD_DIR), then run through ctest. Only what those tests need is built (no
+# CUDA, no tools, no models): the stage must keep the whole of .ci/run within an hour on a cold 2-core
+# machine. Extra arguments go to cmake's configure step.
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${ZPLAN_SAN_BUILD_DIR:-$top/build-asan}
+jobs=${ZPLAN_JOBS:-$(nproc)}
+san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+# -O1 -g1: ASan's usual optimisation level, and line numbers in its reports at a small cost in build time.
+cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 -DZPLAN_CUDA=OFF \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san -Wno-c++11-narrowing" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
+  "$@" >/dev/null
+targets=(zrt_kernel_tests zrt_train_kernel_tests zrt_verifier_tests zrt_mpi_tests zrt_decode_tests zrt_train_plan_tests
+         zplan-import-tests zplan-sharding-tests zplan-plan-tests zplan-emit-tests zplan-autodiff-tests
+         fuzz_npy_read_replay fuzz_plan_load_replay fuzz_onnx_import_replay fuzz_compile_replay)
+start=$(date +%s)
+cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+echo "sanitize: built ${#targets[@]} targets in $(( $(date +%s) - start )) s"
+# Leaks are not checked: MPI and the MLIR context's global registries allocate once and never free.
+# allocator_may_return_null: a refused huge allocation must come back to the code under test as null.
+export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+cd "$build"
+ctest --output-on-failure -j "${ZPLAN_TEST_JOBS:-2}" --timeout 600 \
+  -R '^(runtime/(kernels/|Verifier|Registry|Npy|PlanFile|mpi_np|decode_np|train_plan_np)|fuzz/replay/)'
+ctest --output-on-failure -j "${ZPLAN_TEST_JOBS:-2}" --timeout 600 -L unit
