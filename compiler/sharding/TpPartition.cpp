@@ -7,6 +7,11 @@
 // sliced copy for weights and constants), and weights record how each tp
 // index assembles its local tensor (zd.source_shape, zd.pieces).
 //
+// In a training step a trained parameter and its state are one tensor each:
+// a consumer that needs another sharding gets a collective or a rank-local
+// slice (zd.local_slice) of it, never a second load, and so does any whole
+// activation a consumer needs split.
+//
 //===----------------------------------------------------------------------===//
 
 #include "compiler/sharding/Passes.h"
@@ -65,6 +70,7 @@ private:
   Value makeWeight(Operation *source, const Shard &s);
   void localizeWeight(Operation *op, const Shard &s);
   FailureOr<Value> gather(Operation *user, Value v, const Shard &s);
+  FailureOr<Value> localSlice(Operation *user, Value v, const Shard &s);
   Value allReduceAfter(Operation *op, Value v);
 
   func::FuncOp func;
@@ -103,7 +109,21 @@ void Partitioner::localizeWeight(Operation *op, const Shard &s) {
 Value Partitioner::makeWeight(Operation *source, const Shard &s) {
   b.setInsertionPointAfter(source);
   Operation *copy;
-  if (auto cst = dyn_cast<zg::ConstantOp>(source)) {
+  auto cst = dyn_cast<zg::ConstantOp>(source);
+  if (cst && isa<SplatElementsAttr>(cst.getValue())) {
+    // A splat is the same on every rank: a constant of the local shape (the
+    // zero moments @init assigns stay constants that ZeRO can re-make).
+    auto type = withShape(rtt(cst.getResult()),
+                          localShape(rtt(cst.getResult()).getShape(), s));
+    auto splat = cast<SplatElementsAttr>(cst.getValue());
+    Value local = zg::ConstantOp::create(
+        b, source->getLoc(), type,
+        DenseElementsAttr::get(type, splat.getSplatValue<Attribute>()));
+    if (!s.isReplicated())
+      current[local] = s;
+    return local;
+  }
+  if (cst) {
     NamedAttribute attrs[] = {
         b.getNamedAttr("name", b.getStringAttr("constant")),
         b.getNamedAttr("file", b.getStringAttr("")),
@@ -127,8 +147,13 @@ Value Partitioner::makeWeight(Operation *source, const Shard &s) {
 Value Partitioner::allReduceAfter(Operation *op, Value v) {
   b.setInsertionPointAfter(op);
   ++counts.allReduce;
+  // A row maximum over a split vocabulary is a partial maximum.
+  StringAttr reduction = b.getStringAttr("sum");
+  if (auto r = op->getAttrOfType<StringAttr>("zd.partial_reduction"))
+    reduction = r;
+  op->removeAttr("zd.partial_reduction");
   return dist::AllReduceOp::create(b, op->getLoc(), v.getType(), v,
-                                   b.getStringAttr("tp"))
+                                   b.getStringAttr("tp"), reduction)
       .getResult();
 }
 
@@ -218,6 +243,66 @@ FailureOr<Value> Partitioner::gather(Operation *user, Value v, const Shard &s) {
   return cur;
 }
 
+// Keeps this rank's part of a value that every rank holds whole: one
+// zd.local_slice per fused segment (concatenated back), the tail of a
+// dimension tp does not divide padded with zeros first, as a weight's
+// padding rows are.
+FailureOr<Value> Partitioner::localSlice(Operation *user, Value v,
+                                         const Shard &s) {
+  if (s.blocks != tp) {
+    user->emitError("cannot keep one of ")
+        << s.blocks << " blocks of a whole value over tp = " << tp
+        << " ranks (blocks shared by several ranks)";
+    return failure();
+  }
+  Location loc = v.getLoc();
+  auto type = rtt(v);
+  int64_t d = s.dim;
+  if (Operation *def = v.getDefiningOp())
+    b.setInsertionPointAfter(def);
+  else
+    b.setInsertionPointToStart(v.getParentBlock());
+  auto withDim = [&](int64_t size) {
+    SmallVector<int64_t> shape(type.getShape());
+    shape[d] = size;
+    return withShape(type, shape);
+  };
+  auto sliceOne = [&](Value x) -> Value {
+    int64_t n = rtt(x).getDimSize(d);
+    int64_t local = (n + tp - 1) / tp;
+    if (local * tp != n) {
+      auto padType = withDim(local * tp - n);
+      Value zeros = zg::ConstantOp::create(
+          b, loc, padType,
+          DenseElementsAttr::get(padType,
+                                 b.getZeroAttr(type.getElementType())));
+      x = zg::ConcatOp::create(b, loc, withDim(local * tp),
+                               ValueRange{x, zeros}, d)
+              .getResult();
+    }
+    return dist::LocalSliceOp::create(b, loc, withDim(local), x,
+                                      b.getStringAttr("tp"),
+                                      b.getI64IntegerAttr(d))
+        .getResult();
+  };
+  if (s.segments.empty())
+    return sliceOne(v);
+  SmallVector<Value> parts;
+  int64_t offset = 0, total = 0;
+  for (int64_t seg : s.segments) {
+    SmallVector<int64_t> starts(type.getRank(), 0), steps(type.getRank(), 1);
+    starts[d] = offset;
+    Value part = zg::SliceOp::create(b, loc, withDim(seg), v,
+                                     b.getDenseI64ArrayAttr(starts),
+                                     b.getDenseI64ArrayAttr(steps))
+                     .getResult();
+    parts.push_back(sliceOne(part));
+    offset += seg;
+    total += seg / tp;
+  }
+  return zg::ConcatOp::create(b, loc, withDim(total), parts, d).getResult();
+}
+
 FailureOr<Value> Partitioner::convert(Operation *user, Value v,
                                       const Shard &need) {
   Shard cur = have(v);
@@ -228,13 +313,32 @@ FailureOr<Value> Partitioner::convert(Operation *user, Value v,
     return it->second;
   Value result;
   Operation *def = v.getDefiningOp();
-  if (def && isa<zg::WeightOp, zg::ConstantOp>(def)) {
+  // A trained parameter is one tensor: never a second, differently sliced
+  // load that its in-place update would leave stale.
+  bool written = llvm::any_of(v.getUsers(), [&](Operation *u) {
+    return isa<zg::AdamwOp, zg::AssignOp, zg::AccumulateOp>(u) &&
+           u->getOperand(0) == v;
+  });
+  if (def && isa<zg::WeightOp, zg::ConstantOp>(def) && !written) {
     result = makeWeight(def, need);
   } else if (need.isReplicated() && cur.dim >= 0) {
     FailureOr<Value> g = gather(user, v, cur);
     if (failed(g))
       return failure();
     result = *g;
+  } else if (!need.partial && need.dim >= 0 && !cur.partial) {
+    // Whole on every rank (or made whole first): each keeps its part.
+    Value whole = v;
+    if (cur.dim >= 0) {
+      FailureOr<Value> g = gather(user, v, cur);
+      if (failed(g))
+        return failure();
+      whole = *g;
+    }
+    FailureOr<Value> sl = localSlice(user, whole, need);
+    if (failed(sl))
+      return failure();
+    result = *sl;
   } else {
     user->emitError("cannot convert an operand split as ")
         << cur.toAttr(ctx, tp) << " to " << need.toAttr(ctx, tp)
@@ -283,6 +387,7 @@ LogicalResult Partitioner::run() {
       if (results[0].isReplicated())
         continue;
       Value local = makeWeight(op, results[0]);
+      globalShape[local] = sourceShape(op);
       op->getResult(0).replaceAllUsesWith(local);
       // Conversions keyed on the old value now start from the new one.
       current[local] = results[0];
@@ -308,6 +413,9 @@ LogicalResult Partitioner::run() {
       if (auto emb = dyn_cast<zg::EmbeddingOp>(op))
         op->setAttr(kVocabStride,
                     b.getI64IntegerAttr(rtt(emb.getTable()).getDimSize(0)));
+      if (auto lp = dyn_cast<zg::LabelPickOp>(op))
+        op->setAttr(kVocabStride, b.getI64IntegerAttr(
+                                      rtt(lp.getLogits()).getShape().back()));
       Value reduced = allReduceAfter(op, res);
       Value final = reduced;
       if (bias) {
@@ -321,6 +429,14 @@ LogicalResult Partitioner::run() {
     for (auto [r, s] : llvm::zip(op->getResults(), results))
       if (!s.isReplicated())
         current[r] = s;
+    // The gradients of a vocabulary-parallel lookup and label pick scatter
+    // into this rank's rows only.
+    if (isa<zg::EmbeddingGradOp>(op) && results[0].dim == 0)
+      op->setAttr(kVocabStride, b.getI64IntegerAttr(
+                                    rtt(op->getResult(0)).getDimSize(0)));
+    if (isa<zg::LabelPickGradOp>(op) && results[0].dim >= 0)
+      op->setAttr(kVocabStride,
+                  b.getI64IntegerAttr(rtt(op->getResult(0)).getShape().back()));
   }
 
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());

@@ -13,6 +13,15 @@
 // `zd.pieces`) can be asked for a split; when an activation would have to be,
 // the op falls back to whole operands, and partition gathers the split ones.
 //
+// A training step (a function holding zg.adamw) is planned by the same walk:
+// the backward ops come after the forward ones in SSA order. There, a
+// trained parameter is one tensor with one sharding (its first consumer's):
+// zg.adamw updates it in place, so a second, differently sliced load would go
+// stale after the first step. Other consumers get it through a collective or
+// a rank-local slice (zd.local_slice), which partition inserts; any whole
+// activation may be asked for split that way too, since every rank holds it.
+// Moments (zg.state) take their parameter's sharding, in every function.
+//
 //===----------------------------------------------------------------------===//
 
 #include "compiler/sharding/Passes.h"
@@ -21,7 +30,9 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace zplan::sharding {
 #define GEN_PASS_DEF_ZPLANTPPROPAGATE
@@ -52,7 +63,23 @@ bool isElementwise(Operation *op) {
              zg::CastOp, zg::GeluOp, zg::AddOp, zg::SubOp, zg::MulOp, zg::DivOp,
              zg::PowOp, zg::MaxOp, zg::MinOp, zg::EqualOp, zg::LessOp,
              zg::GreaterOp, zg::LessEqualOp, zg::GreaterEqualOp, zg::AndOp,
-             zg::OrOp, zg::WhereOp>(op);
+             zg::OrOp, zg::WhereOp, zg::GeluGradOp, zg::SiluGradOp>(op);
+}
+
+/// The persistent value an op writes in place (zg.adamw's parameter,
+/// zg.assign's and zg.accumulate's target), or null.
+Value writtenTarget(Operation *op) {
+  if (isa<zg::AdamwOp, zg::AssignOp, zg::AccumulateOp>(op))
+    return op->getOperand(0);
+  return Value();
+}
+
+/// Whether `v` is a trained parameter: a zg.weight some op writes.
+bool isParam(Value v) {
+  if (!v.getDefiningOp<zg::WeightOp>())
+    return false;
+  return llvm::any_of(v.getUsers(),
+                      [&](Operation *u) { return writtenTarget(u) == v; });
 }
 
 struct ColumnPlan {
@@ -63,8 +90,13 @@ struct ColumnPlan {
 
 class Propagator {
 public:
-  Propagator(func::FuncOp func, int64_t tp)
-      : func(func), tp(tp), ctx(func.getContext()) {}
+  Propagator(func::FuncOp func, int64_t tp, llvm::StringMap<Shard> &states)
+      : func(func), tp(tp), ctx(func.getContext()), states(states) {
+    func.walk([&](Operation *op) {
+      if (isa<zg::AdamwOp, zg::StateOp>(op))
+        train = true;
+    });
+  }
 
   LogicalResult run();
 
@@ -98,6 +130,24 @@ private:
   Rule attention(zg::AttentionOp op);
   Rule embedding(zg::EmbeddingOp op);
   FailureOr<Rule> ruleFor(Operation *op);
+  FailureOr<Rule> trainRule(Operation *op);
+  /// Whether an operand whose consumer wants it as `want` can be made so:
+  /// it already is, it is a weight or constant sliced at load time, or (in a
+  /// training step) it is whole on every rank and can be sliced locally.
+  bool canProvide(Value v, const Shard &want) const {
+    Shard e = eff(v);
+    if (e == want)
+      return true;
+    if (isSliceable(v) && !(train && decided.count(v)))
+      return true;
+    return train && e.isReplicated() && !want.partial && want.blocks == tp;
+  }
+  /// A parameter's sharding once its first consumer decided it.
+  std::optional<Shard> paramShard(Value v) const {
+    if (!train || !decided.count(v))
+      return std::nullopt;
+    return get(v);
+  }
 
   FailureOr<std::optional<ColumnPlan>> planColumn(Operation *op, Value result,
                                                   Value weight);
@@ -109,6 +159,12 @@ private:
   MLIRContext *ctx;
   DenseMap<Value, Shard> state;
   llvm::MapVector<Operation *, SmallVector<Shard>> requirements;
+  /// Shardings of zg.state values by name, shared by every function.
+  llvm::StringMap<Shard> &states;
+  /// Whether the function is a training program (it writes state).
+  bool train = false;
+  /// Parameters whose one sharding is fixed (by their first consumer).
+  llvm::DenseSet<Value> decided;
 };
 
 } // namespace
@@ -161,7 +217,7 @@ Propagator::Rule Propagator::elementwise(Operation *op, int64_t excludedDim) {
       continue;
     }
     Shard want = Shard::split(e.rank, local, cand->blocks, cand->segments);
-    if (e != want && !isSliceable(v))
+    if (!canProvide(v, want))
       return allReplicated(op);
     r.operands.push_back(want);
   }
@@ -178,7 +234,8 @@ bool Propagator::reachesReturn(Value v) {
   while (!work.empty()) {
     Value cur = work.pop_back_val();
     for (Operation *user : cur.getUsers()) {
-      if (isa<func::ReturnOp>(user))
+      // In a training step the logits reach the loss instead.
+      if (isa<func::ReturnOp, zg::LabelPickOp>(user))
         return true;
       if (!seen.insert(user).second)
         continue;
@@ -351,6 +408,27 @@ FailureOr<Propagator::Rule> Propagator::linear(Operation *op, Value x, Value w,
   };
   Shard wRep = Shard::replicated(rankOf(w));
   Shard bRep = bias ? Shard::replicated(rankOf(bias)) : Shard();
+  if (std::optional<Shard> sw = paramShard(w); sw && rankOf(w) == 2) {
+    // A trained weight keeps the sharding its first consumer gave it: the
+    // backward linear (dx = dy W^T) contracts over the dimension the forward
+    // split, a row-parallel product with a partial result.
+    if (sw->dim == kDim && sw->blocks == tp && ex.dim == rank - 1 &&
+        ex.blocks == tp && ex.segments == sw->segments) {
+      ++counts.row;
+      Shard res = Shard::replicated(rank);
+      res.partial = true;
+      return finish(ex, *sw, bRep, res);
+    }
+    if (sw->dim == nDim) {
+      Shard bReq = bias ? Shard::split(1, 0, sw->blocks, sw->segments) : bRep;
+      if (std::optional<Shard> sb = bias ? paramShard(bias) : std::nullopt)
+        bReq = *sb;
+      return finish(Shard::replicated(rank), *sw, bReq,
+                    Shard::split(rank, rank - 1, sw->blocks, sw->segments));
+    }
+    Shard xReq = ex.dim == rank - 1 ? Shard::replicated(rank) : ex;
+    return finish(xReq, wRep, bRep, xReq);
+  }
   if (!sliceable) {
     Shard xReq = ex.dim == rank - 1 ? Shard::replicated(rank) : ex;
     return finish(xReq, wRep, bRep, xReq);
@@ -388,6 +466,14 @@ Propagator::Rule Propagator::matmul(zg::MatmulOp op) {
   if (ra < 2 || rb < 2)
     return allReplicated(op);
   Shard ea = eff(a), eb = eff(b);
+  // Fused segments pass through a free dimension: each rank's rows (or
+  // columns) are computed from its own, whatever their order.
+  if (train && ea.dim == ra - 2 && eb.isReplicated())
+    return Rule{{ea, eb}, {Shard::split(rank, rank - 2, ea.blocks,
+                                        ea.segments)}};
+  if (train && eb.dim == rb - 1 && ea.isReplicated())
+    return Rule{{ea, eb}, {Shard::split(rank, rank - 1, eb.blocks,
+                                        eb.segments)}};
   if (!ea.segments.empty() || !eb.segments.empty())
     return allReplicated(op);
   auto sizeAt = [&](Value v, int64_t resultDim) -> int64_t {
@@ -406,7 +492,8 @@ Propagator::Rule Propagator::matmul(zg::MatmulOp op) {
     Shard wantB = sizeAt(b, rd) == 1
                       ? Shard::replicated(rb)
                       : Shard::split(rb, rd - (rank - rb), ea.blocks);
-    if (eb == wantB || (isSliceable(b) && eb.isReplicated()))
+    if (eb == wantB || (isSliceable(b) && eb.isReplicated()) ||
+        canProvide(b, wantB))
       return done(ea, wantB, Shard::split(rank, rd, ea.blocks));
     return allReplicated(op);
   }
@@ -450,7 +537,7 @@ Propagator::Rule Propagator::attention(zg::AttentionOp op) {
       r.operands.push_back(Shard::replicated(mr));
     } else {
       Shard want = Shard::split(mr, headDim, tp);
-      if (em != want && !isSliceable(mask))
+      if (!canProvide(mask, want))
         ok = false;
       r.operands.push_back(want);
     }
@@ -458,6 +545,9 @@ Propagator::Rule Propagator::attention(zg::AttentionOp op) {
   if (!ok)
     return allReplicated(op);
   r.results = {Shard::split(4, 1, tp)};
+  // The log-sum-exp [B, Hq, S] a training step keeps for backward.
+  if (op->getNumResults() > 1)
+    r.results.push_back(Shard::split(3, 1, tp));
   return r;
 }
 
@@ -495,6 +585,11 @@ Propagator::Rule Propagator::embedding(zg::EmbeddingOp op) {
 FailureOr<Propagator::Rule> Propagator::ruleFor(Operation *op) {
   if (isa<zg::WeightOp, zg::ConstantOp, zg::CausalMaskOp>(op))
     return allReplicated(op);
+  if (train) {
+    FailureOr<Rule> r = trainRule(op);
+    if (failed(r) || !r->results.empty() || !r->operands.empty())
+      return r;
+  }
   if (isElementwise(op))
     return elementwise(op);
   if (auto lin = dyn_cast<zg::LinearOp>(op))
@@ -630,6 +725,154 @@ FailureOr<Propagator::Rule> Propagator::ruleFor(Operation *op) {
   return allReplicated(op);
 }
 
+// The rules of a training step's own ops (backward, loss, optimizer), and
+// the training variants of forward rules. An empty rule: not handled here.
+FailureOr<Propagator::Rule> Propagator::trainRule(Operation *op) {
+  Rule r;
+  if (auto st = dyn_cast<zg::StateOp>(op)) {
+    // Another function (the train step, planned first) fixed it.
+    auto it = states.find(st.getName());
+    r.results = {it != states.end() ? it->second
+                                    : Shard::replicated(rankOf(st))};
+    return r;
+  }
+  if (Value target = writtenTarget(op)) {
+    // The write keeps its target's one sharding: every operand of the
+    // target's shape follows it (AdamW's gradient and moments), scalars stay
+    // whole.
+    Shard t = eff(target);
+    if (std::optional<Shard> p = paramShard(target))
+      t = *p;
+    for (Value v : op->getOperands())
+      r.operands.push_back(rtt(v).getShape() == rtt(target).getShape()
+                               ? t
+                               : Shard::replicated(rankOf(v)));
+    return r;
+  }
+  if (auto ss = dyn_cast<zg::SumSquaresOp>(op)) {
+    // Each rank squares its own elements: a partial sum. A whole gradient is
+    // squared whole (each rank the same, counted once); a dimension cut into
+    // fewer blocks than ranks would count its copies twice.
+    Shard e = eff(ss.getInput());
+    if (e.dim >= 0 && e.blocks != tp)
+      e = Shard::replicated(e.rank);
+    Shard res = Shard::replicated(0);
+    res.partial = e.dim >= 0;
+    r.operands = {e};
+    r.results = {res};
+    return r;
+  }
+  if (isa<zg::ReduceSumOp, zg::ReduceMaxOp>(op)) {
+    // A reduction over the split (vocabulary) dimension: each rank reduces
+    // its part, then an all_reduce (sum or max) over tp. Padding (a
+    // vocabulary tp does not divide) would enter the reduction: gather then.
+    Value in = op->getOperand(0);
+    Shard e = eff(in);
+    auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
+    if (e.dim < 0 || !llvm::is_contained(axes, e.dim) || e.blocks != tp ||
+        !e.segments.empty() || rtt(in).getDimSize(e.dim) % tp != 0)
+      return Rule();
+    Shard res = Shard::replicated(rankOf(op->getResult(0)));
+    res.partial = true;
+    if (isa<zg::ReduceMaxOp>(op))
+      op->setAttr("zd.partial_reduction", StringAttr::get(ctx, "max"));
+    r.operands = {e};
+    r.results = {res};
+    return r;
+  }
+  if (auto cat = dyn_cast<zg::ConcatOp>(op)) {
+    // The gradient of a fused projection's split: the parts, each split
+    // over tp along the axis, make a value split as fused segments.
+    int64_t axis = cat.getAxis();
+    SmallVector<int64_t> segments;
+    for (Value v : op->getOperands()) {
+      Shard e = eff(v);
+      if (e.dim != axis || e.blocks != tp || !e.segments.empty())
+        return Rule();
+      segments.push_back(rtt(v).getDimSize(axis));
+      r.operands.push_back(e);
+    }
+    r.results = {Shard::split(rankOf(cat.getResult()), axis, tp, segments)};
+    return r;
+  }
+  if (auto lp = dyn_cast<zg::LabelPickOp>(op)) {
+    // Vocabulary-parallel: a label in another rank's rows picks 0 here.
+    Shard e = eff(lp.getLogits());
+    int64_t last = rankOf(lp.getLogits()) - 1;
+    if (e.dim != last || e.blocks != tp || !e.segments.empty())
+      return Rule();
+    Shard res = Shard::replicated(rankOf(lp.getResult()));
+    res.partial = true;
+    r.operands = {e, Shard::replicated(rankOf(lp.getLabels()))};
+    r.results = {res};
+    return r;
+  }
+  if (auto lg = dyn_cast<zg::LabelPickGradOp>(op)) {
+    // Split as the label_pick it differentiates was.
+    for (Operation *u : lg.getLabels().getUsers())
+      if (auto lp = dyn_cast<zg::LabelPickOp>(u))
+        if (lp.getLogits().getType() == lg.getResult().getType() &&
+            eff(lp.getLogits()).dim == rankOf(lg.getResult()) - 1) {
+          Shard e = eff(lp.getLogits());
+          if (e.blocks != tp || !e.segments.empty())
+            continue;
+          r.operands = {Shard::replicated(rankOf(lg.getLabels())),
+                        Shard::replicated(rankOf(lg.getGrad()))};
+          r.results = {e};
+          return r;
+        }
+    return Rule();
+  }
+  if (auto eg = dyn_cast<zg::EmbeddingGradOp>(op)) {
+    // Split as the table of the lookup it differentiates.
+    for (Operation *u : eg.getIds().getUsers())
+      if (auto emb = dyn_cast<zg::EmbeddingOp>(u)) {
+        std::optional<Shard> t = paramShard(emb.getTable());
+        if (emb.getTable().getType() != eg.getResult().getType() || !t ||
+            t->dim != 0 || t->blocks != tp)
+          continue;
+        r.operands = {Shard::replicated(rankOf(eg.getIds())),
+                      Shard::replicated(rankOf(eg.getGrad()))};
+        r.results = {*t};
+        return r;
+      }
+    return Rule();
+  }
+  if (auto sg = dyn_cast<zg::SoftmaxGradOp>(op)) {
+    Shard e = eff(sg.getOutput());
+    if (e.dim == sg.getAxis() || !e.segments.empty() ||
+        !canProvide(sg.getGrad(), e))
+      e = Shard::replicated(e.rank);
+    r.operands = {e, e};
+    r.results = {e};
+    return r;
+  }
+  if (auto ag = dyn_cast<zg::AttentionGradOp>(op)) {
+    // Heads split on every operand: each rank differentiates its heads. K/V
+    // heads shared by several ranks (fewer than tp) would need their
+    // gradients summed within the group: computed whole instead.
+    Shard h4 = Shard::split(4, 1, tp), h3 = Shard::split(3, 1, tp);
+    bool ok = rtt(ag.getQ()).getDimSize(1) % tp == 0 &&
+              rtt(ag.getK()).getDimSize(1) % tp == 0;
+    SmallVector<Shard> want;
+    for (Value v : op->getOperands()) {
+      int64_t rk = rankOf(v);
+      Shard w = rk == 4 ? h4 : rk == 3 ? h3 : Shard::replicated(rk);
+      if (v == ag.getMask() &&
+          (rk < 3 || rtt(v).getDimSize(1 - (4 - rk)) == 1))
+        w = Shard::replicated(rk);
+      ok &= canProvide(v, w) && eff(v) == w;
+      want.push_back(w);
+    }
+    if (!ok)
+      return Rule();
+    r.operands = want;
+    r.results = {h4, h4, h4};
+    return r;
+  }
+  return Rule();
+}
+
 //===----------------------------------------------------------------------===//
 // Driver
 //===----------------------------------------------------------------------===//
@@ -659,6 +902,12 @@ LogicalResult Propagator::run() {
         state[v] = s;
     if (op->getNumOperands())
       requirements[op] = rule->operands;
+    // A trained parameter is fixed by its first consumer, before the next
+    // op's rule reads it.
+    if (train && op->getNumOperands() && !writtenTarget(op))
+      for (auto [v, req] : llvm::zip(op->getOperands(), rule->operands))
+        if (isParam(v) && decided.insert(v).second && !req.isReplicated())
+          state[v] = req;
   });
   if (failed)
     return failure();
@@ -669,9 +918,18 @@ LogicalResult Propagator::run() {
     auto it = requirements.find(op);
     if (it == requirements.end())
       return;
-    for (auto [v, req] : llvm::zip(op->getOperands(), it->second))
-      if (isSliceable(v) && !state.count(v) && !req.isReplicated())
+    for (auto [v, req] : llvm::zip(op->getOperands(), it->second)) {
+      bool persistent = isSliceable(v) || v.getDefiningOp<zg::StateOp>();
+      if (persistent && !state.count(v) && !decided.count(v) &&
+          !req.isReplicated())
         state[v] = req;
+    }
+  });
+  // Moments and other state take the sharding their writer asked for; later
+  // functions (@init) read it from here.
+  func.walk([&](zg::StateOp st) {
+    if (!states.count(st.getName()))
+      states[st.getName()] = get(st.getResult());
   });
 
   Builder b(ctx);
@@ -697,7 +955,7 @@ LogicalResult Propagator::run() {
     for (auto [v, req] : llvm::zip(op->getOperands(), it->second)) {
       if (req != eff(v)) {
         differs = true;
-        if (!isSliceable(v))
+        if (!isSliceable(v) || decided.count(v))
           ++counts.reshards;
       }
       operands.push_back(req.toAttr(ctx, tp));
@@ -718,10 +976,21 @@ void ZplanTpPropagatePass::runOnOperation() {
   // With one tp rank every tensor is whole: nothing to annotate.
   if (tp == 1)
     return;
-  for (auto func : module.getOps<func::FuncOp>()) {
-    if (func.isExternal())
-      continue;
-    Propagator prop(func, tp);
+  // Functions that write parameters (the train step) go first: they fix the
+  // sharding of the state that @init fills.
+  SmallVector<func::FuncOp> funcs;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal())
+      funcs.push_back(func);
+  llvm::stable_sort(funcs, [](func::FuncOp a, func::FuncOp b) {
+    auto writes = [](func::FuncOp f) {
+      return !f.getFunctionBody().getOps<zg::AdamwOp>().empty();
+    };
+    return writes(a) && !writes(b);
+  });
+  llvm::StringMap<Shard> states;
+  for (auto func : funcs) {
+    Propagator prop(func, tp, states);
     if (failed(prop.run()))
       return signalPassFailure();
     numColumnSplit += prop.counts.column;

@@ -123,6 +123,11 @@ LogicalResult ReduceScatterOp::verify() {
                          getDim(), getAxis(), "result", "operand");
 }
 
+LogicalResult LocalSliceOp::verify() {
+  return verifySplitPair(*this, getResult().getType(), getInput().getType(),
+                         getDim(), getAxis(), "result", "operand");
+}
+
 LogicalResult WeightShardOp::verify() {
   auto type = getResult().getType();
   if (type.getRank() != 1)

@@ -76,6 +76,27 @@ def Zd_ReduceScatterOp : Zd_Op<"reduce_scatter"> {
   let hasVerifier = 1;
 }
 
+def Zd_LocalSliceOp : Zd_Op<"local_slice", [Pure]> {
+  let summary = "keep this rank's part of a tensor every rank of the group holds";
+  let description = [{
+    The operand is the same on every rank of the `axis` group; rank i keeps
+    part i along `dim` (the operand's size there is the group size times the
+    result's). No communication: it is a slice at offset i * size. The
+    tensor-parallel passes use it where a training step needs a whole
+    activation split (the gradient of a split parameter computed whole).
+
+    ```mlir
+    %y = zd.local_slice %x {axis = "tp", dim = 1 : i64}
+        : tensor<32x64xf32> -> tensor<32x32xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, StrAttr:$axis, I64Attr:$dim);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat =
+      "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Zd_BroadcastOp : Zd_Op<"broadcast", [SameOperandsAndResultType]> {
   let summary = "copy the root's tensor to every rank of the group";
   let description = [{

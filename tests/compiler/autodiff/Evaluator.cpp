@@ -3,6 +3,10 @@
 // Each op is written from its description in dialects/graph/GraphOps.td,
 // reading attributes by name. Loops are naive on purpose: this is the
 // reference, and the tests run it on tensors of a few dozen elements.
+// A tensor-parallel program (after --zplan-tp-partition) runs as one
+// interpreter per rank: weights are assembled from their zd.pieces, lookups
+// honour zd.vocab_stride, and the zd collectives and zd.local_slice do what
+// docs/dist-contract.md says, from their definitions.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,6 +33,34 @@ Tensor::Tensor(std::vector<int64_t> s, double fill) : shape(std::move(s)) {
   for (int64_t d : shape)
     n *= d;
   data.assign(n, fill);
+}
+
+void TpGroup::barrier() {
+  std::unique_lock<std::mutex> lock(mutex);
+  int64_t gen = generation;
+  if (++arrived == size) {
+    arrived = 0;
+    ++generation;
+    cv.notify_all();
+    return;
+  }
+  cv.wait(lock, [&] { return generation != gen; });
+}
+
+std::vector<Tensor> TpGroup::exchange(int rank, const Tensor &t) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    posted[rank] = t;
+  }
+  barrier();
+  std::vector<Tensor> all;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    all = posted;
+  }
+  // Nobody posts the next collective's part before everyone has read.
+  barrier();
+  return all;
 }
 
 namespace {
@@ -177,8 +209,8 @@ AttentionParts attention(const Tensor &q, const Tensor &k, const Tensor &v,
 
 class Interpreter {
 public:
-  Interpreter(std::string *error, PersistentState *state)
-      : error(error), state(state) {}
+  Interpreter(std::string *error, PersistentState *state, TpRank tp)
+      : error(error), state(state), tp(tp) {}
 
   bool run(func::FuncOp func, const std::vector<Tensor> &args,
            std::vector<Tensor> &results) {
@@ -285,6 +317,8 @@ private:
 
   bool step(Operation *op) {
     StringRef name = op->getName().getStringRef();
+    if (name.consume_front("zd."))
+      return dist(op, name);
     if (!name.consume_front("zg."))
       return fail(op);
     // Elementwise unary.
@@ -563,21 +597,29 @@ private:
     }
     if (name == "embedding") {
       const Tensor &t = in(op, 0), &ids = in(op, 1);
-      int64_t D = t.shape[1];
+      int64_t D = t.shape[1], start = vocabStart(op);
       Tensor r(shapeOf(op->getResult(0)));
-      for (int64_t i = 0; i < ids.size(); ++i)
+      for (int64_t i = 0; i < ids.size(); ++i) {
+        int64_t row = int64_t(ids.data[i]) - start;
+        if (row < 0 || row >= t.shape[0])
+          continue; // another rank's row: zero here
         for (int64_t d = 0; d < D; ++d)
-          r.data[i * D + d] = t.data[int64_t(ids.data[i]) * D + d];
+          r.data[i * D + d] = t.data[row * D + d];
+      }
       set(op, 0, r);
       return true;
     }
     if (name == "embedding_grad") {
       const Tensor &ids = in(op, 0), &dy = in(op, 1);
       Tensor r(shapeOf(op->getResult(0)));
-      int64_t D = r.shape[1];
-      for (int64_t i = 0; i < ids.size(); ++i)
+      int64_t D = r.shape[1], start = vocabStart(op);
+      for (int64_t i = 0; i < ids.size(); ++i) {
+        int64_t row = int64_t(ids.data[i]) - start;
+        if (row < 0 || row >= r.shape[0])
+          continue;
         for (int64_t d = 0; d < D; ++d)
-          r.data[int64_t(ids.data[i]) * D + d] += dy.data[i * D + d];
+          r.data[row * D + d] += dy.data[i * D + d];
+      }
       set(op, 0, r);
       return true;
     }
@@ -587,11 +629,14 @@ private:
       const Tensor &labels = grad ? a : b;
       int64_t ignore = intAttr(op, "ignore_index");
       Tensor r(shapeOf(op->getResult(0)));
-      int64_t V = grad ? r.shape[1] : a.shape[1];
+      int64_t V = grad ? r.shape[1] : a.shape[1], start = vocabStart(op);
       for (int64_t n = 0; n < labels.size(); ++n) {
         int64_t y = int64_t(labels.data[n]);
         if (y == ignore)
           continue;
+        y -= start;
+        if (y < 0 || y >= V)
+          continue; // another rank's column: 0 here
         if (grad)
           r.data[n * V + y] = b.data[n];
         else
@@ -790,9 +835,16 @@ private:
       set(op, 0, state->tensors[name]);
       return true;
     }
+    // A tp-split weight's inline value or file bytes are the whole tensor
+    // (zd.source_shape); this rank's pieces are copied into its local
+    // tensor and the rest (vocabulary padding) stays zero.
     Tensor t(shapeOf(op->getResult(0)));
+    Tensor whole = t;
+    if (auto src = op->getAttrOfType<DenseI64ArrayAttr>("zd.source_shape"))
+      whole = Tensor(std::vector<int64_t>(src.asArrayRef().begin(),
+                                          src.asArrayRef().end()));
     if (auto value = op->getAttr("value")) {
-      t = fromElements(cast<ElementsAttr>(value));
+      whole = fromElements(cast<ElementsAttr>(value));
     } else {
       if (!state)
         return fail(op);
@@ -805,15 +857,39 @@ private:
       FILE *file = std::fopen(path.c_str(), "rb");
       if (!file)
         return fail(op);
-      std::vector<float> raw(t.size());
+      std::vector<float> raw(whole.size());
       std::fseek(file, long(intAttr(op, "offset")), SEEK_SET);
       size_t got = std::fread(raw.data(), sizeof(float), raw.size(), file);
       std::fclose(file);
       if (got != raw.size())
         return fail(op);
-      for (int64_t i = 0; i < t.size(); ++i)
-        t.data[i] = raw[i];
+      for (int64_t i = 0; i < whole.size(); ++i)
+        whole.data[i] = raw[i];
     }
+    if (auto pieces = op->getAttrOfType<ArrayAttr>("zd.pieces")) {
+      for (Attribute p : cast<ArrayAttr>(pieces[tp.rank])) {
+        auto box = cast<DictionaryAttr>(p);
+        auto field = [&](StringRef f) {
+          auto a = cast<DenseI64ArrayAttr>(box.get(f)).asArrayRef();
+          return Index(a.begin(), a.end());
+        };
+        Index src = field("src_start"), dst = field("dst_start"),
+              size = field("size");
+        forEach(size, [&](const Index &idx, int64_t) {
+          Index a = idx, b = idx;
+          for (size_t d = 0; d < idx.size(); ++d) {
+            a[d] += src[d];
+            b[d] += dst[d];
+          }
+          t.data[flatOf(t.shape, b)] = whole.data[flatOf(whole.shape, a)];
+        });
+      }
+    } else {
+      t = whole;
+    }
+    if (t.size() != int64_t(t.data.size()) ||
+        t.shape != shapeOf(op->getResult(0)))
+      return fail(op);
     if (state)
       state->tensors[name] = t;
     set(op, 0, t);
@@ -865,16 +941,75 @@ private:
     return true;
   }
 
+  /// The first row of a vocabulary-parallel table or logits on this rank.
+  int64_t vocabStart(Operation *op) {
+    auto stride = op->getAttrOfType<IntegerAttr>("zd.vocab_stride");
+    return stride ? stride.getInt() * tp.rank : 0;
+  }
+
+  /// zd.all_reduce, zd.all_gather and zd.local_slice over the tp group.
+  bool dist(Operation *op, StringRef name) {
+    if (!tp.group ||
+        cast<StringAttr>(op->getAttr("axis")).getValue() != "tp")
+      return fail(op);
+    int size = tp.group->groupSize();
+    const Tensor &x = in(op, 0);
+    if (name == "local_slice") {
+      int64_t dim = intAttr(op, "dim");
+      Tensor r(shapeOf(op->getResult(0)));
+      int64_t part = r.shape[dim];
+      forEach(r.shape, [&](const Index &idx, int64_t flat) {
+        Index s = idx;
+        s[dim] += tp.rank * part;
+        r.data[flat] = x.data[flatOf(x.shape, s)];
+      });
+      set(op, 0, r);
+      return true;
+    }
+    std::vector<Tensor> all = tp.group->exchange(tp.rank, x);
+    if (name == "all_reduce") {
+      std::string kind = "sum";
+      if (auto k = op->getAttrOfType<StringAttr>("reduction"))
+        kind = k.str();
+      Tensor r = all[0];
+      for (int k = 1; k < size; ++k)
+        for (int64_t i = 0; i < r.size(); ++i) {
+          double v = all[k].data[i];
+          r.data[i] = kind == "max"   ? std::max(r.data[i], v)
+                      : kind == "min" ? std::min(r.data[i], v)
+                                      : r.data[i] + v;
+        }
+      set(op, 0, r);
+      return true;
+    }
+    if (name == "all_gather") {
+      int64_t dim = intAttr(op, "dim");
+      Tensor r(shapeOf(op->getResult(0)));
+      int64_t part = x.shape[dim];
+      forEach(r.shape, [&](const Index &idx, int64_t flat) {
+        Index s = idx;
+        int64_t k = idx[dim] / part;
+        s[dim] = idx[dim] % part;
+        r.data[flat] = all[k].data[flatOf(x.shape, s)];
+      });
+      set(op, 0, r);
+      return true;
+    }
+    return fail(op);
+  }
+
   std::string *error;
   PersistentState *state;
+  TpRank tp;
   llvm::DenseMap<Value, Tensor> values;
 };
 
 } // namespace
 
 std::vector<Tensor> evaluate(func::FuncOp func, const std::vector<Tensor> &args,
-                             std::string *error, PersistentState *state) {
-  Interpreter interp(error, state);
+                             std::string *error, PersistentState *state,
+                             TpRank tp) {
+  Interpreter interp(error, state, tp);
   std::vector<Tensor> results;
   if (!interp.run(func, args, results))
     return {};

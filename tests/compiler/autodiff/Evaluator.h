@@ -12,8 +12,10 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,32 @@ struct PersistentState {
   std::map<std::string, Tensor> tensors;
 };
 
+/// The tensors that the ranks of one tp group hand each other: each rank's
+/// interpreter runs on its own thread and meets the others at every
+/// collective (zd.all_reduce, zd.all_gather), in program order.
+class TpGroup {
+public:
+  explicit TpGroup(int size) : size(size), posted(size) {}
+  int groupSize() const { return size; }
+  /// Posts `t` as rank `rank`'s part and returns every rank's part.
+  std::vector<Tensor> exchange(int rank, const Tensor &t);
+
+private:
+  void barrier();
+  int size;
+  std::vector<Tensor> posted;
+  std::mutex mutex;
+  std::condition_variable cv;
+  int arrived = 0;
+  int64_t generation = 0;
+};
+
+/// Which rank of which tp group an evaluation is (absent: a whole program).
+struct TpRank {
+  int rank = 0;
+  TpGroup *group = nullptr;
+};
+
 /// Runs `func` on `args` (one per argument) and returns its results, or an
 /// empty vector (with `error` set) on an op it does not know. Without
 /// `state`, weights need inline values and writes to persistent tensors are
@@ -44,7 +72,8 @@ struct PersistentState {
 std::vector<Tensor> evaluate(mlir::func::FuncOp func,
                              const std::vector<Tensor> &args,
                              std::string *error = nullptr,
-                             PersistentState *state = nullptr);
+                             PersistentState *state = nullptr,
+                             TpRank tp = {});
 
 } // namespace zplan::test
 

@@ -14,6 +14,7 @@
 #include "compiler/autodiff/Passes.h"
 #include "compiler/driver/InitAll.h"
 #include "compiler/import/Import.h"
+#include "compiler/sharding/Pipeline.h"
 #include "compiler/transforms/Passes.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 using namespace mlir;
 using zplan::test::Tensor;
@@ -85,7 +87,7 @@ Tensor rows(const Tensor &t, int64_t first, int64_t count) {
 
 void trainFiveSteps(const std::string &model, bool restoreZeroBiases,
                     int64_t microBatches, double tolerance,
-                    const std::string &recompute = "none") {
+                    const std::string &recompute = "none", int tp = 1) {
   DialectRegistry registry;
   zplan::registerAllDialects(registry);
   MLIRContext context(registry);
@@ -107,6 +109,14 @@ void trainFiveSteps(const std::string &model, bool restoreZeroBiases,
   options.microBatches = microBatches;
   options.recompute = recompute;
   pm.addPass(zplan::autodiff::createBuildTrainStep(options));
+  // With tp > 1 the sharding pipeline partitions every program and each tp
+  // rank runs its rank-local programs in its own interpreter, the
+  // collectives exchanging tensors between them.
+  if (tp > 1) {
+    zplan::sharding::ShardingOptions sharding;
+    sharding.tp = tp;
+    zplan::sharding::buildShardingPipeline(pm, sharding);
+  }
   ASSERT_TRUE(succeeded(pm.run(*module)));
 
   Tensor ids, losses, norms;
@@ -115,36 +125,56 @@ void trainFiveSteps(const std::string &model, bool restoreZeroBiases,
   ASSERT_TRUE(readNpy(dir + "/train_grad_norms.npy", norms));
   ASSERT_EQ(losses.size(), 5);
 
-  zplan::test::PersistentState state;
-  state.weightDir = dir;
-  std::string error;
+  // One interpreter, state and thread per tp rank.
+  std::vector<zplan::test::PersistentState> states(tp);
+  for (auto &state : states)
+    state.weightDir = dir;
+  zplan::test::TpGroup group(tp);
+  std::vector<std::string> errors(tp);
+  std::vector<std::vector<Tensor>> outs(tp);
+  std::string &error = errors[0];
+  auto onEveryRank = [&](func::FuncOp f, const std::vector<Tensor> &args) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < tp; ++r)
+      threads.emplace_back([&, r] {
+        outs[r] = zplan::test::evaluate(f, args, &errors[r], &states[r],
+                                        {r, tp > 1 ? &group : nullptr});
+      });
+    for (auto &t : threads)
+      t.join();
+    // Every rank holds the whole results, and the same ones.
+    for (int r = 1; r < tp; ++r) {
+      EXPECT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+      EXPECT_EQ(outs[r].size(), outs[0].size()) << "rank " << r;
+      for (size_t i = 0; i < std::min(outs[r].size(), outs[0].size()); ++i)
+        EXPECT_EQ(outs[r][i].data, outs[0][i].data) << "rank " << r;
+    }
+    return outs[0];
+  };
   auto init = module->lookupSymbol<func::FuncOp>("init");
   auto step = module->lookupSymbol<func::FuncOp>(
       microBatches > 1 ? "optimizer_step" : "train_step");
   auto micro = module->lookupSymbol<func::FuncOp>("micro_step");
   ASSERT_TRUE(init && step && (microBatches == 1 || micro));
-  zplan::test::evaluate(init, {}, &error, &state);
+  onEveryRank(init, {});
   ASSERT_TRUE(error.empty()) << error;
   for (int t = 1; t <= 5; ++t) {
     Tensor lr(std::vector<int64_t>{}, 1e-3), st(std::vector<int64_t>{}, t);
     std::vector<Tensor> out;
     if (microBatches == 1) {
-      out = zplan::test::evaluate(step, {ids, lr, st}, &error, &state);
+      out = onEveryRank(step, {ids, lr, st});
     } else {
       int64_t per = ids.shape[0] / microBatches;
       for (int64_t k = 0; k < microBatches; ++k)
-        ASSERT_EQ(zplan::test::evaluate(micro, {rows(ids, k * per, per)},
-                                        &error, &state)
-                      .size(),
-                  1u)
+        ASSERT_EQ(onEveryRank(micro, {rows(ids, k * per, per)}).size(), 1u)
             << error;
-      out = zplan::test::evaluate(step, {lr, st}, &error, &state);
+      out = onEveryRank(step, {lr, st});
     }
     ASSERT_EQ(out.size(), 2u) << error;
     double loss = out[0].data[0], norm = out[1].data[0];
-    std::printf("%s (%lld micro-batches, recompute %s) step %d: loss %.8f (PyTorch %.8f), grad norm %.8f "
+    std::printf("%s (tp %d, %lld micro-batches, recompute %s) step %d: loss %.8f (PyTorch %.8f), grad norm %.8f "
                 "(PyTorch %.8f)\n",
-                model.c_str(), (long long)microBatches, recompute.c_str(), t,
+                model.c_str(), tp, (long long)microBatches, recompute.c_str(), t,
                 loss, losses.data[t - 1], norm,
                 norms.data[t - 1]);
     EXPECT_NEAR(loss, losses.data[t - 1], tolerance * losses.data[t - 1])
@@ -182,5 +212,19 @@ TEST(TrainStep, LlamaSelectiveRecomputeMatchesPyTorch) {
 }
 TEST(TrainStep, Gpt2SelectiveRecomputeMatchesPyTorch) {
   trainFiveSteps("gpt2", /*restoreZeroBiases=*/true, 1, 1e-4, "selective");
+}
+} // namespace
+
+namespace {
+// Tensor-parallel training: the partitioned programs of the tp ranks, run in
+// lockstep, give PyTorch's losses and gradient norms.
+TEST(TrainStep, LlamaTp2FiveStepsMatchPyTorch) {
+  trainFiveSteps("llama", /*restoreZeroBiases=*/false, 1, 1e-4, "none", 2);
+}
+TEST(TrainStep, Gpt2Tp2FiveStepsMatchPyTorch) {
+  trainFiveSteps("gpt2", /*restoreZeroBiases=*/true, 1, 1e-4, "none", 2);
+}
+TEST(TrainStep, Gpt2Tp2TwoMicroBatchesMatchOneBatch) {
+  trainFiveSteps("gpt2", /*restoreZeroBiases=*/true, 2, 1e-5, "none", 2);
 }
 } // namespace

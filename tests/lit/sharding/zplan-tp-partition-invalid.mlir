@@ -1,11 +1,11 @@
 // RUN: zplan-opt --split-input-file --zplan-tp-partition --verify-diagnostics %s
 
-// Tests that asking for a split of an activation that is whole is refused:
-// the SPMD plan has no rank-dependent slice.
-module attributes {zd.tp = 2 : i64} {
+// Tests that a whole activation cannot be cut into fewer blocks than ranks:
+// zd.local_slice keeps one part per rank.
+module attributes {zd.tp = 4 : i64} {
 func.func @resplit(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
-  // expected-error @+1 {{cannot convert an operand split as #zd.sharding<[_, _]> to #zd.sharding<[_, tp]>: an activation can only be gathered, not re-split}}
-  %n = zg.neg %x {zd.operand_shardings = [#zd.sharding<[_, tp]>]} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  // expected-error @+1 {{cannot keep one of 2 blocks of a whole value over tp = 4 ranks (blocks shared by several ranks)}}
+  %n = zg.neg %x {zd.operand_shardings = [#zd.sharding<[_, tp:2]>]} : (tensor<2x8xf32>) -> tensor<2x8xf32>
   return %n : tensor<2x8xf32>
 }
 }
