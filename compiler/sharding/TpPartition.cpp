@@ -21,6 +21,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace zplan::sharding {
 #define GEN_PASS_DEF_ZPLANTPPARTITION
@@ -50,9 +51,10 @@ SmallVector<int64_t> sourceShape(Operation *op) {
 
 class Partitioner {
 public:
-  Partitioner(func::FuncOp func, int64_t tp, bool keepLogits)
-      : func(func), tp(tp), keepLogits(keepLogits), ctx(func.getContext()),
-        b(func.getContext()) {}
+  Partitioner(func::FuncOp func, int64_t tp, bool keepLogits,
+              const llvm::StringSet<> &params)
+      : func(func), tp(tp), keepLogits(keepLogits), params(params),
+        ctx(func.getContext()), b(func.getContext()) {}
 
   LogicalResult run();
 
@@ -76,6 +78,8 @@ private:
   func::FuncOp func;
   int64_t tp;
   bool keepLogits;
+  /// Names of the trained parameters (written by some program of the module).
+  const llvm::StringSet<> &params;
   MLIRContext *ctx;
   OpBuilder b;
   /// The sharding of every rewritten value that is not whole.
@@ -315,10 +319,9 @@ FailureOr<Value> Partitioner::convert(Operation *user, Value v,
   Operation *def = v.getDefiningOp();
   // A trained parameter is one tensor: never a second, differently sliced
   // load that its in-place update would leave stale.
-  bool written = llvm::any_of(v.getUsers(), [&](Operation *u) {
-    return isa<zg::AdamwOp, zg::AssignOp, zg::AccumulateOp>(u) &&
-           u->getOperand(0) == v;
-  });
+  bool written = false;
+  if (auto w = dyn_cast_or_null<zg::WeightOp>(def))
+    written = params.contains(w.getName());
   if (def && isa<zg::WeightOp, zg::ConstantOp>(def) && !written) {
     result = makeWeight(def, need);
   } else if (need.isReplicated() && cur.dim >= 0) {
@@ -452,10 +455,16 @@ struct ZplanTpPartitionPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     int64_t tp = dist::getMeshAxisSize(module, "tp");
+    llvm::StringSet<> params;
+    module.walk([&](Operation *op) {
+      if (isa<zg::AdamwOp, zg::AssignOp, zg::AccumulateOp>(op))
+        if (auto w = op->getOperand(0).getDefiningOp<zg::WeightOp>())
+          params.insert(w.getName());
+    });
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
-      Partitioner part(func, tp, keepLogitsSharded);
+      Partitioner part(func, tp, keepLogitsSharded, params);
       if (failed(part.run()))
         return signalPassFailure();
       numAllReduce += part.counts.allReduce;

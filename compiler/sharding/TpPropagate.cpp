@@ -33,6 +33,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace zplan::sharding {
 #define GEN_PASS_DEF_ZPLANTPPROPAGATE
@@ -74,13 +75,17 @@ Value writtenTarget(Operation *op) {
   return Value();
 }
 
-/// Whether `v` is a trained parameter: a zg.weight some op writes.
-bool isParam(Value v) {
-  if (!v.getDefiningOp<zg::WeightOp>())
-    return false;
-  return llvm::any_of(v.getUsers(),
-                      [&](Operation *u) { return writtenTarget(u) == v; });
-}
+/// The shardings every program of a module must agree on: a persistent
+/// tensor (parameter or state) has one local type in all of them, since two
+/// programs that name it mean the same bytes.
+struct ModulePlan {
+  /// Names of the trained parameters (zg.weight written by some program).
+  llvm::StringSet<> params;
+  /// Parameter shardings (and global shapes) by name, once decided.
+  llvm::StringMap<std::pair<Shard, SmallVector<int64_t>>> weights;
+  /// zg.state shardings by name.
+  llvm::StringMap<Shard> states;
+};
 
 struct ColumnPlan {
   int64_t blocks;
@@ -90,11 +95,21 @@ struct ColumnPlan {
 
 class Propagator {
 public:
-  Propagator(func::FuncOp func, int64_t tp, llvm::StringMap<Shard> &states)
-      : func(func), tp(tp), ctx(func.getContext()), states(states) {
+  Propagator(func::FuncOp func, int64_t tp, ModulePlan &plan)
+      : func(func), tp(tp), ctx(func.getContext()), plan(plan),
+        states(plan.states) {
     func.walk([&](Operation *op) {
-      if (isa<zg::AdamwOp, zg::StateOp>(op))
+      if (isa<zg::AdamwOp, zg::StateOp, zg::AccumulateOp>(op))
         train = true;
+    });
+    // Parameters another program already decided keep that sharding.
+    func.walk([&](zg::WeightOp w) {
+      auto it = plan.weights.find(w.getName());
+      if (!train || !isParam(w.getResult()) || it == plan.weights.end())
+        return;
+      decided.insert(w.getResult());
+      if (!it->second.first.isReplicated())
+        state[w.getResult()] = it->second.first;
     });
   }
 
@@ -159,6 +174,20 @@ private:
   MLIRContext *ctx;
   DenseMap<Value, Shard> state;
   llvm::MapVector<Operation *, SmallVector<Shard>> requirements;
+  /// Whether `v` is a trained parameter of the module.
+  bool isParam(Value v) const {
+    auto w = v.getDefiningOp<zg::WeightOp>();
+    return w && plan.params.contains(w.getName());
+  }
+  /// Fixes a parameter's sharding for every program.
+  void decide(Value v, const Shard &s) {
+    decided.insert(v);
+    if (!s.isReplicated())
+      state[v] = s;
+    plan.weights[v.getDefiningOp<zg::WeightOp>().getName()] = {
+        s, SmallVector<int64_t>(rtt(v).getShape())};
+  }
+  ModulePlan &plan;
   /// Shardings of zg.state values by name, shared by every function.
   llvm::StringMap<Shard> &states;
   /// Whether the function is a training program (it writes state).
@@ -730,10 +759,19 @@ FailureOr<Propagator::Rule> Propagator::ruleFor(Operation *op) {
 FailureOr<Propagator::Rule> Propagator::trainRule(Operation *op) {
   Rule r;
   if (auto st = dyn_cast<zg::StateOp>(op)) {
-    // Another function (the train step, planned first) fixed it.
+    // Another function fixed it, or it belongs to a parameter of its shape
+    // (moments, gradient accumulators, master weights): the parameter's.
     auto it = states.find(st.getName());
-    r.results = {it != states.end() ? it->second
-                                    : Shard::replicated(rankOf(st))};
+    Shard s = Shard::replicated(rankOf(st));
+    if (it != states.end()) {
+      s = it->second;
+    } else if (auto w = plan.weights.find(st.getOf());
+               !st.getOf().empty() && w != plan.weights.end() &&
+               ArrayRef<int64_t>(w->second.second) ==
+                   rtt(st.getResult()).getShape()) {
+      s = w->second.first;
+    }
+    r.results = {s};
     return r;
   }
   if (Value target = writtenTarget(op)) {
@@ -906,8 +944,8 @@ LogicalResult Propagator::run() {
     // op's rule reads it.
     if (train && op->getNumOperands() && !writtenTarget(op))
       for (auto [v, req] : llvm::zip(op->getOperands(), rule->operands))
-        if (isParam(v) && decided.insert(v).second && !req.isReplicated())
-          state[v] = req;
+        if (isParam(v) && !decided.count(v))
+          decide(v, req);
   });
   if (failed)
     return failure();
@@ -926,10 +964,15 @@ LogicalResult Propagator::run() {
     }
   });
   // Moments and other state take the sharding their writer asked for; later
-  // functions (@init) read it from here.
+  // functions (@init) read it from here, and parameters that only a write
+  // used are decided now.
   func.walk([&](zg::StateOp st) {
     if (!states.count(st.getName()))
       states[st.getName()] = get(st.getResult());
+  });
+  func.walk([&](zg::WeightOp w) {
+    if (train && isParam(w.getResult()) && !decided.count(w.getResult()))
+      decide(w.getResult(), get(w.getResult()));
   });
 
   Builder b(ctx);
@@ -976,21 +1019,34 @@ void ZplanTpPropagatePass::runOnOperation() {
   // With one tp rank every tensor is whole: nothing to annotate.
   if (tp == 1)
     return;
-  // Functions that write parameters (the train step) go first: they fix the
-  // sharding of the state that @init fills.
+  // The trained parameters: weights some program writes.
+  ModulePlan plan;
+  module.walk([&](Operation *op) {
+    if (Value t = writtenTarget(op))
+      if (auto w = t.getDefiningOp<zg::WeightOp>())
+        plan.params.insert(w.getName());
+  });
+  // Programs that run the forward (the train step, the micro-step) go first:
+  // a parameter takes its first forward consumer's sharding, and the state
+  // of the update and @init programs follows.
   SmallVector<func::FuncOp> funcs;
   for (auto func : module.getOps<func::FuncOp>())
     if (!func.isExternal())
       funcs.push_back(func);
-  llvm::stable_sort(funcs, [](func::FuncOp a, func::FuncOp b) {
-    auto writes = [](func::FuncOp f) {
-      return !f.getFunctionBody().getOps<zg::AdamwOp>().empty();
-    };
-    return writes(a) && !writes(b);
+  auto readsParams = [&](func::FuncOp f) {
+    bool reads = false;
+    f.walk([&](zg::WeightOp w) {
+      if (plan.params.contains(w.getName()))
+        for (Operation *u : w->getUsers())
+          reads |= writtenTarget(u) != w.getResult();
+    });
+    return reads;
+  };
+  llvm::stable_sort(funcs, [&](func::FuncOp a, func::FuncOp b) {
+    return readsParams(a) && !readsParams(b);
   });
-  llvm::StringMap<Shard> states;
   for (auto func : funcs) {
-    Propagator prop(func, tp, states);
+    Propagator prop(func, tp, plan);
     if (failed(prop.run()))
       return signalPassFailure();
     numColumnSplit += prop.counts.column;

@@ -7,6 +7,9 @@
 // train_grad_norms.npy). This checks the training step as a graph,
 // independently of the plan, the runtime and the kernels.
 //
+// The tp cases partition the step with the sharding pipeline first and run
+// every tp rank's program in its own interpreter, the collectives exchanging
+// tensors between them: the tensor-parallel step must train as PyTorch did.
 //===----------------------------------------------------------------------===//
 
 #include "Evaluator.h"
