@@ -1,4 +1,4 @@
-//===- GradientOpInterface.td - reverse-mode rules of zg ops -*- tablegen -*-===//
+//===- GradientOpInterface.td - reverse-mode rules of zg -*- tablegen -*-===//
 //
 // Every differentiable zg op states its reverse-mode rule here, with the op,
 // instead of in a switch inside the autodiff pass.

@@ -18,6 +18,9 @@ include "mlir/IR/OpBase.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
+// Ops that carry a reverse-mode rule (GraphGradients.cpp).
+def ZG_Gradient : DeclareOpInterfaceMethods<GradientOpInterface>;
+
 def ZG_Tensor : StaticShapeTensorOf<[AnyType]>;
 def ZG_BoolTensor : StaticShapeTensorOf<[I1]>;
 def ZG_IntTensor : StaticShapeTensorOf<[I32, I64]>;
@@ -34,7 +37,7 @@ class ZG_Op<string mnemonic, list<Trait> traits = []>
 //===----------------------------------------------------------------------===//
 
 class ZG_UnaryOp<string mnemonic, string formula>
-    : ZG_Op<mnemonic, [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+    : ZG_Op<mnemonic, [Pure, SameOperandsAndResultType, ZG_Gradient]> {
   let summary = "elementwise " # mnemonic;
   let description = "Elementwise: `result[i] = " # formula # "`. The result "
                     "has the operand's shape and element type.";
@@ -75,7 +78,7 @@ def ZG_IsNanOp : ZG_Op<"is_nan", [Pure, SameOperandsAndResultShape]> {
   let results = (outs ZG_BoolTensor:$result);
 }
 
-def ZG_CastOp : ZG_Op<"cast", [Pure, SameOperandsAndResultShape, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_CastOp : ZG_Op<"cast", [Pure, SameOperandsAndResultShape, ZG_Gradient]> {
   let summary = "element type conversion";
   let description = [{
     Converts every element to the result's element type (ONNX Cast). Float to
@@ -86,7 +89,7 @@ def ZG_CastOp : ZG_Op<"cast", [Pure, SameOperandsAndResultShape, DeclareOpInterf
   let results = (outs ZG_Tensor:$result);
 }
 
-def ZG_GeluOp : ZG_Op<"gelu", [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_GeluOp : ZG_Op<"gelu", [Pure, SameOperandsAndResultType, ZG_Gradient]> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `approximate = "none"`: `0.5 x (1 + erf(x / sqrt(2)))`.
@@ -103,7 +106,7 @@ def ZG_GeluOp : ZG_Op<"gelu", [Pure, SameOperandsAndResultType, DeclareOpInterfa
 //===----------------------------------------------------------------------===//
 
 class ZG_BinaryOp<string mnemonic, string formula, Type resultType = ZG_Tensor>
-    : ZG_Op<mnemonic, [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+    : ZG_Op<mnemonic, [Pure, ZG_Gradient]> {
   let summary = "elementwise " # mnemonic # " with broadcasting";
   let description = "`result = " # formula # "` with numpy (ONNX "
                     "multidirectional) broadcasting of lhs and rhs to the "
@@ -129,7 +132,7 @@ def ZG_GreaterEqualOp
 def ZG_AndOp : ZG_BinaryOp<"and", "lhs && rhs (i1)", ZG_BoolTensor>;
 def ZG_OrOp : ZG_BinaryOp<"or", "lhs || rhs (i1)", ZG_BoolTensor>;
 
-def ZG_WhereOp : ZG_Op<"where", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_WhereOp : ZG_Op<"where", [Pure, ZG_Gradient]> {
   let summary = "elementwise select with broadcasting";
   let description = [{
     `result = condition ? lhs : rhs`, all three broadcast (numpy rules) to the
@@ -145,7 +148,7 @@ def ZG_WhereOp : ZG_Op<"where", [Pure, DeclareOpInterfaceMethods<GradientOpInter
 // Linear algebra.
 //===----------------------------------------------------------------------===//
 
-def ZG_MatmulOp : ZG_Op<"matmul", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_MatmulOp : ZG_Op<"matmul", [Pure, ZG_Gradient]> {
   let summary = "matrix product with ONNX MatMul semantics";
   let description = [{
     numpy.matmul: a 1-D lhs is treated as [1, K] and a 1-D rhs as [K, 1] (the
@@ -157,7 +160,7 @@ def ZG_MatmulOp : ZG_Op<"matmul", [Pure, DeclareOpInterfaceMethods<GradientOpInt
   let hasVerifier = 1;
 }
 
-def ZG_LinearOp : ZG_Op<"linear", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_LinearOp : ZG_Op<"linear", [Pure, ZG_Gradient]> {
   let summary = "fully connected layer";
   let description = [{
     `result[..., n] = alpha * sum_k input[..., k] * W[k, n] + bias[n]`.
@@ -185,7 +188,8 @@ def ZG_LinearOp : ZG_Op<"linear", [Pure, DeclareOpInterfaceMethods<GradientOpInt
 // Normalisation and friends.
 //===----------------------------------------------------------------------===//
 
-def ZG_SoftmaxOp : ZG_Op<"softmax", [Pure, SameOperandsAndResultType, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_SoftmaxOp
+    : ZG_Op<"softmax", [Pure, SameOperandsAndResultType, ZG_Gradient]> {
   let summary = "softmax along one axis";
   let description = [{
     `exp(x - max) / sum(exp(x - max))` along `axis` (opset-13 semantics; axis
@@ -196,7 +200,7 @@ def ZG_SoftmaxOp : ZG_Op<"softmax", [Pure, SameOperandsAndResultType, DeclareOpI
   let hasVerifier = 1;
 }
 
-def ZG_LayerNormOp : ZG_Op<"layer_norm", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_LayerNormOp : ZG_Op<"layer_norm", [Pure, ZG_Gradient]> {
   let summary = "layer normalisation";
   let description = [{
     Normalises over the trailing dims [axis, rank): `(x - mean) /
@@ -211,7 +215,7 @@ def ZG_LayerNormOp : ZG_Op<"layer_norm", [Pure, DeclareOpInterfaceMethods<Gradie
   let hasVerifier = 1;
 }
 
-def ZG_RmsNormOp : ZG_Op<"rms_norm", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_RmsNormOp : ZG_Op<"rms_norm", [Pure, ZG_Gradient]> {
   let summary = "root mean square normalisation over the last axis";
   let description = [{
     `x / sqrt(mean(x^2 over the last axis) + epsilon) * scale`, with `scale`
@@ -224,7 +228,7 @@ def ZG_RmsNormOp : ZG_Op<"rms_norm", [Pure, DeclareOpInterfaceMethods<GradientOp
 }
 
 class ZG_ReduceOp<string mnemonic, string what>
-    : ZG_Op<mnemonic, [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+    : ZG_Op<mnemonic, [Pure, ZG_Gradient]> {
   let summary = what # " over axes";
   let description = "The " # what # " over `axes` (normalised to [0, rank), "
                     "sorted, unique; never empty). With `keepdims` the reduced "
@@ -243,7 +247,7 @@ def ZG_ReduceMaxOp : ZG_ReduceOp<"reduce_max", "maximum">;
 // Data movement.
 //===----------------------------------------------------------------------===//
 
-def ZG_TransposeOp : ZG_Op<"transpose", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_TransposeOp : ZG_Op<"transpose", [Pure, ZG_Gradient]> {
   let summary = "permutation of dims";
   let description = "`result` dim i is `input` dim `perm[i]` (ONNX Transpose).";
   let arguments = (ins ZG_Tensor:$input, DenseI64ArrayAttr:$perm);
@@ -251,7 +255,7 @@ def ZG_TransposeOp : ZG_Op<"transpose", [Pure, DeclareOpInterfaceMethods<Gradien
   let hasVerifier = 1;
 }
 
-def ZG_ReshapeOp : ZG_Op<"reshape", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_ReshapeOp : ZG_Op<"reshape", [Pure, ZG_Gradient]> {
   let summary = "reshape to the result's static shape";
   let description = "Row-major reinterpretation; element counts are equal.";
   let arguments = (ins ZG_Tensor:$input);
@@ -259,7 +263,7 @@ def ZG_ReshapeOp : ZG_Op<"reshape", [Pure, DeclareOpInterfaceMethods<GradientOpI
   let hasVerifier = 1;
 }
 
-def ZG_ConcatOp : ZG_Op<"concat", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_ConcatOp : ZG_Op<"concat", [Pure, ZG_Gradient]> {
   let summary = "concatenation along one axis";
   let description = "Operands in order along `axis` (in [0, rank)).";
   let arguments = (ins Variadic<ZG_Tensor>:$inputs, I64Attr:$axis);
@@ -267,7 +271,7 @@ def ZG_ConcatOp : ZG_Op<"concat", [Pure, DeclareOpInterfaceMethods<GradientOpInt
   let hasVerifier = 1;
 }
 
-def ZG_SliceOp : ZG_Op<"slice", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_SliceOp : ZG_Op<"slice", [Pure, ZG_Gradient]> {
   let summary = "strided slice";
   let description = [{
     One start and one step per input dim (starts in [0, dim), steps non-zero,
@@ -281,7 +285,7 @@ def ZG_SliceOp : ZG_Op<"slice", [Pure, DeclareOpInterfaceMethods<GradientOpInter
   let hasVerifier = 1;
 }
 
-def ZG_SplitOp : ZG_Op<"split", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_SplitOp : ZG_Op<"split", [Pure, ZG_Gradient]> {
   let summary = "split into consecutive parts along one axis";
   let description = [{
     The results, in order, are consecutive pieces of `input` along `axis`;
@@ -293,7 +297,7 @@ def ZG_SplitOp : ZG_Op<"split", [Pure, DeclareOpInterfaceMethods<GradientOpInter
   let hasVerifier = 1;
 }
 
-def ZG_GatherOp : ZG_Op<"gather", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_GatherOp : ZG_Op<"gather", [Pure, ZG_Gradient]> {
   let summary = "ONNX Gather";
   let description = [{
     `result` has shape `data[:axis] + indices.shape + data[axis+1:]`; negative
@@ -304,7 +308,7 @@ def ZG_GatherOp : ZG_Op<"gather", [Pure, DeclareOpInterfaceMethods<GradientOpInt
   let hasVerifier = 1;
 }
 
-def ZG_ExpandOp : ZG_Op<"expand", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_ExpandOp : ZG_Op<"expand", [Pure, ZG_Gradient]> {
   let summary = "broadcast to the result's shape";
   let description = "numpy broadcasting of `input` to the result's shape, "
                     "which must equal the broadcast of the two shapes.";
@@ -313,7 +317,7 @@ def ZG_ExpandOp : ZG_Op<"expand", [Pure, DeclareOpInterfaceMethods<GradientOpInt
   let hasVerifier = 1;
 }
 
-def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure, ZG_Gradient]> {
   let summary = "embedding lookup";
   let description = [{
     `result[ids..., :] = table[ids[ids...], :]` with table [V, D] and integer
@@ -328,7 +332,7 @@ def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure, DeclareOpInterfaceMethods<Gradien
 // Attention.
 //===----------------------------------------------------------------------===//
 
-def ZG_AttentionOp : ZG_Op<"attention", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_AttentionOp : ZG_Op<"attention", [Pure, ZG_Gradient]> {
   let summary = "scaled dot-product attention core";
   let description = [{
     q [B, Hq, S, D], k [B, Hkv, T, D], v [B, Hkv, T, D], optional additive
@@ -462,7 +466,8 @@ def ZG_AdamwOp : ZG_Op<"adamw"> {
         param = param - lr * weight_decay * param
         m = beta1 * m + (1 - beta1) * g
         v = beta2 * v + (1 - beta2) * g * g
-        param = param - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+        param = param - lr * (m / (1 - beta1^t))
+                      / (sqrt(v / (1 - beta2^t)) + eps)
 
     `param`, `m` and `v` are persistent and updated in place; `grad` has
     their shape. `lr` and `grad_scale` are float scalars (rank 0), `step` an
@@ -484,7 +489,7 @@ def ZG_AdamwOp : ZG_Op<"adamw"> {
   let hasVerifier = 1;
 }
 
-def ZG_SumSquaresOp : ZG_Op<"sum_squares", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_SumSquaresOp : ZG_Op<"sum_squares", [Pure, ZG_Gradient]> {
   let summary = "sum of squares of every element";
   let description = [{
     `result = sum_i input[i]^2` as an f32 scalar (rank 0), accumulated in
@@ -597,7 +602,7 @@ def ZG_EmbeddingGradOp : ZG_Op<"embedding_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_LabelPickOp : ZG_Op<"label_pick", [Pure, DeclareOpInterfaceMethods<GradientOpInterface>]> {
+def ZG_LabelPickOp : ZG_Op<"label_pick", [Pure, ZG_Gradient]> {
   let summary = "the logit of each row's label";
   let description = [{
     logits [N, V], labels [N] (integer) give out [N]:
