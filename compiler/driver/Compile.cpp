@@ -224,12 +224,6 @@ std::string validate(const CompileFlags &f, const CommonOptions &o,
       return "--offload-optimizer needs --train (inference has no optimizer)";
     return {};
   }
-  // The sharding passes do not yet give the backward ops and the optimizer
-  // update tensor-parallel rules: refuse rather than plan a wrong step.
-  if (f.tp > 1)
-    return "--train with --tp " + std::to_string(f.tp) +
-           ": tensor-parallel training is not built yet (use --tp 1 with "
-           "--world N for data parallelism and ZeRO)";
   if (f.offloadOptimizer == "cpu" && f.zero == 0 && dp > 1)
     return "--offload-optimizer cpu over dp = " + std::to_string(dp) +
            " needs --zero 1 or more (each rank updates its part on its host)";
