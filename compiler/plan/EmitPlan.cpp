@@ -23,6 +23,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 using namespace mlir;
 namespace fb = zrt::fb;
@@ -157,8 +158,12 @@ struct Emitter {
   const EmitOptions &options;
   PlanSummary &summary;
   flatbuffers::FlatBufferBuilder fbb{1 << 20};
-  Liveness lv;
+  /// Every program and the plan's one tensor table.
+  ModuleLiveness lv;
+  /// The program being emitted: its function, liveness and tensor mapping.
   func::FuncOp func;
+  const Liveness *plv = nullptr;
+  const std::vector<int> *globalOf = nullptr;
   PlanDType floatDType = PlanDType::F32;
 
   std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
@@ -166,6 +171,18 @@ struct Emitter {
   std::vector<flatbuffers::Offset<fb::WeightSource>> weights;
   std::vector<flatbuffers::Offset<fb::WeightBinding>> bindings;
   std::vector<flatbuffers::Offset<fb::Instr>> instrs;
+  std::vector<flatbuffers::Offset<fb::StateEntry>> stateEntries;
+  /// Per parameter name: what its state entry and the entries of the state
+  /// that belongs to it (master weights, moments, gradients) are built from.
+  struct ParamLayout {
+    std::vector<int64_t> localShape, sourceShape;
+    uint64_t localElements = 0;
+    std::vector<flatbuffers::Offset<
+        flatbuffers::Vector<flatbuffers::Offset<fb::Piece>>>>
+        perTp;
+  };
+  std::map<std::string, ParamLayout> paramLayouts;
+  std::set<std::string> stateNames;
   std::map<std::string, int> sourceIndex;
   std::vector<uint64_t> offsets;
   std::vector<int> constantOf;
@@ -188,33 +205,38 @@ struct Emitter {
 
   LogicalResult readOffsets() {
     offsets.assign(lv.tensors.size(), 0);
-    Block &body = func.getBody().front();
-    for (BlockArgument arg : body.getArguments()) {
-      auto a =
-          func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(), attr::kOffset);
-      if (!a)
-        return func.emitError()
-               << "zplan-emit: argument " << arg.getArgNumber()
-               << " has no zplan.offset (run --zplan-memory-plan first)";
-      offsets[lv.indexOf.lookup(arg)] = uint64_t(a.getInt());
-    }
-    for (Operation &op : body.without_terminator()) {
-      if (op.getNumResults() == 0)
-        continue;
-      auto a = op.getAttrOfType<DenseI64ArrayAttr>(attr::kOffsets);
-      if (!a || a.size() != int64_t(op.getNumResults()))
-        return op.emitError() << "zplan-emit: op has no zplan.offsets for "
-                                 "each result (run --zplan-memory-plan first)";
-      for (auto [r, off] : llvm::zip(op.getResults(), a.asArrayRef()))
-        offsets[lv.indexOf.lookup(r)] = uint64_t(off);
+    for (auto [p, f] : llvm::enumerate(lv.funcs)) {
+      const Liveness &pl = lv.programs[p];
+      const std::vector<int> &gof = lv.globalOf[p];
+      Block &body = f.getBody().front();
+      for (BlockArgument arg : body.getArguments()) {
+        auto a =
+            f.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(), attr::kOffset);
+        if (!a)
+          return f.emitError()
+                 << "zplan-emit: argument " << arg.getArgNumber()
+                 << " has no zplan.offset (run --zplan-memory-plan first)";
+        offsets[gof[pl.indexOf.lookup(arg)]] = uint64_t(a.getInt());
+      }
+      for (Operation &op : body.without_terminator()) {
+        if (op.getNumResults() == 0)
+          continue;
+        auto a = op.getAttrOfType<DenseI64ArrayAttr>(attr::kOffsets);
+        if (!a || a.size() != int64_t(op.getNumResults()))
+          return op.emitError() << "zplan-emit: op has no zplan.offsets for "
+                                   "each result (run --zplan-memory-plan first)";
+        for (auto [r, off] : llvm::zip(op.getResults(), a.asArrayRef()))
+          offsets[gof[pl.indexOf.lookup(r)]] = uint64_t(off);
+      }
     }
     return success();
   }
 
   std::string tensorName(const TensorInfo &t, int index) {
     if (auto arg = dyn_cast<BlockArgument>(t.value)) {
+      auto owner = cast<func::FuncOp>(arg.getOwner()->getParentOp());
       if (auto n =
-              func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "zg.name"))
+              owner.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "zg.name"))
         return n.str();
       return "arg" + std::to_string(arg.getArgNumber());
     }
@@ -442,11 +464,100 @@ struct Emitter {
         ranks.push_back(
             fb::CreateRankSlice(fbb, (*perTp)[tpIndex], begin, end));
       }
-      bindings.push_back(fb::CreateWeightBinding(fbb, int(i), *source,
-                                                 fbb.CreateVector(localShape),
-                                                 fbb.CreateVector(ranks)));
+      auto ranksVec = fbb.CreateVector(ranks);
+      auto localVec = fbb.CreateVector(localShape);
+      bindings.push_back(
+          fb::CreateWeightBinding(fbb, int(i), *source, localVec, ranksVec));
+      // The parameter's state entry: the same slices, named after it.
+      std::string name = isa<graph::WeightOp>(def)
+                             ? cast<graph::WeightOp>(def).getName().str()
+                             : cast<dist::WeightShardOp>(def).getName().str();
+      // One program may hold a parameter twice with different sharding: the
+      // second copy's state entry gets a distinct name.
+      std::string entryName = name;
+      if (!stateNames.insert(entryName).second)
+        entryName = name + "#" + std::to_string(i);
+      stateNames.insert(entryName);
+      stateEntries.push_back(fb::CreateStateEntry(
+          fbb, fbb.CreateString(entryName), int(i),
+          t.kind == TensorKind::Weight ? fb::StateKind::param
+                                       : fb::StateKind::param_shard,
+          fbb.CreateString(name), fbb.CreateVector(sourceShape), localVec,
+          ranksVec, fb::StateInit::from_source, 0.0));
+      if (paramLayouts.count(name))
+        continue;
+      ParamLayout &layout = paramLayouts[name];
+      layout.localShape = localShape;
+      layout.sourceShape = sourceShape;
+      layout.localElements = localElements;
+      layout.perTp = *perTp;
     }
     summary.numWeights = weights.size();
+    return success();
+  }
+
+  /// State entries of zg.state tensors. A state that belongs to a parameter
+  /// (`of`) takes the parameter's layout when it has the parameter's local
+  /// element count (the same pieces, the whole tp-local tensor), or is its
+  /// ZeRO partition when it is flat with ceil(local / dp) elements (dp index
+  /// d keeps block d); any other state is its own full tensor on every rank.
+  LogicalResult emitState() {
+    int tp = summary.tp, dp = summary.dp, world = summary.world;
+    for (size_t i = 0; i < lv.tensors.size(); ++i) {
+      const TensorInfo &t = lv.tensors[i];
+      auto st = t.value.getDefiningOp<graph::StateOp>();
+      if (!st || t.aliasOf >= 0)
+        continue;
+      StringRef kind = st.getKind();
+      fb::StateKind sk = kind == "master"    ? fb::StateKind::master
+                         : kind == "moment1" ? fb::StateKind::moment1
+                         : kind == "moment2" ? fb::StateKind::moment2
+                         : kind == "grad"    ? fb::StateKind::grad
+                                             : fb::StateKind::scalar;
+      fb::StateInit init = fb::StateInit::zeros;
+      double initValue = 0.0;
+      Attribute ia = st.getInit();
+      if (auto f = dyn_cast<FloatAttr>(ia)) {
+        init = fb::StateInit::constant;
+        initValue = f.getValueAsDouble();
+      } else if (auto str = dyn_cast<StringAttr>(ia);
+                 str && str.getValue() == "copy_of_param") {
+        init = fb::StateInit::copy_of_param;
+      }
+      std::vector<int64_t> shape = shapeOf(t.value);
+      uint64_t n = elementCount(t.value);
+      std::vector<int64_t> full = shape, local = shape;
+      std::vector<flatbuffers::Offset<fb::RankSlice>> ranks;
+      auto it = paramLayouts.find(st.getOf().str());
+      if (it != paramLayouts.end() &&
+          (n == it->second.localElements ||
+           (shape.size() == 1 &&
+            n == (it->second.localElements + uint64_t(dp) - 1) / uint64_t(dp)))) {
+        const ParamLayout &pl = it->second;
+        full = pl.sourceShape;
+        local = pl.localShape;
+        bool partition = n != pl.localElements;
+        for (int r = 0; r < world; ++r) {
+          uint64_t begin = partition ? uint64_t(r / tp) * n : 0;
+          ranks.push_back(
+              fb::CreateRankSlice(fbb, pl.perTp[r % tp], begin, begin + n));
+        }
+      } else {
+        std::vector<int64_t> zero(shape.size(), 0);
+        auto piece = fb::CreatePiece(fbb, fbb.CreateVector(zero),
+                                     fbb.CreateVector(zero),
+                                     fbb.CreateVector(shape));
+        auto list = fbb.CreateVector(
+            std::vector<flatbuffers::Offset<fb::Piece>>{piece});
+        for (int r = 0; r < world; ++r)
+          ranks.push_back(fb::CreateRankSlice(fbb, list, 0, n));
+      }
+      stateNames.insert(st.getName().str());
+      stateEntries.push_back(fb::CreateStateEntry(
+          fbb, fbb.CreateString(st.getName().str()), int(i), sk,
+          fbb.CreateString(st.getOf().str()), fbb.CreateVector(full),
+          fbb.CreateVector(local), fbb.CreateVector(ranks), init, initValue));
+    }
     return success();
   }
 
@@ -487,7 +598,12 @@ struct Emitter {
     f.sentBytes += sent;
   }
 
-  int indexOf(Value v) { return lv.indexOf.lookup(v); }
+  /// The plan tensor of a value of the program being emitted.
+  int indexOf(Value v) { return (*globalOf)[plv->indexOf.lookup(v)]; }
+
+  static int64_t reductionCode(StringRef r) {
+    return r == "max" ? 1 : r == "min" ? 2 : 0;
+  }
 
   LogicalResult emitInstr(Operation *op) {
     std::optional<uint16_t> opcode = opcodeOf(op);
@@ -499,6 +615,18 @@ struct Emitter {
       inputs.push_back(indexOf(v));
     for (Value v : op->getResults())
       outputs.push_back(indexOf(v));
+    // Writes to persistent state name their targets as the plan op's outputs
+    // (the registry's in-place results); zg.assign reads only its value and
+    // is a copy, or a cast when the plan dtypes differ.
+    if (isStateWriteOp(op)) {
+      for (Value v : writtenOperands(op))
+        outputs.push_back(indexOf(v));
+      if (auto assign = dyn_cast<graph::AssignOp>(op)) {
+        inputs = {indexOf(assign.getValue())};
+        if (lv.tensors[outputs[0]].dtype != lv.tensors[inputs[0]].dtype)
+          opcode = opc::kCast;
+      }
+    }
     std::vector<int64_t> ints;
     std::vector<double> floats;
     AxisKind axis = AxisKind::None;
@@ -582,7 +710,43 @@ struct Emitter {
           floats = {a.getScale().convertToDouble()};
         })
         .Case([&](dist::AllGatherOp g) { ints = {int64_t(g.getDim())}; })
-        .Case([&](dist::ReduceScatterOp r) { ints = {int64_t(r.getDim())}; })
+        .Case([&](dist::AllReduceOp r) {
+          // The reduction int only when it is not the default sum, so that
+          // forward plans keep their 1.x instruction bytes.
+          if (int64_t red = reductionCode(r.getReduction()))
+            ints = {red};
+        })
+        .Case([&](dist::ReduceScatterOp r) {
+          ints = {int64_t(r.getDim())};
+          if (int64_t red = reductionCode(r.getReduction()))
+            ints.push_back(red);
+        })
+        .Case([&](graph::SoftmaxGradOp g) { ints = {int64_t(g.getAxis())}; })
+        .Case([&](graph::LayerNormGradOp g) {
+          ints = {int64_t(g.getAxis())};
+          floats = {g.getEpsilon().convertToDouble()};
+        })
+        .Case([&](graph::RmsNormGradOp g) {
+          floats = {g.getEpsilon().convertToDouble()};
+        })
+        .Case([&](graph::AttentionGradOp a) {
+          ints = {a.getCausal() ? 1 : 0};
+          floats = {a.getScale().convertToDouble()};
+        })
+        .Case<graph::EmbeddingGradOp>([&](auto) {
+          auto stride = op->getAttrOfType<IntegerAttr>("zd.vocab_stride");
+          ints = {stride ? stride.getInt() : 0};
+        })
+        .Case<graph::LabelPickOp, graph::LabelPickGradOp>([&](auto l) {
+          auto stride = op->getAttrOfType<IntegerAttr>("zd.vocab_stride");
+          ints = {stride ? stride.getInt() : 0, l.getIgnoreIndex()};
+        })
+        .Case([&](graph::AdamwOp a) {
+          floats = {a.getBeta1().convertToDouble(),
+                    a.getBeta2().convertToDouble(),
+                    a.getEps().convertToDouble(),
+                    a.getWeightDecay().convertToDouble()};
+        })
         .Case([&](dist::BroadcastOp b) { ints = {int64_t(b.getRoot())}; })
         .Case([&](graph::IsNanOp) {
           ok = op->emitError() << "zplan-emit: zg.is_nan has no plan opcode "
@@ -611,22 +775,47 @@ struct Emitter {
     return success();
   }
 
+  /// A rank-0 argument with a `zg.default` is a scalar run input.
+  std::optional<double> scalarDefault(unsigned n) {
+    Attribute a = func.getArgAttr(n, "zg.default");
+    if (!a || cast<ShapedType>(func.getArgument(n).getType()).getRank() != 0)
+      return std::nullopt;
+    if (auto f = dyn_cast<FloatAttr>(a))
+      return f.getValueAsDouble();
+    if (auto i = dyn_cast<IntegerAttr>(a))
+      return double(i.getValue().getSExtValue());
+    return std::nullopt;
+  }
+
   LogicalResult emitIO(std::vector<flatbuffers::Offset<fb::IOBinding>> &ins,
-                       std::vector<flatbuffers::Offset<fb::IOBinding>> &outs) {
+                       std::vector<flatbuffers::Offset<fb::IOBinding>> &outs,
+                       std::vector<flatbuffers::Offset<fb::ScalarInput>> &scalars) {
     int dp = summary.dp;
     Block &body = func.getBody().front();
     for (BlockArgument arg : body.getArguments()) {
       unsigned n = arg.getArgNumber();
       auto name = func.getArgAttrOfType<StringAttr>(n, "zg.name");
+      std::string argName = name ? name.str() : "arg" + std::to_string(n);
+      const TensorInfo &t = lv.tensors[indexOf(arg)];
+      if (func.getArgAttr(n, "zg.default")) {
+        std::optional<double> def = scalarDefault(n);
+        if (!def)
+          return func.emitError()
+                 << "zplan-emit: argument " << n << " ('" << argName
+                 << "') has a zg.default but is not a rank-0 tensor with a "
+                    "float or integer default";
+        scalars.push_back(fb::CreateScalarInput(
+            fbb, fbb.CreateString(argName), indexOf(arg),
+            static_cast<fb::DType>(t.dtype), *def));
+        continue;
+      }
       bool split = func.getArgAttr(n, "zd.batch_split") != nullptr;
       std::vector<int64_t> shape = shapeOf(arg);
       if (split && !shape.empty())
         shape[0] *= dp;
-      const TensorInfo &t = lv.tensors[indexOf(arg)];
       ins.push_back(fb::CreateIOBinding(
-          fbb, fbb.CreateString(name ? name.str() : "arg" + std::to_string(n)),
-          indexOf(arg), static_cast<fb::DType>(t.dtype),
-          fbb.CreateVector(shape), split));
+          fbb, fbb.CreateString(argName), indexOf(arg),
+          static_cast<fb::DType>(t.dtype), fbb.CreateVector(shape), split));
     }
     Operation *ret = body.getTerminator();
     for (auto [n, v] : llvm::enumerate(ret->getOperands())) {
@@ -644,18 +833,46 @@ struct Emitter {
     return success();
   }
 
-  LogicalResult run(std::vector<uint8_t> &payload) {
-    FailureOr<func::FuncOp> f = getPlanFunction(module);
-    if (failed(f))
+  /// One Program table: instructions, bindings, scalars, events, hash.
+  FailureOr<flatbuffers::Offset<fb::Program>> emitProgram(size_t p) {
+    func = lv.funcs[p];
+    plv = &lv.programs[p];
+    globalOf = &lv.globalOf[p];
+    instrs.clear();
+    hash = zrt::kFnvOffsetBasis;
+    auto eventsAttr = func->getAttrOfType<IntegerAttr>(attr::kNumEvents);
+    auto hashAttr = func->getAttrOfType<IntegerAttr>(attr::kCollectiveHash);
+    if (!eventsAttr || !hashAttr)
+      return func.emitError() << "zplan-emit: @" << func.getName()
+                              << " has no schedule (run --zplan-schedule)";
+    for (Operation *op : plv->steps)
+      if (failed(emitInstr(op)))
+        return failure();
+    summary.numInstructions += instrs.size();
+    uint64_t recorded = hashAttr.getValue().getZExtValue();
+    if (recorded != hash)
+      return func.emitError()
+             << "zplan-emit: the collective sequence changed after "
+                "scheduling (hash "
+             << recorded << " recorded, " << hash << " emitted)";
+    if (p == 0 || func.getName() == "main")
+      summary.collectiveHash = hash;
+    std::vector<flatbuffers::Offset<fb::IOBinding>> ins, outs;
+    std::vector<flatbuffers::Offset<fb::ScalarInput>> scalars;
+    if (failed(emitIO(ins, outs, scalars)))
       return failure();
-    func = *f;
+    summary.programs.push_back(func.getName().str());
+    return fb::CreateProgram(
+        fbb, fbb.CreateString(func.getName().str()), fbb.CreateVector(ins),
+        fbb.CreateVector(outs), fbb.CreateVector(scalars),
+        fbb.CreateVector(instrs), int32_t(eventsAttr.getInt()), hash);
+  }
+
+  LogicalResult run(std::vector<uint8_t> &payload) {
     auto dtypeAttr = module->getAttrOfType<StringAttr>(attr::kDType);
     auto arenaAttr =
         module->getAttrOfType<DenseI64ArrayAttr>(attr::kArenaBytes);
-    auto eventsAttr = module->getAttrOfType<IntegerAttr>(attr::kNumEvents);
-    auto hashAttr = module->getAttrOfType<IntegerAttr>(attr::kCollectiveHash);
-    if (!dtypeAttr || !arenaAttr || arenaAttr.size() != 2 || !eventsAttr ||
-        !hashAttr)
+    if (!dtypeAttr || !arenaAttr || arenaAttr.size() != 2)
       return module.emitError() << "zplan-emit: the module lacks the "
                                    "schedule or the memory plan (run "
                                    "--zplan-schedule and --zplan-memory-plan)";
@@ -665,28 +882,20 @@ struct Emitter {
     summary.world = summary.tp * summary.dp;
     summary.dtype = floatDType;
 
-    FailureOr<Liveness> built = Liveness::build(func, floatDType);
+    FailureOr<ModuleLiveness> built = ModuleLiveness::build(module, floatDType);
     if (failed(built))
       return failure();
     lv = std::move(*built);
     if (failed(readOffsets()) || failed(emitTensors()) ||
-        failed(emitBindings()))
+        failed(emitBindings()) || failed(emitState()))
       return failure();
-    for (Operation *op : lv.steps)
-      if (failed(emitInstr(op)))
+    std::vector<flatbuffers::Offset<fb::Program>> programs;
+    for (size_t p = 0; p < lv.funcs.size(); ++p) {
+      auto prog = emitProgram(p);
+      if (failed(prog))
         return failure();
-    summary.numInstructions = instrs.size();
-    uint64_t recorded = hashAttr.getValue().getZExtValue();
-    if (recorded != hash)
-      return module.emitError()
-             << "zplan-emit: the collective sequence changed after "
-                "scheduling (hash "
-             << recorded << " recorded, " << hash << " emitted)";
-    summary.collectiveHash = hash;
-
-    std::vector<flatbuffers::Offset<fb::IOBinding>> ins, outs;
-    if (failed(emitIO(ins, outs)))
-      return failure();
+      programs.push_back(*prog);
+    }
 
     uint64_t arena[kNumSpaces] = {uint64_t(arenaAttr[0]),
                                   uint64_t(arenaAttr[1])};
@@ -695,25 +904,41 @@ struct Emitter {
     summary.memory.runtimeReserveBytes = options.reserve.reserveBytes;
     const MemoryFigures &m = summary.memory;
     std::vector<flatbuffers::Offset<fb::RankMemory>> memory;
-    for (int r = 0; r < summary.world; ++r)
-      memory.push_back(fb::CreateRankMemory(
-          fbb, r, fbb.CreateVector(std::vector<uint64_t>{arena[0], arena[1]}),
-          m.residentWeightBytes, m.peakGatheredParamBytes, m.activationBytes,
-          m.collectiveBufferBytes, m.workspaceBytes, m.plannedPeakBytes(),
-          arena[1], m.runtimeReserveBytes));
+    for (int r = 0; r < summary.world; ++r) {
+      auto arenas = fbb.CreateVector(std::vector<uint64_t>{arena[0], arena[1]});
+      fb::RankMemoryBuilder b(fbb);
+      b.add_rank(r);
+      b.add_arena_bytes(arenas);
+      b.add_resident_weight_bytes(m.residentWeightBytes);
+      b.add_peak_gathered_param_bytes(m.peakGatheredParamBytes);
+      b.add_activation_bytes(m.activationBytes);
+      b.add_collective_buffer_bytes(m.collectiveBufferBytes);
+      b.add_workspace_bytes(m.workspaceBytes);
+      b.add_planned_peak_bytes(m.plannedPeakBytes());
+      b.add_planned_host_bytes(arena[1]);
+      b.add_runtime_reserve_bytes(m.runtimeReserveBytes);
+      b.add_param_bytes(m.residentWeightBytes);
+      b.add_grad_bytes(m.gradBytes);
+      b.add_master_bytes(m.masterBytes);
+      b.add_moment_bytes(m.momentBytes);
+      b.add_state_bytes(m.stateBytes);
+      b.add_bucket_bytes(m.bucketBytes);
+      memory.push_back(b.Finish());
+    }
 
     auto fingerprint =
         fb::CreateFingerprint(fbb, summary.world, summary.tp, summary.dp,
                               static_cast<fb::Backend>(options.backend),
                               static_cast<fb::DType>(floatDType));
-    auto plan =
-        fb::CreatePlan(fbb, zrt::kPlanVersionMajor, zrt::kPlanVersionMinor,
-                       fingerprint, fbb.CreateString(options.producer),
-                       fbb.CreateVector(tensors), fbb.CreateVector(constants),
-                       fbb.CreateVector(weights), fbb.CreateVector(bindings),
-                       fbb.CreateVector(ins), fbb.CreateVector(outs),
-                       fbb.CreateVector(instrs), int32_t(eventsAttr.getInt()),
-                       fbb.CreateVector(memory), hash, options.zeroStage);
+    // Format 2: the 1.x single-stream fields stay empty; every program
+    // carries its own.
+    auto plan = fb::CreatePlan(
+        fbb, zrt::kPlanVersionMajor, zrt::kPlanVersionMinor, fingerprint,
+        fbb.CreateString(options.producer), fbb.CreateVector(tensors),
+        fbb.CreateVector(constants), fbb.CreateVector(weights),
+        fbb.CreateVector(bindings), 0, 0, 0, 0,
+        fbb.CreateVector(memory), 0, options.zeroStage,
+        fbb.CreateVector(programs), fbb.CreateVector(stateEntries));
     fb::FinishPlanBuffer(fbb, plan);
     payload.assign(fbb.GetBufferPointer(),
                    fbb.GetBufferPointer() + fbb.GetSize());

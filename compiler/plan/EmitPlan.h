@@ -77,8 +77,11 @@ struct PlanSummary {
   MemoryFigures memory;
   /// comm[kind][axis]
   std::map<std::string, std::map<std::string, CommFigure>> comm;
+  /// The collective hash of @main (or of the first program).
   uint64_t collectiveHash = 0;
   size_t numInstructions = 0, numTensors = 0, numWeights = 0;
+  /// The plan's programs, in order.
+  std::vector<std::string> programs;
 };
 
 /// Builds the plan FlatBuffer (without the 24-byte file header) into

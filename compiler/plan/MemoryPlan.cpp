@@ -45,44 +45,54 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
                          << "' (expected fp32, bf16 or fp16)";
       return signalPassFailure();
     }
-    FailureOr<func::FuncOp> func = getPlanFunction(module);
-    if (failed(func))
+    FailureOr<SmallVector<func::FuncOp>> funcs = getPrograms(module);
+    if (failed(funcs))
       return signalPassFailure();
-    if (!module->hasAttr(attr::kNumEvents)) {
-      module.emitError() << "zplan-memory-plan: the module has no schedule "
-                            "(run --zplan-schedule first)";
+    for (func::FuncOp f : *funcs)
+      if (!f->hasAttr(attr::kNumEvents)) {
+        f.emitError() << "zplan-memory-plan: @" << f.getName()
+                      << " has no schedule (run --zplan-schedule first)";
+        return signalPassFailure();
+      }
+    FailureOr<ModuleLiveness> ml = ModuleLiveness::build(module, *floatDType);
+    if (failed(ml))
       return signalPassFailure();
-    }
-    FailureOr<Liveness> lv = Liveness::build(*func, *floatDType);
-    if (failed(lv))
-      return signalPassFailure();
-    ArenaPlan placed = planArenas(lv->requests());
-
-    // Offsets into the IR; a view takes its base's offset.
-    auto offsetOf = [&](Value v) -> int64_t {
-      int i = lv->indexOf.lookup(v);
-      while (lv->tensors[i].aliasOf >= 0)
-        i = lv->tensors[i].aliasOf;
-      return int64_t(placed.offsets[i]);
-    };
-    Block &body = func->getBody().front();
-    for (BlockArgument arg : body.getArguments())
-      func->setArgAttr(
-          arg.getArgNumber(), attr::kOffset,
-          IntegerAttr::get(IntegerType::get(ctx, 64), offsetOf(arg)));
-    for (Operation &op : body.without_terminator()) {
-      if (op.getNumResults() == 0)
-        continue;
-      llvm::SmallVector<int64_t> offsets;
-      for (Value r : op.getResults())
-        offsets.push_back(offsetOf(r));
-      op.setAttr(attr::kOffsets, DenseI64ArrayAttr::get(ctx, offsets));
-    }
-    for (const TensorInfo &t : lv->tensors)
+    ArenaPlan placed = planArenas(ml->requests());
+    for (const TensorInfo &t : ml->tensors)
       (t.aliasOf >= 0 ? numAliases : numBuffers) += 1;
 
-    if (failed(orderReuseAcrossStreams(*lv, placed, module)))
-      return signalPassFailure();
+    for (auto [p, func] : llvm::enumerate(ml->funcs)) {
+      const Liveness &lv = ml->programs[p];
+      const std::vector<int> &globalOf = ml->globalOf[p];
+      // This program's view of the placement, by its own tensor indices; a
+      // view takes its base's offset.
+      ArenaPlan local;
+      for (size_t i = 0; i < lv.tensors.size(); ++i) {
+        int g = globalOf[i];
+        while (ml->tensors[g].aliasOf >= 0)
+          g = ml->tensors[g].aliasOf;
+        local.offsets.push_back(placed.offsets[g]);
+        local.alignedBytes.push_back(placed.alignedBytes[g]);
+      }
+      auto offsetOf = [&](Value v) -> int64_t {
+        return int64_t(local.offsets[lv.indexOf.lookup(v)]);
+      };
+      Block &body = func.getBody().front();
+      for (BlockArgument arg : body.getArguments())
+        func.setArgAttr(
+            arg.getArgNumber(), attr::kOffset,
+            IntegerAttr::get(IntegerType::get(ctx, 64), offsetOf(arg)));
+      for (Operation &op : body.without_terminator()) {
+        if (op.getNumResults() == 0)
+          continue;
+        llvm::SmallVector<int64_t> offsets;
+        for (Value r : op.getResults())
+          offsets.push_back(offsetOf(r));
+        op.setAttr(attr::kOffsets, DenseI64ArrayAttr::get(ctx, offsets));
+      }
+      if (failed(orderReuseAcrossStreams(lv, local, func)))
+        return signalPassFailure();
+    }
 
     module->setAttr(
         attr::kArenaBytes,
@@ -126,7 +136,7 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
   /// (streams run in order, so that covers the earlier ones).
   LogicalResult orderReuseAcrossStreams(const Liveness &lv,
                                         const ArenaPlan &placed,
-                                        ModuleOp module) {
+                                        func::FuncOp module) {
     MLIRContext *ctx = module.getContext();
     auto numEventsAttr = module->getAttrOfType<IntegerAttr>(attr::kNumEvents);
     int64_t numEvents = numEventsAttr.getInt();

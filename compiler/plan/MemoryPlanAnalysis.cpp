@@ -6,35 +6,30 @@
 #include "dialects/graph/GraphOps.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/StringMap.h"
 
 using namespace mlir;
 
 namespace zplan::plan {
 
-FailureOr<func::FuncOp> getPlanFunction(ModuleOp module) {
-  func::FuncOp found;
-  int withBody = 0;
+FailureOr<SmallVector<func::FuncOp>> getPrograms(ModuleOp module) {
+  SmallVector<func::FuncOp> funcs;
   for (auto func : module.getOps<func::FuncOp>()) {
-    if (func.isExternal())
+    if (func.isExternal() || func.isPrivate())
       continue;
-    ++withBody;
-    if (func.getName() == "main" || !found)
-      found = func;
+    if (!func.getBody().hasOneBlock()) {
+      func.emitError() << "zplan: @" << func.getName()
+                       << " must have exactly one block";
+      return failure();
+    }
+    funcs.push_back(func);
   }
-  if (!found) {
-    module.emitError() << "zplan: the module has no function with a body";
+  if (funcs.empty()) {
+    module.emitError() << "zplan: the module has no public function with a "
+                          "body (each one is a program of the plan)";
     return failure();
   }
-  if (withBody > 1 && found.getName() != "main") {
-    module.emitError() << "zplan: several functions and none is @main";
-    return failure();
-  }
-  if (!found.getBody().hasOneBlock()) {
-    found.emitError() << "zplan: @" << found.getName()
-                      << " must have exactly one block";
-    return failure();
-  }
-  return found;
+  return funcs;
 }
 
 FailureOr<Liveness> Liveness::build(func::FuncOp func, PlanDType floatDType) {
@@ -55,8 +50,7 @@ FailureOr<Liveness> Liveness::build(func::FuncOp func, PlanDType floatDType) {
                          << " has no static tensor shape";
       return failure();
     }
-    std::optional<PlanDType> dt =
-        planDTypeOf(type.getElementType(), floatDType);
+    std::optional<PlanDType> dt = planDTypeOfValue(v, floatDType);
     if (!dt) {
       where->emitError() << "zplan-memory-plan: element type "
                          << type.getElementType()
@@ -106,6 +100,11 @@ FailureOr<Liveness> Liveness::build(func::FuncOp func, PlanDType floatDType) {
       }
       if (isa<dist::ReleaseOp>(op))
         releases.push_back({&op, rootOf(lv.indexOf.lookup(op.getOperand(0)))});
+      // A dp reduction of gradients: its input is a bucket for the report.
+      if (isa<dist::AllReduceOp, dist::ReduceScatterOp>(op) &&
+          axisOf(&op) == AxisKind::Dp)
+        lv.tensors[rootOf(lv.indexOf.lookup(op.getOperand(0)))]
+            .gradientBucket = true;
     }
     for (Value result : op.getResults()) {
       if (failed(addTensor(result, &op)))
@@ -115,6 +114,12 @@ FailureOr<Liveness> Liveness::build(func::FuncOp func, PlanDType floatDType) {
         t.kind = TensorKind::Weight;
       } else if (isa<dist::WeightShardOp>(op)) {
         t.kind = TensorKind::WeightShard;
+      } else if (auto st = dyn_cast<graph::StateOp>(op)) {
+        StringRef kind = st.getKind();
+        t.kind = kind == "master"                           ? TensorKind::Master
+                 : kind == "moment1" || kind == "moment2" ? TensorKind::Moment
+                 : kind == "grad"                           ? TensorKind::Grad
+                                                            : TensorKind::State;
       } else if (isa<graph::ConstantOp, graph::CausalMaskOp>(op)) {
         t.kind = TensorKind::Constant;
       } else if (isa<dist::GatherParamOp>(op)) {
@@ -122,6 +127,7 @@ FailureOr<Liveness> Liveness::build(func::FuncOp func, PlanDType floatDType) {
       } else {
         t.collectiveResult = isCollectiveOp(&op);
       }
+      t.key = persistentKey(result);
       if (storage) {
         t.begin = 0;
         t.end = last;
@@ -181,15 +187,105 @@ std::vector<BufferRequest> Liveness::requests() const {
   return reqs;
 }
 
-MemoryFigures computeMemoryFigures(const Liveness &lv,
+FailureOr<ModuleLiveness> ModuleLiveness::build(ModuleOp module,
+                                                PlanDType floatDType) {
+  ModuleLiveness ml;
+  FailureOr<SmallVector<func::FuncOp>> funcs = getPrograms(module);
+  if (failed(funcs))
+    return failure();
+  ml.funcs = *funcs;
+  int64_t total = 0;
+  for (func::FuncOp f : ml.funcs) {
+    FailureOr<Liveness> lv = Liveness::build(f, floatDType);
+    if (failed(lv))
+      return failure();
+    total += int64_t(lv->steps.size());
+    ml.programs.push_back(std::move(*lv));
+  }
+  const int64_t last = total > 0 ? total - 1 : 0;
+  llvm::StringMap<int> byKey;
+  llvm::StringMap<Value> stateByName;
+  int64_t offset = 0;
+  for (auto [p, lv] : llvm::enumerate(ml.programs)) {
+    std::vector<int> &globalOf = ml.globalOf.emplace_back();
+    for (auto [i, t] : llvm::enumerate(lv.tensors)) {
+      if (!t.key.empty()) {
+        // A zg.state name means one tensor: the same name with another type
+        // in another program is a mistake of the program's author.
+        if (auto st = t.value.getDefiningOp<graph::StateOp>()) {
+          auto [named, fresh] = stateByName.try_emplace(st.getName(), t.value);
+          if (!fresh && named->second.getType() != t.value.getType()) {
+            st.emitError() << "zplan-memory-plan: state '" << st.getName()
+                           << "' has type " << t.value.getType()
+                           << " here but " << named->second.getType()
+                           << " in another program";
+            return failure();
+          }
+        }
+        auto it = byKey.find(t.key);
+        if (it != byKey.end()) {
+          ml.tensors[it->second].gradientBucket |= t.gradientBucket;
+          globalOf.push_back(it->second);
+          continue;
+        }
+        byKey[t.key] = int(ml.tensors.size());
+      }
+      TensorInfo g = t;
+      if (isWholePlan(t.kind)) {
+        g.begin = 0;
+        g.end = last;
+      } else {
+        g.begin = t.begin + offset;
+        g.end = t.end + offset;
+      }
+      // Bases come before their views, so the base is mapped already.
+      g.aliasOf = t.aliasOf >= 0 ? globalOf[t.aliasOf] : -1;
+      globalOf.push_back(int(ml.tensors.size()));
+      ml.tensors.push_back(g);
+    }
+    offset += int64_t(lv.steps.size());
+  }
+  // A transient view of whole-plan storage extends nothing: its base already
+  // spans the timeline.
+  return ml;
+}
+
+std::vector<BufferRequest> ModuleLiveness::requests() const {
+  std::vector<BufferRequest> reqs;
+  reqs.reserve(tensors.size());
+  for (const TensorInfo &t : tensors)
+    reqs.push_back({t.aliasOf >= 0 ? 0 : t.bytes, static_cast<Space>(t.space),
+                    t.begin, t.end});
+  return reqs;
+}
+
+MemoryFigures computeMemoryFigures(const ModuleLiveness &lv,
                                    const uint64_t arenaBytes[kNumSpaces]) {
   MemoryFigures f;
-  std::vector<BufferRequest> gathered, activations, collectives;
+  std::vector<BufferRequest> gathered, activations, collectives, buckets;
   for (const TensorInfo &t : lv.tensors) {
-    if (t.kind == TensorKind::Weight || t.kind == TensorKind::WeightShard)
-      f.residentWeightBytes += t.bytes;
     if (t.aliasOf >= 0)
       continue;
+    switch (t.kind) {
+    case TensorKind::Weight:
+    case TensorKind::WeightShard:
+      f.residentWeightBytes += t.bytes;
+      break;
+    case TensorKind::Grad:
+      f.gradBytes += t.bytes;
+      break;
+    case TensorKind::Master:
+      f.masterBytes += t.bytes;
+      break;
+    case TensorKind::Moment:
+      f.momentBytes += t.bytes;
+      break;
+    case TensorKind::State:
+      f.stateBytes += t.bytes;
+      break;
+    default:
+      break;
+    }
     BufferRequest r{t.bytes, static_cast<Space>(t.space), t.begin, t.end};
     if (t.kind == TensorKind::Gathered)
       gathered.push_back(r);
@@ -198,10 +294,13 @@ MemoryFigures computeMemoryFigures(const Liveness &lv,
       activations.push_back(r);
     if (t.collectiveResult)
       collectives.push_back(r);
+    if (t.gradientBucket)
+      buckets.push_back(r);
   }
   f.peakGatheredParamBytes = peakLiveBytes(gathered, Space::Device);
   f.activationBytes = peakLiveBytes(activations, Space::Device);
   f.collectiveBufferBytes = peakLiveBytes(collectives, Space::Device);
+  f.bucketBytes = peakLiveBytes(buckets, Space::Device);
   for (unsigned s = 0; s < kNumSpaces; ++s)
     f.arenaBytes[s] = arenaBytes[s];
   return f;

@@ -31,8 +31,20 @@ enum class TensorKind : uint8_t {
   WeightShard = 4,
   Gathered = 5,
   Constant = 6,
-  Workspace = 7
+  Workspace = 7,
+  Grad = 8,
+  Master = 9,
+  Moment = 10,
+  State = 11
 };
+
+/// Kinds whose storage lives for the whole plan (every program, every run):
+/// bound inputs and outputs, parameters, shards, constants and the state
+/// kinds. Activations and gathered parameters live inside one program run.
+inline bool isWholePlan(TensorKind k) {
+  return k != TensorKind::Activation && k != TensorKind::Gathered &&
+         k != TensorKind::Workspace;
+}
 
 struct TensorInfo {
   mlir::Value value;
@@ -47,11 +59,18 @@ struct TensorInfo {
   int aliasOf = -1;
   /// Produced by all_reduce / all_gather / reduce_scatter / broadcast.
   bool collectiveResult = false;
+  /// Read by an all_reduce / reduce_scatter over dp: a gradient reduction
+  /// buffer (the report's buckets).
+  bool gradientBucket = false;
+  /// For persistent storage: persistentKey() (one tensor across programs).
+  std::string key;
 };
 
-/// The function the plan is made of: @main, or the only function with a body.
-/// Emits an error on the module and fails otherwise.
-mlir::FailureOr<mlir::func::FuncOp> getPlanFunction(mlir::ModuleOp module);
+/// The programs of the module: every public func.func with a body, in module
+/// order (docs/training-contract.md). Emits an error on the module and fails
+/// when there is none or one has more than one block.
+mlir::FailureOr<llvm::SmallVector<mlir::func::FuncOp>>
+getPrograms(mlir::ModuleOp module);
 
 class Liveness {
 public:
@@ -79,10 +98,34 @@ public:
   std::vector<BufferRequest> requests() const;
 };
 
+/// Every program's liveness and the plan's one tensor table. Programs run one
+/// at a time, so they are laid end to end on one timeline: a program's
+/// transient tensors live inside its span and may share bytes with another
+/// program's; whole-plan tensors (isWholePlan) span the whole timeline, and a
+/// persistent value named in several programs (same persistentKey) is one
+/// tensor with one offset.
+struct ModuleLiveness {
+  llvm::SmallVector<mlir::func::FuncOp> funcs;
+  std::vector<Liveness> programs;
+  /// The plan's tensors; `value` is the first program's value, begin/end are
+  /// on the joint timeline, aliasOf indexes this table.
+  std::vector<TensorInfo> tensors;
+  /// globalOf[p][i]: the plan tensor of program p's tensor i.
+  std::vector<std::vector<int>> globalOf;
+
+  static mlir::FailureOr<ModuleLiveness> build(mlir::ModuleOp module,
+                                               PlanDType floatDType);
+  std::vector<BufferRequest> requests() const;
+};
+
 /// Figures of the memory report, for one rank (all ranks hold the same local
 /// shapes, so they are equal on every rank).
 struct MemoryFigures {
   uint64_t residentWeightBytes = 0;
+  /// Exact bytes of the persistent state kinds (format 2).
+  uint64_t gradBytes = 0, masterBytes = 0, momentBytes = 0, stateBytes = 0;
+  /// Peak bytes of gradient reduction buffers live at once.
+  uint64_t bucketBytes = 0;
   uint64_t peakGatheredParamBytes = 0;
   uint64_t activationBytes = 0;
   uint64_t collectiveBufferBytes = 0;
@@ -100,7 +143,7 @@ struct MemoryFigures {
 /// Computes the figures from the liveness and the arena sizes: resident
 /// weights are the exact bytes of weights and shards (all spaces); the peaks
 /// are the largest sums of aligned bytes live at one step, by category.
-MemoryFigures computeMemoryFigures(const Liveness &liveness,
+MemoryFigures computeMemoryFigures(const ModuleLiveness &liveness,
                                    const uint64_t arenaBytes[kNumSpaces]);
 
 } // namespace zplan::plan

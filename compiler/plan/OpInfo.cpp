@@ -9,6 +9,7 @@
 #include "mlir/IR/Location.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 
@@ -76,9 +77,64 @@ unsigned dtypeBytes(PlanDType dtype) {
   return 0;
 }
 
+std::optional<PlanDType> planDTypeOfValue(Value value, PlanDType floatDType) {
+  Type et = cast<ShapedType>(value.getType()).getElementType();
+  if (!isa<FloatType>(et))
+    return planDTypeOf(et, floatDType);
+  auto own = [&]() -> std::optional<PlanDType> {
+    if (et.isF32())
+      return PlanDType::F32;
+    if (et.isBF16())
+      return PlanDType::BF16;
+    if (et.isF16())
+      return PlanDType::F16;
+    return std::nullopt;
+  };
+  Operation *def = value.getDefiningOp();
+  Operation *scope = def ? def : value.getParentBlock()->getParentOp();
+  auto module = scope->getParentOfType<ModuleOp>();
+  if (module && module->hasAttr("zplan.exact_dtypes"))
+    return own();
+  if (!def)
+    return cast<ShapedType>(value.getType()).getRank() == 0 ? own()
+                                                            : floatDType;
+  if (isa<graph::StateOp, graph::SumSquaresOp>(def))
+    return own();
+  if (isa<graph::AttentionOp>(def) &&
+      cast<OpResult>(value).getResultNumber() == 1)
+    return own();
+  return floatDType;
+}
+
 bool isStorageOp(Operation *op) {
-  return isa<graph::WeightOp, dist::WeightShardOp, graph::ConstantOp,
-             graph::CausalMaskOp>(op);
+  return isa<graph::WeightOp, dist::WeightShardOp, graph::StateOp,
+             graph::ConstantOp, graph::CausalMaskOp>(op);
+}
+
+std::string persistentKey(Value value) {
+  Operation *def = value.getDefiningOp();
+  if (!def || !isa<graph::WeightOp, dist::WeightShardOp, graph::StateOp>(def))
+    return {};
+  // Two storage ops are one tensor when everything about them agrees: the
+  // name alone is not enough, since one program may hold a parameter twice
+  // with different sharding (a tied weight split two ways).
+  std::string key;
+  llvm::raw_string_ostream os(key);
+  os << def->getName() << "|" << value.getType() << "|"
+     << def->getAttrDictionary();
+  return key;
+}
+
+bool isStateWriteOp(Operation *op) {
+  return isa<graph::AssignOp, graph::AdamwOp, graph::AccumulateOp>(op);
+}
+
+llvm::SmallVector<Value, 3> writtenOperands(Operation *op) {
+  if (auto a = dyn_cast<graph::AdamwOp>(op))
+    return {a.getParam(), a.getM(), a.getV()};
+  if (isa<graph::AssignOp, graph::AccumulateOp>(op))
+    return {op->getOperand(0)};
+  return {};
 }
 
 bool isCollectiveOp(Operation *op) {
@@ -127,6 +183,13 @@ std::optional<uint16_t> opcodeOf(Operation *op) {
                                                      : zrt::Op::gelu_erf);
   if (isa<graph::SplitOp>(op))
     return opc::kSlice;
+  if (auto g = dyn_cast<graph::GeluGradOp>(op))
+    return opc::code(g.getApproximate() == "tanh" ? zrt::Op::gelu_tanh_grad
+                                                  : zrt::Op::gelu_erf_grad);
+  // zg.assign is a copy, or a cast when the plan dtypes differ (the emitter
+  // decides; both are local, so the schedule does not care which).
+  if (isa<graph::AssignOp>(op))
+    return opc::kCopy;
   // Every other zg / zd op maps onto the registry op of the same name. Storage
   // ops (zg.weight, zg.constant, ...) have no registry entry and so no opcode.
   StringRef dialect = op->getName().getDialectNamespace();

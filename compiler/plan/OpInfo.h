@@ -17,6 +17,8 @@
 
 #include "zrt/ops.h"
 
+#include "llvm/ADT/SmallVector.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -67,9 +69,33 @@ std::optional<PlanDType> planDTypeOf(mlir::Type elementType,
                                      PlanDType floatDType);
 unsigned dtypeBytes(PlanDType dtype);
 
+/// The plan dtype of a value. Non-float values keep their own type. A float
+/// value takes `floatDType` (--dtype) unless its element type is an explicit
+/// decision: when the module carries `zplan.exact_dtypes` every float keeps
+/// its own element type; otherwise the values whose type the training
+/// contract fixes keep it too (zg.state results, rank-0 scalar arguments,
+/// zg.sum_squares, the lse result of zg.attention). nullopt for element
+/// types the plan cannot hold.
+std::optional<PlanDType> planDTypeOfValue(mlir::Value value,
+                                          PlanDType floatDType);
+
 /// Ops that define storage live for the whole run and run no instruction:
-/// zg.weight, zd.weight_shard, zg.constant, zg.causal_mask.
+/// zg.weight, zd.weight_shard, zg.state, zg.constant, zg.causal_mask.
 bool isStorageOp(mlir::Operation *op);
+
+/// Persistent storage (zg.weight, zd.weight_shard, zg.state): storage ops
+/// with the same key are one tensor, in one program or across the programs
+/// of the module. The key is the op name, the type and every attribute (name,
+/// source, pieces, ...); empty for other values.
+std::string persistentKey(mlir::Value value);
+
+/// The ops that write persistent state in place and have no results:
+/// zg.assign, zg.adamw, zg.accumulate.
+bool isStateWriteOp(mlir::Operation *op);
+
+/// The operands a state-write op overwrites (assign and accumulate: the
+/// target; adamw: param, m, v), in the order of the plan op's outputs.
+llvm::SmallVector<mlir::Value, 3> writtenOperands(mlir::Operation *op);
 
 /// True for the communicating instructions plan.fbs hashes: all_reduce,
 /// all_gather, reduce_scatter, broadcast, gather_param.

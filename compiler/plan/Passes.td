@@ -45,13 +45,20 @@ def ZplanMaterializeOutputs
 def ZplanSchedule : Pass<"zplan-schedule", "mlir::ModuleOp"> {
   let summary = "Fix the instruction order, streams, events and collective hash";
   let description = [{
-    Takes the block order of `func.func @main` as the one SPMD order (it is
+    Every public `func.func` of the module is a program of the plan and is
+    scheduled on its own (its event count and collective hash go on the
+    function as `zplan.num_events` / `zplan.collective_hash`). Within a
+    program, takes the block order as the one SPMD order (it is
     topological by SSA dominance, and it keeps the placement of gathers and
     prefetches that the ZeRO and offload passes chose), and gives every
     instruction a stream: `comm` for collectives and `zd.gather_param`, `copy`
     for `zd.prefetch` / `zd.evict`, `compute` for the rest. Storage ops
-    (`zg.weight`, `zd.weight_shard`, `zg.constant`) run no instruction and get
-    no stream. Where an instruction reads a value produced on another stream,
+    (`zg.weight`, `zd.weight_shard`, `zg.state`, `zg.constant`) run no
+    instruction and get no stream. Writes to persistent storage
+    (`zg.assign`, `zg.adamw`, `zg.accumulate`) have no result a reader could
+    depend on, so they are ordered explicitly: a write waits for every earlier
+    reader of its target on another stream (write-after-read), and a later
+    reader or writer on another stream waits for the write. Where an instruction reads a value produced on another stream,
     the producer signals an event and the consumer waits on it (once per
     stream pair and point in order).
 
@@ -60,7 +67,7 @@ def ZplanSchedule : Pass<"zplan-schedule", "mlir::ModuleOp"> {
     that could depend on the rank: the pass refuses any op with regions in
     the function. It records the collective hash that plan.fbs defines
     (FNV-1a 64 over op, axis, dtype and element count of each communicating
-    instruction) on the module.
+    instruction) on each function.
 
     Before:
     ```mlir
@@ -73,7 +80,7 @@ def ZplanSchedule : Pass<"zplan-schedule", "mlir::ModuleOp"> {
     %z = zg.add %y, %y {zplan.stream = "compute", zplan.waits = array<i64: 0>} : ...
     ```
     and `zplan.num_events = 1 : i64`, `zplan.collective_hash = ... : ui64` on
-    the module.
+    the function.
   }];
   let options = [
     Option<"dtype", "dtype", "std::string", "\"fp32\"",
@@ -93,9 +100,13 @@ def ZplanMemoryPlan : Pass<"zplan-memory-plan", "mlir::ModuleOp"> {
     a tensor lives from the instruction that defines it to its last reader;
     a `zg.reshape` result shares its operand's storage and extends its life;
     a gathered parameter ends at its `zd.release`; weights, shards,
-    constants, graph inputs and outputs live for the whole run. Tensors are
-    stored in the plan dtype (float tensors take `dtype`, integers keep
-    theirs). Offsets come from a best-fit placement in one arena per memory
+    `zg.state`, constants, graph inputs and outputs live for the whole plan.
+    The programs (public functions) share one arena: they are laid end to end
+    on one timeline, so a program's transient tensors may reuse another's
+    bytes, while persistent storage that several programs name (same op, type
+    and attributes) gets one offset and is never reused. Tensors are stored in
+    their plan dtype (float tensors take `dtype` unless their element type is
+    an explicit decision, see docs/plan-format.md 2.0; integers keep theirs). Offsets come from a best-fit placement in one arena per memory
     space (device, host), 256-byte aligned.
 
     Every op gets `zplan.offsets = array<i64: ...>` (one per result), every

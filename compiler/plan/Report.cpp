@@ -48,6 +48,16 @@ std::string formatReport(const PlanSummary &s) {
     os << "  activation bytes (peak)    " << human(m.activationBytes) << "\n";
     os << "  collective buffer bytes    " << human(m.collectiveBufferBytes)
        << "\n";
+    // Training state (format 2), printed when the plan holds any.
+    if (m.gradBytes || m.masterBytes || m.momentBytes || m.stateBytes ||
+        m.bucketBytes) {
+      os << "  gradient buffer bytes      " << human(m.gradBytes) << "\n";
+      os << "  master weight bytes        " << human(m.masterBytes) << "\n";
+      os << "  optimizer moment bytes     " << human(m.momentBytes) << "\n";
+      os << "  other state bytes          " << human(m.stateBytes) << "\n";
+      os << "  gradient bucket bytes      " << human(m.bucketBytes)
+         << " (peak)\n";
+    }
     os << "  workspace bytes            " << human(m.workspaceBytes) << "\n";
     os << "  device arena               " << human(m.arenaBytes[0]) << "\n";
     if (m.runtimeReserveBytes)
@@ -90,6 +100,12 @@ std::string formatReportJson(const PlanSummary &s) {
                      {"resident_weight_bytes", m.residentWeightBytes},
                      {"peak_gathered_param_bytes", m.peakGatheredParamBytes},
                      {"activation_bytes", m.activationBytes},
+                     {"param_bytes", m.residentWeightBytes},
+                     {"grad_bytes", m.gradBytes},
+                     {"master_bytes", m.masterBytes},
+                     {"moment_bytes", m.momentBytes},
+                     {"state_bytes", m.stateBytes},
+                     {"bucket_bytes", m.bucketBytes},
                      {"collective_buffer_bytes", m.collectiveBufferBytes},
                      {"workspace_bytes", m.workspaceBytes},
                      {"device_arena_bytes", m.arenaBytes[0]},
@@ -106,6 +122,7 @@ std::string formatReportJson(const PlanSummary &s) {
               {"instructions", s.numInstructions},
               {"tensors", s.numTensors},
               {"collective_hash", s.collectiveHash},
+              {"programs", s.programs},
               {"ranks", ranks}};
   return out.dump(2) + "\n";
 }

@@ -72,6 +72,31 @@ int zrt_get_memory_report(const zrt_session *s, zrt_memory_report *out) {
   return 0;
 }
 
+int zrt_num_programs(const zrt_session *s) { return static_cast<int>(s->s->programs().size()); }
+const char *zrt_program_name(const zrt_session *s, int i) {
+  return i >= 0 && i < zrt_num_programs(s) ? s->s->programs()[i].name.c_str() : nullptr;
+}
+int zrt_run_program(zrt_session *s, const char *program) { return set(s->s->run(program ? program : "")); }
+int zrt_set_scalar(zrt_session *s, const char *name, double value) {
+  return set(s->s->set_scalar(name ? name : "", value));
+}
+int zrt_num_state(const zrt_session *s) { return static_cast<int>(s->s->state().size()); }
+const char *zrt_state_name(const zrt_session *s, int i) {
+  return i >= 0 && i < zrt_num_state(s) ? s->s->state()[i].name.c_str() : nullptr;
+}
+const char *zrt_state_kind(const zrt_session *s, int i) {
+  return i >= 0 && i < zrt_num_state(s) ? s->s->state()[i].kind.c_str() : nullptr;
+}
+size_t zrt_state_bytes(const zrt_session *s, int i) {
+  return i >= 0 && i < zrt_num_state(s) ? s->s->state()[i].local_bytes() : 0;
+}
+int zrt_read_state(zrt_session *s, const char *name, void *data, size_t bytes) {
+  return set(s->s->read_state(name ? name : "", data, bytes));
+}
+int zrt_write_state(zrt_session *s, const char *name, const void *data, size_t bytes) {
+  return set(s->s->write_state(name ? name : "", data, bytes));
+}
+
 void zrt_shutdown(void) { zrt::shutdown(); }
 
 }  // extern "C"

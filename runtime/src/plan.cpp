@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -113,6 +114,27 @@ bool wide_vectors_aligned(const fb::Plan &p) {
   if (p.memory())
     for (const fb::RankMemory *m : *p.memory())
       if (!aligned8(m->arena_bytes())) return false;
+  auto slices_aligned = [](const flatbuffers::Vector<flatbuffers::Offset<fb::RankSlice>> *ranks) {
+    if (ranks)
+      for (const fb::RankSlice *r : *ranks)
+        if (r->pieces())
+          for (const fb::Piece *pc : *r->pieces())
+            if (!aligned8(pc->src_start()) || !aligned8(pc->dst_start()) || !aligned8(pc->size())) return false;
+    return true;
+  };
+  if (p.programs())
+    for (const fb::Program *prog : *p.programs()) {
+      for (const auto *v : {prog->inputs(), prog->outputs()})
+        if (v)
+          for (const fb::IOBinding *b : *v)
+            if (!aligned8(b->global_shape())) return false;
+      if (prog->instrs())
+        for (const fb::Instr *in : *prog->instrs())
+          if (!aligned8(in->ints()) || !aligned8(in->floats())) return false;
+    }
+  if (p.state())
+    for (const fb::StateEntry *e : *p.state())
+      if (!aligned8(e->full_shape()) || !aligned8(e->local_shape()) || !slices_aligned(e->ranks())) return false;
   return true;
 }
 
@@ -128,7 +150,11 @@ class Verifier {
   }
   Status check_tensors();
   Status check_constants_and_weights();
-  Status check_io();
+  Status check_io(const fb::Program &prog, const std::string &pn);
+  Status check_programs();
+  Status check_state();
+  Status check_slices(const std::string &what, int tensor, const Shape &full, const Shape &local,
+                      const flatbuffers::Vector<flatbuffers::Offset<fb::RankSlice>> *ranks);
   Status check_instr(int idx, const fb::Instr &in);
   Status check_shapes(const OpInfo &sig, const fb::Instr &in, const std::vector<int> &ins, const std::vector<int> &outs,
                       const std::string &where);
@@ -146,18 +172,35 @@ class Verifier {
   int tp_ = 1, dp_ = 1, world_ = 1;
   std::vector<TInfo> t_;
   uint64_t arena_[kNumMemSpaces] = {};
+  int num_events_ = 0;        // of the program being checked
+  std::string program_;       // its name, for messages
 };
 
+/// Kinds whose bytes persist across runs and programs and that only the allowed ops may write.
+bool persistent_state(fb::TensorKind k) {
+  switch (k) {
+    case fb::TensorKind::weight:
+    case fb::TensorKind::weight_shard:
+    case fb::TensorKind::grad:
+    case fb::TensorKind::master:
+    case fb::TensorKind::moment:
+    case fb::TensorKind::state: return true;
+    default: return false;
+  }
+}
+
 Status Verifier::run() {
+  const std::string have = std::to_string(p_.version_major()) + "." + std::to_string(p_.version_minor());
+  const std::string mine = std::to_string(kPlanVersionMajor) + "." + std::to_string(kPlanVersionMinor);
+  if (p_.version_major() < kPlanVersionMajor)
+    return error(Code::mismatch, "plan format version " + have + " is older than this runtime's " + mine +
+                                     " (format 2 added named programs and training state): recompile the model "
+                                     "with this release's zplan");
   if (p_.version_major() != kPlanVersionMajor)
-    return error(Code::mismatch, "plan format version " + std::to_string(p_.version_major()) + "." +
-                                     std::to_string(p_.version_minor()) + " is not supported (this runtime reads " +
-                                     std::to_string(kPlanVersionMajor) + ".x up to " +
-                                     std::to_string(kPlanVersionMajor) + "." + std::to_string(kPlanVersionMinor) + ")");
+    return error(Code::mismatch, "plan format version " + have + " is not supported (this runtime reads " +
+                                     std::to_string(kPlanVersionMajor) + ".x up to " + mine + ")");
   if (p_.version_minor() > kPlanVersionMinor)
-    return error(Code::mismatch, "plan format version " + std::to_string(p_.version_major()) + "." +
-                                     std::to_string(p_.version_minor()) + " is newer than this runtime's " +
-                                     std::to_string(kPlanVersionMajor) + "." + std::to_string(kPlanVersionMinor));
+    return error(Code::mismatch, "plan format version " + have + " is newer than this runtime's " + mine);
   const fb::Fingerprint *fp = p_.fingerprint();
   if (!fp) return fail("the plan has no fingerprint");
   world_ = fp->world();
@@ -186,18 +229,130 @@ Status Verifier::run() {
     for (size_t s = 0; s < rm->arena_bytes()->size() && s < kNumMemSpaces; ++s) arena_[s] = rm->arena_bytes()->Get(s);
   ZRT_RETURN_IF_ERROR(check_tensors());
   ZRT_RETURN_IF_ERROR(check_constants_and_weights());
-  ZRT_RETURN_IF_ERROR(check_io());
-  if (p_.num_events() < 0) return fail("num_events is negative");
-  if (const auto *instrs = p_.instrs())
-    for (size_t i = 0; i < instrs->size(); ++i) ZRT_RETURN_IF_ERROR(check_instr(static_cast<int>(i), *instrs->Get(i)));
-  uint64_t h = compute_collective_hash(p_);
-  if (h != p_.collective_hash()) {
-    char buf[160];
-    std::snprintf(buf, sizeof(buf),
-                  "collective hash mismatch: the plan records 0x%016llx, its instructions hash to 0x%016llx",
-                  static_cast<unsigned long long>(p_.collective_hash()), static_cast<unsigned long long>(h));
-    return fail(buf);
+  ZRT_RETURN_IF_ERROR(check_programs());
+  ZRT_RETURN_IF_ERROR(check_state());
+  return {};
+}
+
+Status Verifier::check_programs() {
+  // Format 2 keeps every instruction stream in Plan.programs; the 1.x fields must be empty so that no
+  // reader can mistake them for a program.
+  if ((p_.inputs() && p_.inputs()->size()) || (p_.outputs() && p_.outputs()->size()) ||
+      (p_.instrs() && p_.instrs()->size()) || p_.num_events() != 0 || p_.collective_hash() != 0)
+    return fail("Plan.inputs, outputs, instrs, num_events and collective_hash must be empty in format 2 (each "
+                "Program carries its own)");
+  const auto *progs = p_.programs();
+  if (!progs || progs->size() == 0) return fail("the plan has no programs");
+  std::vector<std::string> names;
+  for (size_t pi = 0; pi < progs->size(); ++pi) {
+    const fb::Program &prog = *progs->Get(pi);
+    program_ = prog.name() ? prog.name()->str() : "";
+    const std::string pn = "program " + std::to_string(pi) + " '" + program_ + "'";
+    if (program_.empty()) return fail(pn + ": has no name");
+    if (std::find(names.begin(), names.end(), program_) != names.end()) return fail(pn + ": the name is used twice");
+    names.push_back(program_);
+    ZRT_RETURN_IF_ERROR(check_io(prog, pn));
+    if (prog.num_events() < 0) return fail(pn + ": num_events is negative");
+    num_events_ = prog.num_events();
+    if (const auto *instrs = prog.instrs())
+      for (size_t i = 0; i < instrs->size(); ++i) {
+        Status st = check_instr(static_cast<int>(i), *instrs->Get(i));
+        if (!st.ok()) return progs->size() > 1 ? st.with_context(pn) : st;
+      }
+    const uint64_t h = compute_collective_hash(p_, prog);
+    if (h != prog.collective_hash()) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf),
+                    "collective hash mismatch: the plan records 0x%016llx, its instructions hash to 0x%016llx",
+                    static_cast<unsigned long long>(prog.collective_hash()), static_cast<unsigned long long>(h));
+      return fail(progs->size() > 1 ? pn + ": " + buf : std::string(buf));
+    }
   }
+  return {};
+}
+
+Status Verifier::check_slices(const std::string &bn, int tensor, const Shape &ss, const Shape &ls,
+                              const flatbuffers::Vector<flatbuffers::Offset<fb::RankSlice>> *ranks) {
+  const TInfo &ti = t_[tensor];
+  if (ls.size() != ss.size()) return fail(bn + ": local shape " + shape_str(ls) + " and full shape " + shape_str(ss) + " differ in rank");
+  if (numel(ls) < 0 || numel(ls) >= kHuge) return fail(bn + ": bad local shape " + shape_str(ls));
+  if (numel(ss) < 0 || numel(ss) >= kHuge) return fail(bn + ": bad full shape " + shape_str(ss));
+  const int64_t local_n = numel(ls);
+  if (!ranks || static_cast<int>(ranks->size()) != world_)
+    return fail(bn + ": needs one RankSlice per rank (" + std::to_string(world_) + ")");
+  for (int r = 0; r < world_; ++r) {
+    const fb::RankSlice *rs = ranks->Get(r);
+    const std::string rn = bn + " (" + tn(tensor) + "), rank " + std::to_string(r);
+    if (rs->flat_end() < rs->flat_begin()) return fail(rn + ": flat range is reversed");
+    const uint64_t keep = rs->flat_end() - rs->flat_begin();
+    if (keep != static_cast<uint64_t>(ti.numel))
+      return fail(rn + ": keeps " + std::to_string(keep) + " elements, the tensor holds " + std::to_string(ti.numel));
+    const bool whole = rs->flat_begin() == 0 && keep == static_cast<uint64_t>(local_n);
+    if (ti.kind == fb::TensorKind::weight && !whole)
+      return fail(rn + ": a resident weight must keep the whole local tensor [0, " + std::to_string(local_n) + ")");
+    if (ti.kind == fb::TensorKind::weight_shard || !whole) {
+      // Shards are gathered over dp in group order, so dp index d must hold the d-th block.
+      const uint64_t want = static_cast<uint64_t>(r / tp_) * keep;
+      if (rs->flat_begin() != want || keep * dp_ < static_cast<uint64_t>(local_n))
+        return fail(rn + ": a ZeRO shard of dp index " + std::to_string(r / tp_) + " must keep [" +
+                    std::to_string(want) + ", " + std::to_string(want + keep) + ") and dp shards must cover " +
+                    std::to_string(local_n) + " elements");
+    }
+    if (!rs->pieces()) continue;
+    for (size_t pi = 0; pi < rs->pieces()->size(); ++pi) {
+      const fb::Piece *pc = rs->pieces()->Get(pi);
+      Shape a = to_shape(pc->src_start()), d = to_shape(pc->dst_start()), z = to_shape(pc->size());
+      const std::string pn = rn + ", piece " + std::to_string(pi);
+      if (a.size() != ss.size() || d.size() != ss.size() || z.size() != ss.size())
+        return fail(pn + ": src_start, dst_start and size must have the source's rank " + std::to_string(ss.size()));
+      for (size_t k = 0; k < ss.size(); ++k)
+        if (z[k] < 0 || a[k] < 0 || d[k] < 0 || a[k] > ss[k] || z[k] > ss[k] - a[k] || d[k] > ls[k] ||
+            z[k] > ls[k] - d[k])
+          return fail(pn + ": box src " + shape_str(a) + " dst " + shape_str(d) + " size " + shape_str(z) +
+                      " is outside the source " + shape_str(ss) + " or the local tensor " + shape_str(ls));
+    }
+  }
+  return {};
+}
+
+Status Verifier::check_state() {
+  const auto *st = p_.state();
+  if (!st) return {};
+  std::vector<std::string> names;
+  std::vector<bool> seen(t_.size(), false);
+  for (size_t i = 0; i < st->size(); ++i) {
+    const fb::StateEntry &e = *st->Get(i);
+    const std::string name = e.name() ? e.name()->str() : "";
+    const std::string sn = "state " + std::to_string(i) + " '" + name + "'";
+    if (name.empty()) return fail(sn + ": has no name");
+    if (std::find(names.begin(), names.end(), name) != names.end()) return fail(sn + ": the name is used twice");
+    names.push_back(name);
+    if (e.tensor() < 0 || e.tensor() >= static_cast<int>(t_.size()))
+      return fail(sn + ": tensor index " + std::to_string(e.tensor()) + " is out of range");
+    if (seen[e.tensor()]) return fail(sn + ": " + tn(e.tensor()) + " is named by two state entries");
+    seen[e.tensor()] = true;
+    if (e.kind() > fb::StateKind::MAX) return fail(sn + ": unknown kind");
+    if (e.init() > fb::StateInit::MAX) return fail(sn + ": unknown init");
+    fb::TensorKind want;
+    switch (e.kind()) {
+      case fb::StateKind::param: want = fb::TensorKind::weight; break;
+      case fb::StateKind::param_shard: want = fb::TensorKind::weight_shard; break;
+      case fb::StateKind::master: want = fb::TensorKind::master; break;
+      case fb::StateKind::moment1:
+      case fb::StateKind::moment2: want = fb::TensorKind::moment; break;
+      case fb::StateKind::grad: want = fb::TensorKind::grad; break;
+      default: want = fb::TensorKind::state; break;
+    }
+    if (t_[e.tensor()].kind != want)
+      return fail(sn + ": a state of kind " + fb::EnumNameStateKind(e.kind()) + " must name a tensor of kind " +
+                  fb::EnumNameTensorKind(want) + ", " + tn(e.tensor()) + " is " + fb::EnumNameTensorKind(t_[e.tensor()].kind));
+    ZRT_RETURN_IF_ERROR(check_slices(sn, e.tensor(), to_shape(e.full_shape()), to_shape(e.local_shape()), e.ranks()));
+  }
+  // Every persistent tensor is named, so that checkpoints can find all of it.
+  for (size_t t = 0; t < t_.size(); ++t)
+    if (persistent_state(t_[t].kind) && !seen[t] && t_[t].kind != fb::TensorKind::weight &&
+        t_[t].kind != fb::TensorKind::weight_shard)
+      return fail(tn(static_cast<int>(t)) + " of kind " + fb::EnumNameTensorKind(t_[t].kind) + " has no state entry");
   return {};
 }
 
@@ -325,54 +480,22 @@ Status Verifier::check_constants_and_weights() {
     if (ti.kind != fb::TensorKind::weight && ti.kind != fb::TensorKind::weight_shard)
       return fail(bn + ": " + tn(b->tensor()) + " is not a weight or weight_shard tensor");
     const fb::WeightSource *src = ws->Get(b->source());
-    Shape ss = to_shape(src->shape()), ls = to_shape(b->local_shape());
-    if (ls.size() != ss.size()) return fail(bn + ": local shape " + shape_str(ls) + " and source shape " + shape_str(ss) + " differ in rank");
-    if (numel(ls) < 0 || numel(ls) >= kHuge) return fail(bn + ": bad local shape " + shape_str(ls));
-    const int64_t local_n = numel(ls);
-    if (!b->ranks() || static_cast<int>(b->ranks()->size()) != world_)
-      return fail(bn + ": needs one RankSlice per rank (" + std::to_string(world_) + ")");
-    for (int r = 0; r < world_; ++r) {
-      const fb::RankSlice *rs = b->ranks()->Get(r);
-      const std::string rn = bn + " (" + tn(b->tensor()) + "), rank " + std::to_string(r);
-      if (rs->flat_end() < rs->flat_begin()) return fail(rn + ": flat range is reversed");
-      const uint64_t keep = rs->flat_end() - rs->flat_begin();
-      if (keep != static_cast<uint64_t>(ti.numel))
-        return fail(rn + ": keeps " + std::to_string(keep) + " elements, the tensor holds " + std::to_string(ti.numel));
-      if (ti.kind == fb::TensorKind::weight && (rs->flat_begin() != 0 || keep != static_cast<uint64_t>(local_n)))
-        return fail(rn + ": a resident weight must keep the whole local tensor [0, " + std::to_string(local_n) + ")");
-      if (ti.kind == fb::TensorKind::weight_shard) {
-        // Shards are gathered over dp in group order, so dp index d must hold the d-th block.
-        const uint64_t want = static_cast<uint64_t>(r / tp_) * keep;
-        if (rs->flat_begin() != want || keep * dp_ < static_cast<uint64_t>(local_n))
-          return fail(rn + ": a ZeRO shard of dp index " + std::to_string(r / tp_) + " must keep [" +
-                      std::to_string(want) + ", " + std::to_string(want + keep) + ") and dp shards must cover " +
-                      std::to_string(local_n) + " elements");
-      }
-      if (!rs->pieces()) continue;
-      for (size_t pi = 0; pi < rs->pieces()->size(); ++pi) {
-        const fb::Piece *pc = rs->pieces()->Get(pi);
-        Shape a = to_shape(pc->src_start()), d = to_shape(pc->dst_start()), z = to_shape(pc->size());
-        const std::string pn = rn + ", piece " + std::to_string(pi);
-        if (a.size() != ss.size() || d.size() != ss.size() || z.size() != ss.size())
-          return fail(pn + ": src_start, dst_start and size must have the source's rank " + std::to_string(ss.size()));
-        for (size_t k = 0; k < ss.size(); ++k)
-          if (z[k] < 0 || a[k] < 0 || d[k] < 0 || a[k] > ss[k] || z[k] > ss[k] - a[k] || d[k] > ls[k] ||
-              z[k] > ls[k] - d[k])
-            return fail(pn + ": box src " + shape_str(a) + " dst " + shape_str(d) + " size " + shape_str(z) +
-                        " is outside the source " + shape_str(ss) + " or the local tensor " + shape_str(ls));
-      }
-    }
+    ZRT_RETURN_IF_ERROR(check_slices(bn, b->tensor(), to_shape(src->shape()), to_shape(b->local_shape()), b->ranks()));
   }
   return {};
 }
 
-Status Verifier::check_io() {
+Status Verifier::check_io(const fb::Program &prog, const std::string &pn) {
+  const bool many = p_.programs()->size() > 1;
+  std::vector<std::string> input_names;
   for (int pass = 0; pass < 2; ++pass) {
-    const auto *v = pass == 0 ? p_.inputs() : p_.outputs();
+    const auto *v = pass == 0 ? prog.inputs() : prog.outputs();
     if (!v) continue;
     for (size_t i = 0; i < v->size(); ++i) {
       const fb::IOBinding *b = v->Get(i);
-      const std::string bn = std::string(pass == 0 ? "input" : "output") + " '" + (b->name() ? b->name()->str() : "") + "'";
+      const std::string bn = (many ? pn + ": " : std::string()) + (pass == 0 ? "input" : "output") + " '" +
+                             (b->name() ? b->name()->str() : "") + "'";
+      if (pass == 0 && b->name()) input_names.push_back(b->name()->str());
       if (!b->name() || b->name()->size() == 0) return fail(bn + ": has no name");
       if (b->tensor() < 0 || b->tensor() >= static_cast<int>(t_.size()))
         return fail(bn + ": tensor index " + std::to_string(b->tensor()) + " is out of range");
@@ -392,8 +515,26 @@ Status Verifier::check_io() {
                       (b->batch_split() ? " split over dp " + std::to_string(dp_) : ""));
       }
       if (b->batch_split() && g.empty()) return fail(bn + ": batch_split needs rank >= 1");
+      if (pass == 0 && ti.kind != fb::TensorKind::input) return fail(bn + ": " + tn(b->tensor()) + " is not of kind input");
     }
   }
+  if (const auto *sc = prog.scalars())
+    for (size_t i = 0; i < sc->size(); ++i) {
+      const fb::ScalarInput *x = sc->Get(i);
+      const std::string name = x->name() ? x->name()->str() : "";
+      const std::string bn = (many ? pn + ": " : std::string()) + "scalar input '" + name + "'";
+      if (name.empty()) return fail(bn + ": has no name");
+      if (std::find(input_names.begin(), input_names.end(), name) != input_names.end())
+        return fail(bn + ": the name is used twice among the program's inputs");
+      input_names.push_back(name);
+      if (x->tensor() < 0 || x->tensor() >= static_cast<int>(t_.size()))
+        return fail(bn + ": tensor index " + std::to_string(x->tensor()) + " is out of range");
+      const TInfo &ti = t_[x->tensor()];
+      if (ti.kind != fb::TensorKind::input || !ti.shape.empty() || static_cast<DType>(x->dtype()) != ti.dtype ||
+          ti.dtype == DType::bool8)
+        return fail(bn + ": " + tn(x->tensor()) + " must be a numeric rank-0 input tensor of the scalar's dtype");
+      if (!std::isfinite(x->default_value())) return fail(bn + ": the default value is not finite");
+    }
   return {};
 }
 
@@ -427,10 +568,18 @@ Status Verifier::check_instr(int idx, const fb::Instr &in) {
     int t = in.outputs()->Get(i);
     if (t < 0 || t >= static_cast<int>(t_.size())) return fail(where + ": output " + std::to_string(i) + " is tensor index " + std::to_string(t) + ", out of range");
     const auto k = t_[t].kind;
-    if (k == fb::TensorKind::input || k == fb::TensorKind::constant || k == fb::TensorKind::weight || k == fb::TensorKind::weight_shard) {
-      // Prefetch and evict may move weights between spaces; nothing else writes a bound tensor.
+    if (k == fb::TensorKind::input || k == fb::TensorKind::constant) {
+      // Prefetch and evict may move tensors between spaces; nothing else writes a bound tensor.
       if (sig.category != OpCategory::transfer)
         return fail(where + ": writes " + tn(t) + ", which is a bound " + fb::EnumNameTensorKind(k) + " tensor");
+    } else if (persistent_state(k)) {
+      // Persistent state changes only through the registry's in-place state writes and explicit copies
+      // (copy, cast, fill: zg.assign and initialisation); prefetch/evict move it between spaces.
+      const bool allowed = sig.category == OpCategory::state_write || sig.category == OpCategory::transfer ||
+                           op == Op::copy || op == Op::cast || op == Op::fill;
+      if (!allowed)
+        return fail(where + ": writes " + tn(t) + ", which is persistent " + fb::EnumNameTensorKind(k) +
+                    " state; only state-writing ops (adamw, accumulate) and copy, cast or fill may");
     }
     outs.push_back(t);
   }
@@ -449,8 +598,8 @@ Status Verifier::check_instr(int idx, const fb::Instr &in) {
   if (in.stream() > fb::Stream::MAX) return fail(where + ": unknown stream");
   if (in.waits())
     for (int e : *in.waits())
-      if (e < 0 || e >= p_.num_events()) return fail(where + ": waits on event " + std::to_string(e) + ", out of range");
-  if (in.signal() < -1 || in.signal() >= p_.num_events()) return fail(where + ": signals event " + std::to_string(in.signal()) + ", out of range");
+      if (e < 0 || e >= num_events_) return fail(where + ": waits on event " + std::to_string(e) + ", out of range");
+  if (in.signal() < -1 || in.signal() >= num_events_) return fail(where + ": signals event " + std::to_string(in.signal()) + ", out of range");
   return check_shapes(sig, in, ins, outs, where);
 }
 
@@ -801,10 +950,10 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
 
 }  // namespace
 
-uint64_t compute_collective_hash(const fb::Plan &p) {
+uint64_t compute_collective_hash(const fb::Plan &p, const fb::Program &prog) {
   uint64_t h = kFnvOffsetBasis;
-  if (!p.instrs()) return h;
-  for (const fb::Instr *in : *p.instrs()) {
+  if (!prog.instrs()) return h;
+  for (const fb::Instr *in : *prog.instrs()) {
     const OpInfo *info = op_info(in->op());
     if (!info || !info->communicates()) continue;
     uint8_t dt = 0;
@@ -821,6 +970,17 @@ uint64_t compute_collective_hash(const fb::Plan &p) {
     }
     h = collective_hash_step(h, in->op(), static_cast<uint8_t>(in->axis()), dt, count);
   }
+  return h;
+}
+
+uint64_t compute_collective_hash(const fb::Plan &p) {
+  // Every program's hash, folded in program order: ranks must agree on all of them.
+  uint64_t h = kFnvOffsetBasis;
+  if (p.programs())
+    for (const fb::Program *prog : *p.programs()) {
+      const uint64_t ph = compute_collective_hash(p, *prog);
+      h = fnv1a64(&ph, sizeof(ph), h);
+    }
   return h;
 }
 

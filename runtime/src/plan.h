@@ -51,7 +51,9 @@ class PlanFile {
 Status verify_plan(const uint8_t *file, size_t n, const Launch &launch, const fb::Plan **plan,
                    uint64_t *collective_hash);
 
-/// Recomputes Plan.collective_hash from the instruction stream.
+/// Recomputes a program's collective hash from its instructions.
+uint64_t compute_collective_hash(const fb::Plan &plan, const fb::Program &program);
+/// The hashes of every program, folded in program order (what the ranks compare at start-up).
 uint64_t compute_collective_hash(const fb::Plan &plan);
 
 }  // namespace zrt

@@ -3,6 +3,7 @@
 // communicator), output assembly and the measured memory high-water mark.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -27,12 +28,21 @@ struct Session::Impl {
   void *staging = nullptr;
   size_t staging_bytes = 0;
   std::vector<TensorRef> tensors;
-  std::vector<Step> steps;
-  std::vector<uint8_t> step_is_comm;
-  // Per step, the arena high-water mark its outputs reach, per space (precomputed at load).
-  std::vector<std::array<uint64_t, kNumMemSpaces>> step_extent;
-  std::vector<IOInfo> inputs, outputs;
-  std::vector<int> input_tensor, output_tensor;
+  /// One named program of the plan, decoded.
+  struct Program {
+    std::vector<Step> steps;
+    std::vector<uint8_t> step_is_comm;
+    // Per step, the arena high-water mark its outputs reach, per space (precomputed at load).
+    std::vector<std::array<uint64_t, kNumMemSpaces>> step_extent;
+    std::vector<int> input_tensor, output_tensor, scalar_tensor;
+  };
+  std::vector<Program> programs;
+  std::vector<ProgramInfo> program_info;  // indexed like programs
+  int default_program = 0;                // "main" when the plan has it, else the first
+  int last_run = -1;
+  std::vector<std::pair<std::string, double>> scalar_values;  // set by the caller, by name
+  std::vector<StateInfo> state;
+  std::vector<int> state_tensor;
   MemoryReport report;
 
   ~Impl() {
@@ -61,11 +71,30 @@ struct Session::Impl {
   Status run_collective(const Step &s);
   /// For an integer input that indexes a table (embedding, gather): the number of rows of the whole table,
   /// and whether negative ids count from the end (gather). -1 when no instruction reads the input as ids.
-  int64_t id_bound(size_t input, bool *negative_ok) const;
+  int64_t id_bound(int program, size_t input, bool *negative_ok) const;
+  Status bind_one(int program, int input, const void *data, size_t bytes);
+  Status write_scalars(int program);
   int find(const std::vector<IOInfo> &v, const std::string &name) const {
     for (size_t i = 0; i < v.size(); ++i)
       if (v[i].name == name) return static_cast<int>(i);
     return -1;
+  }
+  int find_program(const std::string &name) const {
+    for (size_t i = 0; i < program_info.size(); ++i)
+      if (program_info[i].name == name) return static_cast<int>(i);
+    return -1;
+  }
+  /// The program an output name refers to: the last one run that has it, else the first that has it.
+  int program_with_output(const std::string &name, int *index) const {
+    if (last_run >= 0 && (*index = find(program_info[last_run].outputs, name)) >= 0) return last_run;
+    for (size_t p = 0; p < program_info.size(); ++p)
+      if ((*index = find(program_info[p].outputs, name)) >= 0) return static_cast<int>(p);
+    return -1;
+  }
+  std::string program_names() const {
+    std::string r;
+    for (const ProgramInfo &pi : program_info) r += (r.empty() ? "'" : ", '") + pi.name + "'";
+    return r;
   }
 };
 
@@ -144,19 +173,49 @@ Status Session::Impl::setup() {
       ZRT_RETURN_IF_ERROR(backend->write(tensors[i].space, tensors[i].data, c.data()->data(), c.data()->size()));
     note_write(tensors[i], false);
   }
-  for (int pass = 0; pass < 2; ++pass) {
-    const auto *v = pass == 0 ? p.inputs() : p.outputs();
-    if (!v) continue;
-    for (const fb::IOBinding *b : *v) {
-      IOInfo io;
-      io.name = b->name()->str();
-      io.dtype = static_cast<DType>(b->dtype());
-      if (b->global_shape()) io.global_shape.assign(b->global_shape()->begin(), b->global_shape()->end());
-      io.batch_split = b->batch_split();
-      (pass == 0 ? inputs : outputs).push_back(io);
-      (pass == 0 ? input_tensor : output_tensor).push_back(b->tensor());
+  const size_t np = p.programs()->size();
+  programs.resize(np);
+  program_info.resize(np);
+  for (size_t pi = 0; pi < np; ++pi) {
+    const fb::Program &prog = *p.programs()->Get(pi);
+    ProgramInfo &info = program_info[pi];
+    Program &run = programs[pi];
+    info.name = prog.name()->str();
+    if (info.name == "main") default_program = static_cast<int>(pi);
+    for (int pass = 0; pass < 2; ++pass) {
+      const auto *v = pass == 0 ? prog.inputs() : prog.outputs();
+      if (!v) continue;
+      for (const fb::IOBinding *b : *v) {
+        IOInfo io;
+        io.name = b->name()->str();
+        io.dtype = static_cast<DType>(b->dtype());
+        if (b->global_shape()) io.global_shape.assign(b->global_shape()->begin(), b->global_shape()->end());
+        io.batch_split = b->batch_split();
+        (pass == 0 ? info.inputs : info.outputs).push_back(io);
+        (pass == 0 ? run.input_tensor : run.output_tensor).push_back(b->tensor());
+      }
     }
+    if (prog.scalars())
+      for (const fb::ScalarInput *x : *prog.scalars()) {
+        info.scalars.push_back({x->name()->str(), static_cast<DType>(x->dtype()), x->default_value()});
+        run.scalar_tensor.push_back(x->tensor());
+      }
   }
+  if (p.state())
+    for (const fb::StateEntry *e : *p.state()) {
+      StateInfo si;
+      si.name = e->name()->str();
+      si.kind = fb::EnumNameStateKind(e->kind());
+      si.param = e->param() ? e->param()->str() : "";
+      si.dtype = tensors[e->tensor()].dtype;
+      if (e->full_shape()) si.full_shape.assign(e->full_shape()->begin(), e->full_shape()->end());
+      if (e->local_shape()) si.local_shape.assign(e->local_shape()->begin(), e->local_shape()->end());
+      const fb::RankSlice &rs = *e->ranks()->Get(ri.rank);
+      si.flat_begin = rs.flat_begin();
+      si.flat_end = rs.flat_end();
+      state.push_back(si);
+      state_tensor.push_back(e->tensor());
+    }
   return {};
 }
 
@@ -180,57 +239,40 @@ Status Session::Impl::load_weights() {
 
 Status Session::Impl::decode_steps() {
   const fb::Plan &p = plan();
-  const size_t n = p.instrs() ? p.instrs()->size() : 0;
-  steps.resize(n);
-  step_is_comm.resize(n);
-  step_extent.assign(n, {});
   std::vector<Step> compute;
-  for (size_t i = 0; i < n; ++i) {
-    Step &s = steps[i];
-    ZRT_RETURN_IF_ERROR(decode_step(*p.instrs()->Get(i), static_cast<int>(i), tensors, &s));
-    step_is_comm[i] = s.info->on_communicator();
-    // The communicators reduce by sum only so far; a plan asking for max or min must not run as a sum.
-    const size_t red_at = s.op == Op::all_reduce ? 0 : 1;
-    if ((s.op == Op::all_reduce || s.op == Op::reduce_scatter) && s.ints.size() > red_at && s.ints[red_at] != 0)
-      return error(Code::mismatch, "instruction " + std::to_string(i) + " (" + op_name(s.op) +
-                                          "): reductions other than sum are not supported by this runtime yet");
-    for (const TensorRef &o : s.outputs) {
-      const int sp = static_cast<int>(o.space);
-      const uint64_t end = static_cast<uint8_t *>(o.data) - static_cast<uint8_t *>(arena[sp]) + o.bytes;
-      step_extent[i][sp] = std::max(step_extent[i][sp], end);
-    }
-    // Staging for collectives that permute or must not overlap: sized once here, never on the hot path.
-    const size_t es = s.inputs.empty() ? 0 : dtype_size(s.inputs[0].dtype);
-    switch (s.op) {
-      case Op::all_gather: staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.outputs[0].numel()) * es); break;
-      case Op::reduce_scatter: staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.inputs[0].numel()) * es); break;
-      case Op::gather_param:
-        staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.inputs[0].numel()) * es * ri.dp);
-        break;
-      default: break;
-    }
-    if (!step_is_comm[i]) compute.push_back(s);
-  }
-  // The plan's events are the only order between streams (the cuda backend adds none), so a wait on an
-  // event that no earlier instruction records would order nothing: refuse it here, naming the instruction.
-  const int num_events = p.num_events();
-  std::vector<int> signalled_by(static_cast<size_t>(num_events), -1);
-  for (size_t i = 0; i < n; ++i) {
-    const Step &s = steps[i];
-    for (int e : s.waits)
-      if (signalled_by[static_cast<size_t>(e)] < 0)
-        return error(Code::invalid_argument, "instruction " + std::to_string(i) + " ('" + s.name + "') waits on event " +
-                                                 std::to_string(e) + ", which no earlier instruction signals");
-    if (s.signal >= 0) {
-      if (signalled_by[static_cast<size_t>(s.signal)] >= 0)
-        return error(Code::invalid_argument, "instruction " + std::to_string(i) + " ('" + s.name + "') signals event " +
-                                                 std::to_string(s.signal) + ", already signalled by instruction " +
-                                                 std::to_string(signalled_by[static_cast<size_t>(s.signal)]));
-      signalled_by[static_cast<size_t>(s.signal)] = static_cast<int>(i);
+  int max_events = 0;
+  for (size_t pi = 0; pi < programs.size(); ++pi) {
+    const fb::Program &prog = *p.programs()->Get(pi);
+    Program &run = programs[pi];
+    const size_t n = prog.instrs() ? prog.instrs()->size() : 0;
+    max_events = std::max(max_events, prog.num_events());
+    run.steps.resize(n);
+    run.step_is_comm.resize(n);
+    run.step_extent.assign(n, {});
+    for (size_t i = 0; i < n; ++i) {
+      Step &s = run.steps[i];
+      ZRT_RETURN_IF_ERROR(decode_step(*prog.instrs()->Get(i), static_cast<int>(i), tensors, &s));
+      run.step_is_comm[i] = s.info->on_communicator();
+      for (const TensorRef &o : s.outputs) {
+        const int sp = static_cast<int>(o.space);
+        const uint64_t end = static_cast<uint8_t *>(o.data) - static_cast<uint8_t *>(arena[sp]) + o.bytes;
+        run.step_extent[i][sp] = std::max(run.step_extent[i][sp], end);
+      }
+      // Staging for collectives that permute or must not overlap: sized once here, never on the hot path.
+      const size_t es = s.inputs.empty() ? 0 : dtype_size(s.inputs[0].dtype);
+      switch (s.op) {
+        case Op::all_gather: staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.outputs[0].numel()) * es); break;
+        case Op::reduce_scatter: staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.inputs[0].numel()) * es); break;
+        case Op::gather_param:
+          staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.inputs[0].numel()) * es * ri.dp);
+          break;
+        default: break;
+      }
+      if (!run.step_is_comm[i]) compute.push_back(s);
     }
   }
-  ZRT_RETURN_IF_ERROR(backend->set_num_events(num_events));
   size_t scratch = 0;
+  ZRT_RETURN_IF_ERROR(backend->set_num_events(max_events));
   ZRT_RETURN_IF_ERROR(backend->prepare(ri, compute, &scratch));
   if (staging_bytes) ZRT_RETURN_IF_ERROR(backend->allocate(MemSpace::device, staging_bytes, &staging));
   report.runtime_scratch_bytes = scratch + staging_bytes;
@@ -247,13 +289,16 @@ Status Session::Impl::run_collective(const Step &s) {
   const size_t in_bytes = static_cast<size_t>(in.numel()) * es, out_bytes = static_cast<size_t>(out.numel()) * es;
   const int g = comm->group_size(s.axis);
   auto *st = static_cast<uint8_t *>(staging);
+  // The optional reduction int: all_reduce [reduction], reduce_scatter [dim, reduction]; absent = sum.
+  const size_t red_at = op == Op::all_reduce ? 0 : 1;
+  const Reduction red = s.ints.size() > red_at ? static_cast<Reduction>(s.ints[red_at]) : Reduction::sum;
   switch (op) {
     case Op::all_reduce: {
       if (in.data != out.data && overlaps(in.data, in_bytes, out.data, out_bytes)) {
         ZRT_RETURN_IF_ERROR(backend->copy_blocks(out.data, 0, in.data, 0, in_bytes, 1));
-        return comm->all_reduce(s.axis, out.data, out.data, static_cast<size_t>(in.numel()), in.dtype, stream);
+        return comm->all_reduce(s.axis, out.data, out.data, static_cast<size_t>(in.numel()), in.dtype, stream, red);
       }
-      return comm->all_reduce(s.axis, in.data, out.data, static_cast<size_t>(in.numel()), in.dtype, stream);
+      return comm->all_reduce(s.axis, in.data, out.data, static_cast<size_t>(in.numel()), in.dtype, stream, red);
     }
     case Op::all_gather: {
       const int dim = static_cast<int>(s.ints[0]);
@@ -274,13 +319,13 @@ Status Session::Impl::run_collective(const Step &s) {
       int64_t outer = 1;
       for (int k = 0; k < dim; ++k) outer *= out.shape[k];
       if (outer == 1 && !overlaps(in.data, in_bytes, out.data, out_bytes))
-        return comm->reduce_scatter(s.axis, in.data, out.data, static_cast<size_t>(out.numel()), in.dtype, stream);
+        return comm->reduce_scatter(s.axis, in.data, out.data, static_cast<size_t>(out.numel()), in.dtype, stream, red);
       // Packed so that part c of every row is contiguous, then reduced and scattered block-wise.
       const size_t row = out_bytes / static_cast<size_t>(outer);
       for (int c = 0; c < g; ++c)
         ZRT_RETURN_IF_ERROR(backend->copy_blocks(st + c * out_bytes, row, static_cast<uint8_t *>(in.data) + c * row,
                                                  g * row, row, static_cast<size_t>(outer)));
-      return comm->reduce_scatter(s.axis, st, out.data, static_cast<size_t>(out.numel()), in.dtype, stream);
+      return comm->reduce_scatter(s.axis, st, out.data, static_cast<size_t>(out.numel()), in.dtype, stream, red);
     }
     case Op::broadcast: {
       if (in.data != out.data) ZRT_RETURN_IF_ERROR(backend->copy_blocks(out.data, 0, in.data, 0, in_bytes, 1));
@@ -353,25 +398,25 @@ Status Session::open_buffer(const void *data, size_t bytes, const std::string &b
 }
 
 const RankInfo &Session::rank_info() const { return impl_->ri; }
-const std::vector<IOInfo> &Session::inputs() const { return impl_->inputs; }
-const std::vector<IOInfo> &Session::outputs() const { return impl_->outputs; }
+const std::vector<IOInfo> &Session::inputs() const { return impl_->program_info[impl_->default_program].inputs; }
+const std::vector<IOInfo> &Session::outputs() const { return impl_->program_info[impl_->default_program].outputs; }
+const std::vector<ProgramInfo> &Session::programs() const { return impl_->program_info; }
+const std::vector<StateInfo> &Session::state() const { return impl_->state; }
 std::string Session::producer() const {
   const auto *p = impl_->plan().producer();
   return p ? p->str() : "";
 }
 
-Status Session::bind_input(const std::string &name, const void *data, size_t bytes) {
-  Impl &m = *impl_;
-  const int i = m.find(m.inputs, name);
-  if (i < 0) return error(Code::invalid_argument, "the plan has no input named '" + name + "'");
-  const IOInfo &io = m.inputs[i];
+Status Session::Impl::bind_one(int pi, int i, const void *data, size_t bytes) {
+  const IOInfo &io = program_info[pi].inputs[i];
+  const std::string &name = io.name;
   if (bytes != io.global_bytes())
     return error(Code::invalid_argument, "input '" + name + "' needs " + std::to_string(io.global_bytes()) +
                                              " bytes (the global tensor), got " + std::to_string(bytes));
   // An id outside its table would read nothing: the embedding kernel zeroes rows that other tp ranks hold,
   // so an id that no rank holds becomes a silent zero row. Refuse it here, where the whole batch is seen.
   bool negative_ok = false;
-  const int64_t bound = (io.dtype == DType::i64 || io.dtype == DType::i32) ? m.id_bound(i, &negative_ok) : -1;
+  const int64_t bound = (io.dtype == DType::i64 || io.dtype == DType::i32) ? id_bound(pi, i, &negative_ok) : -1;
   if (bound >= 0) {
     const size_t count = bytes / dtype_size(io.dtype);
     for (size_t e = 0; e < count; ++e) {
@@ -383,27 +428,42 @@ Status Session::bind_input(const std::string &name, const void *data, size_t byt
                                                  std::to_string(bound) + "): the rows of the table it indexes");
     }
   }
-  const TensorRef &t = m.tensors[m.input_tensor[i]];
+  const TensorRef &t = tensors[programs[pi].input_tensor[i]];
   size_t off = 0, n = bytes;
   if (io.batch_split && !io.global_shape.empty() && io.global_shape[0] > 0) {
     // dp group d takes rows [d * N / dp, (d + 1) * N / dp).
     const size_t row = bytes / static_cast<size_t>(io.global_shape[0]);
-    const int64_t rows = io.global_shape[0] / m.ri.dp;
-    off = static_cast<size_t>(m.ri.dp_index() * rows) * row;
+    const int64_t rows = io.global_shape[0] / ri.dp;
+    off = static_cast<size_t>(ri.dp_index() * rows) * row;
     n = static_cast<size_t>(rows) * row;
   }
-  ZRT_RETURN_IF_ERROR(m.backend->write(t.space, t.data, static_cast<const uint8_t *>(data) + off, n));
-  m.note_write(t, false);
+  ZRT_RETURN_IF_ERROR(backend->write(t.space, t.data, static_cast<const uint8_t *>(data) + off, n));
+  note_write(t, false);
   return {};
 }
 
-int64_t Session::Impl::id_bound(size_t i, bool *negative_ok) const {
-  const fb::Plan &p = plan();
+Status Session::bind_input(const std::string &name, const void *data, size_t bytes) {
+  Impl &m = *impl_;
+  // Every program with an input of this name takes it: inputs keep their bytes until bound again.
+  bool found = false;
+  for (size_t pi = 0; pi < m.programs.size(); ++pi) {
+    const int i = m.find(m.program_info[pi].inputs, name);
+    if (i < 0) continue;
+    found = true;
+    Status st = m.bind_one(static_cast<int>(pi), i, data, bytes);
+    if (!st.ok()) return m.programs.size() > 1 ? st.with_context("program '" + m.program_info[pi].name + "'") : st;
+  }
+  if (!found) return error(Code::invalid_argument, "the plan has no input named '" + name + "'");
+  return {};
+}
+
+int64_t Session::Impl::id_bound(int pi, size_t i, bool *negative_ok) const {
+  const fb::Program &prog = *plan().programs()->Get(pi);
   int64_t bound = -1;
   *negative_ok = false;
-  if (p.instrs())
-    for (const fb::Instr *in : *p.instrs()) {
-      if (!in->inputs() || in->inputs()->size() < 2 || in->inputs()->Get(1) != input_tensor[i]) continue;
+  if (prog.instrs())
+    for (const fb::Instr *in : *prog.instrs()) {
+      if (!in->inputs() || in->inputs()->size() < 2 || in->inputs()->Get(1) != programs[pi].input_tensor[i]) continue;
       const TensorRef &tab = tensors[in->inputs()->Get(0)];
       if (in->op() == static_cast<uint16_t>(Op::embedding) && tab.rank == 2) {
         const int64_t stride = in->ints() && in->ints()->size() ? in->ints()->Get(0) : 0;
@@ -419,48 +479,93 @@ int64_t Session::Impl::id_bound(size_t i, bool *negative_ok) const {
 
 Status Session::bind_random_inputs(uint64_t seed) {
   Impl &m = *impl_;
-  for (size_t i = 0; i < m.inputs.size(); ++i) {
-    const IOInfo &io = m.inputs[i];
-    // Integer inputs are ids: bound them by the rows of the table they index so that every id is valid.
-    bool negative_ok = false;
-    int64_t bound = m.id_bound(i, &negative_ok);
-    if (bound < 1) bound = 2;
-    const size_t n = io.global_bytes() / dtype_size(io.dtype);
-    std::vector<uint8_t> buf(io.global_bytes());
-    const std::string key = "input:" + io.name;
-    for (size_t e = 0; e < n; ++e) {
-      const float u = random_weight_value(seed, key, e) * 10.0f;  // [-1, 1)
-      if (io.dtype == DType::f32 || io.dtype == DType::bf16 || io.dtype == DType::f16)
-        zk::store_f32(buf.data(), static_cast<zk::DType>(io.dtype), static_cast<int64_t>(e), u);
-      else
-        zk::store_i64(buf.data(), static_cast<zk::DType>(io.dtype), static_cast<int64_t>(e),
-                      std::min<int64_t>(bound - 1, static_cast<int64_t>((u + 1.0f) * 0.5f * static_cast<float>(bound))));
+  for (size_t pi = 0; pi < m.programs.size(); ++pi)
+    for (size_t i = 0; i < m.program_info[pi].inputs.size(); ++i) {
+      const IOInfo io = m.program_info[pi].inputs[i];
+      // Integer inputs are ids: bound them by the rows of the table they index so that every id is valid.
+      bool negative_ok = false;
+      int64_t bound = m.id_bound(static_cast<int>(pi), i, &negative_ok);
+      if (bound < 1) bound = 2;
+      const size_t n = io.global_bytes() / dtype_size(io.dtype);
+      std::vector<uint8_t> buf(io.global_bytes());
+      const std::string key = "input:" + io.name;
+      for (size_t e = 0; e < n; ++e) {
+        const float u = random_weight_value(seed, key, e) * 10.0f;  // [-1, 1)
+        if (io.dtype == DType::f32 || io.dtype == DType::bf16 || io.dtype == DType::f16)
+          zk::store_f32(buf.data(), static_cast<zk::DType>(io.dtype), static_cast<int64_t>(e), u);
+        else
+          zk::store_i64(buf.data(), static_cast<zk::DType>(io.dtype), static_cast<int64_t>(e),
+                        std::min<int64_t>(bound - 1, static_cast<int64_t>((u + 1.0f) * 0.5f * static_cast<float>(bound))));
+      }
+      ZRT_RETURN_IF_ERROR(m.bind_one(static_cast<int>(pi), static_cast<int>(i), buf.data(), buf.size()));
     }
-    ZRT_RETURN_IF_ERROR(bind_input(io.name, buf.data(), buf.size()));
+  return {};
+}
+
+Status Session::set_scalar(const std::string &name, double value) {
+  Impl &m = *impl_;
+  bool found = false;
+  for (const ProgramInfo &pi : m.program_info)
+    for (const ScalarInfo &x : pi.scalars) found = found || x.name == name;
+  if (!found) return error(Code::invalid_argument, "the plan has no scalar input named '" + name + "'");
+  if (!std::isfinite(value)) return error(Code::invalid_argument, "scalar '" + name + "' must be finite");
+  for (auto &kv : m.scalar_values)
+    if (kv.first == name) {
+      kv.second = value;
+      return {};
+    }
+  m.scalar_values.emplace_back(name, value);
+  return {};
+}
+
+Status Session::Impl::write_scalars(int pi) {
+  const ProgramInfo &info = program_info[pi];
+  for (size_t k = 0; k < info.scalars.size(); ++k) {
+    const ScalarInfo &x = info.scalars[k];
+    double v = x.default_value;
+    for (const auto &kv : scalar_values)
+      if (kv.first == x.name) v = kv.second;
+    const TensorRef &t = tensors[programs[pi].scalar_tensor[k]];
+    uint8_t buf[8] = {};
+    if (x.dtype == DType::f32 || x.dtype == DType::bf16 || x.dtype == DType::f16)
+      zk::store_f32(buf, static_cast<zk::DType>(x.dtype), 0, static_cast<float>(v));
+    else
+      zk::store_i64(buf, static_cast<zk::DType>(x.dtype), 0, static_cast<int64_t>(v));
+    ZRT_RETURN_IF_ERROR(backend->write(t.space, t.data, buf, dtype_size(x.dtype)));
   }
   return {};
 }
 
-Status Session::run() {
+Status Session::run() { return run(impl_->program_info[impl_->default_program].name); }
+
+Status Session::run(const std::string &program) {
   Impl &m = *impl_;
+  const int pi = m.find_program(program);
+  if (pi < 0)
+    return error(Code::invalid_argument, "the plan has no program named '" + program + "' (it has " +
+                                             m.program_names() + ")");
+  const Impl::Program &run = m.programs[pi];
+  ZRT_RETURN_IF_ERROR(m.write_scalars(pi));
+  m.last_run = pi;
   bool replayed = false;
-  ZRT_RETURN_IF_ERROR(m.backend->begin_run(&replayed));
-  for (size_t i = 0; i < m.steps.size(); ++i) {
-    const Step &s = m.steps[i];
+  ZRT_RETURN_IF_ERROR(m.backend->begin_run(pi, &replayed));
+  for (size_t i = 0; i < run.steps.size(); ++i) {
+    const Step &s = run.steps[i];
     Status st;
     if (!replayed) {
       st = m.backend->enter(s);
-      if (st.ok()) st = m.step_is_comm[i] ? m.run_collective(s) : m.backend->execute(s);
+      if (st.ok()) st = run.step_is_comm[i] ? m.run_collective(s) : m.backend->execute(s);
       if (st.ok()) st = m.backend->leave(s);
     }
     if (!st.ok()) {
-      return st.with_context("instruction " + std::to_string(i) + " (" + op_name(s.op) +
-                             (s.name.empty() ? "" : " '" + s.name + "'") + ")");
+      st = st.with_context("instruction " + std::to_string(i) + " (" + op_name(s.op) +
+                           (s.name.empty() ? "" : " '" + s.name + "'") + ")");
+      return m.programs.size() > 1 ? st.with_context("program '" + program + "'") : st;
     }
     for (int sp = 0; sp < kNumMemSpaces; ++sp) {
       uint64_t &a = m.report.measured_arena_bytes[sp], &b = m.report.measured_instr_bytes[sp];
-      a = std::max(a, m.step_extent[i][sp]);
-      b = std::max(b, m.step_extent[i][sp]);
+      a = std::max(a, run.step_extent[i][sp]);
+      b = std::max(b, run.step_extent[i][sp]);
     }
   }
   return m.backend->synchronize();
@@ -468,9 +573,10 @@ Status Session::run() {
 
 Status Session::read_local_output(const std::string &name, void *data, size_t bytes, std::vector<int64_t> *shape) {
   Impl &m = *impl_;
-  const int i = m.find(m.outputs, name);
-  if (i < 0) return error(Code::invalid_argument, "the plan has no output named '" + name + "'");
-  const TensorRef &t = m.tensors[m.output_tensor[i]];
+  int i = -1;
+  const int pi = m.program_with_output(name, &i);
+  if (pi < 0) return error(Code::invalid_argument, "the plan has no output named '" + name + "'");
+  const TensorRef &t = m.tensors[m.programs[pi].output_tensor[i]];
   const size_t n = static_cast<size_t>(t.numel()) * dtype_size(t.dtype);
   if (bytes != n)
     return error(Code::invalid_argument, "output '" + name + "' holds " + std::to_string(n) + " bytes on this rank, got a buffer of " +
@@ -481,13 +587,14 @@ Status Session::read_local_output(const std::string &name, void *data, size_t by
 
 Status Session::read_output(const std::string &name, void *data, size_t bytes, int root) {
   Impl &m = *impl_;
-  const int i = m.find(m.outputs, name);
-  if (i < 0) return error(Code::invalid_argument, "the plan has no output named '" + name + "'");
-  const IOInfo &io = m.outputs[i];
+  int i = -1;
+  const int pi = m.program_with_output(name, &i);
+  if (pi < 0) return error(Code::invalid_argument, "the plan has no output named '" + name + "'");
+  const IOInfo &io = m.program_info[pi].outputs[i];
   if (m.ri.rank == root && bytes != io.global_bytes())
     return error(Code::invalid_argument, "output '" + name + "' needs a buffer of " + std::to_string(io.global_bytes()) +
                                              " bytes (the global tensor), got " + std::to_string(bytes));
-  const TensorRef &t = m.tensors[m.output_tensor[i]];
+  const TensorRef &t = m.tensors[m.programs[pi].output_tensor[i]];
   const size_t local = static_cast<size_t>(t.numel()) * dtype_size(t.dtype);
   // Outputs are whole on every rank of a tp group: the tp-index-0 rank of each dp group contributes its
   // rows (in rank order, which is dp order); an output that is not batch-split comes from rank 0 alone.
@@ -496,6 +603,40 @@ Status Session::read_output(const std::string &name, void *data, size_t bytes, i
   std::vector<uint8_t> host(counts[m.ri.rank]);
   if (!host.empty()) ZRT_RETURN_IF_ERROR(m.backend->read(t.space, host.data(), t.data, host.size()));
   return m.comm->gather_host(host.data(), data, counts.data(), root);
+}
+
+namespace {
+int find_state(const std::vector<StateInfo> &v, const std::string &name) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+}  // namespace
+
+Status Session::read_state(const std::string &name, void *data, size_t bytes) {
+  Impl &m = *impl_;
+  const int i = find_state(m.state, name);
+  if (i < 0) return error(Code::invalid_argument, "the plan has no state named '" + name + "'");
+  const TensorRef &t = m.tensors[m.state_tensor[i]];
+  if (bytes != m.state[i].local_bytes())
+    return error(Code::invalid_argument, "state '" + name + "' holds " + std::to_string(m.state[i].local_bytes()) +
+                                             " bytes on this rank, got a buffer of " + std::to_string(bytes));
+  ZRT_RETURN_IF_ERROR(m.backend->synchronize());
+  return m.backend->read(t.space, data, t.data, bytes);
+}
+
+Status Session::write_state(const std::string &name, const void *data, size_t bytes) {
+  Impl &m = *impl_;
+  const int i = find_state(m.state, name);
+  if (i < 0) return error(Code::invalid_argument, "the plan has no state named '" + name + "'");
+  const TensorRef &t = m.tensors[m.state_tensor[i]];
+  if (bytes != m.state[i].local_bytes())
+    return error(Code::invalid_argument, "state '" + name + "' holds " + std::to_string(m.state[i].local_bytes()) +
+                                             " bytes on this rank, got " + std::to_string(bytes));
+  ZRT_RETURN_IF_ERROR(m.backend->synchronize());
+  ZRT_RETURN_IF_ERROR(m.backend->write(t.space, t.data, data, bytes));
+  m.note_write(t, false);
+  return {};
 }
 
 MemoryReport Session::memory_report() const {

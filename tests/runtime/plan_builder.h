@@ -63,6 +63,18 @@ struct PlanBuilder {
     std::string name;
   };
   struct C { fb::DType dtype; Shape shape; std::vector<uint8_t> data; };
+  struct SC { std::string name; int tensor; double def; };
+  /// A finished program; the one being built lives in inputs/outputs/instrs/scalars.
+  struct Prog { std::string name; std::vector<IO> inputs, outputs; std::vector<I> instrs; std::vector<SC> scalars; };
+  /// A state-table entry; ranks as for weight bindings.
+  struct SE {
+    std::string name;
+    int tensor;
+    fb::StateKind kind;
+    std::string param;
+    Shape full, local;
+    std::vector<RS> ranks;
+  };
 
   int tp = 1, dp = 1;
   fb::DType dtype = fb::DType::f32;
@@ -70,6 +82,7 @@ struct PlanBuilder {
   uint16_t version_major = zrt::kPlanVersionMajor, version_minor = zrt::kPlanVersionMinor;
   int world_override = -1;           // fingerprint world other than tp * dp
   bool hash_override = false;        // record a wrong collective hash
+  bool legacy_layout = false;        // write the 1.x layout (one stream in Plan.instrs, no programs)
   int64_t arena_shrink = 0;          // make the device arena smaller than its tensors need
   std::vector<T> tensors;
   std::vector<W> weights;
@@ -77,6 +90,10 @@ struct PlanBuilder {
   std::vector<IO> inputs, outputs;
   std::vector<I> instrs;
   std::vector<C> constants;
+  std::vector<SC> scalars;
+  std::string program_name = "main";
+  std::vector<Prog> finished;
+  std::vector<SE> state;
   uint64_t arena[2] = {0, 0};
 
   PlanBuilder(int tp_, int dp_, fb::DType dt = fb::DType::f32) : tp(tp_), dp(dp_), dtype(dt) {}
@@ -135,6 +152,8 @@ struct PlanBuilder {
       b.ranks.push_back(rs);
     }
     bindings.push_back(b);
+    // The parameter's state entry: the binding's slices, named after it.
+    state.push_back({name, t, zero ? fb::StateKind::param_shard : fb::StateKind::param, name, full, local, b.ranks});
     return t;
   }
 
@@ -150,6 +169,41 @@ struct PlanBuilder {
     if (split) local[0] /= dp;
     int t = tensor(name, dtype, local, fb::TensorKind::output);
     outputs.push_back({name, t, global, split});
+    return t;
+  }
+
+  /// Ends the program being built and starts another named `name`.
+  void new_program(const std::string &name) {
+    finished.push_back({program_name, inputs, outputs, instrs, scalars});
+    inputs.clear();
+    outputs.clear();
+    instrs.clear();
+    scalars.clear();
+    program_name = name;
+  }
+  /// A scalar run input (rank-0 input tensor) of the program being built.
+  int scalar(const std::string &name, fb::DType dt, double def) {
+    int t = tensor(name, dt, {}, fb::TensorKind::input);
+    scalars.push_back({name, t, def});
+    return t;
+  }
+  /// A persistent state tensor held whole on every rank (full shape == local shape), with its state entry.
+  int state_tensor(const std::string &name, fb::StateKind kind, const std::string &param, fb::DType dt,
+                   const Shape &shape) {
+    fb::TensorKind k = kind == fb::StateKind::master ? fb::TensorKind::master
+                       : kind == fb::StateKind::moment1 || kind == fb::StateKind::moment2 ? fb::TensorKind::moment
+                       : kind == fb::StateKind::grad ? fb::TensorKind::grad
+                       : kind == fb::StateKind::param ? fb::TensorKind::weight
+                                                      : fb::TensorKind::state;
+    int t = tensor(name, dt, shape, k);
+    SE e{name, t, kind, param, shape, shape, {}};
+    for (int r = 0; r < world(); ++r) {
+      RS rs;
+      rs.pieces.push_back({Shape(shape.size(), 0), Shape(shape.size(), 0), shape});
+      rs.fe = static_cast<uint64_t>(numel(shape));
+      e.ranks.push_back(rs);
+    }
+    state.push_back(e);
     return t;
   }
 
@@ -188,25 +242,59 @@ struct PlanBuilder {
         r.push_back(fb::CreateIOBindingDirect(b, x.name.c_str(), x.tensor, tensors[x.tensor].dtype, &x.global, x.split));
       return r;
     };
-    auto ins = io(inputs), outs = io(outputs);
-    std::vector<flatbuffers::Offset<fb::Instr>> is;
-    uint64_t h = zrt::kFnvOffsetBasis;
-    for (const I &i : instrs) {
-      is.push_back(fb::CreateInstrDirect(b, static_cast<uint16_t>(i.op), &i.in, &i.out, &i.ints, &i.floats, i.axis, fb::Stream::compute,
-                                         nullptr, -1, i.name.c_str()));
-      const zrt::OpInfo *info = zrt::op_info(static_cast<uint16_t>(i.op));
-      const bool coll = info && info->communicates();
-      if (coll) {
-        uint8_t dt = 0;
-        uint64_t n = 0;
-        if (i.op != zrt::Op::barrier && !i.in.empty()) {
-          dt = static_cast<uint8_t>(tensors[i.in[0]].dtype);
-          n = static_cast<uint64_t>(numel(tensors[i.in[0]].shape));
+    auto instr_list = [&](const std::vector<I> &v, uint64_t *hash) {
+      std::vector<flatbuffers::Offset<fb::Instr>> is;
+      uint64_t h = zrt::kFnvOffsetBasis;
+      for (const I &i : v) {
+        is.push_back(fb::CreateInstrDirect(b, static_cast<uint16_t>(i.op), &i.in, &i.out, &i.ints, &i.floats, i.axis,
+                                           fb::Stream::compute, nullptr, -1, i.name.c_str()));
+        const zrt::OpInfo *info = zrt::op_info(static_cast<uint16_t>(i.op));
+        const bool coll = info && info->communicates();
+        if (coll) {
+          uint8_t dt = 0;
+          uint64_t n = 0;
+          if (i.op != zrt::Op::barrier && !i.in.empty()) {
+            dt = static_cast<uint8_t>(tensors[i.in[0]].dtype);
+            n = static_cast<uint64_t>(numel(tensors[i.in[0]].shape));
+          }
+          h = zrt::collective_hash_step(h, static_cast<uint16_t>(i.op), static_cast<uint8_t>(i.axis), dt, n);
         }
-        h = zrt::collective_hash_step(h, static_cast<uint16_t>(i.op), static_cast<uint8_t>(i.axis), dt, n);
       }
+        if (hash_override) h ^= 1;
+      *hash = h;
+      return is;
+    };
+    std::vector<Prog> progs = finished;
+    progs.push_back({program_name, inputs, outputs, instrs, scalars});
+    std::vector<flatbuffers::Offset<fb::Program>> pv;
+    for (const Prog &pr : progs) {
+      auto pin = io(pr.inputs), pout = io(pr.outputs);
+      uint64_t ph = 0;
+      auto pis = instr_list(pr.instrs, &ph);
+      std::vector<flatbuffers::Offset<fb::ScalarInput>> sc;
+      for (const SC &x : pr.scalars)
+        sc.push_back(fb::CreateScalarInputDirect(b, x.name.c_str(), x.tensor, tensors[x.tensor].dtype, x.def));
+      pv.push_back(fb::CreateProgramDirect(b, pr.name.c_str(), &pin, &pout, &sc, &pis, 0, ph));
     }
-    if (hash_override) h ^= 1;
+    std::vector<flatbuffers::Offset<fb::StateEntry>> sv;
+    for (const SE &e : state) {
+      std::vector<flatbuffers::Offset<fb::RankSlice>> rs;
+      for (const RS &r : e.ranks) {
+        std::vector<flatbuffers::Offset<fb::Piece>> ps;
+        for (const P &p : r.pieces) ps.push_back(fb::CreatePieceDirect(b, &p.src, &p.dst, &p.size));
+        rs.push_back(fb::CreateRankSliceDirect(b, &ps, r.fb, r.fe));
+      }
+      sv.push_back(fb::CreateStateEntryDirect(b, e.name.c_str(), e.tensor, e.kind, e.param.c_str(), &e.full, &e.local, &rs));
+    }
+    // The 1.x layout: the one program's stream at the top level.
+    std::vector<flatbuffers::Offset<fb::IOBinding>> ins, outs;
+    std::vector<flatbuffers::Offset<fb::Instr>> is;
+    uint64_t h = 0;
+    if (legacy_layout) {
+      ins = io(inputs);
+      outs = io(outputs);
+      is = instr_list(instrs, &h);
+    }
     std::vector<flatbuffers::Offset<fb::RankMemory>> mem;
     for (int r = 0; r < world(); ++r) {
       std::vector<uint64_t> a = {arena[0] - static_cast<uint64_t>(arena_shrink), arena[1]};
@@ -215,7 +303,8 @@ struct PlanBuilder {
     const int w = world_override > 0 ? world_override : world();
     auto fp = fb::CreateFingerprint(b, w, tp, dp, backend, dtype);
     auto plan = fb::CreatePlanDirect(b, version_major, version_minor, fp, "zrt tests", &ts, &cs, &ws, &bs, &ins, &outs,
-                                     &is, 0, &mem, h, 0);
+                                     &is, 0, &mem, h, 0, legacy_layout ? nullptr : &pv,
+                                     legacy_layout ? nullptr : &sv);
     fb::FinishPlanBuffer(b, plan);
     return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
   }

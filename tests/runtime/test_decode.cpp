@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <functional>
 
@@ -151,6 +152,83 @@ TEST(World1, CorruptPlansThatPassVerificationRunSafely) {
   }
   std::printf("%d of 1500 corrupted plans passed verification and ran\n", accepted);
   EXPECT_GT(accepted, 0);
+}
+
+// Format 2 through a Session: named programs share persistent state across runs, scalar inputs take their
+// defaults or the caller's values, state is read and written by name. The oracle is AdamW's formula
+// (docs/training-contract.md, section 3) in double precision.
+TEST(Programs, InitThenTrainStepsUpdateSharedState) {
+  PlanBuilder p(1, 1);
+  std::vector<float> w0 = {0.5f, -1.0f, 2.0f, 0.25f};
+  std::vector<uint8_t> wbytes(16);
+  std::memcpy(wbytes.data(), w0.data(), 16);
+  const int w = p.param("w", {4}, -1, false, "", 0, fb::DType::f32, wbytes);
+  const int master = p.state_tensor("w.master", fb::StateKind::master, "w", fb::DType::f32, {4});
+  const int m = p.state_tensor("w.m", fb::StateKind::moment1, "w", fb::DType::f32, {4});
+  const int v = p.state_tensor("w.v", fb::StateKind::moment2, "w", fb::DType::f32, {4});
+  const int scale = p.state_tensor("scale", fb::StateKind::scalar, "", fb::DType::f32, {});
+  p.program_name = "init";
+  p.op(zrt::Op::copy, {w}, {master});
+  p.op(zrt::Op::fill, {}, {scale}, {}, {1.0});
+  p.new_program("train_step");
+  const int g = p.input("g", fb::DType::f32, {4}, false);
+  const int lr = p.scalar("lr", fb::DType::f32, 0.1);
+  const int step = p.scalar("step", fb::DType::i64, 1);
+  const int norm = p.output("norm", {}, false);
+  p.tensors[norm].dtype = fb::DType::f32;
+  p.op(zrt::Op::sum_squares, {g}, {norm});
+  p.op(zrt::Op::adamw, {master, g, m, v, lr, step, scale}, {master, m, v}, {}, {0.9, 0.999, 1e-8, 0.01});
+  p.op(zrt::Op::copy, {master}, {w});
+  const std::vector<uint8_t> f = p.file();
+  std::unique_ptr<zrt::Session> ses;
+  zrt::Status st = zrt::Session::open_buffer(f.data(), f.size(), ".", {}, &ses);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(ses->programs().size(), 2u);
+  EXPECT_EQ(ses->programs()[1].scalars.size(), 2u);
+  EXPECT_EQ(ses->state().size(), 5u);  // w (param) and the four states
+  st = ses->run("nope");
+  EXPECT_NE(st.message().find("no program named 'nope' (it has 'init', 'train_step')"), std::string::npos) << st.message();
+  EXPECT_FALSE(ses->set_scalar("beta", 1.0).ok());
+  ASSERT_TRUE(ses->run("init").ok());
+
+  std::vector<double> wd(w0.begin(), w0.end()), md(4, 0.0), vd(4, 0.0);
+  const std::vector<float> grads[3] = {{0.1f, -0.2f, 0.3f, 0.0f}, {1.0f, 1.0f, -1.0f, 0.5f}, {0.0f, 0.3f, 0.2f, -0.1f}};
+  for (int t = 1; t <= 3; ++t) {
+    // lr: the default 0.1 for step 1, then set by the caller.
+    const double lrv = t == 1 ? 0.1 : 0.05 * t;
+    if (t > 1) ASSERT_TRUE(ses->set_scalar("lr", lrv).ok());
+    ASSERT_TRUE(ses->set_scalar("step", t).ok());
+    ASSERT_TRUE(ses->bind_input("g", grads[t - 1].data(), 16).ok());
+    st = ses->run("train_step");
+    ASSERT_TRUE(st.ok()) << st.message();
+    double want_norm = 0.0;
+    for (int i = 0; i < 4; ++i) {
+      const double gi = grads[t - 1][i];
+      want_norm += gi * gi;
+      wd[i] -= static_cast<double>(static_cast<float>(lrv)) * 0.01 * wd[i];
+      md[i] = 0.9 * md[i] + 0.1 * gi;
+      vd[i] = 0.999 * vd[i] + 0.001 * gi * gi;
+      const double mh = md[i] / (1 - std::pow(0.9, t)), vh = vd[i] / (1 - std::pow(0.999, t));
+      wd[i] -= static_cast<double>(static_cast<float>(lrv)) * mh / (std::sqrt(vh) + 1e-8);
+    }
+    float got_norm = 0;
+    ASSERT_TRUE(ses->read_output("norm", &got_norm, 4).ok());
+    EXPECT_NEAR(got_norm, want_norm, 1e-6 * want_norm + 1e-7);
+    std::vector<float> got(4), gm(4);
+    ASSERT_TRUE(ses->read_state("w", got.data(), 16).ok());
+    ASSERT_TRUE(ses->read_state("w.m", gm.data(), 16).ok());
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_NEAR(got[i], wd[i], 1e-5) << "step " << t << " element " << i;
+      EXPECT_NEAR(gm[i], md[i], 1e-6) << "step " << t << " element " << i;
+    }
+  }
+  // State can be written back (a checkpoint restore) and is what the next run sees.
+  std::vector<float> zeros(4, 0.0f);
+  ASSERT_TRUE(ses->write_state("w.master", zeros.data(), 16).ok());
+  EXPECT_FALSE(ses->write_state("w.master", zeros.data(), 12).ok());
+  std::vector<float> back(4, 1.0f);
+  ASSERT_TRUE(ses->read_state("w.master", back.data(), 16).ok());
+  EXPECT_EQ(back, zeros);
 }
 
 int main(int argc, char **argv) {

@@ -140,7 +140,7 @@ TEST(Registry, DecoderRoutesByTheRegistry) {
     ts[i].data = &ts[i];  // any distinct non-null address
   }
   zrt::Step s;
-  ASSERT_TRUE(zrt::decode_step(*plan->instrs()->Get(0), 0, ts, &s).ok());
+  ASSERT_TRUE(zrt::decode_step(*plan->programs()->Get(0)->instrs()->Get(0), 0, ts, &s).ok());
   EXPECT_EQ(s.op, zrt::Op::linear);
   EXPECT_EQ(s.category, zrt::OpCategory::compute);
   EXPECT_EQ(std::string(s.info->name), "linear");

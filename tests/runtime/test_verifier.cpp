@@ -142,7 +142,7 @@ TEST(PlanFile, WriterRoundTripAndNoPartialFile) {
   l.world = 2;
   zrt::Status s = zrt::PlanFile::load(dir + "/ok.zplan", l, &pf);
   ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(pf->plan().instrs()->size(), p.instrs.size());
+  EXPECT_EQ(pf->plan().programs()->Get(0)->instrs()->size(), p.instrs.size());
   EXPECT_EQ(pf->base_dir(), dir);
   // Writing into a folder that does not exist fails with the path and leaves nothing behind.
   std::vector<uint8_t> pay = p.payload();

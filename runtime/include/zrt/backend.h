@@ -83,11 +83,16 @@ class Backend {
   /// Called once with every compute step before anything runs: check support, size workspaces. Returns
   /// the bytes of scratch the backend allocated for itself (reported in MemoryReport).
   virtual Status prepare(const RankInfo &rank, const std::vector<Step> &steps, size_t *scratch_bytes) = 0;
-  /// The plan's event count (Plan.num_events), before the first run.
+  /// The largest event count of the plan's programs (event ids are per program), before the first run.
   virtual Status set_num_events(int num_events) { (void)num_events; return {}; }
-  /// Called at the start of every run. A backend that replays a captured run (collectives included) sets
-  /// *replayed, and the executor then issues no step of this run: synchronize() launches the replay.
-  virtual Status begin_run(bool *replayed) { *replayed = false; return {}; }
+  /// Called at the start of every run of program `program` (its index in the plan). A backend that replays
+  /// a captured run (collectives included) sets *replayed, and the executor then issues no step of this
+  /// run: synchronize() launches the replay. A capture belongs to one program.
+  virtual Status begin_run(int program, bool *replayed) {
+    (void)program;
+    *replayed = false;
+    return {};
+  }
   /// Around every instruction, compute step or collective: enter() makes the step's stream wait for the
   /// plan's waits and makes that stream the one copy_blocks() uses; leave() records the step's signal.
   /// Backends that run everything in order (cpu) need neither.

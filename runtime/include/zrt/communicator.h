@@ -58,12 +58,15 @@ class Communicator {
   virtual int group_rank(Axis axis) const = 0;
 
   // --- data plane. `stream` is the backend's native stream (nullptr on cpu). send may equal recv.
-  /// Element-wise sum of `count` elements over the group, result on every member.
-  virtual Status all_reduce(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream) = 0;
+  /// Element-wise sum (or max, min) of `count` elements over the group, result on every member.
+  virtual Status all_reduce(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream,
+                            Reduction red = Reduction::sum) = 0;
   /// Concatenates every member's `bytes` in group order into recv (group_size * bytes).
   virtual Status all_gather(Axis axis, const void *send, void *recv, size_t bytes, void *stream) = 0;
-  /// Sums send (group_size blocks of `count` elements) over the group; member i keeps block i.
-  virtual Status reduce_scatter(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream) = 0;
+  /// Sums (or maxes, mins) send (group_size blocks of `count` elements) over the group; member i keeps
+  /// block i.
+  virtual Status reduce_scatter(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream,
+                                Reduction red = Reduction::sum) = 0;
   /// Copies `bytes` from the member with group rank `root` to every member.
   virtual Status broadcast(Axis axis, void *buf, size_t bytes, int root, void *stream) = 0;
   virtual Status barrier(Axis axis) = 0;

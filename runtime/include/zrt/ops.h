@@ -168,9 +168,6 @@ inline const char *op_category_name(OpCategory c) {
   return "?";
 }
 
-/// Reduction codes of all_reduce / reduce_scatter (their optional ints entry).
-enum class Reduction : uint8_t { sum = 0, max = 1, min = 2 };
-
 }  // namespace zrt
 
 #endif  // ZRT_OPS_H

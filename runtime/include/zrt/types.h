@@ -19,6 +19,9 @@ enum class Axis : uint8_t { none = 0, tp = 1, dp = 2, world = 3 };
 /// Backends; the values equal zrt::fb::Backend.
 enum class BackendKind : uint8_t { cpu = 0, cuda = 1 };
 
+/// Element-wise reductions of all_reduce / reduce_scatter; the values are the plan's reduction ints.
+enum class Reduction : uint8_t { sum = 0, max = 1, min = 2 };
+
 size_t dtype_size(DType t);
 const char *dtype_name(DType t);
 
@@ -39,6 +42,32 @@ struct IOInfo {
   std::vector<int64_t> global_shape;
   bool batch_split = false;
   size_t global_bytes() const;
+};
+
+/// A scalar run input of a program (learning rate, step number) and the value it takes unless set.
+struct ScalarInfo {
+  std::string name;
+  DType dtype = DType::f32;
+  double default_value = 0.0;
+};
+
+/// One named program of a plan ("main"; "init", "train_step", ... for training).
+struct ProgramInfo {
+  std::string name;
+  std::vector<IOInfo> inputs, outputs;
+  std::vector<ScalarInfo> scalars;
+};
+
+/// One persistent tensor of the plan's state table, as this rank holds it: the flat range
+/// [flat_begin, flat_end) of the tp-local tensor (local_shape) assembled from the full tensor.
+struct StateInfo {
+  std::string name;
+  std::string kind;   // param, param_shard, master, moment1, moment2, grad, scalar
+  std::string param;  // the parameter it belongs to
+  DType dtype = DType::f32;
+  std::vector<int64_t> full_shape, local_shape;
+  uint64_t flat_begin = 0, flat_end = 0;
+  size_t local_bytes() const { return static_cast<size_t>(flat_end - flat_begin) * dtype_size(dtype); }
 };
 
 /// Planned and measured memory of this rank, in bytes, per memory space (index by MemSpace).

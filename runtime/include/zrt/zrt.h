@@ -7,6 +7,11 @@
 //   st = s->read_output("logits", out.data(), out.size() * 4);      // the global output, on rank 0
 //   zrt::shutdown();                                                 // MPI_Finalize if zrt started MPI
 //
+// A plan holds one or more named programs (format 2): run() runs "main" (or the only program), run(name)
+// any other, e.g. "init" once and then "train_step" per step. Inputs and scalar inputs are set by name for
+// every program that has them; an output name refers to the last program run that has it. Persistent state
+// (parameters, master weights, moments, gradient buffers) is read and written by name, this rank's part.
+//
 // Every rank of the job makes the same calls in the same order: open(), run() and read_output() are
 // collective. Errors come back as Status; open() makes all ranks agree, so a problem on one rank (a
 // corrupt plan, a missing weights file, a world size the plan was not made for) fails open() on every
@@ -46,19 +51,33 @@ class Session {
   Session &operator=(const Session &) = delete;
 
   const RankInfo &rank_info() const;
+  /// The inputs and outputs of the default program ("main", or the first).
   const std::vector<IOInfo> &inputs() const;
   const std::vector<IOInfo> &outputs() const;
+  /// Every program of the plan, in plan order.
+  const std::vector<ProgramInfo> &programs() const;
+  /// The plan's state table (every persistent tensor but constants), with this rank's slices.
+  const std::vector<StateInfo> &state() const;
   /// The plan's producer string ("zplan 0.1 (...)").
   std::string producer() const;
 
   /// Binds a graph input from the global tensor (`bytes` == IOInfo::global_bytes()); this rank keeps the
-  /// rows of its dp group when the input is batch-split.
+  /// rows of its dp group when the input is batch-split. Every program with an input of that name takes it.
   Status bind_input(const std::string &name, const void *data, size_t bytes);
   /// Binds every input to deterministic random values (floats uniform in [-1, 1); integer ids in
   /// [0, rows of the table they index), found from the embedding or gather that reads them).
   Status bind_random_inputs(uint64_t seed);
-  /// Runs the instruction stream once. Collective.
+  /// Sets a scalar run input (e.g. "lr", "step") of every program that has it; unset scalars take the
+  /// plan's default. Takes effect at the next run.
+  Status set_scalar(const std::string &name, double value);
+  /// Runs the default program once. Collective.
   Status run();
+  /// Runs the named program once. Collective.
+  Status run(const std::string &program);
+  /// Reads / writes this rank's part of a persistent tensor (StateInfo::local_bytes() bytes, the dtype and
+  /// flat range state() gives). Not collective.
+  Status read_state(const std::string &name, void *data, size_t bytes);
+  Status write_state(const std::string &name, const void *data, size_t bytes);
   /// Assembles the global output on `root` (other ranks may pass data == nullptr). Collective.
   Status read_output(const std::string &name, void *data, size_t bytes, int root = 0);
   /// This rank's own output tensor (its rows), `bytes` == local elements * dtype size.

@@ -44,6 +44,23 @@ int zrt_run(zrt_session *s);
 int zrt_read_output(zrt_session *s, const char *name, void *data, size_t bytes);
 int zrt_get_memory_report(const zrt_session *s, zrt_memory_report *out);
 
+/* Plan format 2: named programs, scalar run inputs and persistent state. */
+int zrt_num_programs(const zrt_session *s);
+const char *zrt_program_name(const zrt_session *s, int i); /* NULL when i is out of range */
+/* Runs the named program once (zrt_run runs "main" or the only program). Collective. */
+int zrt_run_program(zrt_session *s, const char *program);
+/* Sets a scalar run input ("lr", "step") of every program that has it; unset scalars take the plan's default. */
+int zrt_set_scalar(zrt_session *s, const char *name, double value);
+/* The state table: every persistent tensor (parameters, master weights, moments, gradient buffers), with the
+ * bytes this rank holds of it. */
+int zrt_num_state(const zrt_session *s);
+const char *zrt_state_name(const zrt_session *s, int i);
+const char *zrt_state_kind(const zrt_session *s, int i);
+size_t zrt_state_bytes(const zrt_session *s, int i);
+/* This rank's part of a persistent tensor, `bytes` == zrt_state_bytes. Not collective. */
+int zrt_read_state(zrt_session *s, const char *name, void *data, size_t bytes);
+int zrt_write_state(zrt_session *s, const char *name, const void *data, size_t bytes);
+
 /* Ends MPI if zrt started it; call after closing every session. */
 void zrt_shutdown(void);
 

@@ -286,13 +286,14 @@ class CudaBackend final : public Backend {
     return {};
   }
 
-  Status begin_run(bool *replayed) override {
+  Status begin_run(int program, bool *replayed) override {
     ZRT_RETURN_IF_ERROR(init());
-    *replayed = graph_exec_ != nullptr;
+    // A captured graph holds one program's run: only the first program is captured and replayed.
+    *replayed = graph_exec_ != nullptr && program == 0;
     if (*replayed) return {};
     // The second run is captured: the first one has loaded modules, chosen GEMM algorithms and let NCCL
     // connect its peers, none of which may happen inside a capture.
-    if (graph_ok_ && !saw_barrier_ && runs_ == 1) {
+    if (graph_ok_ && program == 0 && !saw_barrier_ && runs_ == 1) {
       ZRT_CUDA_CHECK(cudaStreamBeginCapture(streams_[0], cudaStreamCaptureModeThreadLocal));
       capturing_ = true;
     }

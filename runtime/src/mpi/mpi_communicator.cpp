@@ -36,6 +36,17 @@ void f16_sum(void *in, void *inout, int *len, MPI_Datatype *) {
   for (int i = 0; i < *len; ++i) b[i] = zk::f32_to_f16(zk::f16_to_f32(a[i]) + zk::f16_to_f32(b[i]));
 }
 
+// Max and min of 16-bit floats compare the decoded values (the bit patterns do not order negatives).
+template <float (*Load)(uint16_t), bool Max>
+void half_extreme(void *in, void *inout, int *len, MPI_Datatype *) {
+  const auto *a = static_cast<const uint16_t *>(in);
+  auto *b = static_cast<uint16_t *>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = Load(a[i]), y = Load(b[i]);
+    if (Max ? x > y : x < y) b[i] = a[i];
+  }
+}
+
 Status check_count(size_t n, const char *what) {
   if (n > static_cast<size_t>(INT_MAX))
     return error(Code::comm_error, std::string(what) + ": " + std::to_string(n) + " elements exceed MPI's int count");
@@ -52,6 +63,8 @@ class MpiCommunicator final : public Communicator {
     if (dp_ != MPI_COMM_NULL) MPI_Comm_free(&dp_);
     if (bf16_op_ != MPI_OP_NULL) MPI_Op_free(&bf16_op_);
     if (f16_op_ != MPI_OP_NULL) MPI_Op_free(&f16_op_);
+    for (MPI_Op *o : {&bf16_max_, &bf16_min_, &f16_max_, &f16_min_})
+      if (*o != MPI_OP_NULL) MPI_Op_free(o);
   }
 
   Status init() {
@@ -60,6 +73,10 @@ class MpiCommunicator final : public Communicator {
     ZRT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
     ZRT_MPI_CHECK(MPI_Op_create(&bf16_sum, 1, &bf16_op_));
     ZRT_MPI_CHECK(MPI_Op_create(&f16_sum, 1, &f16_op_));
+    ZRT_MPI_CHECK(MPI_Op_create(&half_extreme<zk::bf16_to_f32, true>, 1, &bf16_max_));
+    ZRT_MPI_CHECK(MPI_Op_create(&half_extreme<zk::bf16_to_f32, false>, 1, &bf16_min_));
+    ZRT_MPI_CHECK(MPI_Op_create(&half_extreme<zk::f16_to_f32, true>, 1, &f16_max_));
+    ZRT_MPI_CHECK(MPI_Op_create(&half_extreme<zk::f16_to_f32, false>, 1, &f16_min_));
     return {};
   }
 
@@ -101,12 +118,13 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  Status all_reduce(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *) override {
+  Status all_reduce(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *,
+                    Reduction red) override {
     ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::all_reduce, axis, count * dtype_size(dtype), dtype, -1));
     ZRT_RETURN_IF_ERROR(check_count(count, "all_reduce"));
     MPI_Datatype t;
     MPI_Op op = MPI_SUM;
-    ZRT_RETURN_IF_ERROR(sum_type(dtype, &t, &op));
+    ZRT_RETURN_IF_ERROR(reduce_type(dtype, red, &t, &op));
     const void *s = send == recv ? MPI_IN_PLACE : send;
     ZRT_MPI_CHECK(MPI_Allreduce(s, recv, static_cast<int>(count), t, op, comm(axis)));
     return {};
@@ -120,13 +138,14 @@ class MpiCommunicator final : public Communicator {
     return {};
   }
 
-  Status reduce_scatter(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *) override {
+  Status reduce_scatter(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *,
+                        Reduction red) override {
     ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::reduce_scatter, axis, count * dtype_size(dtype) * group_size(axis),
                                     dtype, -1));
     ZRT_RETURN_IF_ERROR(check_count(count, "reduce_scatter"));
     MPI_Datatype t;
     MPI_Op op = MPI_SUM;
-    ZRT_RETURN_IF_ERROR(sum_type(dtype, &t, &op));
+    ZRT_RETURN_IF_ERROR(reduce_type(dtype, red, &t, &op));
     ZRT_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), t, op, comm(axis)));
     return {};
   }
@@ -181,20 +200,24 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  Status sum_type(DType d, MPI_Datatype *t, MPI_Op *op) const {
+  /// The MPI type and operation of a reduction over `d`.
+  Status reduce_type(DType d, Reduction red, MPI_Datatype *t, MPI_Op *op) const {
+    const bool sum = red == Reduction::sum, max = red == Reduction::max;
+    *op = sum ? MPI_SUM : max ? MPI_MAX : MPI_MIN;
     switch (d) {
       case DType::f32: *t = MPI_FLOAT; return {};
       case DType::i64: *t = MPI_INT64_T; return {};
       case DType::i32: *t = MPI_INT32_T; return {};
-      case DType::bf16: *t = MPI_UINT16_T; *op = bf16_op_; return {};
-      case DType::f16: *t = MPI_UINT16_T; *op = f16_op_; return {};
-      default: return error(Code::comm_error, std::string("no sum for dtype ") + dtype_name(d));
+      case DType::bf16: *t = MPI_UINT16_T; *op = sum ? bf16_op_ : max ? bf16_max_ : bf16_min_; return {};
+      case DType::f16: *t = MPI_UINT16_T; *op = sum ? f16_op_ : max ? f16_max_ : f16_min_; return {};
+      default: return error(Code::comm_error, std::string("no reduction for dtype ") + dtype_name(d));
     }
   }
 
   int rank_ = 0, world_ = 1, tp_size_ = 1, dp_size_ = 1;
   MPI_Comm tp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL;
   MPI_Op bf16_op_ = MPI_OP_NULL, f16_op_ = MPI_OP_NULL;
+  MPI_Op bf16_max_ = MPI_OP_NULL, bf16_min_ = MPI_OP_NULL, f16_max_ = MPI_OP_NULL, f16_min_ = MPI_OP_NULL;
 };
 
 }  // namespace

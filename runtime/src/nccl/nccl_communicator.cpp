@@ -25,6 +25,8 @@
 namespace zrt {
 namespace {
 
+ncclRedOp_t nccl_op(Reduction r) { return r == Reduction::max ? ncclMax : r == Reduction::min ? ncclMin : ncclSum; }
+
 Status nccl_type(DType t, ncclDataType_t *out) {
   switch (t) {
     case DType::f32: *out = ncclFloat32; return {};
@@ -91,14 +93,15 @@ class NcclCommunicator final : public Communicator {
     return a == Axis::tp ? rank() % tp_ : a == Axis::dp ? rank() / tp_ : rank();
   }
 
-  Status all_reduce(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream) override {
+  Status all_reduce(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream,
+                    Reduction red) override {
     ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::all_reduce, axis, count * dtype_size(dtype), dtype, -1));
     if (group_size(axis) == 1) return self_copy(send, recv, count * dtype_size(dtype), stream);
     ncclComm_t c;
     ZRT_RETURN_IF_ERROR(comm_of(axis, &c));
     ncclDataType_t t;
     ZRT_RETURN_IF_ERROR(nccl_type(dtype, &t));
-    ZRT_NCCL_CHECK(ncclAllReduce(send, recv, count, t, ncclSum, c, static_cast<cudaStream_t>(stream)));
+    ZRT_NCCL_CHECK(ncclAllReduce(send, recv, count, t, nccl_op(red), c, static_cast<cudaStream_t>(stream)));
     return {};
   }
   Status all_gather(Axis axis, const void *send, void *recv, size_t bytes, void *stream) override {
@@ -109,7 +112,8 @@ class NcclCommunicator final : public Communicator {
     ZRT_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, c, static_cast<cudaStream_t>(stream)));
     return {};
   }
-  Status reduce_scatter(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream) override {
+  Status reduce_scatter(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream,
+                        Reduction red) override {
     ZRT_RETURN_IF_ERROR(check_order(CollectiveOp::reduce_scatter, axis, count * dtype_size(dtype) * group_size(axis),
                                     dtype, -1));
     if (group_size(axis) == 1) return self_copy(send, recv, count * dtype_size(dtype), stream);
@@ -117,7 +121,7 @@ class NcclCommunicator final : public Communicator {
     ZRT_RETURN_IF_ERROR(comm_of(axis, &c));
     ncclDataType_t t;
     ZRT_RETURN_IF_ERROR(nccl_type(dtype, &t));
-    ZRT_NCCL_CHECK(ncclReduceScatter(send, recv, count, t, ncclSum, c, static_cast<cudaStream_t>(stream)));
+    ZRT_NCCL_CHECK(ncclReduceScatter(send, recv, count, t, nccl_op(red), c, static_cast<cudaStream_t>(stream)));
     return {};
   }
   Status broadcast(Axis axis, void *buf, size_t bytes, int root, void *stream) override {

@@ -17,6 +17,11 @@
 #include "zrt/plan_file.h"
 #include "zrt/plan_generated.h"
 
+#include "plan.h"  // runtime/src: the runtime's verifier
+
+#include <cstring>
+#include <map>
+
 using namespace mlir;
 using namespace zplan::plan;
 
@@ -94,33 +99,38 @@ TEST(EmitPlan, TensorParallelZeroThree) {
   EXPECT_EQ(p->fingerprint()->tp(), 2);
   EXPECT_EQ(p->fingerprint()->dp(), 2);
   EXPECT_EQ(int(p->fingerprint()->dtype()), 1);  // bf16
+  // Format 2: one program, @main; the 1.x single-stream fields stay empty.
+  ASSERT_EQ(p->programs()->size(), 1u);
+  const auto* prog = p->programs()->Get(0);
+  EXPECT_EQ(prog->name()->str(), "main");
+  EXPECT_FALSE(p->instrs() && p->instrs()->size());
 
   // Instructions: gather_param, linear, release, all_reduce, reshape,
   // softmax, reshape (storage ops run nothing).
-  ASSERT_EQ(p->instrs()->size(), 7u);
+  ASSERT_EQ(prog->instrs()->size(), 7u);
   std::vector<int> ops;
-  for (const auto* i : *p->instrs()) ops.push_back(int(i->op()));
+  for (const auto* i : *prog->instrs()) ops.push_back(int(i->op()));
   EXPECT_EQ(ops, (std::vector<int>{144, 65, 145, 128, 97, 80, 97}));
-  const auto* linear = p->instrs()->Get(1);
+  const auto* linear = prog->instrs()->Get(1);
   ASSERT_EQ(linear->ints()->size(), 1u);
   EXPECT_EQ(linear->ints()->Get(0), 1);  // trans_w
   ASSERT_EQ(linear->floats()->size(), 1u);
   EXPECT_EQ(linear->floats()->Get(0), 1.0);
-  EXPECT_EQ(p->instrs()->Get(5)->ints()->Get(0), 1);  // softmax axis
-  EXPECT_EQ(int(p->instrs()->Get(0)->stream()), 1);   // gather on comm
-  EXPECT_EQ(int(p->instrs()->Get(0)->axis()), 2);     // over dp
-  EXPECT_EQ(int(p->instrs()->Get(3)->axis()), 1);     // all_reduce over tp
-  EXPECT_EQ(p->instrs()->Get(2)->outputs()->size(), 0u);
+  EXPECT_EQ(prog->instrs()->Get(5)->ints()->Get(0), 1);  // softmax axis
+  EXPECT_EQ(int(prog->instrs()->Get(0)->stream()), 1);   // gather on comm
+  EXPECT_EQ(int(prog->instrs()->Get(0)->axis()), 2);     // over dp
+  EXPECT_EQ(int(prog->instrs()->Get(3)->axis()), 1);     // all_reduce over tp
+  EXPECT_EQ(prog->instrs()->Get(2)->outputs()->size(), 0u);
   // The linear waits for the gather's event.
-  int gatherEvent = p->instrs()->Get(0)->signal();
+  int gatherEvent = prog->instrs()->Get(0)->signal();
   ASSERT_GE(gatherEvent, 0);
   ASSERT_TRUE(linear->waits());
   EXPECT_NE(std::find(linear->waits()->begin(), linear->waits()->end(), gatherEvent), linear->waits()->end());
-  EXPECT_LT(gatherEvent, p->num_events());
+  EXPECT_LT(gatherEvent, prog->num_events());
 
   // The hash, computed here: gather_param (144, dp, bf16, 2048 elements of
   // the shard), then all_reduce (128, tp, bf16, 512 elements).
-  EXPECT_EQ(p->collective_hash(), fnv({{144, 2, 1, 2048}, {128, 1, 1, 512}}));
+  EXPECT_EQ(prog->collective_hash(), fnv({{144, 2, 1, 2048}, {128, 1, 1, 512}}));
 
   // Tensors: kinds and the aliases of the two reshapes.
   const auto* tensors = p->tensors();
@@ -162,12 +172,12 @@ TEST(EmitPlan, TensorParallelZeroThree) {
   EXPECT_GE(tensors->Get(output)->alias_of(), 0);  // the final reshape
 
   // IO: global shapes with the batch multiplied by dp.
-  ASSERT_EQ(p->inputs()->size(), 1u);
-  EXPECT_EQ(p->inputs()->Get(0)->name()->str(), "hidden");
-  EXPECT_TRUE(p->inputs()->Get(0)->batch_split());
-  EXPECT_EQ(p->inputs()->Get(0)->global_shape()->Get(0), 2);
-  EXPECT_EQ(p->outputs()->Get(0)->name()->str(), "out");
-  EXPECT_EQ(p->outputs()->Get(0)->tensor(), output);
+  ASSERT_EQ(prog->inputs()->size(), 1u);
+  EXPECT_EQ(prog->inputs()->Get(0)->name()->str(), "hidden");
+  EXPECT_TRUE(prog->inputs()->Get(0)->batch_split());
+  EXPECT_EQ(prog->inputs()->Get(0)->global_shape()->Get(0), 2);
+  EXPECT_EQ(prog->outputs()->Get(0)->name()->str(), "out");
+  EXPECT_EQ(prog->outputs()->Get(0)->tensor(), output);
 
   // Weights: the external file relative to the plan's folder, the inline
   // bias in its own dtype.
@@ -230,7 +240,7 @@ module {
 )mlir";
   Compiled c;
   ASSERT_TRUE(compile(src, "fp32", c));
-  const auto* instrs = c.plan->instrs();
+  const auto* instrs = c.plan->programs()->Get(0)->instrs();
   ASSERT_EQ(instrs->size(), 4u);
   EXPECT_EQ(int(instrs->Get(0)->op()), 99);
   EXPECT_EQ(int(instrs->Get(1)->op()), 99);
@@ -238,7 +248,7 @@ module {
   std::vector<int64_t> ints1(instrs->Get(1)->ints()->begin(), instrs->Get(1)->ints()->end());
   EXPECT_EQ(ints0, (std::vector<int64_t>{0, 0, 1, 1}));
   EXPECT_EQ(ints1, (std::vector<int64_t>{0, 2, 1, 1}));
-  EXPECT_EQ(c.plan->collective_hash(), 0xcbf29ce484222325ull);
+  EXPECT_EQ(c.plan->programs()->Get(0)->collective_hash(), 0xcbf29ce484222325ull);
 }
 
 TEST(EmitPlan, ConstantsTakeThePlanDType) {
@@ -306,3 +316,122 @@ TEST(EmitPlan, WrittenFilePassesTheRuntimeHeaderCheck) {
 }
 
 }  // namespace
+
+// Two programs that name the same parameter and state: one tensor each, one
+// state entry each; a moment that belongs to the parameter takes its layout;
+// the write ops become the registry's in-place ops with the targets as
+// outputs; rank-0 arguments with zg.default become scalar inputs.
+TEST(EmitPlan, ProgramsShareStateAndWriteIt) {
+  const char* src = R"mlir(
+module attributes {zd.tp = 1 : i64, zd.dp = 1 : i64} {
+  func.func @init() {
+    %w = zg.weight {file = "data.bin", length = 32 : i64, name = "w", offset = 0 : i64} : () -> tensor<8xf32>
+    %master = zg.state {init = "copy_of_param", kind = "master", name = "w.master", of = "w"} : () -> tensor<8xf32>
+    zg.assign %master, %w : (tensor<8xf32>, tensor<8xf32>) -> ()
+    return
+  }
+  func.func @train_step(%g: tensor<8xf32> {zg.name = "g"}, %lr: tensor<f32> {zg.name = "lr", zg.default = 1.0e-3 : f64},
+                        %step: tensor<i64> {zg.name = "step", zg.default = 1 : i64}) -> (tensor<f32> {zg.name = "norm"}) {
+    %w = zg.weight {file = "data.bin", length = 32 : i64, name = "w", offset = 0 : i64} : () -> tensor<8xf32>
+    %master = zg.state {init = "copy_of_param", kind = "master", name = "w.master", of = "w"} : () -> tensor<8xf32>
+    %m = zg.state {init = "zeros", kind = "moment1", name = "w.m", of = "w"} : () -> tensor<8xf32>
+    %v = zg.state {init = "zeros", kind = "moment2", name = "w.v", of = "w"} : () -> tensor<8xf32>
+    %s = zg.state {init = 1.0 : f64, kind = "scalar", name = "scale"} : () -> tensor<f32>
+    %n = zg.sum_squares %g : (tensor<8xf32>) -> tensor<f32>
+    zg.adamw %master, %g, %m, %v, %lr, %step, %s {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64} : (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<f32>, tensor<i64>, tensor<f32>) -> ()
+    zg.assign %w, %master : (tensor<8xf32>, tensor<8xf32>) -> ()
+    return %n : tensor<f32>
+  }
+}
+)mlir";
+  Compiled c;
+  ASSERT_TRUE(compile(src, "bf16", c));
+  const zrt::fb::Plan* p = c.plan;
+  // The runtime's verifier accepts the plan as written.
+  {
+    zrt::PlanHeader h = zrt::make_plan_header(c.payload.data(), c.payload.size());
+    std::vector<uint8_t> file(sizeof(h) + c.payload.size());
+    std::memcpy(file.data(), &h, sizeof(h));
+    std::memcpy(file.data() + sizeof(h), c.payload.data(), c.payload.size());
+    zrt::Launch launch;
+    const zrt::fb::Plan* verified = nullptr;
+    uint64_t hash = 0;
+    zrt::Status st = zrt::verify_plan(file.data(), file.size(), launch, &verified, &hash);
+    EXPECT_TRUE(st.ok()) << st.message();
+  }
+  ASSERT_EQ(p->programs()->size(), 2u);
+  const auto* init = p->programs()->Get(0);
+  const auto* step = p->programs()->Get(1);
+  EXPECT_EQ(init->name()->str(), "init");
+  EXPECT_EQ(step->name()->str(), "train_step");
+
+  // init: master = cast(w): the bf16 parameter (--dtype bf16) into the f32
+  // master (zg.state keeps its own element type).
+  ASSERT_EQ(init->instrs()->size(), 1u);
+  const auto* assign = init->instrs()->Get(0);
+  EXPECT_EQ(assign->op(), uint16_t(zrt::Op::cast));
+  ASSERT_EQ(assign->inputs()->size(), 1u);
+  ASSERT_EQ(assign->outputs()->size(), 1u);
+  const int w = assign->inputs()->Get(0), master = assign->outputs()->Get(0);
+  EXPECT_EQ(int(p->tensors()->Get(w)->dtype()), 1);       // bf16
+  EXPECT_EQ(int(p->tensors()->Get(master)->dtype()), 0);  // f32
+  EXPECT_EQ(int(p->tensors()->Get(master)->kind()), int(zrt::fb::TensorKind::master));
+
+  // train_step: sum_squares, adamw (in place on master, m, v), then
+  // w = cast(master); the same w and master tensors as in init.
+  ASSERT_EQ(step->instrs()->size(), 3u);
+  const auto* adamw = step->instrs()->Get(1);
+  EXPECT_EQ(adamw->op(), uint16_t(zrt::Op::adamw));
+  ASSERT_EQ(adamw->inputs()->size(), 7u);
+  ASSERT_EQ(adamw->outputs()->size(), 3u);
+  EXPECT_EQ(adamw->outputs()->Get(0), master);
+  EXPECT_EQ(adamw->outputs()->Get(1), adamw->inputs()->Get(2));
+  EXPECT_EQ(adamw->outputs()->Get(2), adamw->inputs()->Get(3));
+  ASSERT_EQ(adamw->floats()->size(), 4u);
+  EXPECT_DOUBLE_EQ(adamw->floats()->Get(1), 0.999);
+  const auto* back = step->instrs()->Get(2);
+  EXPECT_EQ(back->op(), uint16_t(zrt::Op::cast));
+  EXPECT_EQ(back->outputs()->Get(0), w);
+  EXPECT_EQ(back->inputs()->Get(0), master);
+  EXPECT_EQ(int(p->tensors()->Get(step->instrs()->Get(0)->outputs()->Get(0))->dtype()), 0);  // norm f32
+
+  // Scalars: lr (f32) and step (i64) with their defaults; g is the only input.
+  ASSERT_EQ(step->scalars()->size(), 2u);
+  EXPECT_EQ(step->scalars()->Get(0)->name()->str(), "lr");
+  EXPECT_DOUBLE_EQ(step->scalars()->Get(0)->default_value(), 1.0e-3);
+  EXPECT_EQ(int(step->scalars()->Get(1)->dtype()), int(zrt::fb::DType::i64));
+  EXPECT_EQ(step->inputs()->size(), 1u);
+
+  // State: every persistent tensor once, the moment in the parameter's layout.
+  std::map<std::string, const zrt::fb::StateEntry*> state;
+  for (const auto* e : *p->state()) state[e->name()->str()] = e;
+  ASSERT_EQ(state.size(), 5u);
+  EXPECT_EQ(state["w"]->kind(), zrt::fb::StateKind::param);
+  EXPECT_EQ(state["w"]->tensor(), w);
+  EXPECT_EQ(state["w.master"]->tensor(), master);
+  EXPECT_EQ(state["w.master"]->init(), zrt::fb::StateInit::copy_of_param);
+  EXPECT_EQ(state["w.m"]->kind(), zrt::fb::StateKind::moment1);
+  EXPECT_EQ(state["w.m"]->param()->str(), "w");
+  EXPECT_EQ(state["w.m"]->full_shape()->Get(0), 8);
+  EXPECT_EQ(state["scale"]->init(), zrt::fb::StateInit::constant);
+  EXPECT_DOUBLE_EQ(state["scale"]->init_value(), 1.0);
+
+  // Memory by kind: exact bytes of the persistent kinds.
+  const auto* m = p->memory()->Get(0);
+  EXPECT_EQ(m->param_bytes(), 16u);   // 8 bf16
+  EXPECT_EQ(m->master_bytes(), 32u);  // 8 f32
+  EXPECT_EQ(m->moment_bytes(), 64u);  // m and v
+  EXPECT_EQ(m->state_bytes(), 4u);    // the scale
+
+  // Persistent tensors never share bytes with anything.
+  std::vector<std::pair<uint64_t, uint64_t>> persistent;
+  for (const auto* t : *p->tensors())
+    if (int(t->kind()) >= 8 || t->kind() == zrt::fb::TensorKind::weight)
+      persistent.push_back({t->offset(), t->offset() + t->bytes()});
+  for (const auto* t : *p->tensors()) {
+    if (t->alias_of() >= 0) continue;
+    for (auto [b, e] : persistent)
+      if (!(t->offset() == b && t->offset() + t->bytes() == e))
+        EXPECT_TRUE(t->offset() + t->bytes() <= b || e <= t->offset()) << t->name()->str();
+  }
+}

@@ -38,7 +38,10 @@ OP_CODES = {"all_reduce": 128, "all_gather": 129, "reduce_scatter": 130,
             "broadcast": 131, "barrier": 132, "gather_param": 144}
 DTYPES = {"f32": 0, "bf16": 1, "f16": 2, "i64": 3, "i32": 4, "bool8": 5}
 AXES = {"none": 0, "tp": 1, "dp": 2, "world": 3}
-WHOLE_RUN = {"input", "output", "weight", "weight_shard", "constant"}
+WHOLE_RUN = {"input", "output", "weight", "weight_shard", "constant",
+             "grad", "master", "moment", "state"}
+# Written in place and kept between runs (format 2).
+PERSISTENT = {"weight", "weight_shard", "grad", "master", "moment", "state"}
 
 
 def fail(msg):
@@ -95,12 +98,22 @@ def main():
     args = ap.parse_args()
     p = read_plan(args.plan, args.schema)
     tensors = p["tensors"]
-    instrs = p["instrs"]
+    # Format 2: named programs run one at a time. Liveness is checked on the
+    # programs laid end to end (whole-plan kinds span all of them); hashes,
+    # events and stream ordering per program.
+    programs = p.get("programs", [])
+    if not programs:
+        fail("the plan has no programs")
+    if p.get("instrs") or p.get("inputs") or p.get("outputs"):
+        fail("format 2 keeps instructions and bindings in programs only")
     names = op_names(args.schema)
-    for ins in instrs:
-        if ins["op"] not in names:
-            fail("unknown opcode %s" % ins["op"])
-        ins["op"] = names[ins["op"]]
+    instrs = []
+    for prog in programs:
+        for ins in prog.get("instrs", []):
+            if ins["op"] not in names:
+                fail("unknown opcode %s" % ins["op"])
+            ins["op"] = names[ins["op"]]
+            instrs.append(ins)
     fp = p["fingerprint"]
     world, tp, dp = fp["world"], fp["tp"], fp["dp"]
     if world != tp * dp:
@@ -112,20 +125,21 @@ def main():
 
     # Collective hash, first: a plan whose collectives were reordered after scheduling is refused for that,
     # before the storage and ordering checks below report a consequence of it.
-    h = 0xcbf29ce484222325
-    for ins in instrs:
-        if ins["op"] not in OPS_COMM:
-            continue
-        if ins["op"] == "barrier":
-            dt, n = 0, 0
-        else:
-            t = tensors[ins["inputs"][0]]
-            dt, n = DTYPES[t["dtype"]], elements(t.get("shape", []))
-        for byte in struct.pack("<HBBQ", OP_CODES[ins["op"]], AXES[ins["axis"]],
-                                dt, n):
-            h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    if h != p["collective_hash"]:
-        fail("collective hash %d != recomputed %d" % (p["collective_hash"], h))
+    for prog in programs:
+        h = 0xcbf29ce484222325
+        for ins in prog.get("instrs", []):
+            if ins["op"] not in OPS_COMM:
+                continue
+            if ins["op"] == "barrier":
+                dt, n = 0, 0
+            else:
+                t = tensors[ins["inputs"][0]]
+                dt, n = DTYPES[t["dtype"]], elements(t.get("shape", []))
+            for byte in struct.pack("<HBBQ", OP_CODES[ins["op"]], AXES[ins["axis"]],
+                                    dt, n):
+                h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+        if h != prog["collective_hash"]:
+            fail("collective hash %d != recomputed %d" % (prog["collective_hash"], h))
 
     # Storage: root of each tensor, alignment and arena bounds.
     def root(i):
@@ -201,83 +215,108 @@ def main():
     if arena[0] < peak:
         fail("device arena %d below the live peak %d" % (arena[0], peak))
 
-    # Events: every wait names an event some earlier instruction signals.
-    signalled = set()
-    for ins in instrs:
-        for e in ins.get("waits", []):
-            if e not in signalled:
-                fail("instruction %s waits on event %d before it is signalled"
-                     % (ins.get("name", "?"), e))
-        if ins["signal"] >= 0:
-            if ins["signal"] >= p["num_events"]:
-                fail("event id out of range")
-            # One signaller per event: a wait must name one instruction, or the order it gives depends on
-            # which record the waiter happens to see.
-            if ins["signal"] in signalled:
-                fail("event %d is signalled twice (again by instruction %s)"
-                     % (ins["signal"], ins.get("name", "?")))
-            signalled.add(ins["signal"])
+    instrs_all = instrs
+    for prog in programs:
+        instrs = prog.get("instrs", [])
+        # Events: every wait names an event some earlier instruction signals.
+        signalled = set()
+        for ins in instrs:
+            for e in ins.get("waits", []):
+                if e not in signalled:
+                    fail("instruction %s waits on event %d before it is signalled"
+                         % (ins.get("name", "?"), e))
+            if ins["signal"] >= 0:
+                if ins["signal"] >= prog["num_events"]:
+                    fail("event id out of range")
+                # One signaller per event: a wait must name one instruction, or the order it gives depends on
+                # which record the waiter happens to see.
+                if ins["signal"] in signalled:
+                    fail("event %d is signalled twice (again by instruction %s)"
+                         % (ins["signal"], ins.get("name", "?")))
+                signalled.add(ins["signal"])
 
-    # Ordering under concurrent streams: each stream runs its instructions in
-    # order; a wait orders an instruction after the signalling one. Vector
-    # clocks give happens-before. Every read must happen after the write of
-    # what it reads, and a tensor that reuses bytes of an earlier one must be
-    # written only after every instruction touching the earlier one is done.
-    streams = {"compute": 0, "comm": 1, "copy": 2}
-    seq_on_stream = [0, 0, 0]
-    clock = []
-    pos = []
-    signaller = {}
-    for step, ins in enumerate(instrs):
-        st = streams[ins["stream"]]
-        vc = [0, 0, 0]
-        # Previous instruction on the same stream.
-        for prev in range(step - 1, -1, -1):
-            if streams[instrs[prev]["stream"]] == st:
-                vc = list(clock[prev])
-                break
-        for e in ins.get("waits", []):
-            vc = [max(x, y) for x, y in zip(vc, clock[signaller[e]])]
-        seq_on_stream[st] += 1
-        vc[st] = seq_on_stream[st]
-        clock.append(vc)
-        pos.append((st, seq_on_stream[st]))
-        if ins["signal"] >= 0:
-            signaller[ins["signal"]] = step
+        # Ordering under concurrent streams: each stream runs its instructions in
+        # order; a wait orders an instruction after the signalling one. Vector
+        # clocks give happens-before. Every read must happen after the write of
+        # what it reads, and a tensor that reuses bytes of an earlier one must be
+        # written only after every instruction touching the earlier one is done.
+        streams = {"compute": 0, "comm": 1, "copy": 2}
+        seq_on_stream = [0, 0, 0]
+        clock = []
+        pos = []
+        signaller = {}
+        for step, ins in enumerate(instrs):
+            st = streams[ins["stream"]]
+            vc = [0, 0, 0]
+            # Previous instruction on the same stream.
+            for prev in range(step - 1, -1, -1):
+                if streams[instrs[prev]["stream"]] == st:
+                    vc = list(clock[prev])
+                    break
+            for e in ins.get("waits", []):
+                vc = [max(x, y) for x, y in zip(vc, clock[signaller[e]])]
+            seq_on_stream[st] += 1
+            vc[st] = seq_on_stream[st]
+            clock.append(vc)
+            pos.append((st, seq_on_stream[st]))
+            if ins["signal"] >= 0:
+                signaller[ins["signal"]] = step
 
-    def before(x, y):
-        """Instruction x happens before instruction y (or is y)."""
-        st, n = pos[x]
-        return x == y or clock[y][st] >= n
+        def before(x, y):
+            """Instruction x happens before instruction y (or is y)."""
+            st, n = pos[x]
+            return x == y or clock[y][st] >= n
 
-    writer = {}
-    touch = {}
-    for step, ins in enumerate(instrs):
-        for o in ins.get("outputs", []):
-            writer.setdefault(root(o), step)
-        for o in ins.get("inputs", []) + ins.get("outputs", []):
-            touch.setdefault(root(o), []).append(step)
-    for step, ins in enumerate(instrs):
-        for o in ins.get("inputs", []):
-            w = writer.get(root(o))
-            if w is not None and not before(w, step):
-                fail("instruction %d (%s) may read %s before it is written"
-                     % (step, ins["op"], tensors[root(o)]["name"]))
-    transient = [i for i in owners if tensors[i]["kind"] not in WHOLE_RUN
-                 and tensors[i]["kind"] != "output" and i in writer]
-    for a in transient:
-        for b in transient:
-            ta, tb = tensors[a], tensors[b]
-            if a == b or ta["space"] != tb["space"] or end[a] >= begin[b]:
-                continue
-            if ta["offset"] >= tb["offset"] + tb["bytes"] or \
-                    tb["offset"] >= ta["offset"] + ta["bytes"]:
-                continue
-            for t in touch[a]:
-                if not before(t, writer[b]):
-                    fail("%s reuses bytes of %s while instruction %d (%s) "
-                         "may still touch them" % (tb["name"], ta["name"], t,
-                                                   instrs[t]["op"]))
+        writer = {}
+        touch = {}
+        for step, ins in enumerate(instrs):
+            for o in ins.get("outputs", []):
+                writer.setdefault(root(o), step)
+            for o in ins.get("inputs", []) + ins.get("outputs", []):
+                touch.setdefault(root(o), []).append(step)
+        for step, ins in enumerate(instrs):
+            for o in ins.get("inputs", []):
+                r = root(o)
+                w = writer.get(r)
+                # Persistent state read before this run writes it holds the
+                # value from before the run: nothing to order there.
+                if w is not None and w > step and tensors[r]["kind"] in PERSISTENT:
+                    continue
+                if w is not None and not before(w, step):
+                    fail("instruction %d (%s) may read %s before it is written"
+                         % (step, ins["op"], tensors[r]["name"]))
+        # Persistent state is written in place: every write must be ordered
+        # after each earlier touch of it (write-after-read) and before each
+        # later one.
+        for step, ins in enumerate(instrs):
+            for o in ins.get("outputs", []):
+                r = root(o)
+                if tensors[r]["kind"] not in PERSISTENT:
+                    continue
+                for t in touch[r]:
+                    if t < step and not before(t, step):
+                        fail("instruction %d (%s) may write %s before instruction %d (%s) has read it"
+                             % (step, ins["op"], tensors[r]["name"], t, instrs[t]["op"]))
+                    if t > step and not before(step, t):
+                        fail("instruction %d (%s) may touch %s before instruction %d (%s) has written it"
+                             % (t, instrs[t]["op"], tensors[r]["name"], step, ins["op"]))
+        transient = [i for i in owners if tensors[i]["kind"] not in WHOLE_RUN
+                     and tensors[i]["kind"] != "output" and i in writer]
+        for a in transient:
+            for b in transient:
+                ta, tb = tensors[a], tensors[b]
+                if a == b or ta["space"] != tb["space"] or end[a] >= begin[b]:
+                    continue
+                if ta["offset"] >= tb["offset"] + tb["bytes"] or \
+                        tb["offset"] >= ta["offset"] + ta["bytes"]:
+                    continue
+                for t in touch[a]:
+                    if not before(t, writer[b]):
+                        fail("%s reuses bytes of %s while instruction %d (%s) "
+                             "may still touch them" % (tb["name"], ta["name"], t,
+                                                       instrs[t]["op"]))
+
+    instrs = instrs_all
 
     # Weight bindings.
     resident = 0
@@ -315,14 +354,34 @@ def main():
     for ins in instrs:
         ops[ins["op"]] = ops.get(ins["op"], 0) + 1
     print("plan: world %d tp %d dp %d dtype %s" % (world, tp, dp, fp["dtype"]))
-    for io in ("inputs", "outputs"):
-        for b in p.get(io, []):
-            print("%s %s %s [%s] split=%s" % (io[:-1], b["name"], b["dtype"],
-                  ",".join(str(x) for x in b["global_shape"]),
-                  str(b["batch_split"]).lower()))
+    for prog in programs:
+        if len(programs) > 1:
+            print("program %s: %d instructions, %d scalars" %
+                  (prog["name"], len(prog.get("instrs", [])),
+                   len(prog.get("scalars", []))))
+        for io in ("inputs", "outputs"):
+            for b in prog.get(io, []):
+                print("%s %s %s [%s] split=%s" % (io[:-1], b["name"], b["dtype"],
+                      ",".join(str(x) for x in b["global_shape"]),
+                      str(b["batch_split"]).lower()))
     print("ops: " + " ".join("%s=%d" % kv for kv in sorted(ops.items())))
     print("weights: %d sources, %d bindings" % (len(p.get("weights", [])),
                                                len(p.get("bindings", []))))
+    # The state table names every persistent tensor once.
+    state = p.get("state", [])
+    named = set()
+    for e in state:
+        if e["tensor"] in named:
+            fail("tensor %d has two state entries" % e["tensor"])
+        named.add(e["tensor"])
+        if len(e["ranks"]) != world:
+            fail("state %s has %d rank slices" % (e["name"], len(e["ranks"])))
+    for i, t in enumerate(tensors):
+        if t["kind"] in ("weight", "weight_shard", "grad", "master", "moment",
+                         "state") and i not in named:
+            fail("persistent tensor %s has no state entry" % t["name"])
+    if len(programs) > 1:
+        print("state: %d entries" % len(state))
     print("check_plan: OK")
 
 

@@ -15,23 +15,10 @@ module {
 
 // -----
 
-// Tests that a module without a function body has nothing to schedule.
-// expected-error@+1 {{zplan: the module has no function with a body}}
+// Tests that a module without a public function body has no program.
+// expected-error@+1 {{zplan: the module has no public function with a body (each one is a program of the plan)}}
 module {
   func.func private @main(tensor<4xf32>) -> tensor<4xf32>
-}
-
-// -----
-
-// Tests that several functions without a @main are ambiguous.
-// expected-error@+1 {{zplan: several functions and none is @main}}
-module {
-  func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
-    return %x : tensor<4xf32>
-  }
-  func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {
-    return %x : tensor<4xf32>
-  }
 }
 
 // -----

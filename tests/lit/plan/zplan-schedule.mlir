@@ -5,6 +5,7 @@
 // and that storage ops (weights, constants) run no instruction. The pass must
 // not add any event here.
 // CHECK-LABEL: module @compute_only
+// CHECK: func.func @main
 // CHECK-SAME: zplan.collective_hash = 14695981039346656037 : ui64
 // CHECK-SAME: zplan.num_events = 0 : i64
 // CHECK: zg.weight
@@ -37,8 +38,10 @@ module @compute_only {
 // With --zplan-schedule=dtype=bf16 float tensors are stored as bf16, which
 // enters the hash as dtype 1.
 // BF16-LABEL: module @all_reduce
-// BF16-SAME: zplan.collective_hash = 17549174094930542687 : ui64
 // BF16-SAME: zplan.dtype = "bf16"
+// BF16: func.func @main
+// BF16-SAME: zplan.collective_hash = 17549174094930542687 : ui64
+// CHECK: func.func @main
 // CHECK-SAME: zplan.collective_hash = 6550455462117092172 : ui64
 // CHECK-SAME: zplan.num_events = 2 : i64
 // CHECK: %[[A:.*]] = zg.neg
@@ -63,6 +66,7 @@ module @all_reduce attributes {zd.tp = 2 : i64} {
 // gather, and a second consumer of the same gather on compute does not wait
 // again (stream order already covers it).
 // CHECK-LABEL: module @offload_chain
+// CHECK: func.func @main
 // CHECK-SAME: zplan.collective_hash = 11979532569265775503 : ui64
 // CHECK: zd.weight_shard
 // CHECK-NOT: zplan.stream
