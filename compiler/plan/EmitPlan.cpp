@@ -481,6 +481,7 @@ struct Emitter {
       stateEntries.push_back(fb::CreateStateEntry(
           fbb, fbb.CreateString(entryName), int(i),
           t.kind == TensorKind::Weight ? fb::StateKind::param
+          : isMasterShard(t.value)     ? fb::StateKind::master
                                        : fb::StateKind::param_shard,
           fbb.CreateString(name), fbb.CreateVector(sourceShape), localVec,
           ranksVec, fb::StateInit::from_source, 0.0));

@@ -269,7 +269,12 @@ MemoryFigures computeMemoryFigures(const ModuleLiveness &lv,
     switch (t.kind) {
     case TensorKind::Weight:
     case TensorKind::WeightShard:
-      f.residentWeightBytes += t.bytes;
+      // ZeRO's master part of a parameter (zd.role = "master") is a shard
+      // loaded from the parameter's source, but it is optimizer state.
+      if (isMasterShard(t.value))
+        f.masterBytes += t.bytes;
+      else
+        f.residentWeightBytes += t.bytes;
       break;
     case TensorKind::Grad:
       f.gradBytes += t.bytes;

@@ -125,6 +125,14 @@ std::string persistentKey(Value value) {
   return key;
 }
 
+bool isMasterShard(Value value) {
+  auto shard = value.getDefiningOp<dist::WeightShardOp>();
+  if (!shard)
+    return false;
+  auto role = shard->getAttrOfType<StringAttr>("zd.role");
+  return role && role.getValue() == "master";
+}
+
 bool isStateWriteOp(Operation *op) {
   return isa<graph::AssignOp, graph::AdamwOp, graph::AccumulateOp>(op);
 }

@@ -89,6 +89,10 @@ bool isStorageOp(mlir::Operation *op);
 /// source, pieces, ...); empty for other values.
 std::string persistentKey(mlir::Value value);
 
+/// A zd.weight_shard with zd.role = "master": ZeRO's fp32 master part of a
+/// parameter (docs/training-contract.md, section 7).
+bool isMasterShard(mlir::Value value);
+
 /// The ops that write persistent state in place and have no results:
 /// zg.assign, zg.adamw, zg.accumulate.
 bool isStateWriteOp(mlir::Operation *op);

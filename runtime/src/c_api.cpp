@@ -97,6 +97,15 @@ int zrt_write_state(zrt_session *s, const char *name, const void *data, size_t b
   return set(s->s->write_state(name ? name : "", data, bytes));
 }
 
+int zrt_train_step(zrt_session *s, const char *input, const void *data, size_t bytes, int64_t step, double *loss,
+                   double *grad_norm) {
+  zrt::StepResult r;
+  if (int rc = set(s->s->train_step(input ? input : "", data, bytes, step, &r))) return rc;
+  if (loss) *loss = r.loss;
+  if (grad_norm) *grad_norm = r.grad_norm;
+  return 0;
+}
+
 void zrt_shutdown(void) { zrt::shutdown(); }
 
 }  // extern "C"

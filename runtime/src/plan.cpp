@@ -343,7 +343,9 @@ Status Verifier::check_state() {
       case fb::StateKind::grad: want = fb::TensorKind::grad; break;
       default: want = fb::TensorKind::state; break;
     }
-    if (t_[e.tensor()].kind != want)
+    // ZeRO's master part of a parameter is loaded from the parameter's source like a shard.
+    const bool master_shard = e.kind() == fb::StateKind::master && t_[e.tensor()].kind == fb::TensorKind::weight_shard;
+    if (t_[e.tensor()].kind != want && !master_shard)
       return fail(sn + ": a state of kind " + fb::EnumNameStateKind(e.kind()) + " must name a tensor of kind " +
                   fb::EnumNameTensorKind(want) + ", " + tn(e.tensor()) + " is " + fb::EnumNameTensorKind(t_[e.tensor()].kind));
     ZRT_RETURN_IF_ERROR(check_slices(sn, e.tensor(), to_shape(e.full_shape()), to_shape(e.local_shape()), e.ranks()));

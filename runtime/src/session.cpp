@@ -639,6 +639,74 @@ Status Session::write_state(const std::string &name, const void *data, size_t by
   return {};
 }
 
+bool Session::input_id_range(const std::string &name, int64_t *lo, int64_t *hi) const {
+  const Impl &m = *impl_;
+  for (size_t pi = 0; pi < m.programs.size(); ++pi) {
+    const int i = m.find(m.program_info[pi].inputs, name);
+    if (i < 0) continue;
+    bool negative_ok = false;
+    const int64_t bound = m.id_bound(static_cast<int>(pi), static_cast<size_t>(i), &negative_ok);
+    if (bound < 0) continue;
+    *lo = negative_ok ? -bound : 0;
+    *hi = bound;
+    return true;
+  }
+  return false;
+}
+
+Status Session::train_step(const std::string &input, const void *data, size_t bytes, int64_t step, StepResult *out) {
+  Impl &m = *impl_;
+  const int train = m.find_program("train_step"), micro = m.find_program("micro_step"),
+            opt = m.find_program("optimizer_step");
+  if (train < 0 && (micro < 0 || opt < 0))
+    return error(Code::invalid_argument, "the plan has no training program (train_step, or micro_step and "
+                                         "optimizer_step): compile it with zplan --train; it has " +
+                                             m.program_names());
+  // Every scalar named step takes the step number, in whichever program has it.
+  bool has_step = false;
+  for (const ProgramInfo &pi : m.program_info)
+    for (const ScalarInfo &x : pi.scalars) has_step = has_step || x.name == "step";
+  if (has_step) ZRT_RETURN_IF_ERROR(set_scalar("step", static_cast<double>(step)));
+  int last = train;
+  if (train >= 0) {
+    ZRT_RETURN_IF_ERROR(bind_input(input, data, bytes));
+    ZRT_RETURN_IF_ERROR(run("train_step"));
+  } else {
+    // Micro-batches: consecutive row blocks of the global batch, each bound to micro_step's input.
+    const int i = m.find(m.program_info[micro].inputs, input);
+    if (i < 0) return error(Code::invalid_argument, "micro_step has no input named '" + input + "'");
+    const size_t mb = m.program_info[micro].inputs[i].global_bytes();
+    if (mb == 0 || bytes % mb != 0)
+      return error(Code::invalid_argument, "the batch of " + std::to_string(bytes) + " bytes is not a whole number of "
+                                           "micro-batches of " + std::to_string(mb) + " bytes");
+    for (size_t off = 0; off < bytes; off += mb) {
+      ZRT_RETURN_IF_ERROR(m.bind_one(micro, i, static_cast<const uint8_t *>(data) + off, mb));
+      ZRT_RETURN_IF_ERROR(run("micro_step"));
+    }
+    ZRT_RETURN_IF_ERROR(run("optimizer_step"));
+    last = opt;
+  }
+  auto scalar_out = [&](const char *name, double *v) -> Status {
+    *v = std::nan("");
+    for (int pi : {last, micro}) {
+      if (pi < 0) continue;
+      const int k = m.find(m.program_info[pi].outputs, name);
+      if (k < 0) continue;
+      const TensorRef &t = m.tensors[m.programs[pi].output_tensor[k]];
+      if (t.numel() != 1) return error(Code::invalid_argument, std::string("output '") + name + "' is not a scalar");
+      uint8_t buf[8] = {};
+      ZRT_RETURN_IF_ERROR(m.backend->read(t.space, buf, t.data, dtype_size(t.dtype)));
+      *v = t.dtype == DType::i64 || t.dtype == DType::i32 ? static_cast<double>(zk::load_i64(buf, static_cast<zk::DType>(t.dtype), 0))
+                                                          : static_cast<double>(zk::load_f32(buf, static_cast<zk::DType>(t.dtype), 0));
+      return {};
+    }
+    return {};
+  };
+  ZRT_RETURN_IF_ERROR(scalar_out("loss", &out->loss));
+  ZRT_RETURN_IF_ERROR(scalar_out("grad_norm", &out->grad_norm));
+  return {};
+}
+
 MemoryReport Session::memory_report() const {
   MemoryReport r = impl_->report;
   r.measured_process_peak_bytes = impl_->backend->process_peak_bytes();

@@ -8,12 +8,22 @@
 // global output, written by rank 0. Every rank prints its planned and measured peak arena bytes and the
 // wall time of the run. --expect compares an output with a reference file and prints the largest
 // absolute difference; the exit status is 3 when it exceeds --tolerance.
+//
+//   mpirun -np WORLD zrun PLAN --train --data TOKENS.npy --steps N [--lr X] [--seed S]
+//          [--losses-out F.npy] [--grad-norms-out F.npy]
+//
+// trains with a plan made by zplan --train: its init program once, then one train step per step
+// (zrt::Session::train_step). TOKENS.npy is an integer array [samples, seq]; step k takes the next global
+// batch of samples (wrapping around at the end), each rank its dp rows. Rank 0 prints the loss, the
+// gradient norm and tokens/s per step; the two -out files get them as float64 arrays. The data is checked
+// (dtype, shape, enough samples, every id inside the embedding table) before the first step.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -44,6 +54,12 @@ struct Args {
   // unless --timeout says otherwise (0 turns the watchdog off).
   double timeout = 300;
   zrt::BackendKind backend = zrt::BackendKind::cpu;
+  // --train
+  bool train = false;
+  std::string data, losses_out, grad_norms_out;
+  int64_t steps = 0;
+  int64_t micro_batches = 0;  // 0: as the plan says (1 for a train_step plan)
+  double lr = -1;             // < 0: the plan's schedule
 };
 
 // The rank as the launcher tells it, for messages printed before MPI is up (only rank 0 prints those).
@@ -119,6 +135,21 @@ int parse_args(int argc, char **argv, Args *a) {
                "Before each collective, every rank agrees its sequence number, op, group, bytes and dtype; a "
                "mismatch ends the job naming both sides (also ZRT_CHECK_COLLECTIVES=1)");
 
+  double steps = 0, micro = 0;
+  app.add_option("--micro-batches", micro,
+                 "--train: micro-batches per step of a plan made with zplan --micro-batches (the same M)")
+      ->type_name("M")->check(number_in(1, 1e6));
+  app.add_flag("--train", a->train, "Train with a plan made by zplan --train (init once, then --steps train steps)");
+  app.add_option("--data", a->data, "--train: integer token array [samples, seq] (.npy)")->type_name("TOKENS.npy");
+  app.add_option("--steps", steps, "--train: number of training steps")->type_name("N")->check(number_in(1, 1e9));
+  app.add_option("--lr", a->lr, "--train: learning rate (overrides the plan's schedule)")->type_name("X")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--losses-out", a->losses_out, "--train: write the per-step loss (float64) to this .npy file")
+      ->type_name("F.npy");
+  app.add_option("--grad-norms-out", a->grad_norms_out,
+                 "--train: write the per-step gradient norm before clipping (float64) to this .npy file")
+      ->type_name("F.npy");
+
   const bool speak = launcher_rank() == 0;
   auto fail = [&](const std::string &msg) {
     if (speak) std::fprintf(stderr, "zrun: error: %s\nRun with --help for the flags.\n", msg.c_str());
@@ -145,6 +176,17 @@ int parse_args(int argc, char **argv, Args *a) {
   a->seed = static_cast<uint64_t>(seed);
   a->init_random = init == "random";
   a->backend = backend == "cuda" ? zrt::BackendKind::cuda : zrt::BackendKind::cpu;
+  a->steps = static_cast<int64_t>(steps);
+  a->micro_batches = static_cast<int64_t>(micro);
+  if (a->train) {
+    if (a->data.empty()) return fail("--train needs --data TOKENS.npy");
+    if (a->steps < 1) return fail("--train needs --steps N (N >= 1)");
+    if (!a->inputs.empty() || a->random_inputs || !a->outputs.empty() || !a->expects.empty())
+      return fail("--train takes its batches from --data; --input, --random-inputs, --output and --expect do not apply");
+  } else if (!a->data.empty() || a->steps || a->lr >= 0 || a->micro_batches || !a->losses_out.empty() ||
+             !a->grad_norms_out.empty()) {
+    return fail("--data, --steps, --lr, --micro-batches, --losses-out and --grad-norms-out need --train");
+  }
   return -1;
 }
 
@@ -216,6 +258,136 @@ double element_as_double(zrt::DType dtype, const uint8_t *p, size_t i) {
   zrt::abort_job(1);
 }
 
+/// Writes a 1-D float64 .npy file (zrt's writer covers the plan's dtypes, which have no float64).
+std::string write_f64_npy(const std::string &path, const std::vector<double> &v) {
+  std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (" + std::to_string(v.size()) + ",), }";
+  // Magic (6) + version (2) + header length (2) + header + '\n' is a multiple of 64.
+  while ((10 + header.size() + 1) % 64) header += ' ';
+  header += '\n';
+  std::string tmp = path + ".tmp";
+  FILE *f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return "cannot open '" + tmp + "' for writing: " + std::strerror(errno);
+  const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<unsigned char>(header.size() & 0xFF),
+                                 static_cast<unsigned char>(header.size() >> 8)};
+  bool ok = std::fwrite(pre, 1, 10, f) == 10 && std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
+            std::fwrite(v.data(), sizeof(double), v.size(), f) == v.size();
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return "cannot write '" + path + "'";
+  }
+  return {};
+}
+
+/// zrun --train: checks the data against the plan, runs init once and then --steps train steps.
+int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
+  const zrt::RankInfo ri = s.rank_info();
+  // The training program and its one batch input.
+  const zrt::ProgramInfo *prog = nullptr;
+  bool has_init = false;
+  for (const zrt::ProgramInfo &p : s.programs()) {
+    if (p.name == "train_step" || (p.name == "micro_step" && !prog)) prog = &p;
+    has_init = has_init || p.name == "init";
+  }
+  if (!prog) die(ri.rank, "the plan has no train_step or micro_step program: make it with zplan --train");
+  // A plan that accumulates runs micro_step once per micro-batch; the plan does not record how many
+  // micro-batches make a step, so the command line says it (zplan's --micro-batches).
+  int64_t micro = 1;
+  if (prog->name == "micro_step") {
+    if (args.micro_batches < 1)
+      die(ri.rank, "this plan accumulates micro-batches (micro_step, optimizer_step): pass --micro-batches M, the M "
+                   "it was compiled with");
+    micro = args.micro_batches;
+  } else if (args.micro_batches > 1) {
+    die(ri.rank, "--micro-batches " + std::to_string(args.micro_batches) + ": this plan has one train_step per step "
+                 "(compile it with zplan --micro-batches to accumulate)");
+  }
+  if (prog->inputs.size() != 1) {
+    std::string names;
+    for (const auto &io : prog->inputs) names += (names.empty() ? "'" : ", '") + io.name + "'";
+    die(ri.rank, prog->name + " has " + std::to_string(prog->inputs.size()) + " inputs (" + names +
+                     "); zrun --train feeds exactly one token input");
+  }
+  const zrt::IOInfo &in = prog->inputs[0];
+  if (in.global_shape.size() != 2 || (in.dtype != zrt::DType::i64 && in.dtype != zrt::DType::i32))
+    die(ri.rank, prog->name + "'s input '" + in.name + "' is not an integer [batch, seq] tensor");
+  const int64_t batch = in.global_shape[0] * micro, seq = in.global_shape[1];
+
+  // The data, checked whole before the first step.
+  zrt::NpyArray data;
+  zrt::Status st = zrt::read_npy(args.data, &data);
+  if (!st.ok()) die(ri.rank, "--data: " + st.message());
+  if (data.dtype != zrt::DType::i64 && data.dtype != zrt::DType::i32)
+    die(ri.rank, "--data '" + args.data + "' holds " + zrt::dtype_name(data.dtype) +
+                     " values; token ids must be an int64 or int32 array [samples, seq]");
+  if (data.shape.size() != 2 || data.shape[1] != seq) {
+    std::string got = "[";
+    for (int64_t d : data.shape) got += std::to_string(d) + ",";
+    die(ri.rank, "--data '" + args.data + "' has shape " + got + "]; the plan trains on [samples, " +
+                     std::to_string(seq) + "] (sequence length " + std::to_string(seq) + ")");
+  }
+  const int64_t samples = data.shape[0];
+  if (samples < batch)
+    die(ri.rank, "--data '" + args.data + "' holds " + std::to_string(samples) + " samples, fewer than the plan's global batch of " +
+                     std::to_string(batch));
+  std::vector<int64_t> ids(static_cast<size_t>(samples * seq));
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = zk::load_i64(data.data.data(), static_cast<zk::DType>(data.dtype), static_cast<int64_t>(i));
+  int64_t lo = 0, hi = 0;
+  if (s.input_id_range(in.name, &lo, &hi))
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < lo || ids[i] >= hi)
+        die(ri.rank, "--data '" + args.data + "': sample " + std::to_string(i / seq) + ", position " + std::to_string(i % seq) +
+                         " is token id " + std::to_string(ids[i]) + ", outside the vocabulary [" + std::to_string(lo) + ", " +
+                         std::to_string(hi) + ")");
+  if (args.lr >= 0) {
+    st = s.set_scalar("lr", args.lr);
+    if (!st.ok()) die(ri.rank, st.message());
+  }
+
+  if (has_init) {
+    st = s.run("init");
+    if (!st.ok()) die(ri.rank, st.message());
+    watchdog.kick();
+  }
+  const size_t elem = zrt::dtype_size(in.dtype);
+  std::vector<uint8_t> buf(static_cast<size_t>(batch * seq) * elem);
+  std::vector<double> losses, norms;
+  double total_s = 0;
+  for (int64_t k = 0; k < args.steps; ++k) {
+    // Global batch k: samples k * batch .. k * batch + batch - 1, wrapping around the data.
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t sample = (k * batch + b) % samples;
+      for (int64_t t = 0; t < seq; ++t)
+        zk::store_i64(buf.data(), static_cast<zk::DType>(in.dtype), b * seq + t, ids[static_cast<size_t>(sample * seq + t)]);
+    }
+    zrt::StepResult r;
+    const auto t0 = std::chrono::steady_clock::now();
+    st = s.train_step(in.name, buf.data(), buf.size(), k + 1, &r);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!st.ok()) die(ri.rank, "step " + std::to_string(k + 1) + ": " + st.message());
+    watchdog.kick();
+    total_s += sec;
+    losses.push_back(r.loss);
+    norms.push_back(r.grad_norm);
+    if (ri.rank == 0)
+      std::printf("zrun: step %lld loss %.6f grad_norm %.6f (%.3f ms, %.0f tokens/s)\n", static_cast<long long>(k + 1), r.loss,
+                  r.grad_norm, sec * 1e3, static_cast<double>(batch * seq) / sec);
+  }
+  if (ri.rank == 0) {
+    std::printf("zrun: trained %lld steps of %lld x %lld tokens: %.0f tokens/s\n", static_cast<long long>(args.steps),
+                static_cast<long long>(batch), static_cast<long long>(seq),
+                static_cast<double>(batch * seq * args.steps) / total_s);
+    for (const auto &[path, v] : {std::make_pair(args.losses_out, &losses), std::make_pair(args.grad_norms_out, &norms)}) {
+      if (path.empty()) continue;
+      const std::string e = write_f64_npy(path, *v);
+      if (!e.empty()) die(ri.rank, e);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -241,6 +413,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   const zrt::RankInfo ri = s->rank_info();
+  if (args.train) {
+    const int rc = train(args, *s, watchdog);
+    s.reset();
+    zrt::shutdown();
+    return rc;
+  }
 
   // Inputs: random values first (when asked), then files, which override them; every rank reads the
   // global file and keeps its rows. Names are checked both ways.

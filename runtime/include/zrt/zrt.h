@@ -33,6 +33,12 @@ enum class InitMode {
   random,  // file-backed weights get deterministic random values (graph-only benchmark models)
 };
 
+/// What one training step reports (the plan's outputs "loss" and "grad_norm"; NaN when it has none).
+struct StepResult {
+  double loss = 0.0;
+  double grad_norm = 0.0;
+};
+
 struct Options {
   InitMode init = InitMode::file;
   uint64_t seed = 0;
@@ -78,6 +84,16 @@ class Session {
   /// flat range state() gives). Not collective.
   Status read_state(const std::string &name, void *data, size_t bytes);
   Status write_state(const std::string &name, const void *data, size_t bytes);
+
+  /// One training step of a plan made by `zplan --train`: binds the global batch `data` to the training
+  /// input `input`, sets the scalar "step" (1-based) and runs "train_step". A plan with "micro_step" and
+  /// "optimizer_step" instead gets the batch split into consecutive micro-batches of micro_step's input
+  /// size, one micro_step each, then optimizer_step. Reads "loss" and "grad_norm" (replicated on every
+  /// rank). Set "lr" with set_scalar() to override the plan's schedule. Collective.
+  Status train_step(const std::string &input, const void *data, size_t bytes, int64_t step, StepResult *out);
+  /// For an integer input that indexes a table (embedding, gather): ids must lie in [lo, hi). Returns false
+  /// when no program reads the input as ids.
+  bool input_id_range(const std::string &name, int64_t *lo, int64_t *hi) const;
   /// Assembles the global output on `root` (other ranks may pass data == nullptr). Collective.
   Status read_output(const std::string &name, void *data, size_t bytes, int root = 0);
   /// This rank's own output tensor (its rows), `bytes` == local elements * dtype size.

@@ -60,6 +60,10 @@ size_t zrt_state_bytes(const zrt_session *s, int i);
 /* This rank's part of a persistent tensor, `bytes` == zrt_state_bytes. Not collective. */
 int zrt_read_state(zrt_session *s, const char *name, void *data, size_t bytes);
 int zrt_write_state(zrt_session *s, const char *name, const void *data, size_t bytes);
+/* One training step (zrt::Session::train_step): binds the global batch to `input`, sets "step", runs the
+ * training program(s); *loss and *grad_norm (either may be NULL) get the step's figures. Collective. */
+int zrt_train_step(zrt_session *s, const char *input, const void *data, size_t bytes, int64_t step, double *loss,
+                   double *grad_norm);
 
 /* Ends MPI if zrt started it; call after closing every session. */
 void zrt_shutdown(void);
