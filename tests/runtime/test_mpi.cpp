@@ -197,6 +197,55 @@ void check_collectives(int tp, int dp) {
         for (int64_t j = 0; j < C; ++j) EXPECT_NEAR(g[(dd * Nl + i) * C + j], tp * c.a(0, dd, i, j), 1e-5);
 }
 
+// all_reduce and reduce_scatter with the max and min reductions (the plan's reduction int) over dp: each
+// rank holds its row of the global batch, the oracle is numpy-style max/min over the rows. f32 runs
+// MPI's built-in operations, bf16 the communicator's own (decoded values, not bit patterns).
+TEST(World2, MaxAndMinReductions) {
+  NEED_WORLD(2);
+  for (fb::DType dt : {fb::DType::f32, fb::DType::bf16}) {
+    PlanBuilder p(1, 2, dt);
+    const int x = p.input("x", dt, {2, 4}, true);
+    const int mx = p.output("max", {1, 4}, false), mn = p.output("min", {1, 4}, false);
+    const int e = p.act("e", {2, 4}), rs = p.output("rs", {2, 4}, true);
+    p.op(zrt::Op::all_reduce, {x}, {mx}, {1}, {}, fb::Axis::dp);
+    p.op(zrt::Op::all_reduce, {x}, {mn}, {2}, {}, fb::Axis::dp);
+    p.op(zrt::Op::expand, {x}, {e});
+    p.op(zrt::Op::reduce_scatter, {e}, {rs}, {0, 1}, {}, fb::Axis::dp);
+    const std::vector<uint8_t> f = p.file();
+    std::unique_ptr<zrt::Session> s;
+    zrt::Status st = zrt::Session::open_buffer(f.data(), f.size(), ".", {}, &s);
+    ASSERT_TRUE(st.ok()) << st.message();
+    // Values exact in bf16; negatives so that bit-pattern comparison would give the wrong answer.
+    const float xv[8] = {1.5f, -2.0f, 3.0f, -0.25f, -1.0f, -3.0f, 2.5f, 0.5f};
+    std::vector<uint8_t> in(8 * esize(dt));
+    for (int i = 0; i < 8; ++i) {
+      if (dt == fb::DType::f32) std::memcpy(in.data() + 4 * i, &xv[i], 4);
+      else { const uint16_t h = zk_round(dt, xv[i]); std::memcpy(in.data() + 2 * i, &h, 2); }
+    }
+    ASSERT_TRUE(s->bind_input("x", in.data(), in.size()).ok());
+    st = s->run();
+    ASSERT_TRUE(st.ok()) << st.message();
+    auto read = [&](const char *name, size_t n) {
+      std::vector<uint8_t> b(rank() == 0 ? n * esize(dt) : 0);
+      EXPECT_TRUE(s->read_output(name, b.data(), b.size()).ok());
+      std::vector<double> v;
+      for (size_t i = 0; rank() == 0 && i < n; ++i) {
+        if (dt == fb::DType::f32) { float f; std::memcpy(&f, b.data() + 4 * i, 4); v.push_back(f); }
+        else { uint16_t h; std::memcpy(&h, b.data() + 2 * i, 2); v.push_back(zk_widen(dt, h)); }
+      }
+      return v;
+    };
+    const std::vector<double> gmax = read("max", 4), gmin = read("min", 4), grs = read("rs", 8);
+    if (rank() != 0) continue;
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(gmax[j], std::max(xv[j], xv[4 + j])) << j;
+      EXPECT_EQ(gmin[j], std::min(xv[j], xv[4 + j])) << j;
+      EXPECT_EQ(grs[j], std::max(xv[j], xv[4 + j])) << j;      // rank 0's part: row 0 of the max
+      EXPECT_EQ(grs[4 + j], std::max(xv[j], xv[4 + j])) << j;  // rank 1's part: row 1 of the max
+    }
+  }
+}
+
 TEST(World2, CollectivesTp2) { NEED_WORLD(2); check_collectives(2, 1); }
 TEST(World2, CollectivesDp2) { NEED_WORLD(2); check_collectives(1, 2); }
 
