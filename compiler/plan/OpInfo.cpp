@@ -215,7 +215,7 @@ unsigned spaceOf(Value value) {
     return 0;
   if (auto shard = dyn_cast<dist::WeightShardOp>(def))
     return shard.getSpace() == "host" ? 1 : 0;
-  if (isa<graph::WeightOp>(def)) {
+  if (isa<graph::WeightOp, graph::StateOp>(def)) {
     auto space = def->getAttrOfType<StringAttr>("zd.space");
     return space && space.getValue() == "host" ? 1 : 0;
   }
