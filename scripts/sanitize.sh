@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
-# The sanitizer stage of CI (scripts/test.sh runs it after the main suite): the unit tests and the fuzz
-# replays, built with clang-22 under AddressSanitizer + UndefinedBehaviorSanitizer in their own build folder
-# (build-asan, or ZPLAN_SAN_BUILD_DIR), then run through ctest. Only what those tests need is built (no
+# The sanitizer stage meant for CI (not yet called by scripts/test.sh): the unit tests and the fuzz
+# replays, built with clang-22 under AddressSanitizer + UndefinedBehaviorSanitizer in their own build
+# folder (build-asan, or ZPLAN_SAN_BUILD_DIR), then run through ctest. Only what those tests need is built (no
 # CUDA, no tools, no models): the stage must keep the whole of .ci/run within an hour on a cold 2-core
 # machine. Extra arguments go to cmake's configure step.
+#
+# Measured here (2 shared cores, load average about 15): a cold build of the 15 targets took 917 s of wall
+# time and 3 min 40 s of user CPU (ccache off). The first run, without -DNDEBUG, failed two tests: the
+# compile replay (UBSan: llvm::Statistic's layout differs from Debian's NDEBUG libMLIR, hence -DNDEBUG now)
+# and runtime/Registry.EveryOpHasAUniqueNameAndNumber (zrt::op_info returns a pointer into another copy of
+# the op table than the test's under clang). Wire this into scripts/test.sh once both are settled.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${ZPLAN_SAN_BUILD_DIR:-$top/build-asan}
 jobs=${ZPLAN_JOBS:-$(nproc)}
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 # -O1 -g1: ASan's usual optimisation level, and line numbers in its reports at a small cost in build time.
+# -DNDEBUG as Debian's LLVM/MLIR were built: without it their headers change the layout of classes the
+# libraries construct (llvm::Statistic in MLIR passes), which UBSan then reports as garbage.
 cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 -DZPLAN_CUDA=OFF \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san -Wno-c++11-narrowing" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
   "$@" >/dev/null

@@ -113,6 +113,14 @@ static int64_t wrapMod(int64_t a, int64_t b) {
   int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+static int64_t wrapFMod(int64_t a, int64_t b) {
+  // C-style (ONNX fmod = 1): the result has the dividend's sign. A zero
+  // divisor is undefined in ONNX; -1 and 1 divide everything (and
+  // INT64_MIN % -1 would trap).
+  if (b == 0 || b == -1 || b == 1)
+    return 0;
+  return a % b;
+}
 static int64_t wrapPow(int64_t x, int64_t y) {
   if (y < 0)
     return x == 1 ? 1 : (x == -1 ? (y % 2 ? -1 : 1) : 0);
@@ -368,6 +376,7 @@ ConstTensor binary(Binary op, const ConstTensor &a, const ConstTensor &b,
     case Binary::Mul: run(wrapMul); break;
     case Binary::Div: run(wrapDiv); break;
     case Binary::Mod: run(wrapMod); break;
+    case Binary::FMod: run(wrapFMod); break;
     case Binary::Pow: run(wrapPow); break;
     case Binary::Max: run([](int64_t x, int64_t y) { return std::max(x, y); }); break;
     case Binary::Min: run([](int64_t x, int64_t y) { return std::min(x, y); }); break;
@@ -392,7 +401,8 @@ ConstTensor binary(Binary op, const ConstTensor &a, const ConstTensor &b,
     case Binary::Sub: r = x - y; break;
     case Binary::Mul: r = x * y; break;
     case Binary::Div: r = x / y; break;
-    case Binary::Mod: r = std::fmod(x, y); break;
+    case Binary::Mod:
+    case Binary::FMod: r = std::fmod(x, y); break;
     case Binary::Pow: r = std::pow(x, y); break;
     case Binary::Max: r = std::isnan(x) || std::isnan(y) ? NAN : std::max(x, y); break;
     case Binary::Min: r = std::isnan(x) || std::isnan(y) ? NAN : std::min(x, y); break;
@@ -714,6 +724,10 @@ ConstTensor reduce(Reduce op, const ConstTensor &x, ArrayRef<int64_t> axes,
                 : op == Reduce::Min ? INFINITY
                 : op == Reduce::Prod ? 1.0
                                      : 0.0;
+  // Over bool, max is "any" and min is "all": their identities are false
+  // and true (ONNX's empty-set results), not -inf and +inf.
+  if (x.dtype == kBool && (op == Reduce::Max || op == Reduce::Min))
+    init = op == Reduce::Max ? 0.0 : 1.0;
   std::fill(acc.f.begin(), acc.f.end(), init);
   Shape kst = broadcastStrides(keepShape, x.shape);
   Shape ctr(r, 0);

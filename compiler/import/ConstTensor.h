@@ -110,7 +110,8 @@ enum class Unary {
 };
 enum class Binary {
   Add, Sub, Mul, Div, Pow, Max, Min, Mod, Equal, Less, Greater, LessEqual,
-  GreaterEqual, And, Or, Xor
+  GreaterEqual, And, Or, Xor,
+  FMod ///< ONNX Mod with fmod = 1: the result has the dividend's sign (C fmod)
 };
 ConstTensor unary(Unary op, const ConstTensor &x);
 ConstTensor binary(Binary op, const ConstTensor &a, const ConstTensor &b,

@@ -1072,7 +1072,12 @@ LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
     if (cur->c && y->c) {
       // Compact operands give a compact result: broadcast the stored shapes.
       Shape stored = *broadcast(cur->c->shape, y->c->shape);
-      ConstTensor c = eval::binary(bit->second, *cur->c, *y->c, stored);
+      // Mod's fmod attribute picks the sign rule for integers (floats always
+      // take C fmod).
+      Binary bop = bit->second == Binary::Mod && attrInt(n, "fmod", 0)
+                       ? Binary::FMod
+                       : bit->second;
+      ConstTensor c = eval::binary(bop, *cur->c, *y->c, stored);
       if (c.numel() > kCompressThreshold)
         c = eval::compress(std::move(c));
       r.dtype = c.dtype;

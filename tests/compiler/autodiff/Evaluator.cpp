@@ -829,44 +829,86 @@ private:
 
   /// Reads a parameter: its current value when a program already wrote or
   /// read it, else its inline value or its bytes in the external data file.
+  /// This dp rank's flat ZeRO shard of the tp-local tensor, zero-padded to
+  /// a multiple of dp.
+  bool weightShard(Operation *op) {
+    std::string name = cast<StringAttr>(op->getAttr("name")).str();
+    if (state && state->tensors.count(name)) {
+      set(op, 0, state->tensors[name]);
+      return true;
+    }
+    auto shapeAttr = [&](StringRef n) {
+      auto a = op->getAttrOfType<DenseI64ArrayAttr>(n).asArrayRef();
+      return std::vector<int64_t>(a.begin(), a.end());
+    };
+    Tensor local;
+    if (!loadLocal(op, shapeAttr("local_shape"), shapeAttr("source_shape"),
+                   op->getAttrOfType<ArrayAttr>("pieces"), local))
+      return fail(op);
+    Tensor shard(shapeOf(op->getResult(0)));
+    for (int64_t i = 0; i < shard.size(); ++i) {
+      int64_t at = tp.dpRank * shard.size() + i;
+      if (at < local.size())
+        shard.data[i] = local.data[at];
+    }
+    if (state)
+      state->tensors[name] = shard;
+    set(op, 0, shard);
+    return true;
+  }
+
   bool weight(Operation *op) {
     std::string name = cast<StringAttr>(op->getAttr("name")).str();
     if (state && state->tensors.count(name)) {
       set(op, 0, state->tensors[name]);
       return true;
     }
-    // A tp-split weight's inline value or file bytes are the whole tensor
-    // (zd.source_shape); this rank's pieces are copied into its local
-    // tensor and the rest (vocabulary padding) stays zero.
-    Tensor t(shapeOf(op->getResult(0)));
-    Tensor whole = t;
+    std::vector<int64_t> localShape = shapeOf(op->getResult(0)), global =
+                                                                     localShape;
     if (auto src = op->getAttrOfType<DenseI64ArrayAttr>("zd.source_shape"))
-      whole = Tensor(std::vector<int64_t>(src.asArrayRef().begin(),
-                                          src.asArrayRef().end()));
+      global.assign(src.asArrayRef().begin(), src.asArrayRef().end());
+    Tensor t;
+    if (!loadLocal(op, localShape, global,
+                   op->getAttrOfType<ArrayAttr>("zd.pieces"), t))
+      return fail(op);
+    if (state)
+      state->tensors[name] = t;
+    set(op, 0, t);
+    return true;
+  }
+
+  /// A tp-split weight's inline value or file bytes are the whole tensor
+  /// (`global`); this rank's pieces are copied into its local tensor and the
+  /// rest (vocabulary padding) stays zero.
+  bool loadLocal(Operation *op, const std::vector<int64_t> &localShape,
+                 const std::vector<int64_t> &global, ArrayAttr pieces,
+                 Tensor &t) {
+    t = Tensor(localShape);
+    Tensor whole(global);
     if (auto value = op->getAttr("value")) {
       whole = fromElements(cast<ElementsAttr>(value));
     } else {
       if (!state)
-        return fail(op);
+        return false;
       auto elt = cast<RankedTensorType>(op->getResult(0).getType())
                      .getElementType();
       if (!elt.isF32())
-        return fail(op);
+        return false;
       std::string path =
           state->weightDir + "/" + cast<StringAttr>(op->getAttr("file")).str();
       FILE *file = std::fopen(path.c_str(), "rb");
       if (!file)
-        return fail(op);
+        return false;
       std::vector<float> raw(whole.size());
       std::fseek(file, long(intAttr(op, "offset")), SEEK_SET);
       size_t got = std::fread(raw.data(), sizeof(float), raw.size(), file);
       std::fclose(file);
       if (got != raw.size())
-        return fail(op);
+        return false;
       for (int64_t i = 0; i < whole.size(); ++i)
         whole.data[i] = raw[i];
     }
-    if (auto pieces = op->getAttrOfType<ArrayAttr>("zd.pieces")) {
+    if (pieces) {
       for (Attribute p : cast<ArrayAttr>(pieces[tp.rank])) {
         auto box = cast<DictionaryAttr>(p);
         auto field = [&](StringRef f) {
@@ -887,13 +929,7 @@ private:
     } else {
       t = whole;
     }
-    if (t.size() != int64_t(t.data.size()) ||
-        t.shape != shapeOf(op->getResult(0)))
-      return fail(op);
-    if (state)
-      state->tensors[name] = t;
-    set(op, 0, t);
-    return true;
+    return t.shape == localShape;
   }
 
   /// The name under which a persistent operand lives in `state`.
@@ -947,12 +983,36 @@ private:
     return stride ? stride.getInt() * tp.rank : 0;
   }
 
-  /// zd.all_reduce, zd.all_gather and zd.local_slice over the tp group.
+  /// zd.all_reduce, zd.all_gather, zd.reduce_scatter and zd.local_slice
+  /// over the tp or dp group, and ZeRO's parameter shards.
   bool dist(Operation *op, StringRef name) {
-    if (!tp.group ||
-        cast<StringAttr>(op->getAttr("axis")).getValue() != "tp")
+    if (name == "release")
+      return true;
+    if (name == "weight_shard")
+      return weightShard(op);
+    if (name == "gather_param") {
+      if (!tp.dpGroup)
+        return fail(op);
+      std::vector<Tensor> all =
+          tp.dpGroup->exchange(tp.dpRank, in(op, 0));
+      Tensor r(shapeOf(op->getResult(0)));
+      // The shards in dp order, the zero padding dropped.
+      int64_t at = 0;
+      for (const Tensor &part : all)
+        for (double v : part.data)
+          if (at < r.size())
+            r.data[at++] = v;
+      set(op, 0, r);
+      return true;
+    }
+    auto axisAttr = op->getAttrOfType<StringAttr>("axis");
+    bool dp = axisAttr && axisAttr.getValue() == "dp";
+    TpGroup *group = dp ? tp.dpGroup : tp.group;
+    int rank = dp ? tp.dpRank : tp.rank;
+    if (!group || !axisAttr ||
+        (axisAttr.getValue() != "tp" && axisAttr.getValue() != "dp"))
       return fail(op);
-    int size = tp.group->groupSize();
+    int size = group->groupSize();
     const Tensor &x = in(op, 0);
     if (name == "local_slice") {
       int64_t dim = intAttr(op, "dim");
@@ -960,14 +1020,14 @@ private:
       int64_t part = r.shape[dim];
       forEach(r.shape, [&](const Index &idx, int64_t flat) {
         Index s = idx;
-        s[dim] += tp.rank * part;
+        s[dim] += rank * part;
         r.data[flat] = x.data[flatOf(x.shape, s)];
       });
       set(op, 0, r);
       return true;
     }
-    std::vector<Tensor> all = tp.group->exchange(tp.rank, x);
-    if (name == "all_reduce") {
+    std::vector<Tensor> all = group->exchange(rank, x);
+    if (name == "all_reduce" || name == "reduce_scatter") {
       std::string kind = "sum";
       if (auto k = op->getAttrOfType<StringAttr>("reduction"))
         kind = k.str();
@@ -979,6 +1039,18 @@ private:
                       : kind == "min" ? std::min(r.data[i], v)
                                       : r.data[i] + v;
         }
+      if (name == "reduce_scatter") {
+        // This rank's part of the reduction along `dim`.
+        int64_t dim = intAttr(op, "dim");
+        Tensor part(shapeOf(op->getResult(0)));
+        int64_t size0 = part.shape[dim];
+        forEach(part.shape, [&](const Index &idx, int64_t flat) {
+          Index s = idx;
+          s[dim] += rank * size0;
+          part.data[flat] = r.data[flatOf(r.shape, s)];
+        });
+        r = part;
+      }
       set(op, 0, r);
       return true;
     }

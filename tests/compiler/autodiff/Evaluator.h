@@ -59,10 +59,14 @@ private:
   int64_t generation = 0;
 };
 
-/// Which rank of which tp group an evaluation is (absent: a whole program).
+/// Which rank of which tp group an evaluation is (absent: a whole program),
+/// and which rank of which dp group (ZeRO: zd.weight_shard, zd.gather_param,
+/// collectives over "dp").
 struct TpRank {
   int rank = 0;
   TpGroup *group = nullptr;
+  int dpRank = 0;
+  TpGroup *dpGroup = nullptr;
 };
 
 /// Runs `func` on `args` (one per argument) and returns its results, or an

@@ -7,9 +7,10 @@
 // train_grad_norms.npy). This checks the training step as a graph,
 // independently of the plan, the runtime and the kernels.
 //
-// The tp cases partition the step with the sharding pipeline first and run
-// every tp rank's program in its own interpreter, the collectives exchanging
-// tensors between them: the tensor-parallel step must train as PyTorch did.
+// The tp and dp cases partition the step with the sharding pipeline first
+// and run every rank's program in its own interpreter, the collectives
+// exchanging tensors between them: the tensor-parallel step, and ZeRO-3 on
+// top of it, must train as PyTorch did.
 //===----------------------------------------------------------------------===//
 
 #include "Evaluator.h"
@@ -29,6 +30,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <memory>
 #include <thread>
 
 using namespace mlir;
@@ -90,14 +92,15 @@ Tensor rows(const Tensor &t, int64_t first, int64_t count) {
 
 void trainFiveSteps(const std::string &model, bool restoreZeroBiases,
                     int64_t microBatches, double tolerance,
-                    const std::string &recompute = "none", int tp = 1) {
+                    const std::string &recompute = "none", int tp = 1,
+                    int dp = 1, int zero = 0) {
   DialectRegistry registry;
   zplan::registerAllDialects(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
   std::string dir = std::string(ZPLAN_MODELS_DIR) + "/" + model;
   zplan::import::ImportOptions io;
-  io.batch = 2 / microBatches;
+  io.batch = 2 / microBatches / dp;
   io.seq = 16;
   OwningOpRef<ModuleOp> module =
       zplan::import::importOnnxFile(context, dir + "/model.onnx", io);
@@ -115,9 +118,11 @@ void trainFiveSteps(const std::string &model, bool restoreZeroBiases,
   // With tp > 1 the sharding pipeline partitions every program and each tp
   // rank runs its rank-local programs in its own interpreter, the
   // collectives exchanging tensors between them.
-  if (tp > 1) {
+  if (tp * dp > 1) {
     zplan::sharding::ShardingOptions sharding;
     sharding.tp = tp;
+    sharding.dp = dp;
+    sharding.zeroStage = zero;
     zplan::sharding::buildShardingPipeline(pm, sharding);
   }
   ASSERT_TRUE(succeeded(pm.run(*module)));
@@ -128,25 +133,40 @@ void trainFiveSteps(const std::string &model, bool restoreZeroBiases,
   ASSERT_TRUE(readNpy(dir + "/train_grad_norms.npy", norms));
   ASSERT_EQ(losses.size(), 5);
 
-  // One interpreter, state and thread per tp rank.
-  std::vector<zplan::test::PersistentState> states(tp);
+  // One interpreter, state and thread per rank; rank r is tp index r % tp
+  // and dp index r / tp, and takes its dp part of the batch's rows.
+  int world = tp * dp;
+  std::vector<zplan::test::PersistentState> states(world);
   for (auto &state : states)
     state.weightDir = dir;
-  zplan::test::TpGroup group(tp);
-  std::vector<std::string> errors(tp);
-  std::vector<std::vector<Tensor>> outs(tp);
+  std::vector<std::unique_ptr<zplan::test::TpGroup>> tpGroups, dpGroups;
+  for (int i = 0; i < dp; ++i)
+    tpGroups.push_back(std::make_unique<zplan::test::TpGroup>(tp));
+  for (int i = 0; i < tp; ++i)
+    dpGroups.push_back(std::make_unique<zplan::test::TpGroup>(dp));
+  std::vector<std::string> errors(world);
+  std::vector<std::vector<Tensor>> outs(world);
   std::string &error = errors[0];
-  auto onEveryRank = [&](func::FuncOp f, const std::vector<Tensor> &args) {
+  auto onEveryRank = [&](func::FuncOp f, const std::vector<Tensor> &args,
+                         int batchArg = -1) {
     std::vector<std::thread> threads;
-    for (int r = 0; r < tp; ++r)
+    for (int r = 0; r < world; ++r)
       threads.emplace_back([&, r] {
-        outs[r] = zplan::test::evaluate(f, args, &errors[r], &states[r],
-                                        {r, tp > 1 ? &group : nullptr});
+        int t = r % tp, d = r / tp;
+        std::vector<Tensor> mine = args;
+        if (batchArg >= 0) {
+          int64_t per = mine[batchArg].shape[0] / dp;
+          mine[batchArg] = rows(mine[batchArg], d * per, per);
+        }
+        zplan::test::TpRank where{t, tp > 1 ? tpGroups[d].get() : nullptr, d,
+                                  dp > 1 ? dpGroups[t].get() : nullptr};
+        outs[r] = zplan::test::evaluate(f, mine, &errors[r], &states[r],
+                                        where);
       });
     for (auto &t : threads)
       t.join();
     // Every rank holds the whole results, and the same ones.
-    for (int r = 1; r < tp; ++r) {
+    for (int r = 1; r < world; ++r) {
       EXPECT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
       EXPECT_EQ(outs[r].size(), outs[0].size()) << "rank " << r;
       for (size_t i = 0; i < std::min(outs[r].size(), outs[0].size()); ++i)
@@ -165,19 +185,19 @@ void trainFiveSteps(const std::string &model, bool restoreZeroBiases,
     Tensor lr(std::vector<int64_t>{}, 1e-3), st(std::vector<int64_t>{}, t);
     std::vector<Tensor> out;
     if (microBatches == 1) {
-      out = onEveryRank(step, {ids, lr, st});
+      out = onEveryRank(step, {ids, lr, st}, 0);
     } else {
       int64_t per = ids.shape[0] / microBatches;
       for (int64_t k = 0; k < microBatches; ++k)
-        ASSERT_EQ(onEveryRank(micro, {rows(ids, k * per, per)}).size(), 1u)
+        ASSERT_EQ(onEveryRank(micro, {rows(ids, k * per, per)}, 0).size(), 1u)
             << error;
       out = onEveryRank(step, {lr, st});
     }
     ASSERT_EQ(out.size(), 2u) << error;
     double loss = out[0].data[0], norm = out[1].data[0];
-    std::printf("%s (tp %d, %lld micro-batches, recompute %s) step %d: loss %.8f (PyTorch %.8f), grad norm %.8f "
+    std::printf("%s (tp %d, dp %d, zero %d, %lld micro-batches, recompute %s) step %d: loss %.8f (PyTorch %.8f), grad norm %.8f "
                 "(PyTorch %.8f)\n",
-                model.c_str(), tp, (long long)microBatches, recompute.c_str(), t,
+                model.c_str(), tp, dp, zero, (long long)microBatches, recompute.c_str(), t,
                 loss, losses.data[t - 1], norm,
                 norms.data[t - 1]);
     EXPECT_NEAR(loss, losses.data[t - 1], tolerance * losses.data[t - 1])
@@ -226,6 +246,15 @@ TEST(TrainStep, LlamaTp2FiveStepsMatchPyTorch) {
 }
 TEST(TrainStep, Gpt2Tp2FiveStepsMatchPyTorch) {
   trainFiveSteps("gpt2", /*restoreZeroBiases=*/true, 1, 1e-4, "none", 2);
+}
+// ZeRO-3 over dp 2 on top of tp 2: (tp, zero, world) = (2, 3, 4), every
+// rank its dp half of the batch.
+TEST(TrainStep, LlamaTp2Zero3Dp2FiveStepsMatchPyTorch) {
+  trainFiveSteps("llama", /*restoreZeroBiases=*/false, 1, 1e-4, "none", 2, 2,
+                 3);
+}
+TEST(TrainStep, Gpt2Tp2Zero3Dp2FiveStepsMatchPyTorch) {
+  trainFiveSteps("gpt2", /*restoreZeroBiases=*/true, 1, 1e-4, "none", 2, 2, 3);
 }
 TEST(TrainStep, Gpt2Tp2TwoMicroBatchesMatchOneBatch) {
   trainFiveSteps("gpt2", /*restoreZeroBiases=*/true, 2, 1e-5, "none", 2);
