@@ -711,6 +711,7 @@ struct Emitter {
           floats = {a.getScale().convertToDouble()};
         })
         .Case([&](dist::AllGatherOp g) { ints = {int64_t(g.getDim())}; })
+        .Case([&](dist::LocalSliceOp l) { ints = {int64_t(l.getDim())}; })
         .Case([&](dist::AllReduceOp r) {
           // The reduction int only when it is not the default sum, so that
           // forward plans keep their 1.x instruction bytes.

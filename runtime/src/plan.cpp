@@ -752,6 +752,16 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       if (sum != o[ax]) return bad("operand sizes do not sum to the output's");
       return {};
     }
+    case Op::local_slice: {
+      const Shape &x = I(0).shape, &o = O().shape;
+      const int64_t dim = ints(0);
+      if (o.size() != x.size() || I(0).dtype != O().dtype) return bad("output rank or dtype differs");
+      if (dim < 0 || dim >= static_cast<int64_t>(x.size())) return bad("dim is out of range");
+      for (size_t k = 0; k < x.size(); ++k)
+        if (static_cast<int64_t>(k) == dim ? (o[k] == 0 || x[k] % o[k] != 0) : x[k] != o[k])
+          return bad(shape_str(x) + " -> " + shape_str(o) + " is not a part of dim " + std::to_string(dim));
+      return {};
+    }
     case Op::slice: {
       const Shape &x = I(0).shape, &o = O().shape;
       if (nints != 2 * static_cast<int>(x.size())) return bad("ints must be [starts..., steps...], one per dim");
