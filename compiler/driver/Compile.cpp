@@ -62,9 +62,11 @@ struct CompileFlags {
   std::string gpuMem, hostMem;
   // What the CUDA backend holds outside the arenas: the context (528.9 MiB
   // measured on an H200 with CUDA 13.0, driver 580; docs/gpu-notes.md) and
-  // NCCL's buffers when world > 1 (not yet measured: multi-GPU machines were
-  // not lent, so 0 unless given).
-  std::string cudaContextBytes = "536M", commReserveBytes = "0";
+  // NCCL's buffers: per communicator the runtime makes, as measured with the
+  // runtime's fixed NCCL configuration (docs/gpu-memory.md). An explicit
+  // --comm-reserve-bytes replaces the computed total.
+  std::string cudaContextBytes = "536M", commReserveBytes = "auto",
+              commBytesPerGroup = "320M";
   int64_t persistThreshold = 0, prefetchBytes = 0, maxLiveBytes = 0;
   bool keepLogitsSharded = false;
   bool report = false;
@@ -198,9 +200,12 @@ std::string validate(const CompileFlags &f, const CommonOptions &o,
   if (!parseBytes(f.cudaContextBytes, ignored))
     return "--cuda-context-bytes '" + f.cudaContextBytes +
            "' is not a byte count (e.g. 536M)";
-  if (!parseBytes(f.commReserveBytes, ignored))
+  if (f.commReserveBytes != "auto" && !parseBytes(f.commReserveBytes, ignored))
     return "--comm-reserve-bytes '" + f.commReserveBytes +
-           "' is not a byte count (e.g. 256M)";
+           "' is not a byte count (e.g. 256M) or 'auto'";
+  if (!parseBytes(f.commBytesPerGroup, ignored))
+    return "--comm-bytes-per-group '" + f.commBytesPerGroup +
+           "' is not a byte count (e.g. 300M)";
   if (f.persistThreshold < 0 || f.prefetchBytes < 0 || f.maxLiveBytes < 0)
     return "--persist-threshold, --prefetch-bytes and --max-live-bytes must "
            "not be negative";
@@ -313,8 +318,12 @@ void addCompileFlags(CLI::App &app) {
                  "cuda target: device bytes of the CUDA context, counted in "
                  "the planned peak (default 536M)");
   app.add_option("--comm-reserve-bytes", f.commReserveBytes,
-                 "cuda target, world > 1: device bytes of NCCL's buffers, "
-                 "counted in the planned peak (default 0)");
+                 "cuda target: device bytes of NCCL's buffers counted in "
+                 "the planned peak; 'auto' (default): the communicators the "
+                 "plan's collectives use times --comm-bytes-per-group");
+  app.add_option("--comm-bytes-per-group", f.commBytesPerGroup,
+                 "cuda target: device bytes of one NCCL communicator as the "
+                 "runtime configures it (measured; docs/gpu-memory.md)");
   app.add_option("--persist-threshold", f.persistThreshold,
                  "ZeRO-3: parameters below this many bytes stay whole");
   app.add_option("--prefetch-bytes", f.prefetchBytes,
@@ -439,11 +448,15 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   schedule.dtype = f.dtype;
   pm.addPass(plan::createZplanMaterializeOutputs());
   pm.addPass(plan::createZplanSchedule(schedule));
-  uint64_t contextBytes = 0, commBytes = 0;
+  uint64_t contextBytes = 0, commBytes = 0, perGroup = 0;
   parseBytes(f.cudaContextBytes, contextBytes);
-  parseBytes(f.commReserveBytes, commBytes);
+  const bool commOverride = f.commReserveBytes != "auto";
+  if (commOverride)
+    parseBytes(f.commReserveBytes, commBytes);
+  parseBytes(f.commBytesPerGroup, perGroup);
   plan::RuntimeReserve reserve = plan::RuntimeReserve::forTarget(
-      f.target == "cuda" ? 1 : 0, world, contextBytes, commBytes);
+      f.target == "cuda" ? 1 : 0, contextBytes, perGroup, commOverride,
+      commBytes);
   plan::ZplanMemoryPlanOptions memory;
   memory.dtype = f.dtype;
   memory.deviceReserve = reserve.workspaceBytes + reserve.reserveBytes;

@@ -22,6 +22,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cstring>
+#include <set>
 #include <filesystem>
 #include <set>
 
@@ -187,6 +188,10 @@ struct Emitter {
   std::vector<uint64_t> offsets;
   std::vector<int> constantOf;
   uint64_t hash = zrt::kFnvOffsetBasis;
+  /// The largest collective staging of the run (noteStaging), planned with the workspace on cuda.
+  uint64_t stagingBytes = 0;
+  /// The mesh axes (AxisKind) of the collectives over more than one rank.
+  std::set<int> usedGroups;
 
   Emitter(ModuleOp module, const EmitOptions &options, PlanSummary &summary)
       : module(module), options(options), summary(summary) {}
@@ -606,6 +611,44 @@ struct Emitter {
     return r == "max" ? 1 : r == "min" ? 2 : 0;
   }
 
+  /// The device staging a collective needs on the cuda runtime (runtime/src/session.cpp, run_collective,
+  /// applies the same rules): a gather or scatter along a dimension with more than one outer row is
+  /// gathered / packed contiguously per rank and then permuted, and a ZeRO gather whose result reserves
+  /// fewer bytes than the padded flat gather lands there first. The largest need is planned with the
+  /// workspace, so that no device byte of the run is left out of the plan.
+  void noteStaging(Operation *op) {
+    const int inIndex = indexOf(op->getOperand(0)), outIndex = indexOf(op->getResult(0));
+    const TensorInfo &out = lv.tensors[outIndex];
+    const uint64_t es = dtypeBytes(lv.tensors[inIndex].dtype);
+    const uint64_t inBytes = elementCount(op->getOperand(0)) * es;
+    const uint64_t outBytes = elementCount(op->getResult(0)) * es;
+    const int ri = root(inIndex), ro = root(outIndex);
+    const uint64_t inOff = offsets[ri], outOff = offsets[ro];
+    auto overlaps = [&](uint64_t total) {
+      return lv.tensors[ri].space == lv.tensors[ro].space && inOff < outOff + total && outOff < inOff + inBytes;
+    };
+    auto outerOf = [](Value v, int64_t dim) {
+      int64_t outer = 1;
+      auto shape = cast<ShapedType>(v.getType()).getShape();
+      for (int64_t k = 0; k < dim && k < int64_t(shape.size()); ++k)
+        outer *= shape[k];
+      return outer;
+    };
+    uint64_t need = 0;
+    if (auto g = dyn_cast<dist::AllGatherOp>(op)) {
+      if (outerOf(op->getOperand(0), g.getDim()) != 1 || overlaps(outBytes))
+        need = outBytes;
+    } else if (auto r = dyn_cast<dist::ReduceScatterOp>(op)) {
+      if (outerOf(op->getResult(0), r.getDim()) != 1 || overlaps(outBytes))
+        need = inBytes;
+    } else if (isa<dist::GatherParamOp>(op)) {
+      const uint64_t total = inBytes * uint64_t(summary.dp);
+      if (alignArena(out.bytes) < total || overlaps(total))
+        need = total;
+    }
+    stagingBytes = std::max(stagingBytes, need);
+  }
+
   LogicalResult emitInstr(Operation *op) {
     std::optional<uint16_t> opcode = opcodeOf(op);
     if (!opcode)
@@ -767,6 +810,14 @@ struct Emitter {
                                        uint8_t(in.dtype),
                                        elementCount(op->getOperand(0)));
       countComm(op, *opcode, axis, in.bytes, out.bytes);
+      noteStaging(op);
+      // The NCCL communicators the runtime will make: one per group kind
+      // of more than one rank that a collective runs over.
+      const int groupSize = axis == AxisKind::Tp   ? summary.tp
+                            : axis == AxisKind::Dp ? summary.dp
+                                                   : summary.world;
+      if (groupSize > 1)
+        usedGroups.insert(int(axis));
     }
     instrs.push_back(fb::CreateInstr(
         fbb, *opcode, fbb.CreateVector(inputs),
@@ -903,7 +954,16 @@ struct Emitter {
                                   uint64_t(arenaAttr[1])};
     summary.memory = computeMemoryFigures(lv, arena);
     summary.memory.workspaceBytes += options.reserve.workspaceBytes;
+    // The cuda runtime allocates exactly the plan's workspace: the GEMM workspace, then the collective
+    // staging.
+    if (options.backend == 1)
+      summary.memory.workspaceBytes += alignArena(stagingBytes);
     summary.memory.runtimeReserveBytes = options.reserve.reserveBytes;
+    if (options.backend == 1)
+      summary.memory.runtimeReserveBytes +=
+          options.reserve.commOverride
+              ? options.reserve.commBytes
+              : uint64_t(usedGroups.size()) * options.reserve.commBytesPerGroup;
     const MemoryFigures &m = summary.memory;
     std::vector<flatbuffers::Offset<fb::RankMemory>> memory;
     for (int r = 0; r < summary.world; ++r) {

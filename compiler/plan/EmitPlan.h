@@ -27,17 +27,30 @@ struct RuntimeReserve {
   /// The matrix-product workspace the CUDA backend allocates once
   /// (zk::cuda::kGemmWorkspaceBytes).
   uint64_t workspaceBytes = 0;
-  /// The CUDA context, cuBLAS handles and communicator buffers.
+  /// The CUDA context and cuBLAS handles.
   uint64_t reserveBytes = 0;
+  /// Device bytes of one NCCL communicator as the runtime configures it
+  /// (fixed channels, every connection made at creation; measured on the
+  /// H200, docs/gpu-memory.md). The emitter multiplies it by the number of
+  /// communicators the plan's collectives use (tp, dp, world groups of more
+  /// than one rank): the runtime makes no others.
+  uint64_t commBytesPerGroup = 0;
+  /// When set, replaces that product (--comm-reserve-bytes).
+  bool commOverride = false;
+  uint64_t commBytes = 0;
 
   /// The reserve of a target: nothing on cpu; on cuda the 32 MiB GEMM
-  /// workspace and `contextBytes` (plus `commBytes` when world > 1).
-  static RuntimeReserve forTarget(int backend, int world, uint64_t contextBytes,
-                                  uint64_t commBytes) {
+  /// workspace, `contextBytes`, and NCCL's buffers.
+  static RuntimeReserve forTarget(int backend, uint64_t contextBytes,
+                                  uint64_t commBytesPerGroup,
+                                  bool commOverride, uint64_t commBytes) {
     RuntimeReserve r;
     if (backend == 1) {
       r.workspaceBytes = uint64_t(32) << 20;
-      r.reserveBytes = contextBytes + (world > 1 ? commBytes : 0);
+      r.reserveBytes = contextBytes;
+      r.commBytesPerGroup = commBytesPerGroup;
+      r.commOverride = commOverride;
+      r.commBytes = commBytes;
     }
     return r;
   }

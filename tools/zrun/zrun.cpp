@@ -524,13 +524,14 @@ int main(int argc, char **argv) {
   std::printf(
       "zrun: rank %d/%d (tp %d/%d, dp %d/%d): planned arena device %llu B host %llu B; measured device %llu B host "
       "%llu B (instructions %llu B / %llu B); runtime scratch %llu B; run %.3f ms (mean of %d, min %.3f ms, median %.3f ms); "
-      "planned process peak %llu B\n",
+      "planned process peak %llu B; measured process peak %llu B\n",
       ri.rank, ri.world, ri.tp_index(), ri.tp, ri.dp_index(), ri.dp,
       static_cast<unsigned long long>(m.planned_arena_bytes[0]), static_cast<unsigned long long>(m.planned_arena_bytes[1]),
       static_cast<unsigned long long>(m.measured_arena_bytes[0]), static_cast<unsigned long long>(m.measured_arena_bytes[1]),
       static_cast<unsigned long long>(m.measured_instr_bytes[0]), static_cast<unsigned long long>(m.measured_instr_bytes[1]),
       static_cast<unsigned long long>(m.runtime_scratch_bytes), total_ms / args.repeat, args.repeat, best_ms,
-      median_ms, static_cast<unsigned long long>(m.planned_peak_bytes));
+      median_ms, static_cast<unsigned long long>(m.planned_peak_bytes),
+      static_cast<unsigned long long>(m.measured_process_peak_bytes));
   std::fflush(stdout);
   s.reset();
   zrt::shutdown();

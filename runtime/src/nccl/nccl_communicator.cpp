@@ -48,6 +48,14 @@ class NcclCommunicator final : public Communicator {
     // and one count of collectives (this one's) keeps the headers' sequence numbers those of the data plane.
     set_check_collectives(ctl_->check_collectives());
     ctl_->set_check_collectives(false);
+    // NCCL's device buffers are part of the plan (the compiler's --comm-bytes-per-group, measured with this
+    // configuration; docs/gpu-memory.md), so they must not depend on which collectives run or on their
+    // sizes: every algorithm and protocol connects when a communicator is made (NCCL_RUNTIME_CONNECT=0)
+    // rather than at first use, over a fixed number of channels (ZRT_NCCL_CTAS, default kDefaultCtas).
+    // A value the user set in the environment wins (and the plan's figure may then be off).
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+    const char *c = std::getenv("ZRT_NCCL_CTAS");
+    ctas_ = c ? std::atoi(c) : kDefaultCtas;
   }
   ~NcclCommunicator() override {
     set_comm_watch(nullptr, nullptr);
@@ -165,11 +173,11 @@ class NcclCommunicator final : public Communicator {
       const int n = i == 0 ? tp_ : i == 1 ? dp_ : world_size();
       const int me = i == 0 ? ti : i == 1 ? di : r;
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-      // A fixed number of channels (ZRT_NCCL_CTAS) fixes the communicator's buffers, which the plan
-      // counts (docs/gpu-memory.md); without it NCCL picks a count per machine.
-      if (const char *ctas = std::getenv("ZRT_NCCL_CTAS")) {
-        config.minCTAs = std::atoi(ctas);
-        config.maxCTAs = std::atoi(ctas);
+      // A fixed number of channels fixes the communicator's buffers, which the plan counts; 0 leaves the
+      // choice to NCCL (which picks a count per machine).
+      if (ctas_ > 0) {
+        config.minCTAs = ctas_;
+        config.maxCTAs = ctas_;
       }
       ZRT_NCCL_CHECK(ncclCommInitRankConfig(&comms_[i], n, ids_[id], me, &config));
       // Only a run with peers can hang on them; a single rank keeps the plain blocking stream wait.
@@ -266,6 +274,8 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comms_[3] = {nullptr, nullptr, nullptr};
   int tp_ = 1, dp_ = 1;
   double timeout_s_ = 600.0;
+  static constexpr int kDefaultCtas = 32;
+  int ctas_ = kDefaultCtas;
   bool aborted_ = false;
 };
 
