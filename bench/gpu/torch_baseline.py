@@ -6,6 +6,11 @@ torch.compile. Median of 6 timed forwards after 2 warm-ups, timed with CUDA even
 
 TFLOP/s counts (6 N + 12 L d s) / 3 = 2 N + 4 L d s FLOP per token (N parameters, L layers, d width,
 s sequence), the convention BASELINES.md uses.
+
+--tp-peers (under `torchrun --nproc-per-node 2`): the 2-GPU peers of zplan's tp 2 and ZeRO-3 rows, llama-1b,
+global batch 8: DTensor tensor parallel (q/k/v/gate/up colwise, o/down rowwise, the whole batch on both
+ranks) and FSDP2 (fully_shard per decoder layer and the root, 4 samples per rank), each eager and under
+torch.compile; median of 10 timed forwards after 3 warm-ups; rank 0 prints the JSON lines.
 """
 import argparse
 import json
@@ -19,6 +24,8 @@ CONFIGS = {
     "gpt2-350m": ("gpt2", dict(n_layer=24, n_embd=1024, n_head=16, n_positions=1024)),
     "llama-1b": ("llama", dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
                                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=2048)),
+    "llama2-7b": ("llama", dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096)),
 }
 
 
@@ -55,6 +62,68 @@ def time_forward(fn, ids, warm=2, reps=6):
     return statistics.median(times)
 
 
+def tp_peers(a):
+    """DTensor tensor parallel and FSDP2 over the torchrun group (see the module docstring)."""
+    import os
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.fsdp import fully_shard
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
+    mesh = init_device_mesh("cuda", (world,))
+    out = []
+    for kind in ("dtensor-tp", "fsdp2"):
+        for mode in a.modes:
+            torch.manual_seed(0)
+            model, layers, width, vocab = build("llama-1b")
+            params = sum(p.numel() for p in model.parameters())
+            model = model.to(device="cuda", dtype=torch.bfloat16).eval()
+            if kind == "dtensor-tp":
+                plan = {}
+                for i in range(layers):
+                    pre = f"model.layers.{i}."
+                    for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
+                        plan[pre + n] = ColwiseParallel()
+                    for n in ("self_attn.o_proj", "mlp.down_proj"):
+                        plan[pre + n] = RowwiseParallel()
+                # The attention's reshapes take the head count from the local tensors (view(..., -1, head_dim)).
+                parallelize_module(model, mesh, plan)
+                batch = a.batch
+            else:
+                for layer in model.model.layers:
+                    fully_shard(layer, mesh=mesh)
+                fully_shard(model, mesh=mesh)
+                batch = a.batch // world
+            g = torch.Generator(device="cuda").manual_seed(1 + (rank if kind == "fsdp2" else 0))
+            ids = torch.randint(0, vocab, (batch, a.seq), device="cuda", generator=g)
+            fwd = model if mode == "eager" else torch.compile(model)
+
+            @torch.inference_mode()
+            def step(x, f=fwd):
+                return f(input_ids=x, use_cache=False).logits
+
+            t0 = time.time()
+            step(ids)
+            torch.cuda.synchronize()
+            warm_s = time.time() - t0
+            ms = time_forward(step, ids, warm=3, reps=10)
+            tok = a.batch * a.seq / (ms / 1e3)
+            r = dict(model="llama-1b", impl=f"torch-{kind}-{mode}", gpus=world, ms=ms, tokens_per_s=tok,
+                     peak_gib=torch.cuda.max_memory_allocated() / 2**30, first_call_s=warm_s)
+            if rank == 0:
+                print(json.dumps(r), flush=True)
+            out.append(r)
+            del fwd, model
+            torch.cuda.empty_cache()
+    if rank == 0 and a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    dist.destroy_process_group()
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="+", default=list(CONFIGS))
@@ -62,10 +131,13 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--tp-peers", action="store_true")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("torch_baseline: no CUDA device", file=sys.stderr)
         return 77
+    if a.tp_peers:
+        return tp_peers(a)
     out = []
     torch.manual_seed(0)
     for name in a.models:

@@ -66,9 +66,10 @@ struct CompileFlags {
   // runtime's fixed NCCL configuration (docs/gpu-memory.md). An explicit
   // --comm-reserve-bytes replaces the computed total.
   std::string cudaContextBytes = "536M", commReserveBytes = "auto",
-              commBytesPerGroup = "320M";
+              commBytesPerGroup = "1232M";
   int64_t persistThreshold = 0, prefetchBytes = 0, maxLiveBytes = 0;
   bool keepLogitsSharded = false;
+  bool noFuse = false;
   bool report = false;
   std::string reportJson;
   // Training (docs/training-contract.md): --train builds @init and
@@ -330,6 +331,9 @@ void addCompileFlags(CLI::App &app) {
                  "ZeRO-3: bytes of parameters gathered ahead of use");
   app.add_option("--max-live-bytes", f.maxLiveBytes,
                  "ZeRO-3: cap on gathered parameter bytes alive at once");
+  app.add_flag("--no-fuse", f.noFuse,
+               "cuda target: keep linear+GELU, residual add+norm and "
+               "activation+gate as separate steps (--zplan-fuse is off)");
   app.add_flag("--keep-logits-sharded", f.keepLogitsSharded,
                "Leave the LM head's logits split over tp");
   app.add_flag("--report", f.report,
@@ -447,6 +451,10 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   plan::ZplanScheduleOptions schedule;
   schedule.dtype = f.dtype;
   pm.addPass(plan::createZplanMaterializeOutputs());
+  // The CUDA backend has kernels for the fused steps; the CPU reference
+  // backend runs the unfused ones.
+  if (f.target == "cuda" && !f.noFuse)
+    pm.addPass(plan::createZplanFuse());
   pm.addPass(plan::createZplanSchedule(schedule));
   uint64_t contextBytes = 0, commBytes = 0, perGroup = 0;
   parseBytes(f.cudaContextBytes, contextBytes);

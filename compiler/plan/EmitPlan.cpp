@@ -749,6 +749,17 @@ struct Emitter {
           auto stride = op->getAttrOfType<IntegerAttr>("zd.vocab_stride");
           ints = {stride ? stride.getInt() : 0};
         })
+        .Case([&](graph::LinearGeluOp l) {
+          ints = {l.getTransW() ? 1 : 0};
+          floats = {l.getAlpha().convertToDouble()};
+        })
+        .Case([&](graph::ResidualNormOp r) {
+          ints = {r.getKind() == "rms" ? 1 : 0};
+          floats = {r.getEpsilon().convertToDouble()};
+        })
+        .Case([&](graph::GatedOp g) {
+          ints = {g.getAct() == "silu" ? 15 : g.getAct() == "gelu_tanh" ? 13 : 14};
+        })
         .Case([&](graph::AttentionOp a) {
           ints = {a.getCausal() ? 1 : 0};
           floats = {a.getScale().convertToDouble()};

@@ -30,8 +30,8 @@ struct RuntimeReserve {
   /// The CUDA context and cuBLAS handles.
   uint64_t reserveBytes = 0;
   /// Device bytes of one NCCL communicator as the runtime configures it
-  /// (fixed channels, every connection made at creation; measured on the
-  /// H200, docs/gpu-memory.md). The emitter multiplies it by the number of
+  /// (32 channels, every connection made at creation; measured on two
+  /// H200s over NVLink, docs/gpu-memory.md). The emitter multiplies it by the number of
   /// communicators the plan's collectives use (tp, dp, world groups of more
   /// than one rank): the runtime makes no others.
   uint64_t commBytesPerGroup = 0;

@@ -42,6 +42,46 @@ def ZplanMaterializeOutputs
   ];
 }
 
+def ZplanFuse : Pass<"zplan-fuse", "mlir::ModuleOp"> {
+  let summary = "Fuse producer/consumer pairs the CUDA kernels run as one step";
+  let description = [{
+    Rewrites, in the plan function's block, three patterns into one op each,
+    so that the plan holds the fused steps and the memory plan sizes their
+    buffers (the runtime executes what the plan says and fuses nothing):
+
+    - `zg.linear` whose only user is a tanh `zg.gelu` of the same type
+      becomes `zg.linear_gelu` (one matrix product with the GELU epilogue);
+    - `zg.add` of two operands of the result's shape (no broadcasting) whose
+      result a last-axis `zg.layer_norm` / `zg.rms_norm` with a scale reads
+      becomes `zg.residual_norm`, which writes both the sum (still used by
+      the residual stream) and the normalised tensor;
+    - `zg.silu` / `zg.gelu` whose only user is a `zg.mul` with an operand of
+      the same type becomes `zg.gated` (the activation computed inside the
+      product).
+
+    A pattern is left alone when the fused op could not sit where its parts
+    did without breaking the block order: a user of the sum before the norm,
+    a norm parameter defined after the add (ZeRO-3 gathers it in between).
+    Run after sharding and output materialisation, before --zplan-schedule.
+
+    Before:
+    ```mlir
+    %h = zg.linear %x, %w, %b {alpha = 1.0 : f64, trans_w = true} : ...
+    %g = zg.gelu %h {approximate = "tanh"} : ...
+    ```
+    After:
+    ```mlir
+    %g = zg.linear_gelu %x, %w, %b {alpha = 1.0 : f64, trans_w = true} : ...
+    ```
+  }];
+  let dependentDialects = ["zplan::graph::GraphDialect"];
+  let statistics = [
+    Statistic<"numLinearGelu", "linear-gelu", "zg.linear + zg.gelu fused">,
+    Statistic<"numResidualNorm", "residual-norm", "zg.add + norm fused">,
+    Statistic<"numGated", "gated", "activation + zg.mul fused">,
+  ];
+}
+
 def ZplanSchedule : Pass<"zplan-schedule", "mlir::ModuleOp"> {
   let summary = "Fix the instruction order, streams, events and collective hash";
   let description = [{

@@ -629,4 +629,48 @@ def ZG_LabelPickGradOp : ZG_Op<"label_pick_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Fused ops: made by --zplan-fuse (compiler/plan/Fuse.cpp) just before the
+// schedule, so that the plan holds the fused steps and the memory plan their
+// buffers. Nothing before that pass creates or expects them.
+//===----------------------------------------------------------------------===//
+
+def ZG_LinearGeluOp : ZG_Op<"linear_gelu", [Pure]> {
+  let summary = "zg.linear followed by tanh GELU, as one step";
+  let description = [{
+    `gelu_tanh(alpha * input x W + bias)`: the operands and attributes of
+    `zg.linear`, the result that of the GELU that followed it (one matrix
+    product with the GELU epilogue on the GPU).
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$weight,
+                   Optional<ZG_Tensor>:$bias,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_w,
+                   DefaultValuedAttr<F64Attr, "1.0">:$alpha);
+  let results = (outs ZG_Tensor:$result);
+}
+
+def ZG_ResidualNormOp : ZG_Op<"residual_norm", [Pure]> {
+  let summary = "residual add followed by a last-axis layer or RMS norm";
+  let description = [{
+    `sum = input + residual` (equal shapes, no broadcasting) and
+    `normed = norm(sum) * scale (+ bias)` over the last axis, both results
+    written by one step: `kind` is "layer" (zg.layer_norm, bias optional) or
+    "rms" (zg.rms_norm, no bias).
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$residual,
+                   ZG_Tensor:$scale, Optional<ZG_Tensor>:$bias,
+                   StrAttr:$kind, F64Attr:$epsilon);
+  let results = (outs ZG_Tensor:$sum, ZG_Tensor:$normed);
+}
+
+def ZG_GatedOp : ZG_Op<"gated", [Pure, SameOperandsAndResultType]> {
+  let summary = "act(gate) * up, as one step";
+  let description = [{
+    `act(gate) * up` elementwise with equal shapes; `act` is "silu",
+    "gelu_tanh" or "gelu_erf" (the gated MLP's activation and product).
+  }];
+  let arguments = (ins ZG_Tensor:$gate, ZG_Tensor:$up, StrAttr:$act);
+  let results = (outs ZG_Tensor:$result);
+}
+
 #endif // ZPLAN_DIALECTS_GRAPH_GRAPHOPS_TD

@@ -685,6 +685,26 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       if (!is_fl(I(0).dtype) || !is_fl(I(1).dtype) || !is_fl(O().dtype)) return bad("operands must be float");
       return {};
     }
+    case Op::residual_norm: {
+      const Shape &x = I(0).shape;
+      if (x.empty() || I(1).shape != x || O().shape != x || t_[outs[1]].shape != x)
+        return bad("input, residual, sum and normed must have one shape");
+      if (!is_fl(I(0).dtype) || I(1).dtype != I(0).dtype || O().dtype != I(0).dtype || t_[outs[1]].dtype != I(0).dtype)
+        return bad("operands must share one float dtype");
+      if (I(2).numel != x.back() || (ins.size() > 3 && ins[3] >= 0 && I(3).numel != x.back()))
+        return bad("scale and bias must have the last dim's size");
+      if (ints(0) != 0 && ints(0) != 1) return bad("ints[0] must be 0 (layer) or 1 (rms)");
+      return {};
+    }
+    case Op::gated: {
+      if (I(0).shape != O().shape || I(1).shape != O().shape) return bad("gate, up and output must have one shape");
+      if (!is_fl(O().dtype) || I(0).dtype != O().dtype || I(1).dtype != O().dtype) return bad("operands must share one float dtype");
+      if (ints(0) != static_cast<int>(Op::silu) && ints(0) != static_cast<int>(Op::gelu_tanh) &&
+          ints(0) != static_cast<int>(Op::gelu_erf))
+        return bad("ints[0] must be the opcode of silu, gelu_tanh or gelu_erf");
+      return {};
+    }
+    case Op::linear_gelu:
     case Op::linear: {
       const Shape &x = I(0).shape, &w = I(1).shape;
       if (x.empty() || w.size() != 2) return bad("x must have rank >= 1 and W rank 2");

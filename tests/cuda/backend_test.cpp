@@ -1,7 +1,7 @@
 // The CUDA backend end to end through zrt::Session: the same plan executed by the CPU backend (the
 // reference kernels) and by the CUDA backend, outputs compared; the MLP plan also against its float64
-// formula. Covers the fusions (linear + gelu, residual + norm), CUDA graph replay, and a plan whose
-// fingerprint names another backend. Runs as one MPI rank (singleton MPI start).
+// formula. Covers the fused opcodes the compiler writes (linear_gelu, gated, residual_norm) against their
+// parts, CUDA graph replay, and a plan whose fingerprint names another backend. Runs as one MPI rank (singleton MPI start).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -98,7 +98,7 @@ TEST(CudaBackend, MlpMatchesFloat64AndCpuBackend) {
 }
 
 /// A pre-norm attention block on [B, 1, S, 64] (one head): s = x + r; n = layer_norm(s) (or rms_norm);
-/// a = attention(n, n, n, causal); y = a + s. The add + norm pair is what the backend fuses.
+/// a = attention(n, n, n, causal); y = a + s.
 PlanBuilder block_plan(fb::DType dt, bool rms, int64_t B, int64_t S, std::vector<float> *g, std::vector<float> *b) {
   const int64_t D = 64;
   PlanBuilder p(1, 1, dt);
@@ -135,7 +135,7 @@ TEST(CudaBackend, AttentionBlockWithResidualNormFusionMatchesCpuBackend) {
     }
 }
 
-/// A llama MLP: g = x Wg; a = silu(g); u = x Wu; y = (a * u) Wd. The silu is deferred to the mul (gated).
+/// A llama MLP: g = x Wg; a = silu(g); u = x Wu; y = (a * u) Wd.
 PlanBuilder gated_plan(fb::DType dt, int64_t B, int64_t S, int64_t D, int64_t F) {
   PlanBuilder p(1, 1, dt);
   auto bytes_of = [](const std::vector<float> &v) {
@@ -224,14 +224,60 @@ TEST(CudaBackend, CudaGraphReplayGivesTheSameOutputs) {
   EXPECT_TRUE(close(each[3], widen(cpu), 2e-2));
 }
 
-TEST(CudaBackend, UnfusedPathAgreesWithFused) {
-  zrt_test::Mlp m;
-  PlanBuilder p = m.plan(1, 1, false, fb::DType::f32, "");
-  std::vector<float> fused = run_plan(p, zrt::BackendKind::cuda, {{"x", m.x}}, "y");
-  setenv("ZRT_CUDA_NO_FUSION", "1", 1);
-  std::vector<float> plain = run_plan(p, zrt::BackendKind::cuda, {{"x", m.x}}, "y");
-  unsetenv("ZRT_CUDA_NO_FUSION");
-  EXPECT_TRUE(close(fused, widen(plain), 1e-5));
+/// The fused opcodes that --zplan-fuse writes (linear_gelu, gated, residual_norm) against their parts:
+///   a = gelu_tanh(x W1 + b1); m = silu(a) * (x W2) (GELU for `gelu_gate`); y0 = m W3;
+///   s = y0 + r; n = norm(s); y = n + s.
+/// `fused` writes the three fused steps, otherwise the six separate ones (which the CPU backend runs).
+PlanBuilder fused_plan(fb::DType dt, bool fused, bool rms, int64_t B, int64_t S, int64_t D, int64_t F) {
+  PlanBuilder p(1, 1, dt);
+  auto bytes_of = [](const std::vector<float> &v) {
+    std::vector<uint8_t> o(v.size() * 4);
+    std::memcpy(o.data(), v.data(), o.size());
+    return o;
+  };
+  int x = p.input("x", dt, {B, S, D}, true), r = p.input("r", dt, {B, S, D}, true);
+  int W1 = p.param("w1", {F, D}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(F * D, 61)));
+  int b1 = p.param("b1", {F}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(F, 62)));
+  int W2 = p.param("w2", {D, F}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(D * F, 63)));
+  int W3 = p.param("w3", {F, D}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(F * D, 64)));
+  int G = p.param("g", {D}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(D, 65)));
+  int Bn = p.param("bn", {D}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(D, 66)));
+  int h = p.act("h", {B, S, F}), a = p.act("a", {B, S, F}), u = p.act("u", {B, S, F}), sa = p.act("sa", {B, S, F});
+  int m = p.act("m", {B, S, F}), y0 = p.act("y0", {B, S, D}), sum = p.act("s", {B, S, D}), n = p.act("n", {B, S, D});
+  if (fused) {
+    p.op(fb::Op::linear_gelu, {x, W1, b1}, {a}, {1}, {1.0});
+    p.op(fb::Op::linear, {x, W2}, {u}, {0}, {1.0});
+    p.op(fb::Op::gated, {a, u}, {m}, {static_cast<int64_t>(fb::Op::silu)});
+    p.op(fb::Op::linear, {m, W3}, {y0}, {0}, {1.0});
+    if (rms) p.op(fb::Op::residual_norm, {y0, r, G}, {sum, n}, {1}, {1e-6});
+    else p.op(fb::Op::residual_norm, {y0, r, G, Bn}, {sum, n}, {0}, {1e-5});
+  } else {
+    p.op(fb::Op::linear, {x, W1, b1}, {h}, {1}, {1.0});
+    p.op(fb::Op::gelu_tanh, {h}, {a});
+    p.op(fb::Op::linear, {x, W2}, {u}, {0}, {1.0});
+    p.op(fb::Op::silu, {a}, {sa});
+    p.op(fb::Op::mul, {sa, u}, {m});
+    p.op(fb::Op::linear, {m, W3}, {y0}, {0}, {1.0});
+    p.op(fb::Op::add, {y0, r}, {sum});
+    if (rms) p.op(fb::Op::rms_norm, {sum, G}, {n}, {}, {1e-6});
+    else p.op(fb::Op::layer_norm, {sum, G, Bn}, {n}, {2}, {1e-5});
+  }
+  int y = p.output("y", {B, S, D}, true);
+  p.op(fb::Op::add, {n, sum}, {y});
+  return p;
+}
+
+TEST(CudaBackend, FusedOpcodesMatchTheirPartsOnTheCpuBackend) {
+  for (fb::DType dt : {fb::DType::f32, fb::DType::bf16})
+    for (bool rms : {false, true}) {
+      SCOPED_TRACE(std::string(fb::EnumNameDType(dt)) + (rms ? " rms" : " layer_norm"));
+      std::vector<float> x = lcg(2 * 33 * 64, 67), r = lcg(2 * 33 * 64, 68);
+      std::vector<float> gpu =
+          run_plan(fused_plan(dt, true, rms, 2, 33, 64, 96), zrt::BackendKind::cuda, {{"x", x}, {"r", r}}, "y");
+      std::vector<float> cpu =
+          run_plan(fused_plan(dt, false, rms, 2, 33, 64, 96), zrt::BackendKind::cpu, {{"x", x}, {"r", r}}, "y");
+      EXPECT_TRUE(close(gpu, widen(cpu), tol_for(dt)));
+    }
 }
 
 TEST(CudaBackend, PlanForTheCpuIsRefusedBeforeAllocating) {

@@ -26,7 +26,8 @@ while read -r name np plan rest; do
   else
     cmd=(env CUDA_VISIBLE_DEVICES=0 "${cmd[@]}")
   fi
-  if ! timeout 300 "${cmd[@]}" > "$log" 2>&1; then
+  # stdin from /dev/null: mpirun would otherwise read the rest of the manifest.
+  if ! timeout 300 "${cmd[@]}" < /dev/null > "$log" 2>&1; then
     echo "FAIL $name: zrun failed"; tail -8 "$log"; fail=1; continue
   fi
   ran=1

@@ -129,9 +129,9 @@ size_t kernel_workspace(const Step &s) {
 
 int class_of(Op op) {
   const int v = static_cast<int>(op);
-  if (op == Op::matmul || op == Op::linear) return 0;
+  if (op == Op::matmul || op == Op::linear || op == Op::linear_gelu) return 0;
   if (op == Op::attention || op == Op::attention_grad) return 1;
-  if (v >= 80 && v <= 85) return 2;
+  if ((v >= 80 && v <= 85) || op == Op::residual_norm) return 2;
   if (op == Op::reshape || op == Op::prefetch || op == Op::evict) return 5;
   if (v >= 96 && v <= 102) return 4;
   if (v >= 128 && v <= 144) return 6;
@@ -258,7 +258,7 @@ class CudaBackend final : public Backend {
     for (const Step &s : steps) {
       ZRT_RETURN_IF_ERROR(check_supported(s));
       const auto op = s.op;
-      gemm = gemm || op == Op::matmul || op == Op::linear;
+      gemm = gemm || op == Op::matmul || op == Op::linear || op == Op::linear_gelu;
       kernel_ws = std::max(kernel_ws, kernel_workspace(s));
     }
     // The steps passed here are the compute steps; the executor holds the collectives. A barrier among
@@ -442,7 +442,8 @@ class CudaBackend final : public Backend {
                        op == Op::reduce_min || op == Op::reduce_prod || op == Op::cumsum ||
                        (v >= static_cast<int>(Op::range) && v <= static_cast<int>(Op::tile)) ||
                        (v >= static_cast<int>(Op::gelu_tanh_grad) && v <= static_cast<int>(Op::sum_squares)) ||
-                       op == Op::adamw || op == Op::accumulate;
+                       op == Op::adamw || op == Op::accumulate || op == Op::linear_gelu || op == Op::residual_norm ||
+                       op == Op::gated;
     if (!known) return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
                                                       "'): opcode " + std::to_string(v) + " is not a compute op");
     for (const TensorRef &t : s.inputs)
@@ -499,6 +500,23 @@ class CudaBackend final : public Backend {
                                  workspace_, workspace_bytes_, st));
         return {};
       }
+      case Op::linear_gelu: {
+        // The plan's fused step (compiler/plan/Fuse.cpp): one product with the GELU (+ bias) epilogue.
+        const bool bias = s.inputs.size() > 2 && s.inputs[2].data;
+        ZRT_GPU_CHECK(zc::linear(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(s.outputs[0]),
+                                 s.ints[0] != 0, static_cast<float>(s.floats[0]),
+                                 bias ? Epilogue::gelu_bias : Epilogue::gelu, workspace_, workspace_bytes_, st));
+        return {};
+      }
+      case Op::residual_norm:
+        ZRT_GPU_CHECK(zc::residual_norm(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
+                                        s.ints[0] != 0 ? zk::In{} : opt_in(s, 3), out_of(s.outputs[0]),
+                                        out_of(s.outputs[1]), s.ints[0] != 0, static_cast<float>(s.floats[0]), st));
+        return {};
+      case Op::gated:
+        ZRT_GPU_CHECK(zc::gated(static_cast<Unary>(s.ints[0]), in_of(s.inputs[0]), in_of(s.inputs[1]),
+                                out_of(s.outputs[0]), st));
+        return {};
       case Op::softmax:
         ZRT_GPU_CHECK(zc::softmax(in_of(s.inputs[0]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), st));
         return {};
