@@ -17,13 +17,14 @@ c() { local o=$1; shift; "$zplan" "$@" --target cuda "${extra[@]}" -o "$out/$o" 
 : > "$out/manifest.txt"
 m() { echo "$1 $2 $1.zplan" >> "$out/manifest.txt"; }
 for model in gpt2-350m llama-1b; do
-  c $model-tp1.zplan "$bm/$model/model.onnx" --batch 8 --seq 1024 --dtype bf16 --tp 1; m $model-tp1 1
-  c $model-tp2.zplan "$bm/$model/model.onnx" --batch 8 --seq 1024 --dtype bf16 --tp 2; m $model-tp2 2
+  c $model-tp1.zplan "$bm/$model/model.onnx" --batch 8 --seq 1024 --dtype bf16 --tp 1 --graph-only; m $model-tp1 1
+  c $model-tp2.zplan "$bm/$model/model.onnx" --batch 8 --seq 1024 --dtype bf16 --tp 2 --graph-only; m $model-tp2 2
 done
-c llama-1b-offload.zplan "$bm/llama-1b/model.onnx" --batch 8 --seq 1024 --dtype bf16 --offload-param cpu; m llama-1b-offload 1
-c llama-1b-dp2.zplan "$bm/llama-1b/model.onnx" --batch 8 --seq 1024 --dtype bf16 --world 2; m llama-1b-dp2 2
-c llama-1b-zero3.zplan "$bm/llama-1b/model.onnx" --batch 8 --seq 1024 --dtype bf16 --world 2 --zero 3; m llama-1b-zero3 2
-c llama2-7b-tp1.zplan "$bm/llama2-7b/model.onnx" --batch 4 --seq 1024 --dtype bf16 --tp 1
+c llama-1b-offload.zplan "$bm/llama-1b/model.onnx" --batch 8 --seq 1024 --dtype bf16 --offload-param cpu --graph-only; m llama-1b-offload 1
+c llama-1b-dp2.zplan "$bm/llama-1b/model.onnx" --batch 8 --seq 1024 --dtype bf16 --world 2 --graph-only; m llama-1b-dp2 2
+c llama-1b-zero3.zplan "$bm/llama-1b/model.onnx" --batch 8 --seq 1024 --dtype bf16 --world 2 --zero 3 --graph-only; m llama-1b-zero3 2
+c llama2-7b-tp1.zplan "$bm/llama2-7b/model.onnx" --batch 4 --seq 1024 --dtype bf16 --tp 1 --graph-only
+echo "llama2-7b-tp1 1 llama2-7b-tp1.zplan" > "$out/manifest-7b.txt"
 cp "$out/gpt2-350m-tp2.zplan" "$out/fault.zplan"
 for model in gpt2 llama bert; do
   for dt in fp32 bf16; do

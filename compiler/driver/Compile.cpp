@@ -63,7 +63,7 @@ struct CompileFlags {
   // What the CUDA backend holds outside the arenas: the context (528.9 MiB
   // measured on an H200 with CUDA 13.0, driver 580; docs/gpu-notes.md) and
   // NCCL's buffers: per communicator the runtime makes, as measured with the
-  // runtime's fixed NCCL configuration (docs/gpu-memory.md). An explicit
+  // runtime's fixed NCCL configuration (docs/gpu-plan-runs.md). An explicit
   // --comm-reserve-bytes replaces the computed total.
   std::string cudaContextBytes = "536M", commReserveBytes = "auto",
               commBytesPerGroup = "1232M";
@@ -324,7 +324,7 @@ void addCompileFlags(CLI::App &app) {
                  "plan's collectives use times --comm-bytes-per-group");
   app.add_option("--comm-bytes-per-group", f.commBytesPerGroup,
                  "cuda target: device bytes of one NCCL communicator as the "
-                 "runtime configures it (measured; docs/gpu-memory.md)");
+                 "runtime configures it (measured; docs/gpu-plan-runs.md)");
   app.add_option("--persist-threshold", f.persistThreshold,
                  "ZeRO-3: parameters below this many bytes stay whole");
   app.add_option("--prefetch-bytes", f.prefetchBytes,

@@ -31,7 +31,7 @@ struct RuntimeReserve {
   uint64_t reserveBytes = 0;
   /// Device bytes of one NCCL communicator as the runtime configures it
   /// (32 channels, every connection made at creation; measured on two
-  /// H200s over NVLink, docs/gpu-memory.md). The emitter multiplies it by the number of
+  /// H200s over NVLink, docs/gpu-plan-runs.md). The emitter multiplies it by the number of
   /// communicators the plan's collectives use (tp, dp, world groups of more
   /// than one rank): the runtime makes no others.
   uint64_t commBytesPerGroup = 0;

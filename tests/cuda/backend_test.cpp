@@ -245,25 +245,25 @@ PlanBuilder fused_plan(fb::DType dt, bool fused, bool rms, int64_t B, int64_t S,
   int h = p.act("h", {B, S, F}), a = p.act("a", {B, S, F}), u = p.act("u", {B, S, F}), sa = p.act("sa", {B, S, F});
   int m = p.act("m", {B, S, F}), y0 = p.act("y0", {B, S, D}), sum = p.act("s", {B, S, D}), n = p.act("n", {B, S, D});
   if (fused) {
-    p.op(fb::Op::linear_gelu, {x, W1, b1}, {a}, {1}, {1.0});
-    p.op(fb::Op::linear, {x, W2}, {u}, {0}, {1.0});
-    p.op(fb::Op::gated, {a, u}, {m}, {static_cast<int64_t>(fb::Op::silu)});
-    p.op(fb::Op::linear, {m, W3}, {y0}, {0}, {1.0});
-    if (rms) p.op(fb::Op::residual_norm, {y0, r, G}, {sum, n}, {1}, {1e-6});
-    else p.op(fb::Op::residual_norm, {y0, r, G, Bn}, {sum, n}, {0}, {1e-5});
+    p.op(zrt::Op::linear_gelu, {x, W1, b1}, {a}, {1}, {1.0});
+    p.op(zrt::Op::linear, {x, W2}, {u}, {0}, {1.0});
+    p.op(zrt::Op::gated, {a, u}, {m}, {static_cast<int64_t>(zrt::Op::silu)});
+    p.op(zrt::Op::linear, {m, W3}, {y0}, {0}, {1.0});
+    if (rms) p.op(zrt::Op::residual_norm, {y0, r, G}, {sum, n}, {1}, {1e-6});
+    else p.op(zrt::Op::residual_norm, {y0, r, G, Bn}, {sum, n}, {0}, {1e-5});
   } else {
-    p.op(fb::Op::linear, {x, W1, b1}, {h}, {1}, {1.0});
-    p.op(fb::Op::gelu_tanh, {h}, {a});
-    p.op(fb::Op::linear, {x, W2}, {u}, {0}, {1.0});
-    p.op(fb::Op::silu, {a}, {sa});
-    p.op(fb::Op::mul, {sa, u}, {m});
-    p.op(fb::Op::linear, {m, W3}, {y0}, {0}, {1.0});
-    p.op(fb::Op::add, {y0, r}, {sum});
-    if (rms) p.op(fb::Op::rms_norm, {sum, G}, {n}, {}, {1e-6});
-    else p.op(fb::Op::layer_norm, {sum, G, Bn}, {n}, {2}, {1e-5});
+    p.op(zrt::Op::linear, {x, W1, b1}, {h}, {1}, {1.0});
+    p.op(zrt::Op::gelu_tanh, {h}, {a});
+    p.op(zrt::Op::linear, {x, W2}, {u}, {0}, {1.0});
+    p.op(zrt::Op::silu, {a}, {sa});
+    p.op(zrt::Op::mul, {sa, u}, {m});
+    p.op(zrt::Op::linear, {m, W3}, {y0}, {0}, {1.0});
+    p.op(zrt::Op::add, {y0, r}, {sum});
+    if (rms) p.op(zrt::Op::rms_norm, {sum, G}, {n}, {}, {1e-6});
+    else p.op(zrt::Op::layer_norm, {sum, G, Bn}, {n}, {2}, {1e-5});
   }
   int y = p.output("y", {B, S, D}, true);
-  p.op(fb::Op::add, {n, sum}, {y});
+  p.op(zrt::Op::add, {n, sum}, {y});
   return p;
 }
 

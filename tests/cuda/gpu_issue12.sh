@@ -9,10 +9,13 @@
 # and GoogleTest from .gpu-deps (scripts/gpu-deps.sh). Logs go to $OUT/gpu-logs.tgz; a summary is printed last.
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-torch=0 probe=1 fault=1
+torch=0 probe=1 fault=1 sweep=1 big=0 budget=${ZPLAN_CALL_BUDGET_S:-560}
 for a in "$@"; do
-  case $a in --torch) torch=1 ;; --no-probe) probe=0 ;; --no-fault) fault=0 ;; esac
+  case $a in
+    --torch) torch=1 ;; --no-probe) probe=0 ;; --no-fault) fault=0 ;; --no-sweep) sweep=0 ;; --big) big=1 ;;
+  esac
 done
+left() { [[ $SECONDS -lt $1 ]]; }  # left SECONDS: is the call still under that many seconds?
 out=/tmp/zplan-gpu
 mkdir -p "$out"
 trap '[[ -n ${OUT:-} ]] && tar czf "$OUT/gpu-logs.tgz" -C "$out" .' EXIT
@@ -62,7 +65,7 @@ ZRT_CUDA_PROFILE=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 
   "$b/bin/zrun" .gpu-plans/llama-1b-tp2.zplan --backend cuda --init random --random-inputs --repeat 5 > "$out/profile-llama-tp2.log" 2>&1
 grep "profile over" "$out/profile-llama-tp2.log"
 # The channel count against speed, llama-1b tp 2 (median of 10, graph replay).
-for ctas in 8 32; do
+[[ $sweep == 1 ]] && for ctas in 8 32; do
   ZRT_NCCL_CTAS=$ctas timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x NCCL_NVLS_ENABLE=0 -x ZRT_NCCL_CTAS \
     "$b/bin/zrun" .gpu-plans/llama-1b-tp2.zplan --backend cuda --init random --random-inputs --warmup 3 --repeat 10 \
     --cuda-graph > "$out/ctas$ctas.log" 2>&1
@@ -74,10 +77,24 @@ if [[ $fault == 1 ]]; then
     tail -3 "$out/fault-$mode.log"
   done
 fi
-if [[ $torch == 1 ]]; then
-  step torch env CUDA_VISIBLE_DEVICES=0 PYTHONUNBUFFERED=1 python3 bench/gpu/torch_baseline.py --json "$out/torch.json"
+if [[ $torch == 1 ]] && left $((budget - 150)); then
+  step torch env CUDA_VISIBLE_DEVICES=0 PYTHONUNBUFFERED=1 timeout 200 python3 bench/gpu/torch_baseline.py \
+    --models gpt2-350m llama-1b --json "$out/torch.json"
   grep '^{' "$out/torch.log"
-  step torch2 env PYTHONUNBUFFERED=1 torchrun --nproc-per-node 2 bench/gpu/torch_baseline.py --tp-peers --json "$out/torch2.json"
+fi
+if [[ $torch == 1 ]] && left $((budget - 150)); then
+  step torch2 env PYTHONUNBUFFERED=1 timeout $((budget - SECONDS - 20)) torchrun --nproc-per-node 2 \
+    bench/gpu/torch_baseline.py --tp-peers --json "$out/torch2.json"
   grep '^{' "$out/torch2.log"
+fi
+# llama2-7b at batch 4 on GPU 0, zplan then the PyTorch peers, if the call has the time left.
+if [[ $big == 1 ]] && left $((budget - 120)); then
+  step mem7b timeout $((budget - SECONDS - 60)) tests/cuda/plan_memory.sh "$b/bin/zrun" .gpu-plans/manifest-7b.txt "$out/mem"
+  grep -E '^\{|FAIL' "$out/mem7b.log"
+fi
+if [[ $big == 1 && $torch == 1 ]] && left $((budget - 60)); then
+  step torch7b env CUDA_VISIBLE_DEVICES=0 PYTHONUNBUFFERED=1 timeout $((budget - SECONDS - 10)) python3 \
+    bench/gpu/torch_baseline.py --models llama2-7b --batch 4 --json "$out/torch7b.json"
+  grep '^{' "$out/torch7b.log"
 fi
 printf '%s\n' "${summary[@]}"

@@ -14,7 +14,7 @@ mkdir -p "$out"
 dir=$(cd "$(dirname "$manifest")" && pwd)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [[ ${gpus:-0} -ge 1 ]] || { echo "SKIPPED: no GPU"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 ZRT_CUDA_REPORT=1
 fail=0 ran=0
 while read -r name np plan rest; do
   [[ -z ${name:-} || $name == \#* ]] && continue

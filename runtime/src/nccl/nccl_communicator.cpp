@@ -49,7 +49,7 @@ class NcclCommunicator final : public Communicator {
     set_check_collectives(ctl_->check_collectives());
     ctl_->set_check_collectives(false);
     // NCCL's device buffers are part of the plan (the compiler's --comm-bytes-per-group, measured with this
-    // configuration; docs/gpu-memory.md), so they must not depend on which collectives run or on their
+    // configuration; docs/gpu-plan-runs.md), so they must not depend on which collectives run or on their
     // sizes: every algorithm and protocol connects when a communicator is made (NCCL_RUNTIME_CONNECT=0)
     // rather than at first use, over a fixed number of channels (ZRT_NCCL_CTAS, default kDefaultCtas).
     // A value the user set in the environment wins (and the plan's figure may then be off).
