@@ -258,15 +258,25 @@ Status Session::Impl::decode_steps() {
         const uint64_t end = static_cast<uint8_t *>(o.data) - static_cast<uint8_t *>(arena[sp]) + o.bytes;
         run.step_extent[i][sp] = std::max(run.step_extent[i][sp], end);
       }
-      // Staging for collectives that permute or must not overlap: sized once here, never on the hot path.
+      // Staging for collectives that permute or must not overlap: sized once here, never on the hot path,
+      // and only where run_collective() takes the staged path (the compiler plans the same need with the
+      // workspace: compiler/plan/EmitPlan.cpp, noteStaging).
       const size_t es = s.inputs.empty() ? 0 : dtype_size(s.inputs[0].dtype);
-      switch (s.op) {
-        case Op::all_gather: staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.outputs[0].numel()) * es); break;
-        case Op::reduce_scatter: staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.inputs[0].numel()) * es); break;
-        case Op::gather_param:
-          staging_bytes = std::max(staging_bytes, static_cast<size_t>(s.inputs[0].numel()) * es * ri.dp);
-          break;
-        default: break;
+      if (s.op == Op::all_gather || s.op == Op::reduce_scatter || s.op == Op::gather_param) {
+        const TensorRef &a = s.inputs[0], &b = s.outputs[0];
+        const size_t in_b = static_cast<size_t>(a.numel()) * es, out_b = static_cast<size_t>(b.numel()) * es;
+        int64_t outer = 1;
+        const TensorRef &shaped = s.op == Op::reduce_scatter ? b : a;
+        for (int k = 0; s.op != Op::gather_param && k < static_cast<int>(s.ints[0]) && k < shaped.rank; ++k)
+          outer *= shaped.shape[k];
+        size_t need = 0;
+        if (s.op == Op::all_gather && (outer != 1 || overlaps(a.data, in_b, b.data, out_b))) need = out_b;
+        if (s.op == Op::reduce_scatter && (outer != 1 || overlaps(a.data, in_b, b.data, out_b))) need = in_b;
+        if (s.op == Op::gather_param) {
+          const size_t total = in_b * static_cast<size_t>(ri.dp);
+          if (b.bytes < total || overlaps(a.data, in_b, b.data, total)) need = total;
+        }
+        staging_bytes = std::max(staging_bytes, need);
       }
       if (!run.step_is_comm[i]) compute.push_back(s);
     }

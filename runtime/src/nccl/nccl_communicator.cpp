@@ -10,12 +10,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../cuda/cuda_hooks.h"
@@ -58,9 +61,11 @@ class NcclCommunicator final : public Communicator {
     ctas_ = c ? std::atoi(c) : kDefaultCtas;
   }
   ~NcclCommunicator() override {
+    stop_ = true;
+    if (watchdog_.joinable()) watchdog_.join();
     set_comm_watch(nullptr, nullptr);
     for (ncclComm_t &c : comms_)
-      if (c) (aborted_ ? ncclCommAbort(c) : ncclCommDestroy(c));
+      if (c) ncclCommDestroy(c);
   }
 
   const char *name() const override { return "nccl"; }
@@ -109,7 +114,10 @@ class NcclCommunicator final : public Communicator {
     ZRT_RETURN_IF_ERROR(comm_of(axis, &c));
     ncclDataType_t t;
     ZRT_RETURN_IF_ERROR(nccl_type(dtype, &t));
-    ZRT_NCCL_CHECK(ncclAllReduce(send, recv, count, t, nccl_op(red), c, static_cast<cudaStream_t>(stream)));
+    {
+      InCall guard(this);
+      ZRT_NCCL_CHECK(ncclAllReduce(send, recv, count, t, nccl_op(red), c, static_cast<cudaStream_t>(stream)));
+    }
     return {};
   }
   Status all_gather(Axis axis, const void *send, void *recv, size_t bytes, void *stream) override {
@@ -117,7 +125,10 @@ class NcclCommunicator final : public Communicator {
     if (group_size(axis) == 1) return self_copy(send, recv, bytes, stream);
     ncclComm_t c;
     ZRT_RETURN_IF_ERROR(comm_of(axis, &c));
-    ZRT_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, c, static_cast<cudaStream_t>(stream)));
+    {
+      InCall guard(this);
+      ZRT_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, c, static_cast<cudaStream_t>(stream)));
+    }
     return {};
   }
   Status reduce_scatter(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *stream,
@@ -129,7 +140,10 @@ class NcclCommunicator final : public Communicator {
     ZRT_RETURN_IF_ERROR(comm_of(axis, &c));
     ncclDataType_t t;
     ZRT_RETURN_IF_ERROR(nccl_type(dtype, &t));
-    ZRT_NCCL_CHECK(ncclReduceScatter(send, recv, count, t, nccl_op(red), c, static_cast<cudaStream_t>(stream)));
+    {
+      InCall guard(this);
+      ZRT_NCCL_CHECK(ncclReduceScatter(send, recv, count, t, nccl_op(red), c, static_cast<cudaStream_t>(stream)));
+    }
     return {};
   }
   Status broadcast(Axis axis, void *buf, size_t bytes, int root, void *stream) override {
@@ -137,7 +151,10 @@ class NcclCommunicator final : public Communicator {
     if (group_size(axis) == 1) return {};
     ncclComm_t c;
     ZRT_RETURN_IF_ERROR(comm_of(axis, &c));
-    ZRT_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, c, static_cast<cudaStream_t>(stream)));
+    {
+      InCall guard(this);
+      ZRT_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, c, static_cast<cudaStream_t>(stream)));
+    }
     return {};
   }
   Status barrier(Axis axis) override {
@@ -182,6 +199,7 @@ class NcclCommunicator final : public Communicator {
       ZRT_NCCL_CHECK(ncclCommInitRankConfig(&comms_[i], n, ids_[id], me, &config));
       // Only a run with peers can hang on them; a single rank keeps the plain blocking stream wait.
       set_comm_watch(&NcclCommunicator::watch, this);
+      if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watchdog(); });
     }
     *c = comms_[i];
     return {};
@@ -225,11 +243,15 @@ class NcclCommunicator final : public Communicator {
     return "no peer is seen gone from here; the group's other ranks: " + (others.empty() ? std::string("none") : others);
   }
 
+  /// Aborts every communicator once; the handles are gone afterwards (the destructor must not free them
+  /// again).
   void abort_all() {
-    if (aborted_) return;
-    aborted_ = true;
-    for (ncclComm_t c : comms_)
-      if (c) ncclCommAbort(c);
+    if (aborted_.exchange(true)) return;
+    for (ncclComm_t &c : comms_)
+      if (c) {
+        ncclCommAbort(c);
+        c = nullptr;
+      }
   }
 
   /// Polled while the backend waits for its stream: a failed peer or a collective that outlives the
@@ -263,6 +285,41 @@ class NcclCommunicator final : public Communicator {
     return {};
   }
 
+  /// Marks the host thread as inside an NCCL call: an enqueue can block on the host (a full work queue
+  /// behind a collective whose peer is gone), where the stream watch never runs.
+  struct InCall {
+    explicit InCall(NcclCommunicator *c) : self(c) {
+      self->call_start_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
+    }
+    ~InCall() { self->call_start_ns_ = 0; }
+    NcclCommunicator *self;
+  };
+
+  /// A thread that ends the job when an NCCL call has blocked the host for longer than the timeout: it
+  /// names the failed peer on stderr, aborts the communicators (ncclCommAbort) and stops every rank through
+  /// the control plane, as the stream watch's error would through zrun.
+  void watchdog() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      const int64_t t0 = call_start_ns_;
+      if (!t0 || aborted_) continue;
+      const double s = static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() - t0) * 1e-9;
+      if (s <= timeout_s_) continue;
+      std::string peers;
+      static const char *const kGroup[] = {"tp", "dp", "world"};
+      for (int i = 0; i < 3; ++i)
+        if (comms_[i]) peers += std::string(peers.empty() ? "" : "; ") + kGroup[i] + " group: " + peers_of(i);
+      std::fprintf(stderr,
+                   "zrt: rank %d: error: nccl: a collective call has not returned after %d s (ZRT_NCCL_TIMEOUT_S); %s; "
+                   "communicators aborted (ncclCommAbort)\n",
+                   rank(), static_cast<int>(timeout_s_), peers.c_str());
+      std::fflush(stderr);
+      abort_all();
+      ctl_->abort(1);
+      return;
+    }
+  }
+
   struct Peer {
     int64_t pid = 0;
     char host[64] = {};
@@ -276,7 +333,10 @@ class NcclCommunicator final : public Communicator {
   double timeout_s_ = 600.0;
   static constexpr int kDefaultCtas = 32;
   int ctas_ = kDefaultCtas;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> call_start_ns_{0};  // steady-clock ns when the host entered an NCCL call, or 0
+  std::thread watchdog_;
 };
 
 }  // namespace
