@@ -26,6 +26,8 @@ c llama-1b-zero3.zplan "$bm/llama-1b/model.onnx" --batch 8 --seq 1024 --dtype bf
 c llama2-7b-tp1.zplan "$bm/llama2-7b/model.onnx" --batch 4 --seq 1024 --dtype bf16 --tp 1 --graph-only
 echo "llama2-7b-tp1 1 llama2-7b-tp1.zplan" > "$out/manifest-7b.txt"
 cp "$out/gpt2-350m-tp2.zplan" "$out/fault.zplan"
+# The one-GPU subset, for a call on a one-GPU machine.
+awk '$2 == 1' "$out/manifest.txt" > "$out/manifest-1gpu.txt"
 for model in gpt2 llama bert; do
   for dt in fp32 bf16; do
     c $model-$dt.zplan "$top/tests/models/$model/model.onnx" --batch 2 --seq 16 --dtype $dt --tp 1
