@@ -46,10 +46,15 @@ struct FusePass : impl::ZplanFuseBase<FusePass> {
   using ZplanFuseBase::ZplanFuseBase;
 
   void runOnOperation() override {
-    FailureOr<func::FuncOp> func = getPlanFunction(getOperation());
-    if (failed(func))
+    FailureOr<SmallVector<func::FuncOp>> funcs = getPrograms(getOperation());
+    if (failed(funcs))
       return signalPassFailure();
-    Block &body = func->getBody().front();
+    for (func::FuncOp func : *funcs)
+      fuseProgram(func.getBody().front());
+  }
+
+  /// The three patterns over one program's block.
+  void fuseProgram(Block &body) {
     // One walk per pattern over a snapshot of the block; `erased` skips the
     // ops an earlier rewrite removed.
     llvm::SmallVector<Operation *> ops;

@@ -67,7 +67,7 @@ TEST(Format2, RefusesVersionOnePlansWithAMessageToRecompile) {
   p.version_major = 1;
   p.version_minor = 1;
   p.legacy_layout = true;
-  expect_reject(verify(p), "plan format version 1.1 is older than this runtime's 2.0");
+  expect_reject(verify(p), "plan format version 1.1 is older than this runtime's 2.");
   expect_reject(verify(p), "recompile the model");
 }
 
