@@ -74,6 +74,9 @@ private:
   Value buildUpdate(OpBuilder &b, Location loc, ArrayRef<zg::WeightOp> params,
                     ArrayRef<Value> grads, Value lr, Value step,
                     double divisor);
+  Value buildUpdateOps(OpBuilder &b, Location loc, ArrayRef<zg::WeightOp> params,
+                    ArrayRef<Value> grads, Value lr, Value step,
+                    double divisor);
   Value makeState(OpBuilder &b, Location loc, const Twine &name,
                   StringRef kind, StringRef of, RankedTensorType type);
   SmallVector<StateSpec> states;
@@ -305,6 +308,28 @@ Value BuildTrainStepPass::buildUpdate(OpBuilder &b, Location loc,
                                       ArrayRef<zg::WeightOp> params,
                                       ArrayRef<Value> grads, Value lr,
                                       Value step, double divisor) {
+  Block *block = b.getInsertionBlock();
+  llvm::SmallPtrSet<Operation *, 32> existing;
+  for (Operation &op : *block)
+    existing.insert(&op);
+  Value norm = buildUpdateOps(b, loc, params, grads, lr, step, divisor);
+  // The optimizer's scalar math (norm, clipping scale, scheduled rate) stays
+  // fp32 whatever --dtype says: zg.adamw reads these as fp32 scalars, and a
+  // bf16 rate or norm would lose digits the update needs.
+  for (Operation &op : *block) {
+    if (existing.contains(&op) || op.getNumResults() != 1)
+      continue;
+    auto t = dyn_cast<RankedTensorType>(op.getResult(0).getType());
+    if (t && t.getRank() == 0 && isa<FloatType>(t.getElementType()))
+      op.setAttr("zplan.own_dtype", b.getUnitAttr());
+  }
+  return norm;
+}
+
+Value BuildTrainStepPass::buildUpdateOps(OpBuilder &b, Location loc,
+                                         ArrayRef<zg::WeightOp> params,
+                                         ArrayRef<Value> grads, Value lr,
+                                         Value step, double divisor) {
   Type f32 = b.getF32Type();
   auto f32Scalar = RankedTensorType::get({}, f32);
   Value sumSquares;

@@ -446,6 +446,7 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   sharding.offload = f.offloadParam == "cpu"
                          ? sharding::ShardingOptions::Offload::Cpu
                          : sharding::ShardingOptions::Offload::None;
+  sharding.mixedPrecision = f.dtype == "bf16";
   sharding.offloadOptimizer = f.offloadOptimizer == "cpu"
                                   ? sharding::ShardingOptions::Offload::Cpu
                                   : sharding::ShardingOptions::Offload::None;

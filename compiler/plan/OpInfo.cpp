@@ -98,7 +98,10 @@ std::optional<PlanDType> planDTypeOfValue(Value value, PlanDType floatDType) {
   if (!def)
     return cast<ShapedType>(value.getType()).getRank() == 0 ? own()
                                                             : floatDType;
-  if (isa<graph::StateOp, graph::SumSquaresOp>(def))
+  // Mixed precision keeps the optimizer's side in fp32: master parts, and the
+  // ops ZeRO marks `zplan.own_dtype` (the gradient's fp32 reduction chain).
+  if (isa<graph::StateOp, graph::SumSquaresOp>(def) || isMasterShard(value) ||
+      def->hasAttr("zplan.own_dtype"))
     return own();
   if (isa<graph::AttentionOp>(def) &&
       cast<OpResult>(value).getResultNumber() == 1)

@@ -152,6 +152,11 @@ def ZplanZeroTrain : Pass<"zplan-zero-train", "mlir::ModuleOp"> {
     moments live in host memory: the gradient part is evicted to the host,
     zg.adamw (marked `zd.on_host`) updates there, and the updated part is
     prefetched back into the parameter (gathered over dp) or its shard.
+    With mixed-precision (--dtype bf16) every update gets an fp32 master part
+    (at dp = 1 too; stage 3 beside the bf16 shard), each gradient is cast to
+    fp32 before its reduction (the chain marked `zplan.own_dtype`), and the
+    master is narrowed to bf16 before it is gathered or assigned back; stage
+    0 over dp > 1 is refused.
 
     ```mlir
     %g = ... // gradient of %w, tensor<64x64xf32>
@@ -173,6 +178,9 @@ def ZplanZeroTrain : Pass<"zplan-zero-train", "mlir::ModuleOp"> {
     Option<"offloadOptimizer", "offload-optimizer", "std::string",
            "\"none\"",
            "none, or cpu: master parts, moments and the update on the host">,
+    Option<"mixedPrecision", "mixed-precision", "bool", "false",
+           "bf16 parameters: fp32 master parts (also at stage 0 and dp = 1) "
+           "and fp32 gradient reduction">,
   ];
   let statistics = [
     Statistic<"numReduced", "reduced", "gradients all-reduced whole">,

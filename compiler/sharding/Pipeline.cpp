@@ -30,6 +30,7 @@ void zplan::sharding::buildShardingPipeline(OpPassManager &pm,
   zeroTrain.offloadOptimizer =
       options.offloadOptimizer == ShardingOptions::Offload::Cpu ? "cpu"
                                                                 : "none";
+  zeroTrain.mixedPrecision = options.mixedPrecision;
   pm.addPass(createZplanZeroTrain(zeroTrain));
   ZplanOffloadOptions offload;
   offload.param =

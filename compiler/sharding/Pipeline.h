@@ -28,6 +28,8 @@ struct ShardingOptions {
   enum class Offload { None, Cpu } offload = Offload::None;
   /// Training: where the optimizer's master parts and moments live.
   Offload offloadOptimizer = Offload::None;
+  /// Training at --dtype bf16: fp32 master parts and gradient reduction.
+  bool mixedPrecision = false;
 };
 
 /// Adds set-mesh, tp-propagate, tp-partition, zero and offload to `pm`, which

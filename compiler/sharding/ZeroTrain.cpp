@@ -73,6 +73,36 @@ Value allReduce(OpBuilder &b, Location loc, Value v, StringRef axis) {
   return op.getResult();
 }
 
+/// Marks the op defining `v` to store its results in their own element type
+/// (fp32) whatever --dtype says, as planDTypeOfValue reads it.
+void keepOwnDType(Value v) {
+  if (Operation *def = v.getDefiningOp())
+    def->setAttr("zplan.own_dtype", UnitAttr::get(v.getContext()));
+}
+
+/// An fp32 copy of `v` (a gradient, stored in --dtype): the start of its
+/// fp32 reduction.
+Value castToF32(OpBuilder &b, Location loc, Value v) {
+  Value c = zg::CastOp::create(b, loc, v.getType(), v).getResult();
+  keepOwnDType(c);
+  return c;
+}
+
+/// Keeps every op between `from` and `v` (and the constants they read) in
+/// fp32: the reshape, padding, reduction and scaling built on a gradient
+/// that castToF32 made.
+void keepChainOwnDType(Value v, Value from) {
+  SmallVector<Value> work = {v};
+  while (!work.empty()) {
+    Value x = work.pop_back_val();
+    Operation *def = x.getDefiningOp();
+    if (x == from || !def || def->hasAttr("zplan.own_dtype"))
+      continue;
+    keepOwnDType(x);
+    llvm::append_range(work, def->getOperands());
+  }
+}
+
 /// The flat, zero-padded form of `v`: [dp * shard] elements.
 Value flatPadded(OpBuilder &b, Location loc, Value v, int64_t shard,
                  int64_t dp) {
@@ -110,9 +140,9 @@ struct ParamUpdate {
 class TrainZero {
 public:
   TrainZero(func::FuncOp func, ModuleOp module, int64_t dp, int64_t stage,
-            int64_t persistThreshold, bool offload)
+            int64_t persistThreshold, bool offload, bool mixed)
       : func(func), module(module), dp(dp), stage(stage),
-        persistThreshold(persistThreshold), offload(offload) {}
+        persistThreshold(persistThreshold), offload(offload), mixed(mixed) {}
 
   LogicalResult run();
   /// In a program without updates (@micro_step, @eval): gathers every
@@ -134,6 +164,7 @@ private:
   void numberOps();
   LogicalResult updateOnHost(ParamUpdate &u, Value gradPart, Value master,
                              Value deviceTarget);
+  void gatherMasterInto(ParamUpdate &u, Value master, Value param);
   int64_t indexOf(Operation *op) {
     return index.lookup(func.getBody().front().findAncestorOpInBlock(*op));
   }
@@ -142,6 +173,9 @@ private:
   ModuleOp module;
   int64_t dp, stage, persistThreshold;
   bool offload;
+  /// --dtype bf16: parameters and activations in bf16; master parts, moments
+  /// and the gradient reduction in fp32.
+  bool mixed;
   SmallVector<ParamUpdate> updates;
   DenseMap<Operation *, int64_t> index;
   Operation *lossDef = nullptr;
@@ -249,11 +283,15 @@ Value TrainZero::reduceGradShard(ParamUpdate &u, int64_t shard,
     b.setInsertionPointAfterValue(u.grad);
   Location loc = u.grad.getLoc();
   Type et = rtt(u.grad).getElementType();
-  Value flat = flatPadded(b, loc, u.grad, shard, dp);
+  // Mixed precision reduces in fp32: the bf16 gradient is widened first.
+  Value grad = mixed ? castToF32(b, loc, u.grad) : u.grad;
+  Value flat = flatPadded(b, loc, grad, shard, dp);
   auto rs = dist::ReduceScatterOp::create(
       b, loc, RankedTensorType::get({shard}, et), flat, b.getStringAttr("dp"),
       b.getI64IntegerAttr(0));
   Value mean = scaleByInverse(b, loc, rs.getResult(), dp);
+  if (mixed)
+    keepChainOwnDType(mean, grad);
   // The norm and the update read this rank's part; the padding is zeros, so
   // the sums of squares over the parts add up to the whole gradient's.
   u.grad.replaceUsesWithIf(mean, [](OpOperand &use) {
@@ -359,6 +397,8 @@ void TrainZero::reduceNormOverDp() {
     if (auto sqrt = dyn_cast<zg::SqrtOp>(&op)) {
       OpBuilder b(sqrt);
       Value total = allReduce(b, sqrt.getLoc(), sqrt.getInput(), "dp");
+      // The squared norm is fp32 (zg.sum_squares), and so is its sum.
+      keepOwnDType(total);
       sqrt->setOperand(0, total);
       return;
     }
@@ -410,20 +450,43 @@ LogicalResult TrainZero::updateOnHost(ParamUpdate &u, Value gradPart,
   OpBuilder b(adamw);
   Location loc = adamw.getLoc();
   Value gradHost = dist::EvictOp::create(b, loc, gradPart).getResult();
+  if (mixed)
+    keepOwnDType(gradHost);
   adamw->setOperand(1, gradHost);
   adamw->setOperand(0, master);
   adamw->setAttr("zd.on_host", b.getUnitAttr());
   b.setInsertionPointAfter(adamw);
   Value up = dist::PrefetchOp::create(b, loc, master).getResult();
+  if (mixed)
+    keepOwnDType(up);
   if (rtt(deviceTarget) == rtt(up)) {
+    // zg.assign converts the fp32 part into a bf16 target.
     zg::AssignOp::create(b, loc, deviceTarget, up);
     return success();
   }
+  // The gather moves bytes, so it needs the part in the parameter's dtype.
+  if (mixed)
+    up = zg::CastOp::create(b, loc, up.getType(), up).getResult();
   auto gather =
       dist::GatherParamOp::create(b, loc, deviceTarget.getType(), up);
   zg::AssignOp::create(b, loc, deviceTarget, gather.getResult());
   dist::ReleaseOp::create(b, loc, gather.getResult());
   return success();
+}
+
+/// After the update: gathers the master parts over dp into `param` (bf16
+/// under mixed precision, so the fp32 part is narrowed before the gather,
+/// which moves bytes).
+void TrainZero::gatherMasterInto(ParamUpdate &u, Value master, Value param) {
+  OpBuilder b(u.adamw);
+  b.setInsertionPointAfter(u.adamw);
+  Location loc = u.weight.getLoc();
+  Value part = master;
+  if (mixed)
+    part = zg::CastOp::create(b, loc, master.getType(), master).getResult();
+  auto gather = dist::GatherParamOp::create(b, loc, param.getType(), part);
+  zg::AssignOp::create(b, loc, param, gather.getResult());
+  dist::ReleaseOp::create(b, loc, gather.getResult());
 }
 
 LogicalResult TrainZero::run() {
@@ -437,6 +500,12 @@ LogicalResult TrainZero::run() {
            << dp
            << " needs ZeRO stage 1 or more (each rank updates its part on "
               "its host); pass --zero 1";
+  if (mixed && stage == 0 && dp > 1)
+    return updates.front().adamw.emitError(
+               "zplan-zero-train: --dtype bf16 training over dp = ")
+           << dp
+           << " needs ZeRO stage 1 or more (the fp32 master weights are kept "
+              "as dp parts); pass --zero 1";
   if (dp > 1)
     reduceLoss();
   for (ParamUpdate &u : updates) {
@@ -448,16 +517,25 @@ LogicalResult TrainZero::run() {
         stage == 3 && dp > 1 && byteSize(type) >= persistThreshold;
     if (stage == 0 || dp == 1) {
       Value grad = dp > 1 ? reduceGradWhole(u) : u.grad;
-      if (!offload)
+      if (!offload && !mixed)
         continue;
-      // The whole parameter's master copy, moments and update on the host.
+      // The whole parameter's master copy, moments and update (on the host
+      // with offload), the gradient widened to fp32 under mixed precision.
       OpBuilder b(w);
-      Value master = makeShard(b, w, dp, shard, "master", /*onHost=*/true);
+      Value master = makeShard(b, w, dp, shard, "master", offload);
       b.setInsertionPointAfterValue(grad);
-      Value flat = flatPadded(b, grad.getLoc(), grad, shard, dp);
-      if (failed(partitionState(u, shard, flat, master)) ||
-          failed(updateOnHost(u, flat, master, w.getResult())))
+      Value wide = mixed ? castToF32(b, grad.getLoc(), grad) : grad;
+      Value flat = flatPadded(b, grad.getLoc(), wide, shard, dp);
+      if (mixed)
+        keepChainOwnDType(flat, wide);
+      if (failed(partitionState(u, shard, flat, master)))
         return failure();
+      if (offload) {
+        if (failed(updateOnHost(u, flat, master, w.getResult())))
+          return failure();
+        continue;
+      }
+      gatherMasterInto(u, master, w.getResult());
       continue;
     }
     // Stage 1 reduces once backward is over; stages 2-3 as soon as the
@@ -467,12 +545,20 @@ LogicalResult TrainZero::run() {
     OpBuilder b(w);
     if (shardParam) {
       Value paramShard = makeShard(b, w, dp, shard, "param");
-      Value master = offload ? makeShard(b, w, dp, shard, "master", true)
-                             : paramShard;
+      // Under mixed precision the bf16 shard is not the master: an fp32
+      // part beside it takes the update and is copied (converted) back.
+      Value master = offload || mixed
+                         ? makeShard(b, w, dp, shard, "master", offload)
+                         : paramShard;
       if (failed(partitionState(u, shard, gradShard, master)))
         return failure();
       if (offload && failed(updateOnHost(u, gradShard, master, paramShard)))
         return failure();
+      if (mixed && !offload) {
+        OpBuilder after(u.adamw);
+        after.setInsertionPointAfter(u.adamw);
+        zg::AssignOp::create(after, w.getLoc(), paramShard, master);
+      }
       gatherForUses(w, paramShard);
       shardedNames.insert(w.getName());
       if (w->use_empty())
@@ -490,11 +576,7 @@ LogicalResult TrainZero::run() {
         return failure();
       continue;
     }
-    b.setInsertionPointAfter(u.adamw);
-    auto gather =
-        dist::GatherParamOp::create(b, w.getLoc(), type, master);
-    zg::AssignOp::create(b, w.getLoc(), w.getResult(), gather.getResult());
-    dist::ReleaseOp::create(b, w.getLoc(), gather.getResult());
+    gatherMasterInto(u, master, w.getResult());
   }
   if (stage >= 1 && dp > 1)
     reduceNormOverDp();
@@ -518,7 +600,7 @@ struct ZplanZeroTrainPass
           << offloadOptimizer << "'";
       return signalPassFailure();
     }
-    if (dp == 1 && !offload)
+    if (dp == 1 && !offload && !mixedPrecision)
       return;
     SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
     // The programs that update parameters decide the partition; the others
@@ -535,7 +617,8 @@ struct ZplanZeroTrainPass
         others.push_back(func);
         continue;
       }
-      TrainZero z(func, module, dp, stage, persistThreshold, offload);
+      TrainZero z(func, module, dp, stage, persistThreshold, offload,
+                  mixedPrecision);
       if (failed(z.run()))
         return signalPassFailure();
       numReduced += z.numReduced;
@@ -546,7 +629,8 @@ struct ZplanZeroTrainPass
     }
     if (!sharded.empty())
       for (func::FuncOp func : others) {
-        TrainZero z(func, module, dp, stage, persistThreshold, offload);
+        TrainZero z(func, module, dp, stage, persistThreshold, offload,
+                  mixedPrecision);
         if (failed(z.gatherShardedParams(sharded)))
           return signalPassFailure();
       }
