@@ -16,6 +16,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Transforms/RegionUtils.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 namespace zplan::autodiff {
 #define GEN_PASS_DEF_BUILDTRAINSTEP
@@ -74,9 +75,9 @@ private:
   Value buildUpdate(OpBuilder &b, Location loc, ArrayRef<zg::WeightOp> params,
                     ArrayRef<Value> grads, Value lr, Value step,
                     double divisor);
-  Value buildUpdateOps(OpBuilder &b, Location loc, ArrayRef<zg::WeightOp> params,
-                    ArrayRef<Value> grads, Value lr, Value step,
-                    double divisor);
+  Value buildUpdateOps(OpBuilder &b, Location loc,
+                       ArrayRef<zg::WeightOp> params, ArrayRef<Value> grads,
+                       Value lr, Value step, double divisor);
   Value makeState(OpBuilder &b, Location loc, const Twine &name,
                   StringRef kind, StringRef of, RankedTensorType type);
   SmallVector<StateSpec> states;

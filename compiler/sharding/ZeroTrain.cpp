@@ -630,7 +630,7 @@ struct ZplanZeroTrainPass
     if (!sharded.empty())
       for (func::FuncOp func : others) {
         TrainZero z(func, module, dp, stage, persistThreshold, offload,
-                  mixedPrecision);
+                    mixedPrecision);
         if (failed(z.gatherShardedParams(sharded)))
           return signalPassFailure();
       }
