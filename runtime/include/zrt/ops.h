@@ -69,7 +69,9 @@ struct OpInfo {
 };
 
 namespace ops_detail {
-constexpr OpInfo kTable[] = {
+// inline: one table for the whole program (a plain constexpr array has internal linkage, so every translation
+// unit would hold its own copy and the inline lookups below would return pointers into different ones).
+inline constexpr OpInfo kTable[] = {
 #define ZRT_OP(id, nm, code, cat, min_in, max_in, opt, min_out, max_out, min_ints, max_ints, floats, in_place) \
   {Op::id, nm, OpCategory::cat, min_in, max_in, opt, min_out, max_out, min_ints,                                \
    (min_ints) == ZRT_PER_OP ? 0 : (max_ints), floats, in_place},
