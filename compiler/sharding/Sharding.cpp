@@ -1,6 +1,7 @@
 //===- Sharding.cpp - tp sharding of one tensor ---------------------------===//
 
 #include "compiler/sharding/Sharding.h"
+#include "dialects/graph/GraphOps.h"
 
 using namespace mlir;
 using namespace zplan;
@@ -144,4 +145,37 @@ int64_t zplan::sharding::mapReshapeDim(ArrayRef<int64_t> in,
     return firstOut;
   }
   return -1;
+
+
+}
+
+/// A zd.weight_shard of `w`: this dp rank's flat part, loaded from w's source.
+Value zplan::sharding::createWeightShard(OpBuilder &b, graph::WeightOp w, int64_t dp, int64_t shard,
+                StringRef role, bool onHost) {
+  auto type = cast<RankedTensorType>(w.getResult().getType());
+  SmallVector<int64_t> source(type.getShape());
+  if (auto s = w->getAttrOfType<DenseI64ArrayAttr>(kSourceShape))
+    source.assign(s.asArrayRef().begin(), s.asArrayRef().end());
+  SmallVector<NamedAttribute> attrs = {
+      b.getNamedAttr("name", w.getNameAttr()),
+      b.getNamedAttr("source_shape", b.getDenseI64ArrayAttr(source)),
+      b.getNamedAttr("local_shape", b.getDenseI64ArrayAttr(type.getShape())),
+      b.getNamedAttr("dp", b.getI64IntegerAttr(dp)),
+      b.getNamedAttr("space", b.getStringAttr(onHost ? "host" : "device"))};
+  if (!w.getFile().empty()) {
+    attrs.push_back(b.getNamedAttr("file", w.getFileAttr()));
+    attrs.push_back(b.getNamedAttr("offset", w.getOffsetAttr()));
+    attrs.push_back(b.getNamedAttr("length", w.getLengthAttr()));
+  }
+  if (auto v = w.getValueAttr())
+    attrs.push_back(b.getNamedAttr("value", v));
+  if (auto pieces = w->getAttrOfType<ArrayAttr>(kPieces))
+    attrs.push_back(b.getNamedAttr("pieces", pieces));
+  auto op = dist::WeightShardOp::create(
+      b, w.getLoc(),
+      TypeRange{RankedTensorType::get({shard}, type.getElementType())},
+      ValueRange{}, attrs);
+  if (!role.empty())
+    op->setAttr("zd.role", b.getStringAttr(role));
+  return op.getResult();
 }

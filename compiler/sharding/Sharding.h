@@ -13,6 +13,7 @@
 #define ZPLAN_COMPILER_SHARDING_SHARDING_H
 
 #include "dialects/dist/ZdDialect.h"
+#include "dialects/graph/GraphOps.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Value.h"
@@ -92,6 +93,13 @@ int64_t mapReshapeDim(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> out,
 
 /// Byte size of a tensor type.
 int64_t byteSize(mlir::RankedTensorType type);
+
+/// A zd.weight_shard of `w` at the builder's point: this dp rank's flat part
+/// of `shard` elements, loaded from w's source (file or inline value, tp
+/// pieces). `role` ("param", "master") becomes zd.role when not empty.
+mlir::Value createWeightShard(mlir::OpBuilder &b, graph::WeightOp w,
+                              int64_t dp, int64_t shard,
+                              llvm::StringRef role = "", bool onHost = false);
 
 } // namespace zplan::sharding
 

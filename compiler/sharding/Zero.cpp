@@ -421,32 +421,11 @@ LogicalResult ZplanZeroPass::shardParams(func::FuncOp func, int64_t dp) {
     auto type = rtt(w.getResult());
     int64_t elements = type.getNumElements();
     int64_t shard = (elements + dp - 1) / dp;
-    SmallVector<int64_t> source(type.getShape());
-    if (auto s = w->getAttrOfType<DenseI64ArrayAttr>(kSourceShape))
-      source.assign(s.asArrayRef().begin(), s.asArrayRef().end());
     b.setInsertionPoint(w);
-    SmallVector<NamedAttribute> attrs = {
-        b.getNamedAttr("name", w.getNameAttr()),
-        b.getNamedAttr("source_shape", b.getDenseI64ArrayAttr(source)),
-        b.getNamedAttr("local_shape", b.getDenseI64ArrayAttr(type.getShape())),
-        b.getNamedAttr("dp", b.getI64IntegerAttr(dp)),
-        b.getNamedAttr("space", b.getStringAttr("device"))};
-    if (!w.getFile().empty()) {
-      attrs.push_back(b.getNamedAttr("file", w.getFileAttr()));
-      attrs.push_back(b.getNamedAttr("offset", w.getOffsetAttr()));
-      attrs.push_back(b.getNamedAttr("length", w.getLengthAttr()));
-    }
-    if (auto v = w.getValueAttr())
-      attrs.push_back(b.getNamedAttr("value", v));
-    if (auto pieces = w->getAttrOfType<ArrayAttr>(kPieces))
-      attrs.push_back(b.getNamedAttr("pieces", pieces));
-    auto shardOp = dist::WeightShardOp::create(
-        b, w.getLoc(),
-        TypeRange{RankedTensorType::get({shard}, type.getElementType())},
-        ValueRange{}, attrs);
+    Value shardValue = createWeightShard(b, w, dp, shard);
     b.setInsertionPoint(order[gatherAt[i]]);
     auto gather =
-        dist::GatherParamOp::create(b, w.getLoc(), type, shardOp.getResult());
+        dist::GatherParamOp::create(b, w.getLoc(), type, shardValue);
     gather->setAttr("zd.bucket", b.getI64IntegerAttr(i));
     b.setInsertionPointAfter(order[p.lastUse]);
     dist::ReleaseOp::create(b, w.getLoc(), gather.getResult());

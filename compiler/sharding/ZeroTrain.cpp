@@ -127,9 +127,6 @@ Value flatPadded(OpBuilder &b, Location loc, Value v, int64_t shard,
       .getResult();
 }
 
-Value makeShard(OpBuilder &b, zg::WeightOp w, int64_t dp, int64_t shard,
-                StringRef role, bool onHost = false);
-
 /// One parameter's optimizer step, as the builder of the train step left it.
 struct ParamUpdate {
   zg::AdamwOp adamw;
@@ -209,7 +206,7 @@ LogicalResult TrainZero::gatherShardedParams(const llvm::StringSet<> &sharded) {
     auto type = rtt(w.getResult());
     int64_t shard = (type.getNumElements() + dp - 1) / dp;
     OpBuilder b(w);
-    Value paramShard = makeShard(b, w, dp, shard, "param");
+    Value paramShard = createWeightShard(b, w, dp, shard, "param");
     gatherForUses(w, paramShard);
     if (!w->use_empty())
       return w.emitError("zplan-zero-train: parameter '")
@@ -339,36 +336,6 @@ void shrinkState(ModuleOp module, zg::StateOp state, int64_t shard,
   for (Operation *op : dead)
     if (op->use_empty())
       op->erase();
-}
-
-/// A zd.weight_shard of `w`: this dp rank's flat part, loaded from w's source.
-Value makeShard(OpBuilder &b, zg::WeightOp w, int64_t dp, int64_t shard,
-                StringRef role, bool onHost) {
-  auto type = rtt(w.getResult());
-  SmallVector<int64_t> source(type.getShape());
-  if (auto s = w->getAttrOfType<DenseI64ArrayAttr>(kSourceShape))
-    source.assign(s.asArrayRef().begin(), s.asArrayRef().end());
-  SmallVector<NamedAttribute> attrs = {
-      b.getNamedAttr("name", w.getNameAttr()),
-      b.getNamedAttr("source_shape", b.getDenseI64ArrayAttr(source)),
-      b.getNamedAttr("local_shape", b.getDenseI64ArrayAttr(type.getShape())),
-      b.getNamedAttr("dp", b.getI64IntegerAttr(dp)),
-      b.getNamedAttr("space", b.getStringAttr(onHost ? "host" : "device"))};
-  if (!w.getFile().empty()) {
-    attrs.push_back(b.getNamedAttr("file", w.getFileAttr()));
-    attrs.push_back(b.getNamedAttr("offset", w.getOffsetAttr()));
-    attrs.push_back(b.getNamedAttr("length", w.getLengthAttr()));
-  }
-  if (auto v = w.getValueAttr())
-    attrs.push_back(b.getNamedAttr("value", v));
-  if (auto pieces = w->getAttrOfType<ArrayAttr>(kPieces))
-    attrs.push_back(b.getNamedAttr("pieces", pieces));
-  auto op = dist::WeightShardOp::create(
-      b, w.getLoc(),
-      TypeRange{RankedTensorType::get({shard}, type.getElementType())},
-      ValueRange{}, attrs);
-  op->setAttr("zd.role", b.getStringAttr(role));
-  return op.getResult();
 }
 
 LogicalResult TrainZero::partitionState(ParamUpdate &u, int64_t shard,
@@ -522,7 +489,7 @@ LogicalResult TrainZero::run() {
       // The whole parameter's master copy, moments and update (on the host
       // with offload), the gradient widened to fp32 under mixed precision.
       OpBuilder b(w);
-      Value master = makeShard(b, w, dp, shard, "master", offload);
+      Value master = createWeightShard(b, w, dp, shard, "master", offload);
       b.setInsertionPointAfterValue(grad);
       Value wide = mixed ? castToF32(b, grad.getLoc(), grad) : grad;
       Value flat = flatPadded(b, grad.getLoc(), wide, shard, dp);
@@ -544,11 +511,11 @@ LogicalResult TrainZero::run() {
         reduceGradShard(u, shard, stage == 1 ? firstOptimizerOp : nullptr);
     OpBuilder b(w);
     if (shardParam) {
-      Value paramShard = makeShard(b, w, dp, shard, "param");
+      Value paramShard = createWeightShard(b, w, dp, shard, "param");
       // Under mixed precision the bf16 shard is not the master: an fp32
       // part beside it takes the update and is copied (converted) back.
       Value master = offload || mixed
-                         ? makeShard(b, w, dp, shard, "master", offload)
+                         ? createWeightShard(b, w, dp, shard, "master", offload)
                          : paramShard;
       if (failed(partitionState(u, shard, gradShard, master)))
         return failure();
@@ -568,7 +535,7 @@ LogicalResult TrainZero::run() {
     }
     // The master part lives beside the whole parameter; after the update it
     // is gathered back into the parameter.
-    Value master = makeShard(b, w, dp, shard, "master", offload);
+    Value master = createWeightShard(b, w, dp, shard, "master", offload);
     if (failed(partitionState(u, shard, gradShard, master)))
       return failure();
     if (offload) {
