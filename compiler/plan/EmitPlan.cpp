@@ -655,8 +655,10 @@ struct Emitter {
       return op->emitError()
              << "zplan-emit: op " << op->getName() << " has no plan opcode";
     std::vector<int32_t> inputs, outputs;
+    std::optional<double> fill = fillValueOf(op);
     for (Value v : op->getOperands())
-      inputs.push_back(indexOf(v));
+      if (!fill || v != cast<graph::AssignOp>(op).getValue())
+        inputs.push_back(indexOf(v));
     for (Value v : op->getResults())
       outputs.push_back(indexOf(v));
     // Writes to persistent state name their targets as the plan op's outputs
@@ -665,7 +667,10 @@ struct Emitter {
     if (isStateWriteOp(op)) {
       for (Value v : writtenOperands(op))
         outputs.push_back(indexOf(v));
-      if (auto assign = dyn_cast<graph::AssignOp>(op)) {
+      if (fill) {
+        inputs.clear();
+        opcode = opc::code(zrt::Op::fill);
+      } else if (auto assign = dyn_cast<graph::AssignOp>(op)) {
         inputs = {indexOf(assign.getValue())};
         if (lv.tensors[outputs[0]].dtype != lv.tensors[inputs[0]].dtype)
           opcode = opc::kCast;
@@ -673,6 +678,8 @@ struct Emitter {
     }
     std::vector<int64_t> ints;
     std::vector<double> floats;
+    if (fill)
+      floats = {*fill};
     AxisKind axis = AxisKind::None;
 
     auto streamAttr = op->getAttrOfType<StringAttr>(attr::kStream);

@@ -87,6 +87,10 @@ FailureOr<Liveness> Liveness::build(func::FuncOp func, PlanDType floatDType) {
   llvm::SmallVector<std::pair<Operation *, int>> releases;
 
   for (Operation &op : body.without_terminator()) {
+    // A splat constant that only feeds fills is an instruction's float, not
+    // a tensor (fillValueOf).
+    if (isFillOnlyConstant(&op))
+      continue;
     bool storage = isStorageOp(&op);
     int64_t step = storage ? 0 : lv.stepOf.lookup(&op);
     // Operands first: a use extends the life of the storage behind it.

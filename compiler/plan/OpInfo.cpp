@@ -148,6 +148,37 @@ llvm::SmallVector<Value, 3> writtenOperands(Operation *op) {
   return {};
 }
 
+static std::optional<double> splatValueOf(Operation *constant) {
+  auto c = dyn_cast_or_null<graph::ConstantOp>(constant);
+  if (!c)
+    return std::nullopt;
+  auto splat = dyn_cast<SplatElementsAttr>(c.getValue());
+  if (!splat)
+    return std::nullopt;
+  Type elem = splat.getElementType();
+  if (isa<FloatType>(elem))
+    return splat.getSplatValue<APFloat>().convertToDouble();
+  if (elem.isInteger(32) || elem.isInteger(64))
+    return double(splat.getSplatValue<APInt>().getSExtValue());
+  return std::nullopt;
+}
+
+std::optional<double> fillValueOf(Operation *op) {
+  auto assign = dyn_cast<graph::AssignOp>(op);
+  if (!assign)
+    return std::nullopt;
+  return splatValueOf(assign.getValue().getDefiningOp());
+}
+
+bool isFillOnlyConstant(Operation *op) {
+  if (!splatValueOf(op) || op->use_empty())
+    return false;
+  return llvm::all_of(op->getUses(), [](OpOperand &use) {
+    auto assign = dyn_cast<graph::AssignOp>(use.getOwner());
+    return assign && use.getOperandNumber() == 1;
+  });
+}
+
 bool isCollectiveOp(Operation *op) {
   return isa<dist::AllReduceOp, dist::AllGatherOp, dist::ReduceScatterOp,
              dist::BroadcastOp, dist::GatherParamOp>(op);

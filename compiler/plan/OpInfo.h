@@ -101,6 +101,17 @@ bool isStateWriteOp(mlir::Operation *op);
 /// target; adamw: param, m, v), in the order of the plan op's outputs.
 llvm::SmallVector<mlir::Value, 3> writtenOperands(mlir::Operation *op);
 
+/// The value a zg.assign writes when it writes one number everywhere (its
+/// value is a splat zg.constant): the plan fills the target instead of
+/// copying from a constant, so no constant of the target's size is stored in
+/// the plan file or in memory (an optimizer moment is as large as its
+/// parameter).
+std::optional<double> fillValueOf(mlir::Operation *op);
+
+/// Whether a zg.constant is only ever the value of fills (see fillValueOf):
+/// it then has no plan tensor.
+bool isFillOnlyConstant(mlir::Operation *op);
+
 /// True for the communicating instructions plan.fbs hashes: all_reduce,
 /// all_gather, reduce_scatter, broadcast, gather_param.
 bool isCollectiveOp(mlir::Operation *op);

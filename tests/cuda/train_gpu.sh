@@ -16,6 +16,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 ngpu=$(nvidia-smi -L | wc -l)
 for p in .gpu-train/*.zplan; do
   name=$(basename "$p" .zplan); model=${name%%-*}; world=${name##*-w}
+  [[ -n ${ZPLAN_TRAIN_ONLY:-} && $name != $ZPLAN_TRAIN_ONLY ]] && continue
   [[ $world -gt $ngpu ]] && { echo "$name: skipped ($ngpu GPU)"; continue; }
   o=/tmp/$name; mkdir -p "$o"
   cmd=("$b/bin/zrun" "$p" --backend cuda --train --data tests/models/$model/input_ids.npy --steps 5
@@ -31,6 +32,7 @@ o, m, name, secs = sys.argv[1:5]
 for f, r, w in (("l.npy", "train_losses.npy", "loss"), ("n.npy", "train_grad_norms.npy", "norm")):
     g, ref = np.load(f"{o}/{f}"), np.load(f"{m}/{r}")
     rel = float(np.max(np.abs(g - ref) / np.abs(ref)))
-    print(f"{name}: {w} {np.array2string(g, precision=6)} PyTorch {np.array2string(ref, precision=6)} max rel {rel:.2e} {'ok' if rel <= 1e-4 else 'FAIL'} ({secs} s)")
+    tol = 2e-2 if "-bf16-" in name else 1e-4  # bf16 compute: the bar; fp32: as on CPU ranks
+    print(f"{name}: {w} {np.array2string(g, precision=6)} PyTorch {np.array2string(ref, precision=6)} max rel {rel:.2e} (tol {tol:g}) {'ok' if rel <= tol else 'FAIL'} ({secs} s)")
 PY
 done

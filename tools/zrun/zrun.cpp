@@ -352,7 +352,7 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
   }
   const size_t elem = zrt::dtype_size(in.dtype);
   std::vector<uint8_t> buf(static_cast<size_t>(batch * seq) * elem);
-  std::vector<double> losses, norms;
+  std::vector<double> losses, norms, step_s;
   double total_s = 0;
   for (int64_t k = 0; k < args.steps; ++k) {
     // Global batch k: samples k * batch .. k * batch + batch - 1, wrapping around the data.
@@ -368,6 +368,7 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
     if (!st.ok()) die(ri.rank, "step " + std::to_string(k + 1) + ": " + st.message());
     watchdog.kick();
     total_s += sec;
+    step_s.push_back(sec);
     losses.push_back(r.loss);
     norms.push_back(r.grad_norm);
     if (ri.rank == 0)
@@ -378,6 +379,15 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
     std::printf("zrun: trained %lld steps of %lld x %lld tokens: %.0f tokens/s\n", static_cast<long long>(args.steps),
                 static_cast<long long>(batch), static_cast<long long>(seq),
                 static_cast<double>(batch * seq * args.steps) / total_s);
+    // The first step pays for first-touch work (cuBLAS heuristics, NCCL connections, graph capture); the
+    // median of the later steps is the steady rate.
+    if (step_s.size() > 1) {
+      std::vector<double> later(step_s.begin() + 1, step_s.end());
+      std::sort(later.begin(), later.end());
+      const double med = later[later.size() / 2];
+      std::printf("zrun: steady step (median of steps 2-%lld): %.3f ms, %.0f tokens/s\n",
+                  static_cast<long long>(step_s.size()), med * 1e3, static_cast<double>(batch * seq) / med);
+    }
     for (const auto &[path, v] : {std::make_pair(args.losses_out, &losses), std::make_pair(args.grad_norms_out, &norms)}) {
       if (path.empty()) continue;
       const std::string e = write_f64_npy(path, *v);
@@ -385,6 +395,15 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
     }
     std::fflush(stdout);
   }
+  // Every rank's planned and measured process peak, as the forward path prints it.
+  const zrt::MemoryReport m = s.memory_report();
+  std::printf("zrun: rank %d/%d (tp %d/%d, dp %d/%d): training runtime scratch %llu B; planned process peak %llu B; "
+              "measured process peak %llu B\n",
+              ri.rank, ri.world, ri.tp_index(), ri.tp, ri.dp_index(), ri.dp,
+              static_cast<unsigned long long>(m.runtime_scratch_bytes),
+              static_cast<unsigned long long>(m.planned_peak_bytes),
+              static_cast<unsigned long long>(m.measured_process_peak_bytes));
+  std::fflush(stdout);
   return 0;
 }
 
