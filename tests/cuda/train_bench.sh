@@ -39,13 +39,14 @@ np.save('$out/tokens-llama-1b.npy', r.integers(0, 32000, (64, 1024), dtype=np.in
 while read -r name world; do
   [[ $world -gt $ngpu || " $worlds " != *" $world "* ]] && continue
   [[ $name == gpt2-350m* ]] && model=gpt2-350m || model=llama-1b
-  for graph in 0 1; do
+  # CUDA graph replay first; without it only when the capture fails.
+  for graph in 1 0; do
     cmd=("$zrun" .gpu-train/bench/$name.zplan --backend cuda --init random --train --data "$out/tokens-$model.npy"
          --steps 8 --timeout 200)
     [[ $graph == 1 ]] && cmd+=(--cuda-graph)
     [[ $world -gt 1 ]] && cmd=(mpirun --allow-run-as-root --oversubscribe -np "$world" -x NCCL_NVLS_ENABLE=0 "${cmd[@]}")
     t0=$SECONDS
-    timeout 240 "${cmd[@]}" > "$out/$name-g$graph.log" 2>&1
+    timeout 240 "${cmd[@]}" < /dev/null > "$out/$name-g$graph.log" 2>&1
     rc=$?
     python3 - "$out/$name-g$graph.log" "$name" "$graph" "$rc" "$((SECONDS - t0))" <<'PY'
 import json, re, sys
@@ -63,6 +64,7 @@ if losses: r["losses"] = [float(l) for _, l in losses]
 if int(rc) != 0: r["tail"] = t[-600:]
 print(json.dumps(r), flush=True)
 PY
+    [[ $rc == 0 ]] && break
   done
 done < .gpu-train/bench/manifest.txt
 if [[ $torch == 1 ]]; then
