@@ -4,14 +4,16 @@
 # (tests/cuda/make_train_plans.sh) with zrun and the PyTorch peers (bench/gpu/torch_train.py) side by side:
 # steady tokens/s and the process peak (zrun: planned and measured by cudaMemGetInfo; PyTorch: the process's
 # device use at the end, the allocator's cache included).
-#   bash tests/cuda/train_bench.sh [--no-check] [--no-torch] [--families] [--worlds "1 2"]
+#   bash tests/cuda/train_bench.sh [--no-check] [--no-torch] [--families] [--worlds "1 2"] [--profile]
+# --profile: the one-GPU plans once more without graph replay, timed per step by CUDA events
+# (ZRT_CUDA_PROFILE): where the step's time goes, by op.
 # Carry .gpu-deps (scripts/gpu-deps.sh) and .gpu-train. --families also exports tests/models/export_families.py
 # into $OUT/families. Logs go to $OUT/train-bench.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-check=1 torch=1 families=0 worlds="1 2"
+check=1 torch=1 families=0 worlds="1 2" profile=0
 while [[ $# -gt 0 ]]; do
-  case $1 in --no-check) check=0 ;; --no-torch) torch=0 ;; --families) families=1 ;; --worlds) worlds=$2; shift ;; esac
+  case $1 in --no-check) check=0 ;; --no-torch) torch=0 ;; --families) families=1 ;; --profile) profile=1 ;; --worlds) worlds=$2; shift ;; esac
   shift
 done
 out=/tmp/train-bench
@@ -21,7 +23,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 ngpu=$(nvidia-smi -L | wc -l)
 if [[ $families == 1 && -n ${OUT:-} ]]; then
   # CPU work, in the background while the GPU runs.
-  (CUDA_VISIBLE_DEVICES= timeout 300 python3 tests/models/export_families.py "$OUT/families" > "$out/families.log" 2>&1) &
+  (CUDA_VISIBLE_DEVICES= timeout 300 python3 tests/models/export_families.py /tmp/families > "$out/families.log" 2>&1
+   tar czf "$OUT/families.tgz" -C /tmp families) &
 fi
 if [[ $check == 1 ]]; then
   bash tests/cuda/train_gpu.sh 2>&1 | tee "$out/check.log" | grep -E "build:|ok|FAIL|rc=|skipped"
@@ -67,6 +70,15 @@ PY
     [[ $rc == 0 ]] && break
   done
 done < .gpu-train/bench/manifest.txt
+if [[ $profile == 1 ]]; then
+  while read -r name world; do
+    [[ $world -gt 1 ]] && continue
+    [[ $name == gpt2-350m* ]] && model=gpt2-350m || model=llama-1b
+    ZRT_CUDA_PROFILE=1 ZRT_CUDA_PROFILE_TOP=16 timeout 120 "$zrun" .gpu-train/bench/$name.zplan --backend cuda --init random \
+      --train --data "$out/tokens-$model.npy" --steps 4 < /dev/null > "$out/$name-profile.log" 2>&1
+    echo "== $name"; grep -E "steady step|profile" "$out/$name-profile.log"
+  done < .gpu-train/bench/manifest.txt
+fi
 if [[ $torch == 1 ]]; then
   [[ " $worlds " == *" 1 "* ]] && CUDA_VISIBLE_DEVICES=0 timeout 300 python3 bench/gpu/torch_train.py --models gpt2-350m llama-1b 2> "$out/torch.err" | tee "$out/torch.jsonl"
   if [[ $ngpu -ge 2 && " $worlds " == *" 2 "* ]]; then

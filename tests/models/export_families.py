@@ -69,7 +69,7 @@ def export(family, out_root):
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "model.onnx")
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=64)
-    torch.onnx.export(Logits(model), (ids,), path, dynamo=True, external_data=True,
+    torch.onnx.export(Logits(model).eval(), (ids,), path, dynamo=True, external_data=True,
                       input_names=["input_ids"], output_names=["logits"],
                       dynamic_shapes={"input_ids": {0: batch, 1: seq}})
     np.save(os.path.join(out, "input_ids.npy"), ids.numpy())

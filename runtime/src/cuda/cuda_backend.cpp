@@ -36,6 +36,7 @@
 #include "zk/cuda_kernels.h"
 #include "zk/cuda_train_kernels.h"
 #include "zrt/backend.h"
+#include "zrt/ops.h"
 #include "zrt/plan_generated.h"
 
 namespace zrt {
@@ -152,6 +153,17 @@ class CudaBackend final : public Backend {
         std::fprintf(stderr, "; %s %.3f ms (%.1f%%)", kClassNames[c], class_ms_[c] / prof_runs_,
                      total > 0 ? 100.0 * class_ms_[c] / total : 0.0);
       std::fprintf(stderr, "\n");
+      // The ops that take the time, largest first (ZRT_CUDA_PROFILE_TOP of them, default 12).
+      std::vector<int> order;
+      for (int k = 0; k < 65536; ++k)
+        if (op_n_[k] > 0) order.push_back(k);
+      std::sort(order.begin(), order.end(), [&](int a, int b) { return op_ms_[a] > op_ms_[b]; });
+      const char *top = std::getenv("ZRT_CUDA_PROFILE_TOP");
+      const size_t n = std::min(order.size(), static_cast<size_t>(top ? std::atoi(top) : 12));
+      for (size_t k = 0; k < n; ++k)
+        std::fprintf(stderr, "zrt cuda: profile op %-18s %9.3f ms per run (%5.1f%%) in %6.0f steps\n",
+                     zrt::op_name(static_cast<uint16_t>(order[k])), op_ms_[order[k]] / prof_runs_,
+                     total > 0 ? 100.0 * op_ms_[order[k]] / total : 0.0, op_n_[order[k]] / prof_runs_);
     }
     if (streams_[0]) cudaDeviceSynchronize();
     for (auto &e : prof_events_) {
@@ -371,6 +383,8 @@ class CudaBackend final : public Backend {
           float ms = 0;
           ZRT_CUDA_CHECK(cudaEventElapsedTime(&ms, prof_events_[k].first, prof_events_[k].second));
           class_ms_[prof_class_[k]] += ms;
+          op_ms_[prof_op_[k]] += ms;
+          op_n_[prof_op_[k]] += 1;
         }
         ++prof_runs_;
       }
@@ -397,8 +411,10 @@ class CudaBackend final : public Backend {
         ZRT_CUDA_CHECK(cudaEventCreate(&e.second));
         prof_events_.push_back(e);
         prof_class_.push_back(0);
+        prof_op_.push_back(0);
       }
       prof_class_[prof_next_] = class_of(s.op);
+      prof_op_[prof_next_] = static_cast<uint16_t>(s.op);
       ZRT_CUDA_CHECK(cudaEventRecord(prof_events_[prof_next_].first, cur_));
       return {};
     }
@@ -676,6 +692,8 @@ class CudaBackend final : public Backend {
   size_t prof_next_ = 0;
   int prof_runs_ = 0;
   double class_ms_[kClasses] = {};
+  std::vector<uint16_t> prof_op_;
+  std::vector<double> op_ms_ = std::vector<double>(65536), op_n_ = std::vector<double>(65536);
   // Memory accounting.
   bool report_ = false;
   size_t base_used_ = 0, peak_used_ = 0, allocated_ = 0;
