@@ -106,6 +106,23 @@ int zrt_train_step(zrt_session *s, const char *input, const void *data, size_t b
   return 0;
 }
 
+int zrt_save_checkpoint(zrt_session *s, const char *dir, int64_t step, int64_t samples, double lr) {
+  zrt::TrainingState ts;
+  ts.step = step;
+  ts.samples = samples;
+  ts.lr = lr;
+  return set(s->s->save_checkpoint(dir ? dir : "", ts));
+}
+
+int zrt_load_checkpoint(zrt_session *s, const char *path, int64_t *step, int64_t *samples, double *lr) {
+  zrt::TrainingState ts;
+  if (int rc = set(s->s->load_checkpoint(path ? path : "", &ts))) return rc;
+  if (step) *step = ts.step;
+  if (samples) *samples = ts.samples;
+  if (lr) *lr = ts.lr;
+  return 0;
+}
+
 void zrt_shutdown(void) { zrt::shutdown(); }
 
 }  // extern "C"

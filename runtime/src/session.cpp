@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "checkpoint/session_checkpoint.h"
 #include "plan.h"
 #include "step_decoder.h"
 #include "weights.h"
@@ -722,6 +723,30 @@ Status Session::train_step(const std::string &input, const void *data, size_t by
   ZRT_RETURN_IF_ERROR(scalar_out("loss", &out->loss));
   ZRT_RETURN_IF_ERROR(scalar_out("grad_norm", &out->grad_norm));
   return {};
+}
+
+namespace {
+ckpt::SessionAccess checkpoint_access(Session *s, Session::Impl &m) {
+  ckpt::SessionAccess a;
+  a.plan = &m.plan();
+  a.ri = m.ri;
+  a.comm = m.comm.get();
+  a.plan_hash = m.pf->file_hash();
+  a.base_dir = m.pf->base_dir();
+  a.session = s;
+  a.agree = [&m](const Status &st) { return m.agree_status(st, 0, 0, nullptr, nullptr); };
+  return a;
+}
+}  // namespace
+
+Status Session::save_checkpoint(const std::string &dir, const TrainingState &state) {
+  ZRT_RETURN_IF_ERROR(impl_->backend->synchronize());
+  return ckpt::save(checkpoint_access(this, *impl_), dir, state);
+}
+
+Status Session::load_checkpoint(const std::string &path, TrainingState *state, CheckpointInfo *info) {
+  ZRT_RETURN_IF_ERROR(impl_->backend->synchronize());
+  return ckpt::load(checkpoint_access(this, *impl_), path, state, info);
 }
 
 MemoryReport Session::memory_report() const {

@@ -10,13 +10,16 @@
 // absolute difference; the exit status is 3 when it exceeds --tolerance.
 //
 //   mpirun -np WORLD zrun PLAN --train --data TOKENS.npy --steps N [--lr X] [--seed S]
-//          [--losses-out F.npy] [--grad-norms-out F.npy]
+//          [--losses-out F.npy] [--grad-norms-out F.npy] [--save-dir DIR --save-every K] [--resume DIR]
 //
 // trains with a plan made by zplan --train: its init program once, then one train step per step
 // (zrt::Session::train_step). TOKENS.npy is an integer array [samples, seq]; step k takes the next global
 // batch of samples (wrapping around at the end), each rank its dp rows. Rank 0 prints the loss, the
 // gradient norm and tokens/s per step; the two -out files get them as float64 arrays. The data is checked
 // (dtype, shape, enough samples, every id inside the embedding table) before the first step.
+// --save-dir writes a sharded checkpoint every K steps (docs/checkpoint-format.md); --resume loads one,
+// saved under any (tp, dp, zero, offload), before the first step and continues from its step and data
+// position until step N.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -60,6 +63,8 @@ struct Args {
   int64_t steps = 0;
   int64_t micro_batches = 0;  // 0: as the plan says (1 for a train_step plan)
   double lr = -1;             // < 0: the plan's schedule
+  std::string save_dir, resume;
+  int64_t save_every = 0;
 };
 
 // The rank as the launcher tells it, for messages printed before MPI is up (only rank 0 prints those).
@@ -141,7 +146,17 @@ int parse_args(int argc, char **argv, Args *a) {
       ->type_name("M")->check(number_in(1, 1e6));
   app.add_flag("--train", a->train, "Train with a plan made by zplan --train (init once, then --steps train steps)");
   app.add_option("--data", a->data, "--train: integer token array [samples, seq] (.npy)")->type_name("TOKENS.npy");
-  app.add_option("--steps", steps, "--train: number of training steps")->type_name("N")->check(number_in(1, 1e9));
+  app.add_option("--steps", steps, "--train: train until step N (a resumed run continues after the checkpoint's step)")
+      ->type_name("N")->check(number_in(1, 1e9));
+  double save_every = 0;
+  app.add_option("--save-dir", a->save_dir, "--train: write sharded checkpoints under this folder (with --save-every)")
+      ->type_name("DIR");
+  app.add_option("--save-every", save_every, "--train: save a checkpoint after every K-th step")->type_name("K")
+      ->check(number_in(1, 1e9));
+  app.add_option("--resume", a->resume,
+                 "--train: load a checkpoint (a --save-dir folder, or one checkpoint in it) before the first step; "
+                 "it may come from another tp, dp, zero stage or offload")
+      ->type_name("DIR");
   app.add_option("--lr", a->lr, "--train: learning rate (overrides the plan's schedule)")->type_name("X")
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--losses-out", a->losses_out, "--train: write the per-step loss (float64) to this .npy file")
@@ -178,14 +193,18 @@ int parse_args(int argc, char **argv, Args *a) {
   a->backend = backend == "cuda" ? zrt::BackendKind::cuda : zrt::BackendKind::cpu;
   a->steps = static_cast<int64_t>(steps);
   a->micro_batches = static_cast<int64_t>(micro);
+  a->save_every = static_cast<int64_t>(save_every);
   if (a->train) {
     if (a->data.empty()) return fail("--train needs --data TOKENS.npy");
     if (a->steps < 1) return fail("--train needs --steps N (N >= 1)");
     if (!a->inputs.empty() || a->random_inputs || !a->outputs.empty() || !a->expects.empty())
       return fail("--train takes its batches from --data; --input, --random-inputs, --output and --expect do not apply");
+    if (a->save_dir.empty() != (a->save_every == 0))
+      return fail("--save-dir and --save-every go together: checkpoints need a folder and an interval");
   } else if (!a->data.empty() || a->steps || a->lr >= 0 || a->micro_batches || !a->losses_out.empty() ||
-             !a->grad_norms_out.empty()) {
-    return fail("--data, --steps, --lr, --micro-batches, --losses-out and --grad-norms-out need --train");
+             !a->grad_norms_out.empty() || !a->save_dir.empty() || a->save_every || !a->resume.empty()) {
+    return fail("--data, --steps, --lr, --micro-batches, --losses-out, --grad-norms-out, --save-dir, --save-every and "
+                "--resume need --train");
   }
   return -1;
 }
@@ -340,24 +359,50 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
         die(ri.rank, "--data '" + args.data + "': sample " + std::to_string(i / seq) + ", position " + std::to_string(i % seq) +
                          " is token id " + std::to_string(ids[i]) + ", outside the vocabulary [" + std::to_string(lo) + ", " +
                          std::to_string(hi) + ")");
-  if (args.lr >= 0) {
-    st = s.set_scalar("lr", args.lr);
-    if (!st.ok()) die(ri.rank, st.message());
-  }
-
   if (has_init) {
     st = s.run("init");
     if (!st.ok()) die(ri.rank, st.message());
     watchdog.kick();
   }
+  // A checkpoint replaces what init wrote; it fails on every rank alike (open-style agreement), before any
+  // step, naming the file.
+  zrt::TrainingState pos;
+  double lr = args.lr;
+  if (!args.resume.empty()) {
+    zrt::CheckpointInfo info;
+    const auto t0 = std::chrono::steady_clock::now();
+    st = s.load_checkpoint(args.resume, &pos, &info);
+    if (!st.ok()) {
+      if (ri.rank == 0) std::fprintf(stderr, "zrun: error: --resume: %s\n", st.message().c_str());
+      return 1;
+    }
+    watchdog.kick();
+    if (ri.rank == 0)
+      std::printf("zrun: resumed from %s: step %lld, %lld samples seen; saved at tp %d dp %d zero %d (%s), %d tensors, "
+                  "%llu bytes read by rank 0 in %.3f s\n",
+                  info.dir.c_str(), static_cast<long long>(pos.step), static_cast<long long>(pos.samples), info.tp, info.dp,
+                  info.zero_stage, info.same_plan ? "this plan" : "resharded", info.tensors_loaded,
+                  static_cast<unsigned long long>(info.bytes_read),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    // The learning rate set over the schedule when the checkpoint was saved stays, unless --lr says otherwise.
+    if (lr < 0 && pos.lr >= 0) lr = pos.lr;
+  }
+  if (lr >= 0) {
+    st = s.set_scalar("lr", lr);
+    if (!st.ok()) die(ri.rank, st.message());
+  }
   const size_t elem = zrt::dtype_size(in.dtype);
   std::vector<uint8_t> buf(static_cast<size_t>(batch * seq) * elem);
   std::vector<double> losses, norms, step_s;
   double total_s = 0;
-  for (int64_t k = 0; k < args.steps; ++k) {
-    // Global batch k: samples k * batch .. k * batch + batch - 1, wrapping around the data.
+  if (pos.step >= args.steps && ri.rank == 0)
+    std::printf("zrun: the checkpoint is at step %lld, --steps %lld: nothing to train\n", static_cast<long long>(pos.step),
+                static_cast<long long>(args.steps));
+  const int64_t first = pos.step;
+  for (int64_t k = first; k < args.steps; ++k) {
+    // Global batch k: the next `batch` samples from the data position, wrapping around the data.
     for (int64_t b = 0; b < batch; ++b) {
-      const int64_t sample = (k * batch + b) % samples;
+      const int64_t sample = (pos.samples + b) % samples;
       for (int64_t t = 0; t < seq; ++t)
         zk::store_i64(buf.data(), static_cast<zk::DType>(in.dtype), b * seq + t, ids[static_cast<size_t>(sample * seq + t)]);
     }
@@ -374,11 +419,25 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
     if (ri.rank == 0)
       std::printf("zrun: step %lld loss %.6f grad_norm %.6f (%.3f ms, %.0f tokens/s)\n", static_cast<long long>(k + 1), r.loss,
                   r.grad_norm, sec * 1e3, static_cast<double>(batch * seq) / sec);
+    pos.step = k + 1;
+    pos.samples += batch;
+    pos.lr = lr;
+    if (args.save_every > 0 && pos.step % args.save_every == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      st = s.save_checkpoint(args.save_dir, pos);
+      if (!st.ok()) die(ri.rank, "saving the checkpoint of step " + std::to_string(pos.step) + ": " + st.message());
+      watchdog.kick();
+      if (ri.rank == 0)
+        std::printf("zrun: saved checkpoint of step %lld under %s (%.3f s)\n", static_cast<long long>(pos.step),
+                    args.save_dir.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::fflush(stdout);
   }
   if (ri.rank == 0) {
-    std::printf("zrun: trained %lld steps of %lld x %lld tokens: %.0f tokens/s\n", static_cast<long long>(args.steps),
+    const int64_t ran = std::max<int64_t>(0, args.steps - first);
+    std::printf("zrun: trained %lld steps of %lld x %lld tokens: %.0f tokens/s\n", static_cast<long long>(ran),
                 static_cast<long long>(batch), static_cast<long long>(seq),
-                static_cast<double>(batch * seq * args.steps) / total_s);
+                ran ? static_cast<double>(batch * seq * ran) / total_s : 0.0);
     // The first step pays for first-touch work (cuBLAS heuristics, NCCL connections, graph capture); the
     // median of the later steps is the steady rate.
     if (step_s.size() > 1) {

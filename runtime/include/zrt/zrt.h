@@ -39,6 +39,23 @@ struct StepResult {
   double grad_norm = 0.0;
 };
 
+/// Where a training run stands: a checkpoint records it and resuming restores it.
+struct TrainingState {
+  int64_t step = 0;     // optimizer steps completed
+  int64_t samples = 0;  // the data position: global samples consumed
+  double lr = -1;       // a learning rate set over the plan's schedule (< 0: the schedule's own)
+};
+
+/// What load_checkpoint found.
+struct CheckpointInfo {
+  std::string dir;       // the checkpoint folder read (the one `latest` names, or the one given)
+  std::string producer;  // the saving plan's producer (its zplan command line)
+  int world = 0, tp = 0, dp = 0, zero_stage = 0;
+  bool same_plan = false;    // saved by this very plan file; otherwise the slices were resharded
+  int tensors_loaded = 0;    // state tensors of this plan filled from the checkpoint
+  uint64_t bytes_read = 0;   // bytes this rank read from the rank files (whole verified blocks)
+};
+
 struct Options {
   InitMode init = InitMode::file;
   uint64_t seed = 0;
@@ -98,6 +115,18 @@ class Session {
   Status read_output(const std::string &name, void *data, size_t bytes, int root = 0);
   /// This rank's own output tensor (its rows), `bytes` == local elements * dtype size.
   Status read_local_output(const std::string &name, void *data, size_t bytes, std::vector<int64_t> *local_shape);
+
+  /// Writes a sharded checkpoint under the folder `dir` (docs/checkpoint-format.md): every rank its
+  /// slices of the parameters, master weights, moments and other state (not gradient buffers), rank 0 a
+  /// manifest placing each slice in its full tensor, with CRC-32C checksums and `state`. Files are written
+  /// under temporary names, fsynced and renamed; `dir/latest` switches to the new checkpoint last, so a
+  /// crash mid-save leaves the previous checkpoint the loadable one. Collective.
+  Status save_checkpoint(const std::string &dir, const TrainingState &state);
+  /// Fills this plan's state from a checkpoint (`path`: a folder holding `latest`, or one checkpoint
+  /// folder), whatever (tp, dp, zero, offload) saved it: each rank reads only the blocks holding its slices,
+  /// by full-tensor coordinates, verifying their checksums. Gradient buffers are left as they are. A missing,
+  /// corrupt, truncated or foreign checkpoint fails on every rank with a message naming the file. Collective.
+  Status load_checkpoint(const std::string &path, TrainingState *state, CheckpointInfo *info = nullptr);
 
   MemoryReport memory_report() const;
 

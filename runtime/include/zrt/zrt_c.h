@@ -65,6 +65,12 @@ int zrt_write_state(zrt_session *s, const char *name, const void *data, size_t b
 int zrt_train_step(zrt_session *s, const char *input, const void *data, size_t bytes, int64_t step, double *loss,
                    double *grad_norm);
 
+/* Sharded checkpoints (zrt::Session::save_checkpoint / load_checkpoint, docs/checkpoint-format.md): `step`
+ * optimizer steps done, `samples` global samples consumed, `lr` a rate set over the plan's schedule (< 0:
+ * none). Loading accepts a checkpoint saved under any (tp, dp, zero, offload); any of the out pointers may be
+ * NULL. Collective. */
+int zrt_save_checkpoint(zrt_session *s, const char *dir, int64_t step, int64_t samples, double lr);
+int zrt_load_checkpoint(zrt_session *s, const char *path, int64_t *step, int64_t *samples, double *lr);
 /* Ends MPI if zrt started it; call after closing every session. */
 void zrt_shutdown(void);
 

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# End-to-end checkpoint cases on CPU ranks (fp32), each against an independent run of the same training:
+#   resume  TP ZERO WORLD: 5 steps with --save-every 5, then --resume for steps 6-10; the 10 losses equal
+#           10 straight steps of the same plan within 1e-6 (relative).
+#   reshard: save at (tp 2, zero 3, world 4) after 5 steps, resume steps 6-10 under (tp, zero, world) =
+#           (1, 1, 2), (1, 0, 1), (2, 0, 2), (1, 3, 2) with --offload-optimizer cpu, (2, 3, 4) itself, and
+#           (4, 2, 4) for gpt2; every run's 10 losses equal 10 straight steps of the one-rank plan within 1e-5.
+#   errors: a flipped bit in a rank file and in the manifest, a truncated rank file, a manifest of another
+#           model, a missing rank file, a pointer to a missing folder: each exits non-zero before any step,
+#           with a message naming the file.
+#   kill:   a save paused between files (ZRT_CHECKPOINT_PAUSE_MS) is killed with SIGKILL while rank files
+#           are half written; `latest` still names the previous checkpoint, which resumes to the same losses.
+# Usage: checkpoint.sh BIN_DIR MODELS_DIR WORK_DIR "MPIRUN..." MODE [MODEL] [ARGS...]
+set -euo pipefail
+bin=$1 models=$2 work=$3 mpirun=$4 mode=$5; shift 5
+model=${1:-gpt2}
+[ $# -gt 0 ] && shift
+python=${ZPLAN_PYTHON:-python3}
+m=$models/$model
+ids=$m/input_ids.npy
+flags=(--train --seq 16 --clip-grad 1.0)
+[ "$model" = gpt2 ] && flags+=(--restore-zero-biases)
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+
+compile() {  # NAME TP ZERO WORLD [extra zplan flags]; the global batch is $batch (2)
+  local name=$1 tp=$2 zero=$3 world=$4
+  shift 4
+  "$bin/zplan" "$m/model.onnx" "${flags[@]}" --batch "${batch:-2}" --tp "$tp" --zero "$zero" --world "$world" "$@" \
+    -o "$name.zplan" 2>/dev/null
+}
+train() {  # PLAN WORLD ZRUN_FLAGS...
+  local plan=$1 world=$2
+  shift 2
+  $mpirun -np "$world" "$bin/zrun" "$plan.zplan" --train --data "$ids" --timeout 120 "$@"
+}
+compare() {  # TOLERANCE REFERENCE.npy FIRST.npy SECOND.npy
+  "$python" - "$@" <<'PY'
+import sys
+import numpy as np
+tol, ref, a, b = float(sys.argv[1]), np.load(sys.argv[2]), np.load(sys.argv[3]), np.load(sys.argv[4])
+got = np.concatenate([a, b])
+assert got.shape == ref.shape, f"{got.shape} losses, expected {ref.shape}"
+rel = np.abs(got - ref) / np.abs(ref)
+print(f"losses {np.array2string(got, precision=6)}\n  straight {np.array2string(ref, precision=6)}\n"
+      f"  max relative difference {rel.max():.3g} (tolerance {tol:g}; {sys.argv[3]} + {sys.argv[4]})")
+if not rel.max() <= tol:
+    sys.exit("FAIL: the resumed losses differ from the straight run's")
+PY
+}
+expect_fail() {  # WHAT FILE-NAME-IN-MESSAGE PLAN WORLD FLAGS...
+  local what=$1 needle=$2 plan=$3 world=$4
+  shift 4
+  set +e
+  train "$plan" "$world" "$@" >out.log 2>err.log
+  local rc=$?
+  set -e
+  if [ $rc -eq 0 ]; then echo "FAIL: $what: zrun exited 0"; cat out.log err.log; exit 1; fi
+  if grep -q "zrun: step" out.log; then echo "FAIL: $what: a step ran before the error"; cat out.log; exit 1; fi
+  if ! grep -qF -- "$needle" err.log; then echo "FAIL: $what: the message does not name '$needle'"; cat err.log; exit 1; fi
+  echo "ok: $what (exit $rc): $(grep -m1 'error' err.log)"
+}
+
+case "$mode" in
+resume)
+  tp=$1 zero=$2 world=$3
+  compile p "$tp" "$zero" "$world"
+  train p "$world" --steps 10 --losses-out straight.npy >/dev/null
+  train p "$world" --steps 5 --save-dir ck --save-every 5 --losses-out first.npy
+  train p "$world" --steps 10 --resume ck --losses-out second.npy
+  compare 1e-6 straight.npy first.npy second.npy
+  ;;
+reshard)
+  compile one 1 0 1
+  train one 1 --steps 10 --losses-out straight.npy >/dev/null
+  compile src 2 3 4
+  train src 4 --steps 5 --save-dir ck --save-every 5 --losses-out first.npy
+  meshes=("1 1 2" "1 0 1" "2 0 2" "1 3 2 cpu" "2 3 4")
+  # zplan plans tp 4 for gpt2 (4 heads); llama's 2 key/value heads do not split over 4 ranks.
+  [ "$model" = gpt2 ] && meshes+=("4 2 4")
+  for mesh in "${meshes[@]}"; do
+    set -- $mesh
+    compile "dst$1$2$3${4:-}" "$1" "$2" "$3" --offload-optimizer "${4:-none}"
+    echo "== resume at tp $1 zero $2 world $3 offload-optimizer ${4:-none}"
+    train "dst$1$2$3${4:-}" "$3" --steps 10 --resume ck --losses-out "second$1$2$3${4:-}.npy"
+    compare 1e-5 straight.npy first.npy "second$1$2$3${4:-}.npy"
+  done
+  # dp 3 does not divide the tensors evenly: the last ZeRO partition of every moment and shard is padded.
+  # Steps 6-7 at (1, 3, 3) with a global batch of 6 (the two samples three times: the same mean loss and
+  # gradients), saved there, then steps 8-10 on one rank from that padded checkpoint.
+  "$python" -c "
+import sys, numpy as np; a = np.load(sys.argv[1]); np.save('ids6.npy', np.concatenate([a, a, a]))" "$ids"
+  batch=6 compile dp3 1 3 3
+  echo "== resume at tp 1 zero 3 world 3 (padded partitions), save at step 7, resume that at tp 1 zero 0 world 1"
+  $mpirun -np 3 "$bin/zrun" dp3.zplan --train --data ids6.npy --timeout 120 --steps 7 --resume ck --save-dir ck3 \
+    --save-every 7 --losses-out dp3.npy
+  train one 1 --steps 10 --resume ck3 --losses-out after_dp3.npy
+  "$python" -c "
+import sys, numpy as np; np.save('dp3_all.npy', np.concatenate([np.load('dp3.npy'), np.load('after_dp3.npy')]))"
+  compare 1e-5 straight.npy first.npy dp3_all.npy
+  ;;
+errors)
+  compile p 1 1 2
+  train p 2 --steps 2 --save-dir ck --save-every 2 >/dev/null
+  step=ck/$(cat ck/latest)
+  cp -r "$step" pristine
+  restore() { rm -rf "$step"; cp -r pristine "$step"; }
+  # A flipped bit in the middle of rank 1's data.
+  "$python" -c "
+import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[len(b) // 2] ^= 0x10; open(p, 'wb').write(b)" "$step/rank-00001.bin"
+  expect_fail "bit flip in a rank file" "$step/rank-00001.bin" p 2 --steps 4 --resume ck
+  restore
+  "$python" -c "
+import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[len(b) - 9] ^= 0x01; open(p, 'wb').write(b)" "$step/manifest.zckpt"
+  expect_fail "bit flip in the manifest" "$step/manifest.zckpt" p 2 --steps 4 --resume ck
+  restore
+  truncate -s -100 "$step/rank-00000.bin"
+  expect_fail "truncated rank file" "$step/rank-00000.bin" p 2 --steps 4 --resume ck
+  restore
+  rm "$step/rank-00001.bin"
+  expect_fail "missing rank file" "$step/rank-00001.bin" p 2 --steps 4 --resume ck
+  restore
+  # The manifest (and data) of a checkpoint of another model in this one's folder.
+  other=$([ "$model" = gpt2 ] && echo llama || echo gpt2)
+  oflags=(--train --seq 16 --clip-grad 1.0 --batch 2 --tp 2 --zero 1 --world 2)
+  "$bin/zplan" "$models/$other/model.onnx" "${oflags[@]}" -o other.zplan >/dev/null
+  $mpirun -np 2 "$bin/zrun" other.zplan --train --data "$models/$other/input_ids.npy" --steps 1 --save-dir ock \
+    --save-every 1 >/dev/null
+  cp "ock/$(cat ock/latest)/manifest.zckpt" "$step/manifest.zckpt"
+  expect_fail "manifest of another model" "$step/manifest.zckpt" p 2 --steps 4 --resume ck
+  restore
+  echo "step-99999999" > ck/latest
+  expect_fail "pointer to a missing checkpoint" "ck/latest" p 2 --steps 4 --resume ck
+  expect_fail "no checkpoint at all" "nowhere" p 2 --steps 4 --resume nowhere
+  ;;
+kill)
+  compile p 1 1 2
+  train p 2 --steps 10 --losses-out straight.npy >/dev/null
+  train p 2 --steps 4 --save-dir ck --save-every 4 --losses-out first.npy >/dev/null
+  before=$(cat ck/latest)
+  # The second save pauses 100 ms after every slice: kill a rank once a rank file is half written.
+  ZRT_CHECKPOINT_PAUSE_MS=100 $mpirun -x ZRT_CHECKPOINT_PAUSE_MS -np 2 "$bin/zrun" p.zplan --train --data "$ids" \
+    --timeout 120 --steps 8 --resume ck --save-dir ck --save-every 8 >kill.log 2>&1 &
+  job=$!
+  victim=""
+  for _ in $(seq 1 600); do
+    if ls ck/step-00000008*/rank-*.bin.tmp >/dev/null 2>&1; then
+      # A rank is a child of this test's mpirun; only that process is killed.
+      victim=$(pgrep -P "$job" -f "zrun p.zplan" | tail -1 || true)
+      [ -n "$victim" ] && break
+    fi
+    sleep 0.05
+  done
+  [ -n "$victim" ] || { echo "FAIL: the save never started"; cat kill.log; exit 1; }
+  kill -9 "$victim"
+  set +e
+  wait "$job"
+  rc=$?
+  set -e
+  echo "killed rank process $victim during the save; mpirun exited $rc"
+  [ "$rc" -ne 0 ] || { echo "FAIL: the killed job exited 0"; exit 1; }
+  ls -la ck ck/step-00000008* || true
+  [ "$(cat ck/latest)" = "$before" ] || { echo "FAIL: latest moved to $(cat ck/latest)"; exit 1; }
+  [ ! -e "ck/step-00000008/manifest.zckpt" ] || { echo "FAIL: the killed save has a manifest"; exit 1; }
+  echo "ok: latest still names $before"
+  train p 2 --steps 10 --resume ck --losses-out second.npy
+  compare 1e-6 straight.npy first.npy second.npy
+  ;;
+*)
+  echo "unknown mode $mode"
+  exit 2
+  ;;
+esac
