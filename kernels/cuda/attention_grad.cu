@@ -216,14 +216,18 @@ constexpr int kTc = 64;        // queries and keys per tile
 constexpr int kTcWarps = 4;    // each warp owns 16 rows of the block's tile
 
 /// Shared-memory layout of both tensor-core kernels: four 16-bit [64, Dh] tiles (Q, dO, K, V), two fp32
-/// [64, 64] score tiles (S, dP), two 16-bit [64, 64] tiles (P, dS), two fp32 [64, Dh] accumulators and the
-/// rows' lse and D. Row strides are padded against bank conflicts and keep every WMMA pointer 32-byte aligned.
+/// [64, 64] score tiles (S, dP), two 16-bit [64, 64] tiles (P, dS) and the rows' lse and D. The accumulators
+/// (dK and dV, or dQ) live in registers as WMMA fragments for the whole walk; only at the end are they staged
+/// through shared memory (over the tiles, which are free by then) to be scaled and converted. Without
+/// accumulators in shared memory two blocks fit on an SM at Dh 64. Row strides are padded against bank
+/// conflicts and keep every WMMA pointer 32-byte aligned.
 template <int Dh>
 struct TcSmem {
   static constexpr int ld = Dh + 8, lds = kTc + 4, ldp = kTc + 8, lda = Dh + 4;
   static constexpr size_t tile = size_t(kTc) * ld * 2, score = size_t(kTc) * lds * 4, prob = size_t(kTc) * ldp * 2;
-  static constexpr size_t acc = size_t(kTc) * lda * 4;
-  static constexpr size_t bytes = 4 * tile + 2 * score + 2 * prob + 2 * acc + 2 * kTc * 4;
+  static constexpr size_t acc = size_t(kTc) * lda * 4;  // one staged accumulator
+  static constexpr size_t bytes = 4 * tile + 2 * score + 2 * prob + 2 * kTc * 4;
+  static_assert(2 * acc <= bytes, "the two staged accumulators must fit over the tiles");
 };
 
 /// Copies `rows` rows of Dh 16-bit elements (row stride Dh in global memory) into shared rows of stride
@@ -265,25 +269,33 @@ __device__ __forceinline__ void two_products(const T *A, const T *B, const T *C,
   }
 }
 
-/// Acc[16, Dh] (fp32, the warp's rows, stride lda) += P[16, 64] (16-bit, stride ldp) X[64, Dh] (16-bit,
-/// stride ld).
+using AccFrag = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+/// acc[16, Dh] (the warp's rows, fp32 fragments in registers) += P[16, 64] (16-bit, stride ldp) X[64, Dh]
+/// (16-bit, stride ld).
 template <class T, int Dh>
-__device__ __forceinline__ void accumulate_product(float *Acc, const T *P, const T *X) {
+__device__ __forceinline__ void accumulate_product(AccFrag (&acc)[Dh / 16], const T *P, const T *X) {
   using L = TcSmem<Dh>;
 #pragma unroll
-  for (int nd = 0; nd < Dh / 16; ++nd) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::load_matrix_sync(acc, Acc + nd * 16, L::lda, wmma::mem_row_major);
+  for (int kk = 0; kk < kTc / 16; ++kk) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+    wmma::load_matrix_sync(a, P + kk * 16, L::ldp);
 #pragma unroll
-    for (int kk = 0; kk < kTc / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+    for (int nd = 0; nd < Dh / 16; ++nd) {
       wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-      wmma::load_matrix_sync(a, P + kk * 16, L::ldp);
       wmma::load_matrix_sync(b, X + kk * 16 * L::ld + nd * 16, L::ld);
-      wmma::mma_sync(acc, a, b, acc);
+      wmma::mma_sync(acc[nd], a, b, acc[nd]);
     }
-    wmma::store_matrix_sync(Acc + nd * 16, acc, L::lda, wmma::mem_row_major);
   }
+}
+
+/// Stores the warp's accumulator rows into a fp32 [64, Dh] staging tile (stride lda) at rows 16 warp ..
+template <int Dh>
+__device__ __forceinline__ void stage_acc(float *stage, const AccFrag (&acc)[Dh / 16], int warp) {
+  using L = TcSmem<Dh>;
+#pragma unroll
+  for (int nd = 0; nd < Dh / 16; ++nd)
+    wmma::store_matrix_sync(stage + warp * 16 * L::lda + nd * 16, acc[nd], L::lda, wmma::mem_row_major);
 }
 
 template <class T, int Dh>
@@ -291,7 +303,7 @@ struct TcPtrs {
   T *Qs, *dOs, *Ks, *Vs;
   float *Ss, *dPs;
   T *Ps, *dSs;
-  float *A1, *A2, *lse_s, *D_s;
+  float *lse_s, *D_s;
   __device__ explicit TcPtrs(unsigned char *smem) {
     using L = TcSmem<Dh>;
     Qs = reinterpret_cast<T *>(smem);
@@ -305,9 +317,6 @@ struct TcPtrs {
     Ps = reinterpret_cast<T *>(p);
     dSs = reinterpret_cast<T *>(p + L::prob);
     p += 2 * L::prob;
-    A1 = reinterpret_cast<float *>(p);
-    A2 = reinterpret_cast<float *>(p + L::acc);
-    p += 2 * L::acc;
     lse_s = reinterpret_cast<float *>(p);
     D_s = lse_s + kTc;
   }
@@ -331,9 +340,11 @@ __global__ void __launch_bounds__(kTcWarps * 32) dkdv_tc_kernel(const T *__restr
   const int64_t kvbase = static_cast<int64_t>(bk) * d.T * Dh;
   load_tile16<Dh>(sp.Ks, k + kvbase + static_cast<int64_t>(j0) * Dh, min(kTc, d.T - j0), L::ld);
   load_tile16<Dh>(sp.Vs, v + kvbase + static_cast<int64_t>(j0) * Dh, min(kTc, d.T - j0), L::ld);
-  for (int e = threadIdx.x; e < kTc * L::lda; e += blockDim.x) {
-    sp.A1[e] = 0.0f;
-    sp.A2[e] = 0.0f;
+  AccFrag dK[Dh / 16], dV[Dh / 16];
+#pragma unroll
+  for (int nd = 0; nd < Dh / 16; ++nd) {
+    wmma::fill_fragment(dK[nd], 0.0f);
+    wmma::fill_fragment(dV[nd], 0.0f);
   }
   float *Ss = sp.Ss + warp * 16 * L::lds, *dPs = sp.dPs + warp * 16 * L::lds;
   T *Ps = sp.Ps + warp * 16 * L::ldp, *dSs = sp.dSs + warp * 16 * L::ldp;
@@ -370,17 +381,21 @@ __global__ void __launch_bounds__(kTcWarps * 32) dkdv_tc_kernel(const T *__restr
         dSs[r * L::ldp + c] = from_f32<T>(ds);
       }
       __syncwarp();
-      accumulate_product<T, Dh>(sp.A2 + warp * 16 * L::lda, Ps, sp.dOs);  // dV += P^T dO
-      accumulate_product<T, Dh>(sp.A1 + warp * 16 * L::lda, dSs, sp.Qs);  // dK += dS^T Q
+      accumulate_product<T, Dh>(dV, Ps, sp.dOs);  // dV += P^T dO
+      accumulate_product<T, Dh>(dK, dSs, sp.Qs);  // dK += dS^T Q
     }
   }
+  __syncthreads();  // every warp is done with the tiles: stage the accumulators over them
+  float *stage_k = reinterpret_cast<float *>(smem), *stage_v = stage_k + kTc * L::lda;
+  stage_acc<Dh>(stage_k, dK, warp);
+  stage_acc<Dh>(stage_v, dV, warp);
   __syncthreads();
   for (int e = threadIdx.x; e < kTc * Dh; e += blockDim.x) {
     const int r = e / Dh, c = e % Dh;
     if (j0 + r < d.T) {
       const int64_t at = kvbase + static_cast<int64_t>(j0 + r) * Dh + c;
-      dk[at] = from_f32<T>(sp.A1[r * L::lda + c] * d.scale);
-      dv[at] = from_f32<T>(sp.A2[r * L::lda + c]);
+      dk[at] = from_f32<T>(stage_k[r * L::lda + c] * d.scale);
+      dv[at] = from_f32<T>(stage_v[r * L::lda + c]);
     }
   }
 }
@@ -405,7 +420,9 @@ __global__ void __launch_bounds__(kTcWarps * 32) dq_tc_kernel(const T *__restric
     sp.lse_s[r] = i0 + r < d.S ? lse[static_cast<int64_t>(bh) * d.S + i0 + r] : -INFINITY;
     sp.D_s[r] = i0 + r < d.S ? D[static_cast<int64_t>(bh) * d.S + i0 + r] : 0.0f;
   }
-  for (int e = threadIdx.x; e < kTc * L::lda; e += blockDim.x) sp.A1[e] = 0.0f;
+  AccFrag dQ[Dh / 16];
+#pragma unroll
+  for (int nd = 0; nd < Dh / 16; ++nd) wmma::fill_fragment(dQ[nd], 0.0f);
   float *Ss = sp.Ss + warp * 16 * L::lds, *dPs = sp.dPs + warp * 16 * L::lds;
   T *dSs = sp.dSs + warp * 16 * L::ldp;
   const int end = d.causal ? min(d.T, i0 + kTc + shift) : d.T;
@@ -433,12 +450,15 @@ __global__ void __launch_bounds__(kTcWarps * 32) dq_tc_kernel(const T *__restric
       dSs[r * L::ldp + c] = from_f32<T>(ds);
     }
     __syncwarp();
-    accumulate_product<T, Dh>(sp.A1 + warp * 16 * L::lda, dSs, sp.Ks);  // dQ += dS K
+    accumulate_product<T, Dh>(dQ, dSs, sp.Ks);  // dQ += dS K
   }
+  __syncthreads();  // every warp is done with the tiles: stage the accumulator over them
+  float *stage = reinterpret_cast<float *>(smem);
+  stage_acc<Dh>(stage, dQ, warp);
   __syncthreads();
   for (int e = threadIdx.x; e < kTc * Dh; e += blockDim.x) {
     const int r = e / Dh, c = e % Dh;
-    if (i0 + r < d.S) dq[qbase + static_cast<int64_t>(i0 + r) * Dh + c] = from_f32<T>(sp.A1[r * L::lda + c] * d.scale);
+    if (i0 + r < d.S) dq[qbase + static_cast<int64_t>(i0 + r) * Dh + c] = from_f32<T>(stage[r * L::lda + c] * d.scale);
   }
 }
 
