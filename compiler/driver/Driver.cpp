@@ -5,6 +5,8 @@
 //     graph as MLIR.
 // zplan MODEL.onnx --tp N ... -o PLAN
 //     the compile path (compiler/driver/Compile.cpp).
+// zplan consolidate CHECKPOINT [-o OUT] [--format onnx|safetensors]
+//     the trained model of a checkpoint (compiler/driver/Consolidate.cpp).
 //
 // Output is written only after everything succeeded, so a failing run never
 // leaves a partial file behind.
@@ -13,6 +15,7 @@
 
 #include "compiler/driver/Driver.h"
 #include "compiler/driver/Compile.h"
+#include "compiler/driver/Consolidate.h"
 #include "compiler/driver/InitAll.h"
 #include "compiler/import/Import.h"
 #include "compiler/transforms/Passes.h"
@@ -143,6 +146,10 @@ int driver::run(int argc, char **argv) {
   imp->add_flag("--no-recognise", noRecognise,
                 "Print the graph before the recognition passes");
 
+  driver::ConsolidateOptions consolidateOpts;
+  CLI::App *consolidate =
+      driver::addConsolidateCommand(app, consolidateOpts);
+
   app.add_option("model", compileOpts.model, "ONNX model to compile");
   addCommonFlags(app, compileOpts, compileDims);
   addCompileFlags(app);
@@ -152,6 +159,9 @@ int driver::run(int argc, char **argv) {
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
+
+  if (consolidate->parsed())
+    return driver::consolidateCommand(consolidateOpts);
 
   mlir::DialectRegistry registry;
   registerAllDialects(registry);

@@ -73,10 +73,22 @@ Layout plan_layout(const SessionAccess &a) {
   l.slices.resize(static_cast<size_t>(world));
   l.bytes.assign(static_cast<size_t>(world), 0);
   if (!p.state()) return l;
+  auto dtype_of = [&](const PlanEntry &e) {
+    return static_cast<DType>(p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(e.tensor()))->dtype());
+  };
+  // A parameter whose master part has its dtype (fp32 training) holds the same values as the master: the
+  // master is saved, and loading takes parameters from masters, so the copy is not written twice.
+  std::map<std::string, DType> master_dtype;
+  for (const PlanEntry *e : *p.state())
+    if (e->kind() == zrt::fb::StateKind::master && e->param()) master_dtype[e->param()->str()] = dtype_of(*e);
   for (size_t i = 0; i < p.state()->size(); ++i) {
     const PlanEntry &e = *p.state()->Get(static_cast<flatbuffers::uoffset_t>(i));
     if (!saved_kind(e)) continue;
-    const size_t es = dtype_size(static_cast<DType>(p.tensors()->Get(static_cast<flatbuffers::uoffset_t>(e.tensor()))->dtype()));
+    if ((e.kind() == zrt::fb::StateKind::param || e.kind() == zrt::fb::StateKind::param_shard) && e.param()) {
+      auto it = master_dtype.find(e.param()->str());
+      if (it != master_dtype.end() && it->second == dtype_of(e)) continue;
+    }
+    const size_t es = dtype_size(dtype_of(e));
     for (int r = 0; r < world; ++r) {
       const auto &rs = *e.ranks()->Get(static_cast<flatbuffers::uoffset_t>(r));
       bool replica = false;
