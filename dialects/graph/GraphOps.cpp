@@ -558,6 +558,36 @@ LogicalResult SumSquaresOp::verify() {
   return success();
 }
 
+LogicalResult SampleOp::verify() {
+  auto logits = rtt(getLogits());
+  if (logits.getRank() != 2 || !isa<FloatType>(logits.getElementType()))
+    return emitOpError("logits must be a float tensor [B, V]");
+  // The sampler's integer weights are 40-bit fixed point summed in 64 bits.
+  if (logits.getDimSize(1) > (int64_t(1) << 23))
+    return emitOpError("the vocabulary is larger than 2^23, the sampler's "
+                       "limit");
+  auto ids = rtt(getIds());
+  if (ids.getRank() != 1 || ids.getDimSize(0) != logits.getDimSize(0) ||
+      !ids.getElementType().isInteger(64))
+    return emitOpError("ids must be i64 [B], B the logits' rows");
+  auto scalar = [&](Value v, StringRef name, bool isInt) -> LogicalResult {
+    auto t = rtt(v);
+    bool ok = t.getRank() == 0 && (isInt ? t.getElementType().isInteger(64)
+                                         : t.getElementType().isF32());
+    if (!ok)
+      return emitOpError() << name << " must be an " << (isInt ? "i64" : "f32")
+                           << " scalar (rank 0)";
+    return success();
+  };
+  if (failed(scalar(getTemperature(), "temperature", false)) ||
+      failed(scalar(getTopK(), "top_k", true)) ||
+      failed(scalar(getTopP(), "top_p", false)) ||
+      failed(scalar(getSeed(), "seed", true)) ||
+      failed(scalar(getStep(), "step", true)))
+    return failure();
+  return success();
+}
+
 LogicalResult GeluGradOp::verify() {
   if (getApproximate() != "none" && getApproximate() != "tanh")
     return emitOpError("approximate must be \"none\" or \"tanh\", got \"")

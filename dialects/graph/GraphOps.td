@@ -502,6 +502,33 @@ def ZG_SumSquaresOp : ZG_Op<"sum_squares", [Pure, ZG_Gradient]> {
 }
 
 //===----------------------------------------------------------------------===//
+// Generation: drawing the next token.
+//===----------------------------------------------------------------------===//
+
+def ZG_SampleOp : ZG_Op<"sample", [Pure]> {
+  let summary = "draws one token id per row of logits";
+  let description = [{
+    `ids[b]` is drawn from `softmax(logits[b] / temperature)` restricted to
+    the `top_k` largest logits (0: all) and then to the smallest prefix of
+    those, largest first, whose probability reaches `top_p` (1: all).
+    `temperature` 0 is greedy: the arg max, the lowest index on ties. The
+    draw is a pure function of its operands and the row: a counter-based
+    generator (Philox4x32-10) keyed by `seed` at counter (`b`, `step`), so
+    every rank and every backend draws the same ids, and the op may be
+    recomputed. The logits must be whole (a vocabulary-parallel producer is
+    gathered first). docs/sampling.md gives the exact procedure.
+
+    Operands: logits [B, V] float; temperature and top_p f32 scalars;
+    top_k, seed and step i64 scalars (rank 0). Result: ids [B] i64.
+  }];
+  let arguments = (ins ZG_Tensor:$logits, ZG_Tensor:$temperature,
+                   ZG_Tensor:$top_k, ZG_Tensor:$top_p, ZG_Tensor:$seed,
+                   ZG_Tensor:$step);
+  let results = (outs ZG_Tensor:$ids);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Training: gradient ops the backward needs beyond the forward ops.
 //
 // A `zd.vocab_stride` attribute on embedding_grad, label_pick and

@@ -892,6 +892,20 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       if (ints(0) < 0) return bad("vocab_stride is negative");
       return {};
     }
+    case Op::sample: {
+      const Shape &l = I(0).shape;
+      if (l.size() != 2 || l[1] < 1) return bad("logits must be [B, V] with V >= 1");
+      if (!is_fl(I(0).dtype)) return bad("logits must be float");
+      if (l[1] > (int64_t{1} << 23)) return bad("the vocabulary is larger than 2^23, the sampler's limit");
+      if (O().shape != Shape{l[0]} || O().dtype != DType::i64) return bad("ids must be i64 [B]");
+      static const char *const names[] = {"temperature", "top_k", "top_p", "seed", "step"};
+      for (int k = 1; k <= 5; ++k) {
+        const bool want_int = k == 2 || k == 4 || k == 5;
+        if (!I(k).shape.empty() || I(k).dtype != (want_int ? DType::i64 : DType::f32))
+          return bad(std::string(names[k - 1]) + " must be an " + (want_int ? "i64" : "f32") + " scalar (rank 0)");
+      }
+      return {};
+    }
     case Op::sum_squares:
       if (!O().shape.empty() || O().dtype != DType::f32) return bad("output must be an f32 scalar (rank 0)");
       if (!is_fl(I(0).dtype)) return bad("input must be float");

@@ -96,6 +96,7 @@ class CpuBackend final : public Backend {
           break;
         case Op::rms_norm_grad: n = zk::cpu::rms_norm_grad_scratch(in_of(s.inputs[0])); break;
         case Op::embedding_grad: n = zk::cpu::embedding_grad_scratch(out_of(s.outputs[0])); break;
+        case Op::sample: n = zk::cpu::sample_scratch(in_of(s.inputs[0])); break;
         default: break;
       }
       need = std::max(need, n);
@@ -230,6 +231,13 @@ class CpuBackend final : public Backend {
         return label_pick_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
                                static_cast<int64_t>(rank_.tp_index()) * s.ints[0], s.ints[1]);
       case Op::sum_squares: return sum_squares(in_of(s.inputs[0]), out_of(s.outputs[0]));
+      case Op::sample: {
+        SampleParams sp;
+        const zk::Result r = sample_params(in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
+                                           in_of(s.inputs[4]), in_of(s.inputs[5]), &sp);
+        if (!r.ok()) return r;
+        return sample(in_of(s.inputs[0]), sp, out_of(s.outputs[0]), scratch);
+      }
       case Op::adamw: {
         const AdamWParams hp{s.floats[0], s.floats[1], s.floats[2], s.floats[3]};
         return adamw(out_of(s.outputs[0]), in_of(s.inputs[1]), out_of(s.outputs[1]), out_of(s.outputs[2]),

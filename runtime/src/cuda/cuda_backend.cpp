@@ -459,7 +459,7 @@ class CudaBackend final : public Backend {
                        (v >= static_cast<int>(Op::range) && v <= static_cast<int>(Op::tile)) ||
                        (v >= static_cast<int>(Op::gelu_tanh_grad) && v <= static_cast<int>(Op::sum_squares)) ||
                        op == Op::adamw || op == Op::accumulate || op == Op::linear_gelu || op == Op::residual_norm ||
-                       op == Op::gated;
+                       op == Op::gated || op == Op::sample;
     if (!known) return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
                                                       "'): opcode " + std::to_string(v) + " is not a compute op");
     for (const TensorRef &t : s.inputs)
@@ -658,6 +658,10 @@ class CudaBackend final : public Backend {
                                           static_cast<int64_t>(rank_.tp_index()) * s.ints[0], s.ints[1], st));
         return {};
       case Op::sum_squares: ZRT_GPU_CHECK(zc::sum_squares(in_of(s.inputs[0]), out_of(s.outputs[0]), kernel_ws_, st)); return {};
+      case Op::sample:
+        ZRT_GPU_CHECK(zc::sample(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
+                                 in_of(s.inputs[4]), in_of(s.inputs[5]), out_of(s.outputs[0]), st));
+        return {};
       case Op::adamw: {
         const zk::cpu::AdamWParams hp{s.floats[0], s.floats[1], s.floats[2], s.floats[3]};
         ZRT_GPU_CHECK(zc::adamw(out_of(s.outputs[0]), in_of(s.inputs[1]), out_of(s.outputs[1]), out_of(s.outputs[2]),

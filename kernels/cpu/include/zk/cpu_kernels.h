@@ -233,6 +233,25 @@ Result accumulate(const Out &target, const In &value);
 /// out (one f32 element) = sum of x[i]^2, accumulated in double.
 Result sum_squares(const In &x, const Out &out);
 
+// --- sampling (zk/sample.h, docs/sampling.md) ---
+/// The parameters of one sample call, read from the op's scalar operands.
+struct SampleParams {
+  float temperature = 0.0f;  // <= 0 (or NaN): greedy
+  int64_t top_k = 0;         // <= 0 or >= V: off
+  float top_p = 1.0f;        // >= 1 (or NaN): off
+  int64_t seed = 0;
+  int64_t step = 0;
+};
+/// Reads the five scalar tensors (f32, i64, f32, i64, i64; one element each).
+Result sample_params(const In &temperature, const In &top_k, const In &top_p, const In &seed, const In &step,
+                     SampleParams *out);
+/// Floats of scratch that sample needs: three 64-bit words per logit of a row.
+size_t sample_scratch(const In &logits);
+/// ids[b] (i64) = one token drawn from row b of logits [B, V] (float storage): greedy (the arg max, lowest
+/// index on ties) when the temperature is not positive, else from softmax(logits / T) restricted to the
+/// top_k largest and then to the top_p nucleus, with Philox4x32-10 keyed by seed at counter (step, b).
+Result sample(const In &logits, const SampleParams &p, const Out &ids, float *scratch);
+
 }  // namespace cpu
 
 /// The optimiser-offload AdamW: fp32 param, grad, m and v in host memory, updated by a fixed pool of

@@ -67,6 +67,13 @@ GpuStatus accumulate(const Out &target, const In &value, cudaStream_t stream);
 size_t sum_squares_workspace();
 GpuStatus sum_squares(const In &x, const Out &out, void *workspace, cudaStream_t stream);
 
+// --- sampling ---------------------------------------------------------------------------------------------
+/// cpu::sample on the device, bit for bit: ids [B] (i64) drawn from logits [B, V]; temperature and top_p are
+/// one-element f32 device tensors, top_k, seed and step one-element i64 device tensors. One block per row,
+/// no workspace.
+GpuStatus sample(const In &logits, const In &temperature, const In &top_k, const In &top_p, const In &seed,
+                 const In &step, const Out &ids, cudaStream_t stream);
+
 // --- run-time ops of decoder exports ---------------------------------------------------------------------
 GpuStatus range(const In &start, const In &delta, const Out &out, cudaStream_t stream);
 GpuStatus cumsum(const In &x, const Out &out, int axis, bool exclusive, bool reverse, cudaStream_t stream);

@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# Generation on the GPU machine (issue 14), in one device call on nvidia-h200:
+#   build zrun (compiler off) -> the sampler's GPU test (ids equal to the CPU reference) -> the device copy rate
+#   -> llama-1b bf16, prompt 512, 256 new tokens, batch 1, 8, 64: zrun --generate's time to first token and
+#   decode tokens/s -> Hugging Face generate on the same architecture (random weights, bf16), eager and
+#   static cache + torch.compile, timed the same way -> one table with the batch-1 memory-bandwidth floor.
+#
+#   bash tests/cuda/generate_bench.sh [--batches "1 8 64"] [--modes "zrun eager compile"] [--no-test] [--model llama-1b]
+# --modes picks the rows (zrun; Hugging Face eager; Hugging Face static cache + torch.compile), so that a call
+# that would outlast the 10-minute limit can be split in two (the table joins what each call measured only
+# within one call: run the modes to compare in the same call).
+#
+# Plans come from tests/cuda/make_generate_plans.sh (run on the compiling machine, into .gpu-gen); FlatBuffers,
+# CLI11 and GoogleTest from .gpu-deps (scripts/gpu-deps.sh). Logs travel back as $OUT/gen-logs.tgz, the table
+# as $OUT/generate.json and on stdout.
+#
+# Timing. zrun: the figures zrun --generate prints (its own clock around prefill and the decode loop, after
+# the plan is loaded). Hugging Face: one generate() per setting after warm-up runs, with a streamer that
+# synchronises the device and stamps the time at each new token (generate already synchronises every step to
+# test its stopping criteria, so the stamps add no stall): time to first token = first stamp - call start,
+# decode tokens/s = batch * 255 / (last stamp - first stamp). min_new_tokens = 256 so that no run stops early.
+#
+# The floor at batch 1: every decode step reads every weight but the embedding table (one row) and the whole
+# KV cache written so far. bytes/step = weight bytes + 2 (K, V) * layers * kv_heads * head_dim * 2 B * the mean
+# cache length over the 255 decode steps (512 + 128); floor = bytes / copy rate, the copy rate being what a
+# 1 GiB device-to-device cudaMemcpy moves (bytes read + bytes written, per second). The report gives
+# floor / measured step time (the issue's bar: >= 0.6).
+set -uo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+batches="1 8 64" modes="zrun eager compile" test=1 model=llama-1b
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --batches) batches=$2; shift ;;
+    --modes) modes=$2; shift ;;
+    --no-test) test=0 ;;
+    --model) model=$2; shift ;;
+    *) echo "generate_bench: unknown flag $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+budget=${ZPLAN_CALL_BUDGET_S:-580}
+left() { [[ $SECONDS -lt $1 ]]; }
+out=/tmp/zplan-gen
+mkdir -p "$out"
+trap '[[ -n ${OUT:-} ]] && { tar czf "$OUT/gen-logs.tgz" -C "$out" .; cp -f "$out/generate.json" "$OUT/" 2>/dev/null; }' EXIT
+cd "$top"
+b=$top/build-gpu
+summary=()
+step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, records pass/fail and seconds
+  local name=$1
+  shift
+  local t0=$SECONDS
+  "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-18s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
+  return $rc
+}
+nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv,noheader
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+[[ " $modes " != *" zrun "* || -d .gpu-gen ]] || { echo "generate_bench: .gpu-gen missing (run tests/cuda/make_generate_plans.sh and carry .gpu-gen)"; exit 1; }
+step configure cmake -S . -B "$b" -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+  -DZPLAN_FLATBUFFERS_ROOT="$top/.gpu-deps" -DZPLAN_GTEST_SOURCE_DIR="$top/.gpu-deps/googletest-src" ||
+  { tail -30 "$out/configure.log"; exit 1; }
+targets=(zrun)
+[[ $test == 1 ]] && targets+=(zplan_cuda_sample_test)
+step build ninja -C "$b" -j"$(nproc)" "${targets[@]}" || { grep -B2 -A12 -E "error|FAILED" "$out/build.log" | head -60; exit 1; }
+if [[ $test == 1 ]]; then
+  step sample_test "$b/bin/zplan_cuda_sample_test"
+  grep -E "^\[  (PASSED|FAILED) |Failure|row " "$out/sample_test.log" | head -20
+fi
+
+# The device copy rate and the model's byte counts (weights without the embedding table; K/V bytes per cached
+# token), from the Hugging Face model of the same configuration.
+step copy_rate python3 - "$out/rate.json" "$model" <<'PY'
+import json, sys, torch
+sys.path.insert(0, "bench/gpu")
+from torch_baseline import CONFIGS
+path, name = sys.argv[1], sys.argv[2]
+n = 1 << 30
+a = torch.empty(n, dtype=torch.uint8, device="cuda")
+c = torch.empty_like(a)
+for _ in range(3):
+    c.copy_(a)
+torch.cuda.synchronize()
+times = []
+for _ in range(20):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); c.copy_(a); e.record(); e.synchronize()
+    times.append(s.elapsed_time(e) / 1e3)
+times.sort()
+t = times[len(times) // 2]
+kind, cfg = CONFIGS[name]
+L, d, h = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
+kv = cfg.get("num_key_value_heads", h)
+V, f = cfg["vocab_size"], cfg["intermediate_size"]
+hd = d // h
+per_layer = d * (h * hd) + 2 * d * (kv * hd) + (h * hd) * d + 3 * d * f + 2 * d
+weights = L * per_layer + d + V * d  # layers, final norm, lm_head (untied); the embedding table is not read whole
+r = dict(copy_GBps=2 * n / t / 1e9, copy_bytes=n, weight_bytes=2 * weights, kv_bytes_per_token=2 * L * kv * hd * 2,
+         layers=L, kv_heads=kv, head_dim=hd, vocab=V)
+json.dump(r, open(path, "w"))
+print(json.dumps(r))
+PY
+cat "$out/copy_rate.log"
+
+# Prompts: [B, 512] ids uniform in the vocabulary, the same for zrun and Hugging Face.
+python3 - "$out" "$batches" <<'PY'
+import sys, numpy as np
+out, batches = sys.argv[1], [int(x) for x in sys.argv[2].split()]
+rng = np.random.default_rng(0)
+for b in batches:
+    np.save(f"{out}/prompt-b{b}.npy", rng.integers(3, 32000, size=(b, 512), dtype=np.int64))
+PY
+
+# zrun --generate, one process per batch size.
+: > "$out/zrun.jsonl"
+for bs in $batches; do
+  [[ " $modes " == *" zrun "* ]] || break
+  plan=.gpu-gen/$model-b$bs.zplan
+  [[ -f $plan ]] || { echo "zrun b$bs: $plan missing"; continue; }
+  left $((budget - 60)) || { echo "zrun b$bs: skipped (call budget)"; continue; }
+  step zrun-b$bs timeout 240 "$b/bin/zrun" "$plan" --backend cuda --init random --generate \
+    --prompt "$out/prompt-b$bs.npy" --max-new-tokens 256 --tokens-out "$out/tokens-b$bs.npy"
+  grep -iE "first token|tokens/s|error" "$out/zrun-b$bs.log" | head -6
+  python3 - "$out/zrun-b$bs.log" "$bs" "$out/tokens-b$bs.npy" >> "$out/zrun.jsonl" <<'PY'
+import json, re, sys, os
+log, bs, tok = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+text = open(log).read()
+def grab(pat):
+    m = re.search(pat, text, re.I)
+    return float(m.group(1)) if m else None
+r = dict(impl="zrun", batch=bs,
+         ttft_ms=grab(r"time to first token[^0-9]*([0-9.]+)\s*ms"),
+         prefill_tok_s=grab(r"prefill[^\n]*?([0-9.]+)\s*tokens/s"),
+         decode_tok_s=grab(r"decode[^\n]*?([0-9.]+)\s*tokens/s"))
+if os.path.exists(tok):
+    import numpy as np
+    t = np.load(tok)
+    r["tokens_shape"] = list(t.shape)
+print(json.dumps(r))
+PY
+done
+cat "$out/zrun.jsonl"
+
+# Hugging Face generate, eager then static cache + torch.compile, in this call.
+: > "$out/hf.jsonl"
+hf_modes=$(for m in $modes; do [[ $m == eager || $m == compile ]] && echo $m; done)
+if [[ -n $hf_modes ]]; then
+  for mode in $hf_modes; do
+    for bs in $batches; do
+      left $((budget - 40)) || { echo "hf $mode b$bs: skipped (call budget)"; continue; }
+      step hf-$mode-b$bs env PYTHONUNBUFFERED=1 timeout $((budget - SECONDS - 20)) python3 - "$model" "$mode" "$bs" \
+        "$out/prompt-b$bs.npy" <<'PY'
+import json, sys, time
+import numpy as np, torch
+sys.path.insert(0, "bench/gpu")
+from torch_baseline import build
+name, mode, bs, prompt = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+NEW = 256
+torch.manual_seed(0)
+model, layers, width, vocab = build(name)
+model = model.to("cuda", torch.bfloat16).eval()
+ids = torch.from_numpy(np.load(prompt)).cuda()
+mask = torch.ones_like(ids)
+if mode == "compile":
+    # Hugging Face's recipe for a compiled generate: a static cache and the forward compiled with CUDA graphs.
+    model.generation_config.cache_implementation = "static"
+    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+
+class Stamps:
+    """generate()'s streamer: put() gets the prompt first, then each step's tokens."""
+    def __init__(self):
+        self.t = []
+    def put(self, value):
+        torch.cuda.synchronize()
+        self.t.append(time.perf_counter())
+    def end(self):
+        pass
+
+def once():
+    s = Stamps()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False,
+                             pad_token_id=0, streamer=s)
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    assert out.shape == (bs, 512 + NEW), out.shape
+    first, last = s.t[1], s.t[-1]
+    return dict(ttft_ms=(first - t0) * 1e3, decode_tok_s=bs * (NEW - 1) / (last - first), total_s=t1 - t0)
+
+t0 = time.perf_counter()
+warm = once()  # compiles (compile mode) and warms the allocator
+warm_s = time.perf_counter() - t0
+if mode == "compile":
+    once()  # the CUDA graphs are recorded on the second run
+r = once()
+r.update(impl=f"hf-{mode}", batch=bs, warmup_s=round(warm_s, 1))
+print(json.dumps(r))
+PY
+      grep '^{' "$out/hf-$mode-b$bs.log" >> "$out/hf.jsonl" || tail -5 "$out/hf-$mode-b$bs.log"
+    done
+  done
+  cat "$out/hf.jsonl"
+fi
+
+# The table: zrun next to Hugging Face per batch, the ratios the issue sets bars on, the batch-1 floor.
+python3 - "$out" "$batches" <<'PY'
+import json, sys
+out, batches = sys.argv[1], [int(x) for x in sys.argv[2].split()]
+rows = [json.loads(l) for f in ("zrun.jsonl", "hf.jsonl") for l in open(f"{out}/{f}") if l.startswith("{")]
+rate = json.load(open(f"{out}/rate.json"))
+by = {(r["impl"], r["batch"]): r for r in rows}
+kv_mean = rate["kv_bytes_per_token"] * (512 + 128)
+table = []
+print(f"copy rate {rate['copy_GBps']:.0f} GB/s (read + write); weights read per step {rate['weight_bytes'] / 1e9:.3f} GB;"
+      f" K/V per cached token {rate['kv_bytes_per_token']} B")
+print(f"{'batch':>5} {'impl':>12} {'TTFT ms':>9} {'decode tok/s':>13} {'vs eager':>9} {'vs compile':>10} {'floor tok/s':>12} {'floor/meas':>10}")
+for b in batches:
+    floor_s = (rate["weight_bytes"] + b * kv_mean) / (rate["copy_GBps"] * 1e9)
+    for impl in ("zrun", "hf-eager", "hf-compile"):
+        r = by.get((impl, b))
+        if not r:
+            continue
+        d = r.get("decode_tok_s")
+        e, c = by.get(("hf-eager", b), {}).get("decode_tok_s"), by.get(("hf-compile", b), {}).get("decode_tok_s")
+        row = dict(r, floor_tok_s=b / floor_s, floor_step_ms=floor_s * 1e3)
+        if d:
+            row["floor_over_measured"] = floor_s * d / b  # floor step time / measured step time
+            if e: row["x_eager"] = d / e
+            if c: row["x_compile"] = d / c
+        table.append(row)
+        f = lambda k, fmt: (fmt % row[k]) if row.get(k) is not None else "-"
+        print(f"{b:>5} {impl:>12} {f('ttft_ms', '%.1f'):>9} {f('decode_tok_s', '%.1f'):>13} {f('x_eager', '%.2fx'):>9}"
+              f" {f('x_compile', '%.2fx'):>10} {f('floor_tok_s', '%.0f'):>12} {f('floor_over_measured', '%.2f'):>10}")
+json.dump(dict(rate=rate, rows=table), open(f"{out}/generate.json", "w"), indent=1)
+PY
+printf '%s\n' "${summary[@]}"

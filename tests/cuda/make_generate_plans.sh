@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Compiles, on this machine (the GPU machine has no MLIR), the generation plans that tests/cuda/generate_bench.sh
+# runs on the GPU machine, into OUTDIR (default .gpu-gen at the repository root; add /.gpu-gen/ to
+# .git/info/exclude). The device call carries OUTDIR and .gpu-deps (scripts/gpu-deps.sh):
+#   tests/cuda/make_generate_plans.sh [OUTDIR] [--7b]
+# llama-1b (tests/models/bench, graph only: the weights are drawn at load time with zrun --init random), bf16,
+# --target cuda, --max-seq 768 (a 512-token prompt and 256 new tokens), one plan per batch size 1, 8 and 64.
+# --7b adds llama2-7b at tp 2 (the same batches) and at batch 64 with --offload-param cpu.
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+zplan=${ZPLAN:-$top/build/bin/zplan}
+out=$top/.gpu-gen
+big=0
+for a in "$@"; do
+  case $a in
+    --7b) big=1 ;;
+    -*) echo "make_generate_plans: unknown flag $a" >&2; exit 2 ;;
+    *) out=$a ;;
+  esac
+done
+mkdir -p "$out"
+bm=$top/tests/models/bench
+c() {  # c OUT MODEL FLAGS...: one plan, its compiler log beside it on failure
+  local o=$1 model=$2
+  shift 2
+  local t0=$SECONDS
+  "$zplan" "$bm/$model/model.onnx" --generate --max-seq 768 --dtype bf16 --target cuda --graph-only "$@" -o "$out/$o" \
+    2> "$out/$o.log" || { cat "$out/$o.log"; exit 1; }
+  echo "$o: $((SECONDS - t0)) s, $(stat -c %s "$out/$o") bytes"
+  rm -f "$out/$o.log"
+}
+for b in 1 8 64; do
+  c llama-1b-b$b.zplan llama-1b --batch $b
+done
+if [[ $big == 1 ]]; then
+  for b in 1 8 64; do
+    c llama2-7b-tp2-b$b.zplan llama2-7b --batch $b --tp 2
+  done
+  c llama2-7b-offload-b64.zplan llama2-7b --batch 64 --offload-param cpu
+fi
+ls -la "$out" | awk '{s += $5} END {print "make_generate_plans: " NR - 3 " files, " s " bytes in '"$out"'"}'
