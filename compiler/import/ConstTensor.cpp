@@ -645,6 +645,28 @@ bool gatherND(const ConstTensor &x, const ConstTensor &idx, int64_t batchDims,
   return true;
 }
 
+ConstTensor tile(const ConstTensor &x, ArrayRef<int64_t> reps) {
+  Shape outShape;
+  for (size_t d = 0; d < x.shape.size(); ++d)
+    outShape.push_back(x.shape[d] * reps[d]);
+  ConstTensor out(x.dtype, outShape);
+  Shape xst = stridesOf(x.shape);
+  int64_t n = out.numel(), r = outShape.size();
+  Shape ctr(r, 0);
+  for (int64_t o = 0; o < n; ++o) {
+    int64_t p = 0;
+    for (int64_t d = 0; d < r; ++d)
+      p += (ctr[d] % x.shape[d]) * xst[d];
+    copyElem(x, p, out, o);
+    for (int64_t d = r - 1; d >= 0; --d) {
+      if (++ctr[d] < outShape[d])
+        break;
+      ctr[d] = 0;
+    }
+  }
+  return out;
+}
+
 ConstTensor cumsum(const ConstTensor &x, int64_t axis, bool exclusive,
                    bool reverse) {
   ConstTensor out(x.dtype, x.shape);

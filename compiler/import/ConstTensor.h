@@ -135,6 +135,9 @@ bool gatherND(const ConstTensor &x, const ConstTensor &idx, int64_t batchDims,
               ConstTensor &out);
 ConstTensor cumsum(const ConstTensor &x, int64_t axis, bool exclusive,
                    bool reverse);
+/// ONNX Tile: x repeated reps[k] times along each dim k (reps checked by the
+/// caller: one non-negative entry per dim, the result within the limit).
+ConstTensor tile(const ConstTensor &x, llvm::ArrayRef<int64_t> reps);
 ConstTensor matmul(const ConstTensor &a, const ConstTensor &b,
                    llvm::ArrayRef<int64_t> outShape);
 enum class Reduce { Sum, Mean, Max, Min, Prod };

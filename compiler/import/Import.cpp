@@ -75,35 +75,36 @@ const llvm::StringMap<OpEntry> &opTable() {
       {"Mul", {1, false}},          {"Div", {1, false}},
       {"Pow", {1, false}},          {"Max", {1, false}},
       {"Min", {1, false}},          {"Sum", {1, false}},
-      {"Mod", {10, true}},          {"Neg", {1, false}},
+      {"Mod", {10, false}},          {"Neg", {1, false}},
       {"Exp", {1, false}},          {"Log", {1, false}},
       {"Sqrt", {1, false}},         {"Reciprocal", {1, false}},
       {"Tanh", {1, false}},         {"Erf", {9, false}},
       {"Sigmoid", {1, false}},      {"Relu", {1, false}},
       {"Cos", {7, false}},          {"Sin", {7, false}},
-      {"Abs", {1, false}},          {"Floor", {1, true}},
-      {"Ceil", {1, true}},          {"Sign", {9, true}},
+      {"Abs", {1, false}},          {"Floor", {1, false}},
+      {"Ceil", {1, false}},          {"Sign", {9, false}},
       {"Cast", {1, false}},         {"Where", {9, false}},
       {"Equal", {1, false}},        {"Less", {1, false}},
       {"Greater", {1, false}},      {"LessOrEqual", {12, false}},
       {"GreaterOrEqual", {12, false}}, {"And", {1, false}},
-      {"Or", {1, false}},           {"Xor", {1, true}},
+      {"Or", {1, false}},           {"Xor", {1, false}},
       {"Not", {1, false}},          {"IsNaN", {9, false}},
       {"MatMul", {1, false}},       {"Gemm", {1, false}},
       {"Transpose", {1, false}},    {"Reshape", {5, false}},
       {"Flatten", {1, false}},      {"Squeeze", {1, false}},
       {"Unsqueeze", {1, false}},    {"Concat", {1, false}},
       {"Slice", {10, false}},       {"Split", {1, false}},
-      {"Gather", {1, false}},       {"GatherElements", {11, true}},
-      {"GatherND", {11, true}},     {"Expand", {8, false}},
+      {"Gather", {1, false}},       {"GatherElements", {11, false}},
+      {"GatherND", {11, false}},     {"Expand", {8, false}},
       {"Softmax", {1, false}},     {"ReduceSum", {1, false}},
       {"ReduceMean", {1, false}},   {"ReduceMax", {1, false}},
-      {"ReduceMin", {1, true}},     {"ReduceProd", {1, true}},
+      {"ReduceMin", {1, false}},     {"ReduceProd", {1, false}},
       {"LayerNormalization", {17, false}}, {"Gelu", {20, false}},
       {"Identity", {1, false}},     {"Dropout", {1, false}},
       {"Shape", {1, false}},        {"Size", {1, false}},
-      {"Range", {11, true}},        {"CumSum", {11, true}},
+      {"Range", {11, false}},        {"CumSum", {11, false}},
       {"ConstantOfShape", {9, true}}, {"Constant", {1, false}},
+      {"Tile", {6, false}},
   };
   return table;
 }
@@ -237,6 +238,18 @@ private:
   LogicalResult importGather(const onnx::NodeProto &n);
   LogicalResult importReduce(const onnx::NodeProto &n);
   LogicalResult importFoldOnly(const onnx::NodeProto &n);
+  LogicalResult importRange(const onnx::NodeProto &n);
+  LogicalResult importCumSum(const onnx::NodeProto &n);
+  LogicalResult importGatherND(const onnx::NodeProto &n);
+  LogicalResult importGatherElements(const onnx::NodeProto &n);
+  LogicalResult importTile(const onnx::NodeProto &n);
+  /// Checks constant indices against the dims they index (`dims[k]` for
+  /// the k-th of every `depth` entries) and makes them non-negative.
+  LogicalResult normIndices(const onnx::NodeProto &n, ConstTensor &idx,
+                            ArrayRef<int64_t> dims, int64_t depth);
+  /// The static shape the model declares for a value (graph outputs and
+  /// value_info), if every dim of it is a number.
+  std::optional<Shape> declaredShape(const std::string &name);
   LogicalResult importConstant(const onnx::NodeProto &n);
 
   MLIRContext &ctx;
@@ -1023,6 +1036,30 @@ LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
     case Unary::IsNaN:
       r = emit<zg::IsNanOp>(tensorType(kBool, x->shape), xv);
       break;
+    case Unary::Floor:
+    case Unary::Ceil:
+      if (!isFloatDType(x->dtype))
+        return nodeError(n) << "needs a float input, got "
+                            << dtypeName(x->dtype);
+      // ceil(x) = -floor(-x): the runtime has floor only.
+      if (it->second == Unary::Floor) {
+        r = emit<zg::FloorOp>(t, xv);
+      } else {
+        Value negX = emit<zg::NegOp>(t, xv);
+        r = emit<zg::NegOp>(t, emit<zg::FloorOp>(t, negX));
+      }
+      break;
+    case Unary::Sign: {
+      // sign(x) = (x > 0) - (x < 0), each comparison cast to x's type. A NaN
+      // gives 0 (ONNX leaves NaN to the backend).
+      ConstTensor zero(x->dtype, {});
+      Value z = materializeConst(zero);
+      auto bt = tensorType(kBool, x->shape);
+      Value pos = emit<zg::CastOp>(t, emit<zg::GreaterOp>(bt, {xv, z}));
+      Value neg = emit<zg::CastOp>(t, emit<zg::LessOp>(bt, {xv, z}));
+      r = emit<zg::SubOp>(t, {pos, neg});
+      break;
+    }
     default:
       return nodeError(n) << "needs a constant input (unsupported at run time)";
     }
@@ -1090,8 +1127,8 @@ LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
     Value a = materialize(*cur), bv = materialize(*y);
     bool cmp = op == "Equal" || op == "Less" || op == "Greater" ||
                op == "LessOrEqual" || op == "GreaterOrEqual" || op == "And" ||
-               op == "Or";
-    bool logical = op == "And" || op == "Or";
+               op == "Or" || op == "Xor";
+    bool logical = op == "And" || op == "Or" || op == "Xor";
     if (logical != (cur->dtype == kBool) && op != "Equal")
       return nodeError(n) << "unsupported input type " << dtypeName(cur->dtype);
     auto t = tensorType(cmp ? int32_t(kBool) : cur->dtype, *shape);
@@ -1111,6 +1148,41 @@ LogicalResult Importer::importElementwise(const onnx::NodeProto &n) {
     case Binary::GreaterEqual: v = emit<zg::GreaterEqualOp>(t, {a, bv}); break;
     case Binary::And: v = emit<zg::AndOp>(t, {a, bv}); break;
     case Binary::Or: v = emit<zg::OrOp>(t, {a, bv}); break;
+    case Binary::Xor: {
+      // a xor b = (a and not b) or (not a and b), with the bool ops the
+      // runtime has.
+      auto na = emit<zg::NotOp>(tensorType(kBool, cur->shape), a);
+      auto nb = emit<zg::NotOp>(tensorType(kBool, y->shape), bv);
+      v = emit<zg::OrOp>(t, {emit<zg::AndOp>(t, {a, nb}),
+                             emit<zg::AndOp>(t, {na, bv})});
+      break;
+    }
+    case Binary::Mod: {
+      bool fmod = attrInt(n, "fmod", 0);
+      auto fmodAttr = attr("fmod", b.getBoolAttr(true));
+      if (fmod || !isFloatDType(cur->dtype)) {
+        v = emit<zg::ModOp>(t, {a, bv},
+                            {attr("fmod", b.getBoolAttr(fmod))});
+        break;
+      }
+      // Float Mod with fmod = 0 is numpy's mod: the remainder takes the
+      // divisor's sign. The runtime's float mod is C's fmod (the dividend's
+      // sign), so a non-zero remainder whose sign differs from the
+      // divisor's moves by one divisor.
+      Value r = emit<zg::ModOp>(t, {a, bv}, {fmodAttr});
+      ConstTensor zero(cur->dtype, {});
+      Value z = materializeConst(zero);
+      auto bt = tensorType(kBool, *shape);
+      auto byt = tensorType(kBool, y->shape);
+      Value rNeg = emit<zg::LessOp>(bt, {r, z}),
+            rPos = emit<zg::GreaterOp>(bt, {r, z});
+      Value yNeg = emit<zg::LessOp>(byt, {bv, z}),
+            yPos = emit<zg::GreaterOp>(byt, {bv, z});
+      Value differ = emit<zg::OrOp>(bt, {emit<zg::AndOp>(bt, {rNeg, yPos}),
+                                         emit<zg::AndOp>(bt, {rPos, yNeg})});
+      v = emit<zg::WhereOp>(t, {differ, emit<zg::AddOp>(t, {r, bv}), r});
+      break;
+    }
     default:
       return nodeError(n) << "needs constant inputs (unsupported at run time)";
     }
@@ -1614,8 +1686,10 @@ LogicalResult Importer::importReduce(const onnx::NodeProto &n) {
     r = emit<zg::ReduceMeanOp>(t, xv, attrs);
   else if (kind == eval::Reduce::Max)
     r = emit<zg::ReduceMaxOp>(t, xv, attrs);
+  else if (kind == eval::Reduce::Min)
+    r = emit<zg::ReduceMinOp>(t, xv, attrs);
   else
-    return nodeError(n) << "needs a constant input (unsupported at run time)";
+    r = emit<zg::ReduceProdOp>(t, xv, attrs);
   setValue(n, 0, r);
   return success();
 }
@@ -1660,87 +1734,6 @@ LogicalResult Importer::importFoldOnly(const onnx::NodeProto &n) {
       return nodeError(n) << "input " << k << " ('" << n.input(k)
                           << "') does not fold to a constant, and " << op
                           << " is unsupported at run time";
-  if (op == "Range") {
-    Val *s = in(n, 0), *l = in(n, 1), *d = in(n, 2);
-    if (!s || !l || !d)
-      return nodeError(n) << "needs start, limit and delta";
-    if (s->c->numel() != 1 || l->c->numel() != 1 || d->c->numel() != 1)
-      return nodeError(n) << "start, limit and delta must be scalars";
-    if (s->dtype != l->dtype || s->dtype != d->dtype)
-      return nodeError(n) << "start, limit and delta differ in type";
-    double start = s->c->getF(0), limit = l->c->getF(0), delta = d->c->getF(0);
-    if (!std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
-      return nodeError(n) << "start, limit and delta must be finite";
-    if (delta == 0)
-      return nodeError(n) << "delta is 0";
-    double cnt = std::ceil((limit - start) / delta);
-    if (!(cnt <= double(kMaxFoldElements)))
-      return nodeError(n) << "folding would create " << cnt
-                          << " elements; the limit is " << kMaxFoldElements;
-    int64_t count = cnt > 0 ? int64_t(cnt) : 0;
-    ConstTensor c(s->dtype, {count});
-    for (int64_t k = 0; k < count; ++k) {
-      if (c.isFloat()) {
-        c.set(k, start + k * delta);
-        continue;
-      }
-      // Integer ranges in exact arithmetic; a value that leaves int64 is an
-      // error rather than a wrap.
-      int64_t step, v;
-      if (__builtin_mul_overflow(k, d->c->getI(0), &step) ||
-          __builtin_add_overflow(s->c->getI(0), step, &v))
-        return nodeError(n) << "element " << k << " overflows int64";
-      c.setI(k, v);
-    }
-    setConst(n, 0, std::move(c));
-    return success();
-  }
-  if (op == "CumSum") {
-    Val *x = in(n, 0);
-    std::vector<int64_t> ax;
-    if (!x || failed(constInts(n, 1, "axis", ax)) || ax.size() != 1)
-      return nodeError(n) << "needs x and a scalar axis";
-    int64_t axis = ax[0];
-    if (failed(normAxis(n, axis, x->shape.size())))
-      return failure();
-    // normAxis lets axis 0 through at rank 0; CumSum indexes a dim.
-    if (axis >= int64_t(x->shape.size()))
-      return nodeError(n) << "axis " << axis << " out of range for rank "
-                          << x->shape.size();
-    setConst(n, 0,
-             eval::cumsum(*x->c, axis, attrInt(n, "exclusive", 0),
-                          attrInt(n, "reverse", 0)));
-    return success();
-  }
-  if (op == "GatherND" || op == "GatherElements") {
-    Val *x = in(n, 0), *idx = in(n, 1);
-    if (!x || !idx)
-      return nodeError(n) << "needs data and indices";
-    ConstTensor out;
-    if (op == "GatherND") {
-      int64_t bd = attrInt(n, "batch_dims", 0);
-      if (idx->shape.empty() || bd < 0 ||
-          bd >= (int64_t)std::min(x->shape.size(), idx->shape.size()) ||
-          idx->shape.back() > int64_t(x->shape.size()) - bd)
-        return nodeError(n) << "indices " << shapeStr(idx->shape)
-                            << " do not fit data " << shapeStr(x->shape);
-      for (int64_t d = 0; d < bd; ++d)
-        if (x->shape[d] != idx->shape[d])
-          return nodeError(n) << "batch dims differ";
-      if (!eval::gatherND(*x->c, *idx->c, bd, out))
-        return nodeError(n) << "index out of range";
-    } else {
-      int64_t axis = attrInt(n, "axis", 0);
-      if (failed(normAxis(n, axis, x->shape.size())))
-        return failure();
-      if (idx->shape.size() != x->shape.size())
-        return nodeError(n) << "indices and data ranks differ";
-      if (!eval::gatherElements(*x->c, *idx->c, axis, out))
-        return nodeError(n) << "index out of range";
-    }
-    setConst(n, 0, std::move(out));
-    return success();
-  }
   if (op == "ConstantOfShape") {
     std::vector<int64_t> shape;
     if (failed(constInts(n, 0, "shape", shape)))
@@ -1766,10 +1759,251 @@ LogicalResult Importer::importFoldOnly(const onnx::NodeProto &n) {
     setConst(n, 0, std::move(c));
     return success();
   }
-  if (op.starts_with("Reduce"))
-    return importReduce(n);
-  // Elementwise ops without a runtime form (Floor, Mod, ...).
-  return importElementwise(n);
+  return nodeError(n) << "internal: no fold-only handler";
+}
+
+std::optional<Shape> Importer::declaredShape(const std::string &name) {
+  auto fromType = [](const onnx::TypeProto &t) -> std::optional<Shape> {
+    if (!t.has_tensor_type() || !t.tensor_type().has_shape())
+      return std::nullopt;
+    Shape s;
+    for (const auto &d : t.tensor_type().shape().dim()) {
+      if (!d.has_dim_value() || d.dim_value() < 0)
+        return std::nullopt;
+      s.push_back(d.dim_value());
+    }
+    return s;
+  };
+  for (const auto &v : model.graph().value_info())
+    if (v.name() == name)
+      return fromType(v.type());
+  for (const auto &v : model.graph().output())
+    if (v.name() == name)
+      return fromType(v.type());
+  return std::nullopt;
+}
+
+LogicalResult Importer::normIndices(const onnx::NodeProto &n, ConstTensor &idx,
+                                    ArrayRef<int64_t> dims, int64_t depth) {
+  for (size_t k = 0; k < idx.i.size(); ++k) {
+    int64_t dim = dims[k % depth];
+    int64_t &v = idx.i[k];
+    if (v < 0)
+      v += dim;
+    if (v < 0 || v >= dim)
+      return nodeError(n) << "index " << (v < 0 ? v - dim : v)
+                          << " out of range for a dim of size " << dim;
+  }
+  return success();
+}
+
+LogicalResult Importer::importRange(const onnx::NodeProto &n) {
+  Val *s = in(n, 0), *l = in(n, 1), *d = in(n, 2);
+  if (!s || !l || !d)
+    return nodeError(n) << "needs start, limit and delta";
+  for (Val *v : {s, l, d})
+    if (*checkedNumElements(v->shape) != 1)
+      return nodeError(n) << "start, limit and delta must be scalars";
+  if (s->dtype != l->dtype || s->dtype != d->dtype)
+    return nodeError(n) << "start, limit and delta differ in type";
+  if (s->dtype == kBool)
+    return nodeError(n) << "unsupported type bool";
+  if (d->c && d->c->getF(0) == 0)
+    return nodeError(n) << "delta is 0";
+  if (!allConst({s, l, d})) {
+    // The length depends on the values; zplan plans static shapes, so it
+    // must be known: the model's declared shape of the output gives it.
+    std::optional<Shape> decl = declaredShape(n.output(0));
+    if (!decl || decl->size() != 1)
+      return nodeError(n) << "start, limit or delta does not fold to a "
+                             "constant and the model declares no static "
+                             "length for output '"
+                          << n.output(0)
+                          << "' (zplan plans static shapes; declare it in "
+                             "value_info)";
+    auto scalar = [&](Val *v) {
+      Value x = materialize(*v);
+      if (!v->shape.empty())
+        x = emit<zg::ReshapeOp>(tensorType(v->dtype, {}), x);
+      return x;
+    };
+    setValue(n, 0,
+             emit<zg::RangeOp>(tensorType(s->dtype, *decl),
+                               {scalar(s), scalar(l), scalar(d)}));
+    return success();
+  }
+  double start = s->c->getF(0), limit = l->c->getF(0), delta = d->c->getF(0);
+  if (!std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
+    return nodeError(n) << "start, limit and delta must be finite";
+  double cnt = std::ceil((limit - start) / delta);
+  if (!(cnt <= double(kMaxFoldElements)))
+    return nodeError(n) << "folding would create " << cnt
+                        << " elements; the limit is " << kMaxFoldElements;
+  int64_t count = cnt > 0 ? int64_t(cnt) : 0;
+  ConstTensor c(s->dtype, {count});
+  for (int64_t k = 0; k < count; ++k) {
+    if (c.isFloat()) {
+      c.set(k, start + k * delta);
+      continue;
+    }
+    // Integer ranges in exact arithmetic; a value that leaves int64 is an
+    // error rather than a wrap.
+    int64_t step, v;
+    if (__builtin_mul_overflow(k, d->c->getI(0), &step) ||
+        __builtin_add_overflow(s->c->getI(0), step, &v))
+      return nodeError(n) << "element " << k << " overflows int64";
+    c.setI(k, v);
+  }
+  setConst(n, 0, std::move(c));
+  return success();
+}
+
+LogicalResult Importer::importCumSum(const onnx::NodeProto &n) {
+  Val *x = in(n, 0);
+  std::vector<int64_t> ax;
+  if (!x || failed(constInts(n, 1, "axis", ax)))
+    return failure();
+  if (ax.size() != 1)
+    return nodeError(n) << "axis must be a scalar";
+  int64_t axis = ax[0];
+  if (failed(normAxis(n, axis, x->shape.size())))
+    return failure();
+  // normAxis lets axis 0 through at rank 0; CumSum indexes a dim.
+  if (axis >= int64_t(x->shape.size()))
+    return nodeError(n) << "axis " << axis << " out of range for rank "
+                        << x->shape.size();
+  if (x->dtype == kBool)
+    return nodeError(n) << "unsupported type bool";
+  bool exclusive = attrInt(n, "exclusive", 0), reverse = attrInt(n, "reverse", 0);
+  if (x->c) {
+    setConst(n, 0, eval::cumsum(*x->c, axis, exclusive, reverse));
+    return success();
+  }
+  setValue(n, 0,
+           emit<zg::CumSumOp>(tensorType(x->dtype, x->shape), materialize(*x),
+                              {attr("axis", b.getI64IntegerAttr(axis)),
+                               attr("exclusive", b.getBoolAttr(exclusive)),
+                               attr("reverse", b.getBoolAttr(reverse))}));
+  return success();
+}
+
+LogicalResult Importer::importGatherND(const onnx::NodeProto &n) {
+  Val *x = in(n, 0), *idx = in(n, 1);
+  if (!x || !idx)
+    return nodeError(n) << "needs data and indices";
+  if (idx->dtype != kInt64 && idx->dtype != kInt32)
+    return nodeError(n) << "indices must be int32 or int64";
+  int64_t bd = attrInt(n, "batch_dims", 0);
+  if (idx->shape.empty() || bd < 0 ||
+      bd >= (int64_t)std::min(x->shape.size(), idx->shape.size()) ||
+      idx->shape.back() < 1 ||
+      idx->shape.back() > int64_t(x->shape.size()) - bd)
+    return nodeError(n) << "indices " << shapeStr(idx->shape)
+                        << " do not fit data " << shapeStr(x->shape);
+  for (int64_t d = 0; d < bd; ++d)
+    if (x->shape[d] != idx->shape[d])
+      return nodeError(n) << "batch dims differ";
+  int64_t depth = idx->shape.back();
+  if (foldable(x) && idx->c) {
+    ConstTensor out;
+    if (!eval::gatherND(*x->c, *idx->c, bd, out))
+      return nodeError(n) << "index out of range";
+    setConst(n, 0, std::move(out));
+    return success();
+  }
+  Shape out(idx->shape.begin(), idx->shape.end() - 1);
+  out.append(x->shape.begin() + bd + depth, x->shape.end());
+  Value iv;
+  if (idx->c) {
+    // Constant indices are checked and normalised here, so the runtime only
+    // sees indices in range.
+    ConstTensor ci = *idx->c;
+    if (failed(normIndices(n, ci, ArrayRef<int64_t>(x->shape).slice(bd, depth),
+                           depth)))
+      return failure();
+    iv = materializeConst(ci);
+  } else {
+    iv = materialize(*idx);
+  }
+  setValue(n, 0,
+           emit<zg::GatherNdOp>(tensorType(x->dtype, out), {materialize(*x), iv},
+                                {attr("batch_dims", b.getI64IntegerAttr(bd))}));
+  return success();
+}
+
+LogicalResult Importer::importGatherElements(const onnx::NodeProto &n) {
+  Val *x = in(n, 0), *idx = in(n, 1);
+  if (!x || !idx)
+    return nodeError(n) << "needs data and indices";
+  if (idx->dtype != kInt64 && idx->dtype != kInt32)
+    return nodeError(n) << "indices must be int32 or int64";
+  int64_t rank = x->shape.size(), axis = attrInt(n, "axis", 0);
+  if (failed(normAxis(n, axis, rank)))
+    return failure();
+  if (axis >= rank)
+    return nodeError(n) << "axis " << axis << " out of range for rank "
+                        << rank;
+  if (int64_t(idx->shape.size()) != rank)
+    return nodeError(n) << "indices and data ranks differ";
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && idx->shape[d] > x->shape[d])
+      return nodeError(n) << "indices " << shapeStr(idx->shape)
+                          << " exceed data " << shapeStr(x->shape)
+                          << " off axis " << axis;
+  if (foldable(x) && idx->c) {
+    ConstTensor out;
+    if (!eval::gatherElements(*x->c, *idx->c, axis, out))
+      return nodeError(n) << "index out of range";
+    setConst(n, 0, std::move(out));
+    return success();
+  }
+  Value iv;
+  if (idx->c) {
+    ConstTensor ci = *idx->c;
+    if (failed(normIndices(n, ci, {x->shape[axis]}, 1)))
+      return failure();
+    iv = materializeConst(ci);
+  } else {
+    iv = materialize(*idx);
+  }
+  setValue(n, 0,
+           emit<zg::GatherElementsOp>(
+               tensorType(x->dtype, idx->shape), {materialize(*x), iv},
+               {attr("axis", b.getI64IntegerAttr(axis))}));
+  return success();
+}
+
+LogicalResult Importer::importTile(const onnx::NodeProto &n) {
+  Val *x = in(n, 0);
+  std::vector<int64_t> reps;
+  if (!x || failed(constInts(n, 1, "repeats", reps)))
+    return failure();
+  if (reps.size() != x->shape.size())
+    return nodeError(n) << "repeats has " << reps.size()
+                        << " entries for rank " << x->shape.size();
+  Shape out;
+  for (size_t d = 0; d < reps.size(); ++d) {
+    int64_t o;
+    if (reps[d] < 0)
+      return nodeError(n) << "repeat " << reps[d] << " is negative";
+    if (__builtin_mul_overflow(x->shape[d], reps[d], &o))
+      return nodeError(n) << "the tiled shape overflows int64";
+    out.push_back(o);
+  }
+  if (!checkedNumElements(out))
+    return nodeError(n) << "result has too many elements";
+  if (out == x->shape) {
+    alias(n, 0, *x);
+    return success();
+  }
+  if (foldable(x)) {
+    setConst(n, 0, eval::tile(*x->c, reps));
+    return success();
+  }
+  setValue(n, 0,
+           emit<zg::TileOp>(tensorType(x->dtype, out), materialize(*x),
+                            {attr("repeats", b.getDenseI64ArrayAttr(reps))}));
+  return success();
 }
 
 LogicalResult Importer::importNode(const onnx::NodeProto &n) {
@@ -1803,7 +2037,8 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
       {"LessOrEqual", 2}, {"GreaterOrEqual", 2}, {"And", 2}, {"Or", 2},
       {"Xor", 2}, {"Where", 3}, {"MatMul", 2}, {"Gemm", 2}, {"Reshape", 2},
       {"Expand", 2}, {"Gather", 2}, {"GatherElements", 2}, {"GatherND", 2},
-      {"Range", 3}, {"CumSum", 2}, {"Slice", 3}, {"LayerNormalization", 2}};
+      {"Range", 3}, {"CumSum", 2}, {"Slice", 3}, {"LayerNormalization", 2},
+      {"Tile", 2}};
   auto req = minInputs.find(op);
   int need = req == minInputs.end() ? 1 : req->second;
   for (int k = 0; k < need; ++k)
@@ -1863,6 +2098,16 @@ LogicalResult Importer::importNode(const onnx::NodeProto &n) {
     return importSplit(n);
   if (op == "Gather")
     return importGather(n);
+  if (op == "GatherND")
+    return importGatherND(n);
+  if (op == "GatherElements")
+    return importGatherElements(n);
+  if (op == "Range")
+    return importRange(n);
+  if (op == "CumSum")
+    return importCumSum(n);
+  if (op == "Tile")
+    return importTile(n);
   if (op.starts_with("Reduce"))
     return importReduce(n);
 

@@ -737,12 +737,12 @@ struct Emitter {
         .Case([&](graph::RmsNormOp r) {
           floats = {r.getEpsilon().convertToDouble()};
         })
-        .Case<graph::ReduceSumOp, graph::ReduceMeanOp, graph::ReduceMaxOp>(
-            [&](auto r) {
-              ints.push_back(r.getKeepdims() ? 1 : 0);
-              for (int64_t a : r.getAxes())
-                ints.push_back(a);
-            })
+        .Case<graph::ReduceSumOp, graph::ReduceMeanOp, graph::ReduceMaxOp,
+              graph::ReduceMinOp, graph::ReduceProdOp>([&](auto r) {
+          ints.push_back(r.getKeepdims() ? 1 : 0);
+          for (int64_t a : r.getAxes())
+            ints.push_back(a);
+        })
         .Case([&](graph::TransposeOp t) {
           ints.assign(t.getPerm().begin(), t.getPerm().end());
         })
@@ -752,6 +752,16 @@ struct Emitter {
           ints.insert(ints.end(), s.getSteps().begin(), s.getSteps().end());
         })
         .Case([&](graph::GatherOp g) { ints = {int64_t(g.getAxis())}; })
+        .Case([&](graph::ModOp m) { ints = {m.getFmod() ? 1 : 0}; })
+        .Case([&](graph::CumSumOp c) {
+          ints = {int64_t(c.getAxis()), c.getExclusive() ? 1 : 0,
+                  c.getReverse() ? 1 : 0};
+        })
+        .Case([&](graph::GatherNdOp g) { ints = {int64_t(g.getBatchDims())}; })
+        .Case([&](graph::GatherElementsOp g) { ints = {int64_t(g.getAxis())}; })
+        .Case([&](graph::TileOp t) {
+          ints.assign(t.getRepeats().begin(), t.getRepeats().end());
+        })
         .Case([&](graph::EmbeddingOp e) {
           auto stride = op->getAttrOfType<IntegerAttr>("zd.vocab_stride");
           ints = {stride ? stride.getInt() : 0};

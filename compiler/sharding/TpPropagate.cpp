@@ -64,7 +64,8 @@ bool isElementwise(Operation *op) {
              zg::CastOp, zg::GeluOp, zg::AddOp, zg::SubOp, zg::MulOp, zg::DivOp,
              zg::PowOp, zg::MaxOp, zg::MinOp, zg::EqualOp, zg::LessOp,
              zg::GreaterOp, zg::LessEqualOp, zg::GreaterEqualOp, zg::AndOp,
-             zg::OrOp, zg::WhereOp, zg::GeluGradOp, zg::SiluGradOp>(op);
+             zg::OrOp, zg::WhereOp, zg::GeluGradOp, zg::SiluGradOp, zg::FloorOp,
+             zg::ModOp>(op);
 }
 
 /// The persistent value an op writes in place (zg.adamw's parameter,
@@ -667,7 +668,8 @@ FailureOr<Propagator::Rule> Propagator::ruleFor(Operation *op) {
     r.results = {e};
     return r;
   }
-  if (isa<zg::ReduceSumOp, zg::ReduceMeanOp, zg::ReduceMaxOp>(op)) {
+  if (isa<zg::ReduceSumOp, zg::ReduceMeanOp, zg::ReduceMaxOp, zg::ReduceMinOp,
+          zg::ReduceProdOp>(op)) {
     auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
     bool keep = op->getAttrOfType<BoolAttr>("keepdims").getValue();
     Shard e = passExcept(op->getOperand(0), axes);
@@ -682,6 +684,32 @@ FailureOr<Propagator::Rule> Propagator::ruleFor(Operation *op) {
     r.results = {res};
     return r;
   }
+  // A cumulative sum needs its axis whole, a tile every dim it repeats;
+  // other dims keep the operand's split.
+  if (auto cs = dyn_cast<zg::CumSumOp>(op)) {
+    Shard e = passExcept(cs.getInput(), {static_cast<int64_t>(cs.getAxis())});
+    if (!e.segments.empty())
+      e = Shard::replicated(e.rank);
+    r.operands = {e};
+    r.results = {e};
+    return r;
+  }
+  if (auto tile = dyn_cast<zg::TileOp>(op)) {
+    SmallVector<int64_t> repeated;
+    for (auto [d, rep] : llvm::enumerate(tile.getRepeats()))
+      if (rep != 1)
+        repeated.push_back(d);
+    Shard e = passExcept(tile.getInput(), repeated);
+    if (!e.segments.empty())
+      e = Shard::replicated(e.rank);
+    r.operands = {e};
+    r.results = {e};
+    return r;
+  }
+  // Index selections along data-dependent positions, and sequences, are
+  // computed whole on every rank.
+  if (isa<zg::GatherNdOp, zg::GatherElementsOp, zg::RangeOp>(op))
+    return allReplicated(op);
   if (auto tr = dyn_cast<zg::TransposeOp>(op)) {
     Shard e = eff(tr.getInput());
     r.operands = {e};

@@ -130,8 +130,8 @@ BatchSplitter::resultDims(Operation *op, ArrayRef<int64_t> resultShape) {
           zg::GeluOp, zg::AddOp, zg::SubOp, zg::MulOp, zg::DivOp, zg::PowOp,
           zg::MaxOp, zg::MinOp, zg::EqualOp, zg::LessOp, zg::GreaterOp,
           zg::LessEqualOp, zg::GreaterEqualOp, zg::AndOp, zg::OrOp, zg::WhereOp,
-          dist::AllReduceOp, dist::BroadcastOp, dist::PrefetchOp,
-          dist::EvictOp>(op))
+          zg::FloorOp, zg::ModOp, dist::AllReduceOp, dist::BroadcastOp,
+          dist::PrefetchOp, dist::EvictOp>(op))
     return alignedOp(-1);
   if (auto cat = dyn_cast<zg::ConcatOp>(op))
     return alignedOp(cat.getAxis());
@@ -182,7 +182,8 @@ BatchSplitter::resultDims(Operation *op, ArrayRef<int64_t> resultShape) {
       return fail("the batch dimension is normalised over");
     return SmallVector<int64_t>{d};
   }
-  if (isa<zg::ReduceSumOp, zg::ReduceMeanOp, zg::ReduceMaxOp>(op)) {
+  if (isa<zg::ReduceSumOp, zg::ReduceMeanOp, zg::ReduceMaxOp, zg::ReduceMinOp,
+          zg::ReduceProdOp>(op)) {
     auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
     bool keep = op->getAttrOfType<BoolAttr>("keepdims").getValue();
     int64_t d = bd(op->getOperand(0));
@@ -228,6 +229,25 @@ BatchSplitter::resultDims(Operation *op, ArrayRef<int64_t> resultShape) {
     if (bd(emb.getTable()) >= 0)
       return fail("the embedding table carries the batch");
     return SmallVector<int64_t>{bd(emb.getIds())};
+  }
+  if (auto cs = dyn_cast<zg::CumSumOp>(op)) {
+    if (bd(cs.getInput()) == cs.getAxis())
+      return fail("the cumulative sum runs along the batch dimension");
+    return SmallVector<int64_t>{bd(cs.getInput())};
+  }
+  if (auto tile = dyn_cast<zg::TileOp>(op)) {
+    int64_t d = bd(tile.getInput());
+    if (tile.getRepeats()[d] != 1)
+      return fail("the tile repeats the batch dimension");
+    return SmallVector<int64_t>{d};
+  }
+  if (auto ge = dyn_cast<zg::GatherElementsOp>(op)) {
+    int64_t d = bd(ge.getData()), k = bd(ge.getIndices());
+    if (d != k)
+      return fail("data and indices carry the batch in different dimensions");
+    if (d == ge.getAxis())
+      return fail("the gather indexes the batch dimension");
+    return SmallVector<int64_t>{d};
   }
   if (auto g = dyn_cast<zg::GatherOp>(op)) {
     int64_t axis = g.getAxis();

@@ -691,5 +691,92 @@ LogicalResult LabelPickGradOp::verify() {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Further ONNX ops on run-time values.
+//===----------------------------------------------------------------------===//
+
+LogicalResult FloorOp::verify() {
+  if (!isa<FloatType>(rtt(getInput()).getElementType()))
+    return emitOpError("needs a float tensor");
+  return success();
+}
+
+LogicalResult ModOp::verify() {
+  if (failed(verifyBinary(*this, false)))
+    return failure();
+  // The runtime's mod takes the divisor's sign only for integers; ONNX
+  // requires fmod = 1 for floats.
+  if (!getFmod() && !isa<IntegerType>(rtt(getLhs()).getElementType()))
+    return emitOpError("fmod = false needs integer operands");
+  return success();
+}
+
+LogicalResult ReduceMinOp::verify() {
+  return verifyReduce(*this, getAxes(), getKeepdims());
+}
+LogicalResult ReduceProdOp::verify() {
+  return verifyReduce(*this, getAxes(), getKeepdims());
+}
+
+LogicalResult CumSumOp::verify() {
+  return verifyAxis(*this, getAxis(), rtt(getInput()).getRank());
+}
+
+LogicalResult RangeOp::verify() {
+  Type e = rtt(getResult()).getElementType();
+  for (Value v : {getStart(), getLimit(), getDelta()})
+    if (rtt(v).getRank() != 0 || rtt(v).getElementType() != e)
+      return emitOpError(
+          "start, limit and delta must be rank-0 of the result's type");
+  if (rtt(getResult()).getRank() != 1)
+    return emitOpError("result must be rank 1");
+  return success();
+}
+
+LogicalResult GatherNdOp::verify() {
+  auto d = rtt(getData()).getShape(), ix = rtt(getIndices()).getShape();
+  int64_t b = getBatchDims(), r = d.size(), q = ix.size();
+  if (q < 1 || b < 0 || b >= std::min(q, r))
+    return emitOpError("batch_dims ") << b << " out of range";
+  int64_t depth = ix.back();
+  if (depth < 1 || depth > r - b)
+    return emitOpError("index depth ")
+           << depth << " does not fit data " << shapeStr(d);
+  for (int64_t k = 0; k < b; ++k)
+    if (d[k] != ix[k])
+      return emitOpError("batch dims of data and indices differ");
+  SmallVector<int64_t> out(ix.begin(), ix.end() - 1);
+  out.append(d.begin() + b + depth, d.end());
+  if (ArrayRef<int64_t>(out) != rtt(getResult()).getShape())
+    return emitOpError("result shape should be ") << shapeStr(out);
+  return success();
+}
+
+LogicalResult GatherElementsOp::verify() {
+  auto d = rtt(getData()).getShape(), ix = rtt(getIndices()).getShape();
+  if (failed(verifyAxis(*this, getAxis(), d.size())))
+    return failure();
+  if (ix.size() != d.size())
+    return emitOpError("indices must have the data's rank");
+  for (size_t k = 0; k < d.size(); ++k)
+    if (int64_t(k) != getAxis() && ix[k] > d[k])
+      return emitOpError("indices exceed the data off the axis");
+  if (ix != rtt(getResult()).getShape())
+    return emitOpError("result must have the indices' shape");
+  return success();
+}
+
+LogicalResult TileOp::verify() {
+  auto x = rtt(getInput()).getShape(), out = rtt(getResult()).getShape();
+  auto reps = getRepeats();
+  if (reps.size() != x.size() || out.size() != x.size())
+    return emitOpError("needs one repeat per dim");
+  for (size_t k = 0; k < x.size(); ++k)
+    if (reps[k] < 0 || out[k] != x[k] * reps[k])
+      return emitOpError("result ") << shapeStr(out) << " is not "
+                                    << shapeStr(x) << " tiled by the repeats";
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "dialects/graph/GraphOps.cpp.inc"

@@ -329,6 +329,110 @@ def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure, ZG_Gradient]> {
 }
 
 //===----------------------------------------------------------------------===//
+// Further ONNX ops on run-time values. Exports of decoder families use them
+// on values that do not fold (position arithmetic, cumulative masks, index
+// selection); each maps onto the runtime op of the same name. They carry no
+// reverse-mode rule: a train step that differentiates through one is refused.
+//===----------------------------------------------------------------------===//
+
+def ZG_FloorOp : ZG_Op<"floor", [Pure, SameOperandsAndResultType]> {
+  let summary = "elementwise floor";
+  let description = "`result[i] = floor(input[i])` on float tensors (ONNX "
+                    "Floor).";
+  let arguments = (ins ZG_Tensor:$input);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_ModOp : ZG_Op<"mod", [Pure]> {
+  let summary = "elementwise remainder with broadcasting";
+  let description = [{
+    ONNX Mod. With `fmod` false (integers only) the remainder takes the
+    divisor's sign, as Python's `%`; with `fmod` true it is C's fmod (the
+    dividend's sign), the only form ONNX allows for floats.
+  }];
+  let arguments = (ins ZG_Tensor:$lhs, ZG_Tensor:$rhs, BoolAttr:$fmod);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+class ZG_PlainReduceOp<string mnemonic, string what>
+    : ZG_Op<mnemonic, [Pure]> {
+  let summary = what # " over axes";
+  let description = "The " # what # " over `axes` (normalised to [0, rank), "
+                    "sorted, unique; never empty). With `keepdims` the reduced "
+                    "dims stay with size 1, otherwise they are removed.";
+  let arguments = (ins ZG_Tensor:$input, DenseI64ArrayAttr:$axes,
+                   BoolAttr:$keepdims);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_ReduceMinOp : ZG_PlainReduceOp<"reduce_min", "minimum">;
+def ZG_ReduceProdOp : ZG_PlainReduceOp<"reduce_prod", "product">;
+
+def ZG_CumSumOp : ZG_Op<"cumsum", [Pure, SameOperandsAndResultType]> {
+  let summary = "cumulative sum along one axis";
+  let description = [{
+    ONNX CumSum along `axis` (in [0, rank)): `exclusive` leaves the element
+    itself out of its sum, `reverse` sums from the end.
+  }];
+  let arguments = (ins ZG_Tensor:$input, I64Attr:$axis, BoolAttr:$exclusive,
+                   BoolAttr:$reverse);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_RangeOp : ZG_Op<"range", [Pure]> {
+  let summary = "arithmetic sequence";
+  let description = [{
+    ONNX Range: `result[i] = start + i * delta` for i in [0, n), with n the
+    result's static length, which must equal `ceil((limit - start) / delta)`
+    (the importer takes it from constant operands or from the model's
+    declared shape). start, limit and delta are rank-0 of the result's type.
+  }];
+  let arguments = (ins ZG_Tensor:$start, ZG_Tensor:$limit, ZG_Tensor:$delta);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_GatherNdOp : ZG_Op<"gather_nd", [Pure]> {
+  let summary = "ONNX GatherND";
+  let description = [{
+    The last dim of `indices` holds index tuples into the dims of `data`
+    after the first `batch_dims` (which data and indices share); the result
+    is `indices.shape[:-1] + data.shape[batch_dims + depth:]`. Negative
+    indices count from the end.
+  }];
+  let arguments = (ins ZG_Tensor:$data, ZG_IntTensor:$indices,
+                   I64Attr:$batch_dims);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_GatherElementsOp : ZG_Op<"gather_elements", [Pure]> {
+  let summary = "ONNX GatherElements";
+  let description = [{
+    `result[i...] = data[i... with dim axis replaced by indices[i...]]`; the
+    result has the indices' shape, indices have the data's rank and do not
+    exceed it off `axis`. Negative indices count from the end.
+  }];
+  let arguments = (ins ZG_Tensor:$data, ZG_IntTensor:$indices,
+                   I64Attr:$axis);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_TileOp : ZG_Op<"tile", [Pure]> {
+  let summary = "ONNX Tile";
+  let description = "The input repeated `repeats[k]` times along each dim k "
+                    "(one non-negative repeat per dim).";
+  let arguments = (ins ZG_Tensor:$input, DenseI64ArrayAttr:$repeats);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Attention.
 //===----------------------------------------------------------------------===//
 

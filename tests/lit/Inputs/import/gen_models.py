@@ -287,3 +287,31 @@ save("bad_fold_huge",
 data = open(os.path.join(HERE, "linear_matmul_add.onnx"), "rb").read()
 open(os.path.join(HERE, "bad_truncated.onnx"), "wb").write(data[: len(data) // 2])
 open(os.path.join(HERE, "bad_garbage.onnx"), "wb").write(b"\xff\xfe this is not a protobuf \x00\x01" * 4)
+# Run-time forms: each op reads the activation x (or the int64 ids), so none of them folds. Range's start
+# depends on ids, so its length comes from the declared shape of its output (a graph output here); without
+# one it is refused.
+save("runtime_ops",
+     [N("Floor", ["x"], ["fl"], name="floor"), N("Ceil", ["x"], ["ce"], name="ceil"),
+      N("Mod", ["x", "md"], ["mo"], name="mod", fmod=1),
+      N("ReduceMin", ["x", "ax"], ["rmin"], name="rmin", keepdims=0),
+      N("ReduceProd", ["x", "ax"], ["rprod"], name="rprod", keepdims=1),
+      N("CumSum", ["x", "one"], ["cs"], name="cumsum", exclusive=1),
+      N("Tile", ["x", "reps"], ["ti"], name="tile"),
+      N("GatherElements", ["x", "gi"], ["ge"], name="gather_elements", axis=2),
+      N("GatherND", ["x", "ni"], ["gn"], name="gather_nd", batch_dims=1),
+      N("ReduceMin", ["ids"], ["s"], name="start", keepdims=0),
+      N("Add", ["s", "four"], ["l"], name="limit"),
+      N("Range", ["s", "l", "onei"], ["r"], name="range")],
+     [x_in((2, 4, 8)), x_in((2, 4), "ids", I64)],
+     [y_out("fl"), y_out("ce"), y_out("mo"), y_out("rmin"), y_out("rprod"), y_out("cs"), y_out("ti"),
+      y_out("ge"), y_out("gn"), y_out("r", I64, [4])],
+     [c("md", 1.5), c("ax", [-1], np.int64), c("one", 1, np.int64), c("reps", [1, 2, 1], np.int64),
+      c("gi", [[[0, -1]] * 4] * 2, np.int64), c("ni", [[[1], [3]], [[0], [-1]]], np.int64),
+      c("four", 4, np.int64), c("onei", 1, np.int64)], opset=18)
+save("bad_range_length",
+     [N("ReduceMin", ["ids"], ["s"], name="start", keepdims=0),
+      N("Add", ["s", "four"], ["l"], name="limit"),
+      N("Range", ["s", "l", "onei"], ["r"], name="range"),
+      N("Cast", ["r"], ["y"], name="cast", to=F)],
+     [x_in((2, 4), "ids", I64)], [y_out()],
+     [c("four", 4, np.int64), c("onei", 1, np.int64)], opset=18)
