@@ -454,6 +454,8 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   plan::ZplanScheduleOptions schedule;
   schedule.dtype = f.dtype;
   pm.addPass(plan::createZplanMaterializeOutputs());
+  // Both backends' matrix products read an operand transposed.
+  pm.addPass(plan::createZplanFoldTranspose());
   // The CUDA backend has kernels for the fused steps; the CPU reference
   // backend runs the unfused ones.
   if (f.target == "cuda" && !f.noFuse)

@@ -722,8 +722,8 @@ struct Emitter {
 
     LogicalResult ok = success();
     llvm::TypeSwitch<Operation *>(op)
-        .Case([&](graph::MatmulOp) {
-          ints = {0, 0};
+        .Case([&](graph::MatmulOp m) {
+          ints = {m.getTransA() ? 1 : 0, m.getTransB() ? 1 : 0};
         })
         .Case([&](graph::LinearOp l) {
           ints = {l.getTransW() ? 1 : 0};

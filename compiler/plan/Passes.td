@@ -42,6 +42,37 @@ def ZplanMaterializeOutputs
   ];
 }
 
+def ZplanFoldTranspose : Pass<"zplan-fold-transpose", "mlir::ModuleOp"> {
+  let summary = "Fold transposes of matrix-product operands and results into the product";
+  let description = [{
+    A zg.transpose that swaps the last two dims of a zg.matmul operand becomes
+    that operand's `trans_a` / `trans_b` flag (BLAS reads the operand
+    transposed; no copy is made). A zg.transpose of the last two dims of a
+    zg.matmul result, when the transpose is the product's only user, becomes
+    the product of the swapped operands with both flags flipped:
+    (A B)^T = B^T A^T. The backward pass of every linear layer builds both
+    forms (dW = X^T dY); folding them removes a copy of an activation per layer
+    and its buffer from the memory plan. Transposes left without users are
+    erased. Operands of rank 1 are left alone. Run after sharding (the tp and
+    ZeRO rules read unflagged products), before --zplan-fuse and the schedule.
+
+    Before:
+    ```mlir
+    %t = zg.transpose %x {perm = array<i64: 1, 0>} : (tensor<8x4xbf16>) -> tensor<4x8xbf16>
+    %w = zg.matmul %t, %g : (tensor<4x8xbf16>, tensor<8x6xbf16>) -> tensor<4x6xbf16>
+    ```
+    After:
+    ```mlir
+    %w = zg.matmul %x, %g {trans_a = true} : (tensor<8x4xbf16>, tensor<8x6xbf16>) -> tensor<4x6xbf16>
+    ```
+  }];
+  let dependentDialects = ["zplan::graph::GraphDialect"];
+  let statistics = [
+    Statistic<"numOperands", "operands", "operand transposes folded">,
+    Statistic<"numResults", "results", "result transposes folded">,
+  ];
+}
+
 def ZplanFuse : Pass<"zplan-fuse", "mlir::ModuleOp"> {
   let summary = "Fuse producer/consumer pairs the CUDA kernels run as one step";
   let description = [{

@@ -400,6 +400,9 @@ Value matmul(OpBuilder &b, Location loc, Value x, Value y) {
 LogicalResult MatmulOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys,
                                        SmallVectorImpl<Value> &dxs) {
   Location loc = getLoc();
+  // Only --zplan-fold-transpose sets the flags, after the step is built.
+  if (getTransA() || getTransB())
+    return emitOpError("has no gradient rule with trans_a / trans_b set");
   // Work on the 2-D-or-more forms numpy.matmul promotes 1-D operands to.
   Shape a(rtt(getLhs()).getShape()), c(rtt(getRhs()).getShape());
   if (a.size() == 1)

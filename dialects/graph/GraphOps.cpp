@@ -126,6 +126,12 @@ LogicalResult MatmulOp::verify() {
     return emitOpError("operands have different element types");
   SmallVector<int64_t> as(a), bs(b);
   bool aVec = as.size() == 1, bVec = bs.size() == 1;
+  if ((getTransA() && aVec) || (getTransB() && bVec))
+    return emitOpError("trans_a / trans_b need an operand of rank >= 2");
+  if (getTransA())
+    std::swap(as[as.size() - 1], as[as.size() - 2]);
+  if (getTransB())
+    std::swap(bs[bs.size() - 1], bs[bs.size() - 2]);
   if (aVec)
     as.insert(as.begin(), 1);
   if (bVec)

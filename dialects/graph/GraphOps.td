@@ -154,8 +154,15 @@ def ZG_MatmulOp : ZG_Op<"matmul", [Pure, ZG_Gradient]> {
     numpy.matmul: a 1-D lhs is treated as [1, K] and a 1-D rhs as [K, 1] (the
     added dim is removed from the result); the leading (batch) dims of both
     broadcast. Result: [...batch, M, N].
+
+    `trans_a` / `trans_b` (operands of rank >= 2 only) read that operand with
+    its last two dims swapped, as the plan's matmul and BLAS do. The importer
+    and the gradient rules never set them: --zplan-fold-transpose does, after
+    sharding, in place of a zg.transpose of the operand or of the result.
   }];
-  let arguments = (ins ZG_Tensor:$lhs, ZG_Tensor:$rhs);
+  let arguments = (ins ZG_Tensor:$lhs, ZG_Tensor:$rhs,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_a,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_b);
   let results = (outs ZG_Tensor:$result);
   let hasVerifier = 1;
 }

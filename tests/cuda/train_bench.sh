@@ -4,16 +4,19 @@
 # (tests/cuda/make_train_plans.sh) with zrun and the PyTorch peers (bench/gpu/torch_train.py) side by side:
 # steady tokens/s and the process peak (zrun: planned and measured by cudaMemGetInfo; PyTorch: the process's
 # device use at the end, the allocator's cache included).
-#   bash tests/cuda/train_bench.sh [--no-check] [--no-torch] [--families] [--worlds "1 2"] [--profile]
+#   bash tests/cuda/train_bench.sh [--no-check] [--no-torch] [--families] [--worlds "1 2"] [--profile] [--kernels]
+#                                  [--plans "NAME ..."] [--modes "eager compile"]
+# --kernels: the CUDA kernel tests against the CPU reference kernels (zplan_cuda_kernels_test,
+# zplan_cuda_train_kernels_test, with the attention timings). --plans: only these benchmark plans.
 # --profile: the one-GPU plans once more without graph replay, timed per step by CUDA events
 # (ZRT_CUDA_PROFILE): where the step's time goes, by op.
 # Carry .gpu-deps (scripts/gpu-deps.sh) and .gpu-train. --families also exports tests/models/export_families.py
 # into $OUT/families. Logs go to $OUT/train-bench.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-check=1 torch=1 families=0 worlds="1 2" profile=0
+check=1 torch=1 families=0 worlds="1 2" profile=0 kernels=0 plans= modes="eager compile"
 while [[ $# -gt 0 ]]; do
-  case $1 in --no-check) check=0 ;; --no-torch) torch=0 ;; --families) families=1 ;; --profile) profile=1 ;; --worlds) worlds=$2; shift ;; esac
+  case $1 in --no-check) check=0 ;; --no-torch) torch=0 ;; --families) families=1 ;; --profile) profile=1 ;; --kernels) kernels=1 ;; --plans) plans=$2; shift ;; --modes) modes=$2; shift ;; --worlds) worlds=$2; shift ;; esac
   shift
 done
 out=/tmp/train-bench
@@ -36,11 +39,22 @@ else
 fi
 zrun=build-gpu/bin/zrun
 [[ -x $zrun ]] || { echo "no zrun"; exit 1; }
+if [[ $kernels == 1 ]]; then
+  cmake -S . -B build-gpu -DZPLAN_BUILD_TESTS=ON > "$out/cfg-tests.log" 2>&1 &&
+    ninja -C build-gpu -j"$(nproc)" zplan_cuda_kernels_test zplan_cuda_train_kernels_test > "$out/build-tests.log" 2>&1 ||
+    { grep -B2 -A12 -E "error|FAILED" "$out/build-tests.log" | head -40; }
+  for t in zplan_cuda_kernels_test zplan_cuda_train_kernels_test; do
+    CUDA_VISIBLE_DEVICES=0 timeout 180 build-gpu/bin/$t > "$out/$t.log" 2>&1
+    echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$out/$t.log" | tr '\n' ' ')"
+    grep -E "Failure|FAILED  \]|attention .*ms" "$out/$t.log" | head -20
+  done
+fi
 python3 -c "import numpy as np; r=np.random.default_rng(1)
 np.save('$out/tokens-gpt2-350m.npy', r.integers(0, 50257, (64, 1024), dtype=np.int64))
 np.save('$out/tokens-llama-1b.npy', r.integers(0, 32000, (64, 1024), dtype=np.int64))"
 while read -r name world; do
   [[ $world -gt $ngpu || " $worlds " != *" $world "* ]] && continue
+  [[ -n $plans && " $plans " != *" $name "* ]] && continue
   [[ $name == gpt2-350m* ]] && model=gpt2-350m || model=llama-1b
   # CUDA graph replay first; without it only when the capture fails.
   for graph in 1 0; do
@@ -80,7 +94,7 @@ if [[ $profile == 1 ]]; then
   done < .gpu-train/bench/manifest.txt
 fi
 if [[ $torch == 1 ]]; then
-  [[ " $worlds " == *" 1 "* ]] && CUDA_VISIBLE_DEVICES=0 timeout 300 python3 bench/gpu/torch_train.py --models gpt2-350m llama-1b 2> "$out/torch.err" | tee "$out/torch.jsonl"
+  [[ " $worlds " == *" 1 "* ]] && CUDA_VISIBLE_DEVICES=0 timeout 300 python3 bench/gpu/torch_train.py --models gpt2-350m llama-1b --modes $modes 2> "$out/torch.err" | tee "$out/torch.jsonl"
   if [[ $ngpu -ge 2 && " $worlds " == *" 2 "* ]]; then
     timeout 300 torchrun --nproc-per-node 2 bench/gpu/torch_train.py --models gpt2-350m llama-1b --dist ddp fsdp2 \
       --modes eager 2> "$out/torch2.err" | tee "$out/torch2.jsonl"

@@ -407,6 +407,11 @@ private:
     }
     // Linear algebra.
     if (name == "matmul") {
+      // The gradient rules never build transposed operands (zg.matmul's
+      // trans_a / trans_b come from a plan-level fold): refuse them here.
+      for (const char *flag : {"trans_a", "trans_b"})
+        if (auto t = op->getAttrOfType<BoolAttr>(flag); t && t.getValue())
+          return false;
       Tensor a = in(op, 0), b = in(op, 1);
       bool aVec = a.shape.size() == 1, bVec = b.shape.size() == 1;
       if (aVec)
