@@ -14,6 +14,7 @@
 #include "dialects/dist/ZdDialect.h"
 #include "dialects/graph/GraphOps.h"
 
+#include "zk/cuda_workspace.h"
 #include "zrt/plan_file.h"
 #include "zrt/plan_generated.h"
 
@@ -152,6 +153,41 @@ std::optional<PlanDType> sourceDType(Type et) {
   if (et.isF16())
     return PlanDType::F16;
   return planDTypeOf(et, PlanDType::F32);
+}
+
+/// The largest device workspace a training kernel of the plan takes on the
+/// cuda backend (zk/cuda_workspace.h, the rules the kernels size it by): the
+/// runtime allocates it beside the GEMM workspace, so the plan counts it.
+uint64_t kernelWorkspaceBytes(ArrayRef<func::FuncOp> funcs) {
+  namespace ws = zk::cuda::workspace;
+  auto shapeOf = [](Value v) { return cast<ShapedType>(v.getType()).getShape(); };
+  auto normRows = [&](Value x, int64_t axis) {
+    ArrayRef<int64_t> s = shapeOf(x);
+    int64_t rank = s.size(), rows = 1, n = 1;
+    if (axis < 0)
+      axis += rank;
+    for (int64_t d = 0; d < rank; ++d)
+      (d < axis ? rows : n) *= s[d];
+    return ws::norm_grad(rows, n);
+  };
+  uint64_t most = 0;
+  for (func::FuncOp f : funcs)
+    f.walk([&](Operation *op) {
+      uint64_t b = 0;
+      if (auto a = dyn_cast<graph::AttentionGradOp>(op)) {
+        ArrayRef<int64_t> q = shapeOf(a.getQ());
+        if (q.size() == 4)
+          b = ws::attention_grad(q[0], q[1], q[2]);
+      } else if (auto n = dyn_cast<graph::LayerNormGradOp>(op)) {
+        b = normRows(n.getInput(), n.getAxis());
+      } else if (auto r = dyn_cast<graph::RmsNormGradOp>(op)) {
+        b = normRows(r.getInput(), int64_t(shapeOf(r.getInput()).size()) - 1);
+      } else if (isa<graph::SumSquaresOp>(op)) {
+        b = ws::sum_squares();
+      }
+      most = std::max(most, b);
+    });
+  return most;
 }
 
 struct Emitter {
@@ -985,7 +1021,8 @@ struct Emitter {
     // The cuda runtime allocates exactly the plan's workspace: the GEMM workspace, then the collective
     // staging.
     if (options.backend == 1)
-      summary.memory.workspaceBytes += alignArena(stagingBytes);
+      summary.memory.workspaceBytes += alignArena(stagingBytes) +
+                                       alignArena(kernelWorkspaceBytes(lv.funcs));
     summary.memory.runtimeReserveBytes = options.reserve.reserveBytes;
     if (options.backend == 1)
       summary.memory.runtimeReserveBytes +=

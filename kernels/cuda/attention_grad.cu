@@ -19,6 +19,7 @@
 
 #include "common.cuh"
 #include "zk/cuda_train_kernels.h"
+#include "zk/cuda_workspace.h"
 
 namespace zk {
 namespace cuda {
@@ -514,7 +515,7 @@ cudaError_t attention_grad_tc(const T *q, const T *k, const T *v, const T *out, 
 
 // --- tier 3 ---------------------------------------------------------------------------------------------------
 size_t attention_grad_workspace(const In &q) {
-  return q.shape.rank == 4 ? static_cast<size_t>(q.shape.d[0] * q.shape.d[1] * q.shape.d[2]) * sizeof(float) : 0;
+  return q.shape.rank == 4 ? static_cast<size_t>(workspace::attention_grad(q.shape.d[0], q.shape.d[1], q.shape.d[2])) : 0;
 }
 
 GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, const In &dout, const In &lse,

@@ -7,6 +7,7 @@
 
 #include "common.cuh"
 #include "zk/cuda_train_kernels.h"
+#include "zk/cuda_workspace.h"
 
 namespace zk {
 namespace cuda {
@@ -21,7 +22,7 @@ using detail::store_f;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
-constexpr int kChunks = 64;  // row chunks of the deterministic column sums
+constexpr int kChunks = static_cast<int>(workspace::kNormGradChunks);  // row chunks of the column sums
 
 inline int row_threads(int64_t n) {
   if (n <= 64) return 32;
@@ -235,7 +236,7 @@ __global__ void accumulate_kernel(void *t, DType tt, const void *v, DType vt, in
   }
 }
 
-constexpr int kSsBlocks = 1024;
+constexpr int kSsBlocks = static_cast<int>(workspace::kSumSquaresBlocks);
 
 __device__ __forceinline__ double block_sum_d(double v, double *red) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -340,7 +341,7 @@ bool norm_rows(const Dims &s, int axis, int64_t *rows, int64_t *n) {
 size_t layer_norm_grad_workspace(const In &x, int axis) {
   int64_t rows, n;
   if (!norm_rows(x.shape, axis, &rows, &n)) return 0;
-  return static_cast<size_t>(2 * rows + 2 * kChunks * n) * sizeof(float);
+  return static_cast<size_t>(workspace::norm_grad(rows, n));
 }
 
 GpuStatus layer_norm_grad(const In &x, const In &scale, const In &dy, const Out &dx, const Out &dscale, const Out &dbias,
@@ -467,7 +468,7 @@ GpuStatus accumulate(const Out &target, const In &value, cudaStream_t s) {
   return {};
 }
 
-size_t sum_squares_workspace() { return kSsBlocks * sizeof(double); }
+size_t sum_squares_workspace() { return static_cast<size_t>(workspace::sum_squares()); }
 
 GpuStatus sum_squares(const In &x, const Out &out, void *ws, cudaStream_t s) {
   if (!is_float(x.dtype)) return kernel_failure("sum_squares: x must be float");
