@@ -10,6 +10,9 @@
 #           with a message naming the file.
 #   kill:   a save paused between files (ZRT_CHECKPOINT_PAUSE_MS) is killed with SIGKILL while rank files
 #           are half written; `latest` still names the previous checkpoint, which resumes to the same losses.
+#   bf16:   a --dtype bf16 checkpoint resumes exactly under its plan, and under zero 3 within 2e-2.
+#   kill-random: six runs saving after every step, each with a rank killed at a random moment; every restart
+#           loads what `latest` names, and the last one continues with the straight run's losses.
 # Usage: checkpoint.sh BIN_DIR MODELS_DIR WORK_DIR "MPIRUN..." MODE [MODEL] [ARGS...]
 set -euo pipefail
 bin=$1 models=$2 work=$3 mpirun=$4 mode=$5; shift 5
@@ -166,6 +169,58 @@ kill)
   echo "ok: latest still names $before"
   train p 2 --steps 10 --resume ck --losses-out second.npy
   compare 1e-6 straight.npy first.npy second.npy
+  ;;
+bf16)
+  # --dtype bf16: bf16 parameters beside fp32 master parts and moments. The same plan resumes exactly; a
+  # zero-3 plan (bf16 shards, fp32 masters) loads the zero-1 checkpoint within the tolerance of the bf16
+  # training tests (its own reduction order differs).
+  flags+=(--dtype bf16)
+  compile src 1 1 2
+  train src 2 --steps 10 --losses-out straight.npy >/dev/null
+  train src 2 --steps 5 --save-dir ck --save-every 5 --losses-out first.npy >/dev/null
+  train src 2 --steps 10 --resume ck --losses-out same.npy | grep resumed
+  compare 1e-6 straight.npy first.npy same.npy
+  compile dst 1 3 2
+  train dst 2 --steps 10 --resume ck --losses-out other.npy | grep resumed
+  compare 2e-2 straight.npy first.npy other.npy
+  ;;
+kill-random)
+  # Saves after every step, each paused 10 ms per slice; a rank is killed at a random moment (a seeded
+  # sequence), six times over. Every restart resumes from whatever `latest` names, which must always load;
+  # the run that finally completes gives the straight run's losses from its checkpoint on.
+  compile p 1 1 2
+  train p 2 --steps 10 --losses-out straight.npy >/dev/null
+  train p 2 --steps 1 --save-dir ck --save-every 1 >/dev/null
+  RANDOM=20261130
+  for round in 1 2 3 4 5 6; do
+    ZRT_CHECKPOINT_PAUSE_MS=10 $mpirun -x ZRT_CHECKPOINT_PAUSE_MS -np 2 "$bin/zrun" p.zplan --train --data "$ids" \
+      --timeout 120 --steps 10 --resume ck --save-dir ck --save-every 1 >"round$round.log" 2>&1 &
+    job=$!
+    delay=$((300 + RANDOM % 4700))
+    sleep "$((delay / 1000)).$(printf %03d $((delay % 1000)))"
+    victim=$(pgrep -P "$job" -f "zrun p.zplan" | sed -n "$((1 + RANDOM % 2))p" || true)
+    [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null || true
+    set +e
+    wait "$job"
+    rc=$?
+    set -e
+    echo "round $round: killed ${victim:-nothing} after ${delay} ms (exit $rc);" \
+      "$(grep -o 'resumed from [^:]*' "round$round.log" || echo '?'); latest is now $(cat ck/latest)"
+    grep -q "error" "round$round.log" && grep "error" "round$round.log" | grep -v "MPI_ABORT\|mpirun" | head -3 || true
+    if grep -q -- "--resume:" "round$round.log"; then echo "FAIL: latest did not load"; cat "round$round.log"; exit 1; fi
+  done
+  at=$(sed 's/step-0*//; s/\..*//' ck/latest)
+  train p 2 --steps 10 --resume ck --losses-out tail.npy | grep resumed
+  "$python" - "$at" <<'PY'
+import sys
+import numpy as np
+at = int(sys.argv[1])
+ref, got = np.load("straight.npy")[at:], np.load("tail.npy")
+assert got.shape == ref.shape, (got.shape, ref.shape)
+rel = np.abs(got - ref) / np.abs(ref) if got.size else np.zeros(1)
+print(f"steps {at + 1}-10 after the kills: max relative difference {rel.max():.3g} from the straight run (tolerance 1e-6)")
+sys.exit(0 if rel.max() <= 1e-6 else "FAIL: the losses after the kills differ")
+PY
   ;;
 *)
   echo "unknown mode $mode"
