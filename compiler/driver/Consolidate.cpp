@@ -24,6 +24,7 @@
 #include "checkpoint/format.h"
 
 #include "onnx/onnx_pb.h"
+#include <google/protobuf/unknown_field_set.h>
 
 #include <CLI/CLI.hpp>
 
@@ -34,7 +35,9 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <cctype>
 #include <map>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -215,24 +218,333 @@ const char *safetensorsDtype(zrt::DType t) {
   }
 }
 
+/// The name a tensor gets in the safetensors output, and whether it is
+/// stored transposed there (2-D only).
+struct OutName {
+  std::string name;
+  bool transpose = false;
+};
+
+bool loadModel(const std::string &path, onnx::ModelProto *model,
+               std::string *err) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *err = "cannot open the source model '" + path +
+           "' (pass --model MODEL.onnx)";
+    return false;
+  }
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  if (!model->ParseFromString(bytes)) {
+    *err = "'" + path + "' is not an ONNX model";
+    return false;
+  }
+  return true;
+}
+
+std::string metadata(const google::protobuf::RepeatedPtrField<
+                         onnx::StringStringEntryProto> &props,
+                     const std::string &key) {
+  for (const auto &p : props)
+    if (p.key() == key)
+      return p.value();
+  return "";
+}
+
+/// A metadata_props entry of a message whose metadata_props field (NodeProto:
+/// 9, GraphProto: 16) is newer than the ONNX classes this builds with, so that
+/// protobuf keeps it among the message's unknown fields: each is a length-delimited StringStringEntryProto
+/// (key = field 1, value = field 2), decoded here from the wire format.
+std::string unknownMetadata(const google::protobuf::UnknownFieldSet &u,
+                            int number, const std::string &key) {
+  auto varint = [](const std::string &b, size_t &at, uint64_t *v) {
+    *v = 0;
+    for (int shift = 0; at < b.size() && shift < 64; shift += 7) {
+      uint8_t c = uint8_t(b[at++]);
+      *v |= uint64_t(c & 0x7F) << shift;
+      if (!(c & 0x80))
+        return true;
+    }
+    return false;
+  };
+  for (int f = 0; f < u.field_count(); ++f) {
+    const google::protobuf::UnknownField &field = u.field(f);
+    if (field.number() != number ||
+        field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
+      continue;
+    const std::string &entry = field.length_delimited();
+    std::string k, v;
+    for (size_t j = 0; j < entry.size();) {
+      uint64_t tag = 0, len = 0;
+      // Both fields of the entry are strings (wire type 2); anything else
+      // means this is not the entry expected.
+      if (!varint(entry, j, &tag) || (tag & 7) != 2 || !varint(entry, j, &len) ||
+          len > entry.size() - j)
+        break;
+      std::string bytes = entry.substr(j, size_t(len));
+      j += size_t(len);
+      if ((tag >> 3) == 1)
+        k = bytes;
+      else if ((tag >> 3) == 2)
+        v = bytes;
+    }
+    if (k == key)
+      return v;
+  }
+  return "";
+}
+
+std::string nodeMetadata(const onnx::NodeProto &n, const std::string &key) {
+  return unknownMetadata(n.unknown_fields(), 9, key);
+}
+
+/// GraphProto.metadata_props is field 16, equally newer than these classes.
+std::string graphMetadata(const onnx::GraphProto &g, const std::string &key) {
+  return unknownMetadata(g.unknown_fields(), 16, key);
+}
+
+/// Splits a torch.export placeholder name (a parameter's dotted name with
+/// every '.' made '_', after "p_") back into dotted components, choosing the
+/// split whose components are known (from the model's dotted names, digits)
+/// wherever possible: "m_transformer_h_0_ln_2_weight" with "ln_1" known gives
+/// "m.transformer.h.0.ln_2.weight". Used only when the export carries no
+/// graph signature.
+std::string undoPlaceholder(const std::string &ph,
+                            const std::set<std::string> &known) {
+  std::vector<std::string> tok;
+  std::stringstream ss(ph);
+  for (std::string t; std::getline(ss, t, '_');)
+    tok.push_back(t);
+  size_t n = tok.size();
+  // best[i]: (unknown components, components) of the best split of tok[i..].
+  std::vector<std::pair<int, int>> best(n + 1, {1 << 20, 0});
+  std::vector<size_t> next(n + 1, n);
+  best[n] = {0, 0};
+  for (size_t i = n; i-- > 0;) {
+    std::string comp;
+    for (size_t j = i; j < n; ++j) {
+      comp += (j > i ? "_" : "") + tok[j];
+      bool digits = comp.find_first_not_of("0123456789") == std::string::npos;
+      int unknown = known.count(comp) || digits ? 0 : 1;
+      std::pair<int, int> c = {best[j + 1].first + unknown,
+                               best[j + 1].second + 1};
+      // Fewer unknown components, then fewer components: "ln_2" stays one
+      // component rather than an unknown "ln" and a digit.
+      if (c.first < best[i].first ||
+          (c.first == best[i].first && c.second < best[i].second)) {
+        best[i] = c;
+        next[i] = j + 1;
+      }
+    }
+  }
+  std::string out;
+  for (size_t i = 0; i < n; i = next[i]) {
+    std::string comp;
+    for (size_t j = i; j < next[i]; ++j)
+      comp += (j > i ? "_" : "") + tok[j];
+    out += (out.empty() ? "" : ".") + comp;
+  }
+  return out;
+}
+
+/// The module parameter names (Hugging Face names) of the trained tensors,
+/// from the metadata torch.onnx.export(dynamo=True) writes: each node's
+/// `pkg.torch.onnx.fx_node` names the parameters (`%p_...` placeholders) it
+/// read, the model's graph signature maps placeholders to names, and the
+/// name scopes with their classes give the wrapper prefix to drop (the scopes
+/// above the first transformers class). An initializer the exporter
+/// materialised as a transposed copy for a MatMul of aten.linear is written
+/// transposed, in the module's own layout.
+bool hfNames(const std::vector<Param> &params, const std::string &modelPath,
+             std::vector<OutName> *out, std::string *err) {
+  onnx::ModelProto model;
+  if (!loadModel(modelPath, &model, err))
+    return false;
+  const onnx::GraphProto &g = model.graph();
+  std::map<std::string, std::string> signature;
+  // torch.onnx writes the signature on the graph; older exports on the model.
+  std::string sig = graphMetadata(g, "pkg.torch.export.ExportedProgram.graph_signature");
+  if (sig.empty())
+    sig = metadata(model.metadata_props(),
+                   "pkg.torch.export.ExportedProgram.graph_signature");
+  std::stringstream lines(sig);
+  for (std::string line; std::getline(lines, line);) {
+    size_t colon = line.find(": PARAMETER target='");
+    if (colon == std::string::npos)
+      continue;
+    size_t b = colon + std::strlen(": PARAMETER target='"),
+           e = line.find('\'', b);
+    if (e != std::string::npos)
+      signature[line.substr(0, colon)] = line.substr(b, e - b);
+  }
+  std::set<std::string> inits, known;
+  for (const auto &t : g.initializer())
+    inits.insert(t.name());
+  for (const std::string &name : inits) {
+    if (name.find('.') == std::string::npos)
+      continue;
+    std::stringstream ss(name);
+    for (std::string c; std::getline(ss, c, '.');)
+      known.insert(c);
+  }
+  std::map<std::string, std::vector<const onnx::NodeProto *>> readers;
+  std::string prefix;
+  bool prefixFound = false;
+  for (const auto &n : g.node()) {
+    for (const std::string &x : n.input()) {
+      auto &v = readers[x];
+      if (v.empty() || v.back() != &n)
+        v.push_back(&n);
+    }
+    if (prefixFound)
+      continue;
+    // Python-list text: ['', 'm', 'm.model', ...] and the classes beside them.
+    auto list = [](const std::string &text) {
+      std::vector<std::string> r;
+      for (size_t i = 0; (i = text.find('\'', i)) != std::string::npos;) {
+        size_t e = text.find('\'', i + 1);
+        if (e == std::string::npos)
+          break;
+        r.push_back(text.substr(i + 1, e - i - 1));
+        i = e + 1;
+      }
+      return r;
+    };
+    std::vector<std::string> scopes = list(
+        nodeMetadata(n, "pkg.torch.onnx.name_scopes"));
+    std::vector<std::string> classes = list(
+        nodeMetadata(n, "pkg.torch.onnx.class_hierarchy"));
+    for (size_t i = 0; i < scopes.size() && i < classes.size(); ++i)
+      if (classes[i].rfind("transformers.", 0) == 0) {
+        prefix = scopes[i].empty() ? "" : scopes[i] + ".";
+        prefixFound = true;
+        break;
+      }
+  }
+  auto targetOf = [&](const std::string &ph) {
+    auto it = signature.find(ph);
+    if (it != signature.end())
+      return it->second;
+    return undoPlaceholder(ph.substr(2), known);
+  };
+  auto placeholders = [](const onnx::NodeProto &n) {
+    std::vector<std::string> r;
+    std::string fx = nodeMetadata(n, "pkg.torch.onnx.fx_node");
+    size_t args = fx.find("args = (");
+    for (size_t i = args; i != std::string::npos &&
+                          (i = fx.find("%p_", i)) != std::string::npos;) {
+      size_t e = i + 1;
+      while (e < fx.size() && (std::isalnum((unsigned char)fx[e]) || fx[e] == '_'))
+        ++e;
+      r.push_back(fx.substr(i + 1, e - i - 1));
+      i = e;
+    }
+    return r;
+  };
+  auto lastPart = [](const std::string &name) {
+    size_t d = name.rfind('.');
+    return d == std::string::npos ? name : name.substr(d + 1);
+  };
+  std::set<std::string> targets;
+  for (const auto &kv : signature)
+    targets.insert(kv.second);
+  out->assign(params.size(), OutName());
+  std::map<std::string, size_t> done;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string &p = params[i].name;
+    std::string base = p;
+    int k = -1;
+    size_t hash = p.rfind('#');
+    if (hash != std::string::npos && inits.count(p.substr(0, hash))) {
+      base = p.substr(0, hash);
+      k = std::atoi(p.c_str() + hash + 1);
+    }
+    OutName &o = (*out)[i];
+    // An initializer named as a parameter (the exporter names them so).
+    if (k < 0 && inits.count(p) &&
+        (targets.count(p) || (signature.empty() && p.find('.') != std::string::npos))) {
+      o.name = p;
+    } else if (inits.count(base)) {
+      const auto &users = readers[base];
+      std::vector<const onnx::NodeProto *> look;
+      if (k >= 0 && k < int(users.size()))
+        look.push_back(users[size_t(k)]);
+      else if (k < 0)
+        look = users;
+      for (const onnx::NodeProto *n : look) {
+        for (const std::string &ph : placeholders(*n)) {
+          std::string t = targetOf(ph);
+          bool linear = n->op_type() == "MatMul" &&
+                        nodeMetadata(*n, "pkg.torch.onnx.fx_node")
+                                .find("aten.linear") != std::string::npos;
+          if (k >= 0 ? lastPart(t) == lastPart(base)
+                     : (linear && lastPart(t) == "weight")) {
+            o.name = t;
+            o.transpose = k < 0 && linear && params[i].shape.size() == 2;
+            break;
+          }
+        }
+        if (!o.name.empty())
+          break;
+      }
+    }
+    if (o.name.empty())
+      continue;  // restored biases are named after their weights below
+    done[p] = i;
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    OutName &o = (*out)[i];
+    const std::string &p = params[i].name;
+    const std::string bias = ".bias", weight = ".weight";
+    if (o.name.empty() && p.size() > bias.size() &&
+        p.compare(p.size() - bias.size(), bias.size(), bias) == 0) {
+      auto it = done.find(p.substr(0, p.size() - bias.size()) + weight);
+      const std::string &w = it == done.end() ? std::string() : (*out)[it->second].name;
+      if (w.size() > weight.size() &&
+          w.compare(w.size() - weight.size(), weight.size(), weight) == 0)
+        o.name = w.substr(0, w.size() - weight.size()) + bias;
+    }
+    if (o.name.empty()) {
+      *err = "--hf-names: no module parameter name for '" + p + "' in the "
+             "export metadata of '" + modelPath + "' (write it without "
+             "--hf-names)";
+      return false;
+    }
+    if (!prefix.empty() && o.name.rfind(prefix, 0) == 0)
+      o.name = o.name.substr(prefix.size());
+  }
+  std::set<std::string> seen;
+  for (const OutName &o : *out)
+    if (!seen.insert(o.name).second) {
+      *err = "--hf-names: two tensors map to '" + o.name + "'";
+      return false;
+    }
+  return true;
+}
+
 /// safetensors: an 8-byte little-endian header length, the JSON header
 /// (name -> dtype, shape, data_offsets; __metadata__), then the data. The
 /// offsets follow from the shapes, so the header is written first and the
 /// tensors streamed after it.
 int writeSafetensors(const ckpt::Manifest &m, const std::vector<Param> &params,
-                     const std::string &out, bool progress) {
+                     const std::vector<OutName> &names, const std::string &out,
+                     bool progress) {
   std::string header = "{\"__metadata__\":{\"format\":\"pt\",\"zplan.producer\":" +
                        jsonString(m.get().producer() ? m.get().producer()->str()
                                                      : "") +
                        ",\"zplan.step\":\"" + std::to_string(m.get().step()) +
                        "\"}";
   uint64_t at = 0;
-  for (const Param &p : params) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Param &p = params[i];
     uint64_t bytes = p.numel() * zrt::dtype_size(p.dtype);
-    header += "," + jsonString(p.name) + ":{\"dtype\":\"" +
+    std::vector<int64_t> shape = p.shape;
+    if (names[i].transpose)
+      std::reverse(shape.begin(), shape.end());
+    header += "," + jsonString(names[i].name) + ":{\"dtype\":\"" +
               safetensorsDtype(p.dtype) + "\",\"shape\":[";
-    for (size_t k = 0; k < p.shape.size(); ++k)
-      header += (k ? "," : "") + std::to_string(p.shape[k]);
+    for (size_t k = 0; k < shape.size(); ++k)
+      header += (k ? "," : "") + std::to_string(shape[k]);
     header += "],\"data_offsets\":[" + std::to_string(at) + "," +
               std::to_string(at + bytes) + "]}";
     at += bytes;
@@ -252,12 +564,22 @@ int writeSafetensors(const ckpt::Manifest &m, const std::vector<Param> &params,
   st = files.check_all();
   if (!st.ok())
     return fail(st.message());
-  std::vector<uint8_t> buf;
+  std::vector<uint8_t> buf, flipped;
   Progress bar(params.size(), progress);
   for (size_t i = 0; i < params.size(); ++i) {
     st = assemble(files, m, params[i], params[i].dtype, buf);
     if (!st.ok())
       return fail(st.message());
+    if (names[i].transpose) {
+      // [rows, cols] -> [cols, rows], element by element.
+      size_t es = zrt::dtype_size(params[i].dtype);
+      size_t rows = size_t(params[i].shape[0]), cols = size_t(params[i].shape[1]);
+      flipped.resize(buf.size());
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < cols; ++c)
+          std::memcpy(&flipped[(c * rows + r) * es], &buf[(r * cols + c) * es], es);
+      buf.swap(flipped);
+    }
     f.append(buf.data(), buf.size());
     bar.update(i + 1, f.offset, params[i].name);
   }
@@ -320,17 +642,10 @@ void moveNode(onnx::GraphProto &g, int from, int to) {
 int writeOnnx(const ckpt::Manifest &m, const std::vector<Param> &params,
               const std::string &modelPath, const std::string &out,
               bool progress) {
-  std::ifstream in(modelPath, std::ios::binary);
-  if (!in)
-    return fail("cannot open the source model '" + modelPath +
-                "' (pass --model MODEL.onnx)");
-  std::string bytes((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
   onnx::ModelProto model;
-  if (!model.ParseFromString(bytes))
-    return fail("'" + modelPath + "' is not an ONNX model");
-  bytes.clear();
-  bytes.shrink_to_fit();
+  std::string err;
+  if (!loadModel(modelPath, &model, &err))
+    return fail(err);
   onnx::GraphProto &g = *model.mutable_graph();
 
   auto initIndex = [&](const std::string &name) {
@@ -565,6 +880,10 @@ CLI::App *driver::addConsolidateCommand(CLI::App &app,
                   "external data; safetensors: the trained tensors by name")
       ->check(CLI::IsMember({"onnx", "safetensors"}))
       ->capture_default_str();
+  cmd->add_flag("--hf-names", opts.hfNames,
+                "--format safetensors: name tensors as the exported module's "
+                "parameters (Hugging Face names, from torch.onnx's export "
+                "metadata in the source model), in the module's layout");
   cmd->add_flag("--no-progress", opts.noProgress,
                 "No progress bar (there is none unless stderr is a terminal)");
   return cmd;
@@ -584,11 +903,23 @@ int driver::consolidateCommand(const ConsolidateOptions &opts) {
   std::string out = opts.output;
   if (out.empty())
     out = opts.format == "onnx" ? "trained.onnx" : "trained.safetensors";
-  if (opts.format == "safetensors")
-    return writeSafetensors(*m, params, out, !opts.noProgress);
   std::string model = opts.model;
   if (model.empty())
     model = m->get().model() ? m->get().model()->str() : "";
+  if (opts.hfNames && opts.format != "safetensors")
+    return fail("--hf-names goes with --format safetensors");
+  if (opts.format == "safetensors") {
+    std::vector<OutName> names(params.size());
+    for (size_t i = 0; i < params.size(); ++i)
+      names[i].name = params[i].name;
+    std::string err;
+    if (opts.hfNames && model.empty())
+      return fail("--hf-names: checkpoint '" + dir + "' does not record its "
+                  "source model: pass --model MODEL.onnx");
+    if (opts.hfNames && !hfNames(params, model, &names, &err))
+      return fail(err);
+    return writeSafetensors(*m, params, names, out, !opts.noProgress);
+  }
   if (model.empty())
     return fail("checkpoint '" + dir + "' does not record its source model: "
                 "pass --model MODEL.onnx");

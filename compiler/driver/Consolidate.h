@@ -1,7 +1,7 @@
 //===- Consolidate.h - zplan consolidate ------------------------*- C++ -*-===//
 //
 // zplan consolidate CHECKPOINT [-o OUT] [--model MODEL.onnx]
-//                   [--format onnx|safetensors] [--no-progress]
+//                   [--format onnx|safetensors [--hf-names]] [--no-progress]
 //
 // Writes the full trained parameters of a sharded checkpoint
 // (docs/checkpoint-format.md), tensor by tensor, either into the source ONNX
@@ -26,6 +26,7 @@ struct ConsolidateOptions {
   std::string output;
   std::string model;
   std::string format = "onnx";
+  bool hfNames = false;
   bool noProgress = false;
 };
 

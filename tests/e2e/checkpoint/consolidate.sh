@@ -3,7 +3,8 @@
 #   roundtrip MODEL: train 6 steps at (tp 2, zero 3, world 4) saving after step 5; consolidate that
 #     checkpoint to ONNX and safetensors; onnxruntime's loss on the consolidated model equals zrun's step-6
 #     loss (the step-5 weights on step 6's batch); zrun's forward pass of the consolidated model (compiled
-#     by zplan) equals onnxruntime's logits; the safetensors tensors equal the ONNX initializers; without a
+#     by zplan) equals onnxruntime's logits; the safetensors tensors equal the ONNX initializers, and with
+#     --hf-names carry the exported module's parameter names; without a
 #     terminal there is no progress bar, on one (script(1)) there is.
 #   memory: the peak RSS of consolidating a 200 MiB model stays near its largest tensor (24 MiB).
 # Usage: consolidate.sh BIN_DIR MODELS_DIR WORK_DIR "MPIRUN..." MODE [MODEL]
@@ -29,6 +30,8 @@ roundtrip)
   "$bin/zplan" consolidate ck --format safetensors -o trained.safetensors
   "$python" "$here/consolidate_check.py" roundtrip trained.onnx losses.npy "$m/input_ids.npy" trained.safetensors \
     ort_logits.npy
+  "$bin/zplan" consolidate ck --format safetensors --hf-names -o hf.safetensors
+  "$python" "$here/consolidate_check.py" hfnames "$m/model.onnx" trained.safetensors hf.safetensors
   "$bin/zplan" trained.onnx --batch 2 --seq 16 -o forward.zplan 2>/dev/null
   "$bin/zrun" forward.zplan --input "input_ids=$m/input_ids.npy" --expect logits=ort_logits.npy --tolerance 1e-4 |
     grep "vs ort_logits"
