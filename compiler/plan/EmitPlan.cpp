@@ -817,6 +817,14 @@ struct Emitter {
           ints = {a.getCausal() ? 1 : 0};
           floats = {a.getScale().convertToDouble()};
         })
+        .Case([&](graph::SampleOp) {
+          // Under a batch split over dp the rows are this rank's part; the
+          // sampler then numbers them globally (docs/sampling.md).
+          if (llvm::any_of(func.getArguments(), [&](BlockArgument a) {
+                return func.getArgAttr(a.getArgNumber(), "zd.batch_split");
+              }))
+            ints = {1};
+        })
         .Case([&](dist::AllGatherOp g) { ints = {int64_t(g.getDim())}; })
         .Case([&](dist::LocalSliceOp l) { ints = {int64_t(l.getDim())}; })
         .Case([&](dist::AllReduceOp r) {

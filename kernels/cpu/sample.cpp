@@ -104,7 +104,7 @@ Result sample(const In &logits, const SampleParams &p, const Out &ids, float *sc
       out[b] = argmax;
       continue;
     }
-    const uint64_t r = zs::scale_draw(zs::draw_bits(p.seed, p.step, b), kept);
+    const uint64_t r = zs::scale_draw(zs::draw_bits(p.seed, p.step, p.row_offset + b), kept);
     uint64_t cum = 0;
     int64_t pick = argmax;
     for (int64_t i = 0; i < v; ++i) {

@@ -89,7 +89,7 @@ struct Hist {
 
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(const void *x, DType t, int64_t v, const float *temperature, const int64_t *top_k, const float *top_p,
-                  const int64_t *seed, const int64_t *step, int64_t *ids) {
+                  const int64_t *seed, const int64_t *step, int64_t row_offset, int64_t *ids) {
   __shared__ ull red[kWarps];
   __shared__ Hist hist;
   __shared__ ull s_prefix, s_above;
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     if (threadIdx.x == 0) ids[b] = argmax;
     return;
   }
-  const ull r = zs::scale_draw(zs::draw_bits(*seed, *step, b), kept);
+  const ull r = zs::scale_draw(zs::draw_bits(*seed, *step, row_offset + b), kept);
   __shared__ long long s_pick;
   if (threadIdx.x == 0) s_pick = argmax;  // replaced below by exactly one thread
   ull run = 0;                            // the same in every thread
@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(kSampleThreads)
 }  // namespace
 
 GpuStatus sample(const In &logits, const In &temperature, const In &top_k, const In &top_p, const In &seed,
-                 const In &step, const Out &ids, cudaStream_t s) {
+                 const In &step, const Out &ids, int64_t row_offset, cudaStream_t s) {
   if (logits.shape.rank != 2 || logits.shape[1] < 1) return kernel_failure("sample: logits must be [B, V] with V >= 1");
   if (!is_float(logits.dtype)) return kernel_failure("sample: logits must be float");
   if (logits.shape[1] > zs::kMaxVocab) return kernel_failure("sample: the vocabulary is larger than 2^23");
@@ -265,7 +265,7 @@ GpuStatus sample(const In &logits, const In &temperature, const In &top_k, const
   sample_kernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, s>>>(
       logits.data, logits.dtype, logits.shape[1], static_cast<const float *>(temperature.data),
       static_cast<const int64_t *>(top_k.data), static_cast<const float *>(top_p.data),
-      static_cast<const int64_t *>(seed.data), static_cast<const int64_t *>(step.data),
+      static_cast<const int64_t *>(seed.data), static_cast<const int64_t *>(step.data), row_offset,
       static_cast<int64_t *>(ids.data));
   ZK_CUDA_TRY(detail::launched());
   return {};

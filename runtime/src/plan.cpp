@@ -898,6 +898,7 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       if (!is_fl(I(0).dtype)) return bad("logits must be float");
       if (l[1] > (int64_t{1} << 23)) return bad("the vocabulary is larger than 2^23, the sampler's limit");
       if (O().shape != Shape{l[0]} || O().dtype != DType::i64) return bad("ids must be i64 [B]");
+      if (nints == 1 && ints(0) != 0 && ints(0) != 1) return bad("batch_split must be 0 or 1");
       static const char *const names[] = {"temperature", "top_k", "top_p", "seed", "step"};
       for (int k = 1; k <= 5; ++k) {
         const bool want_int = k == 2 || k == 4 || k == 5;

@@ -32,12 +32,12 @@ int64_t compare_kernels(const zt::HostT &logits, const Knobs &k) {
   const int64_t rows = logits.shape[0];
   zt::HostT want(zk::DType::i64, zk::Dims{rows});
   std::vector<float> scratch(zk::cpu::sample_scratch(logits.in()));
-  const zk::cpu::SampleParams p{k.temperature, k.top_k, k.top_p, k.seed, k.step};
+  const zk::cpu::SampleParams p{k.temperature, k.top_k, k.top_p, k.seed, k.step, k.seed & 3};
   EXPECT_TRUE(zk::cpu::sample(logits.in(), p, want.out(), scratch.data()).ok());
   zt::DevT dl(logits), dt(scalar_f32(k.temperature)), dk(scalar_i64(k.top_k)), dp(scalar_f32(k.top_p)),
       ds(scalar_i64(k.seed)), dst(scalar_i64(k.step)), dids(zk::DType::i64, zk::Dims{rows});
   const zk::cuda::GpuStatus st =
-      zk::cuda::sample(dl.in(), dt.in(), dk.in(), dp.in(), ds.in(), dst.in(), dids.out(), nullptr);
+      zk::cuda::sample(dl.in(), dt.in(), dk.in(), dp.in(), ds.in(), dst.in(), dids.out(), k.seed & 3, nullptr);
   EXPECT_TRUE(st.ok()) << st.message;
   const zt::HostT got = dids.download();
   for (int64_t b = 0; b < rows; ++b) {

@@ -29,7 +29,7 @@ struct Knobs {
 /// that the arg max's tie rule and the cut-offs are exercised.
 inline std::vector<float> tied_logits(int64_t b, int64_t v, uint64_t seed) {
   std::vector<float> l = lcg(static_cast<size_t>(b * v), seed);
-  for (float& x : l) x *= 4.0f;
+  for (float &x : l) x *= 4.0f;
   for (int64_t i = 0; i < b * v; ++i)
     if (i % 7 == 3 && i % v > 0) l[i] = l[i - 1];
   return l;
@@ -38,7 +38,7 @@ inline std::vector<float> tied_logits(int64_t b, int64_t v, uint64_t seed) {
 /// One sample instruction: logits [b, v] of dtype dt (f32 or bf16, rounded from tied_logits), the five
 /// scalars as inputs, ids [b] as the output "ids". tp > 1 replicates everything over a tp group (the logits
 /// reaching sample are whole).
-inline Case sample_plan(int64_t b, int64_t v, fb::DType dt, const Knobs& k, uint64_t seed, int tp = 1) {
+inline Case sample_plan(int64_t b, int64_t v, fb::DType dt, const Knobs &k, uint64_t seed, int tp = 1) {
   Case c;
   c.p.tp = tp;
   const int logits = c.p.input("logits", dt, {b, v}, false);
@@ -47,8 +47,7 @@ inline Case sample_plan(int64_t b, int64_t v, fb::DType dt, const Knobs& k, uint
   for (int64_t i = 0; i < b * v; ++i) zk::store_f32(bytes.data(), static_cast<zk::DType>(dt), i, l[i]);
   c.data["logits"] = bytes;
   const int t = c.scalar("temperature", F, k.temperature), kk = c.scalar("top_k", I64, 0.0);
-  const int p = c.scalar("top_p", F, k.top_p), s = c.scalar("seed", I64, 0.0),
-            st = c.scalar("step", I64, 0.0);
+  const int p = c.scalar("top_p", F, k.top_p), s = c.scalar("seed", I64, 0.0), st = c.scalar("step", I64, 0.0);
   // Exact 64-bit values (Case::scalar goes through a double).
   std::memcpy(c.data["top_k"].data(), &k.top_k, 8);
   std::memcpy(c.data["seed"].data(), &k.seed, 8);

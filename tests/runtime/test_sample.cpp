@@ -27,10 +27,10 @@ using namespace zrt_test::sample_cases;
 
 namespace {
 
-zk::cpu::SampleParams params(const Knobs& k) { return {k.temperature, k.top_k, k.top_p, k.seed, k.step}; }
+zk::cpu::SampleParams params(const Knobs &k) { return {k.temperature, k.top_k, k.top_p, k.seed, k.step}; }
 
 /// Draws ids for `rows` rows of logits (f32 storage) with the reference kernel.
-std::vector<int64_t> draw(const std::vector<float>& logits, int64_t rows, int64_t v, const Knobs& k) {
+std::vector<int64_t> draw(const std::vector<float> &logits, int64_t rows, int64_t v, const Knobs &k) {
   std::vector<int64_t> ids(static_cast<size_t>(rows), -1);
   zk::In l{logits.data(), zk::DType::f32, zk::Dims{rows, v}};
   zk::Out o{ids.data(), zk::DType::i64, zk::Dims{rows}};
@@ -41,7 +41,7 @@ std::vector<int64_t> draw(const std::vector<float>& logits, int64_t rows, int64_
 }
 
 /// The arg max of a row, lowest index on ties; NaN never wins unless the row has nothing else.
-int64_t argmax_oracle(const float* row, int64_t v) {
+int64_t argmax_oracle(const float *row, int64_t v) {
   int64_t best = 0;
   double bv = -INFINITY;
   bool found = false;
@@ -60,8 +60,7 @@ int64_t argmax_oracle(const float* row, int64_t v) {
 /// then the nucleus: the largest-first prefix whose probability above each member is below top_p (the
 /// first always stays), renormalised. Returns probability per token (0 outside the set) and the smallest
 /// distance of a cumulative sum from top_p, so that a test can make sure no member sits on the boundary.
-std::vector<double> target(const std::vector<float>& l, double t, int64_t top_k, double top_p,
-                           double* margin) {
+std::vector<double> target(const std::vector<float> &l, double t, int64_t top_k, double top_p, double *margin) {
   const int64_t v = static_cast<int64_t>(l.size());
   std::vector<int64_t> order(static_cast<size_t>(v));
   std::iota(order.begin(), order.end(), 0);
@@ -109,7 +108,7 @@ TEST(SamplePhilox, KnownAnswerVectors) {
        {0xa4093822, 0x299f31d0},
        {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
   };
-  for (const Kat& k : kats) {
+  for (const Kat &k : kats) {
     const zk::sample::Philox4x32 o =
         zk::sample::philox4x32_10({{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}}, k.key[0], k.key[1]);
     for (int i = 0; i < 4; ++i)
@@ -117,8 +116,7 @@ TEST(SamplePhilox, KnownAnswerVectors) {
   }
   // draw_bits is words 0 and 1 of the block at key = seed, counter = (step low, step high, row, 0).
   const zk::sample::Philox4x32 o = zk::sample::philox4x32_10({{5, 1, 9, 0}}, 0x89abcdefu, 0x01234567u);
-  EXPECT_EQ(zk::sample::draw_bits(0x0123456789abcdefLL, (int64_t{1} << 32) + 5, 9),
-            (uint64_t{o.v[1]} << 32) | o.v[0]);
+  EXPECT_EQ(zk::sample::draw_bits(0x0123456789abcdefLL, (int64_t{1} << 32) + 5, 9), (uint64_t{o.v[1]} << 32) | o.v[0]);
 }
 
 TEST(SampleWeight, MatchesExpInDouble) {
@@ -147,8 +145,7 @@ TEST(SampleKernel, GreedyIsArgmaxLowestIndexOnTies) {
   for (int64_t i = 0; i < v; ++i) l[4 * v + i] = 0.25f;
   for (float t : {0.0f, -1.0f, NAN}) {
     const std::vector<int64_t> ids = draw(l, rows, v, {t, 0, 1.0f, 1, 0});
-    for (int64_t b = 0; b < rows; ++b)
-      EXPECT_EQ(ids[b], argmax_oracle(&l[b * v], v)) << "row " << b << " T " << t;
+    for (int64_t b = 0; b < rows; ++b) EXPECT_EQ(ids[b], argmax_oracle(&l[b * v], v)) << "row " << b << " T " << t;
   }
   EXPECT_EQ(draw(l, rows, v, {0.0f, 0, 1.0f, 1, 0})[1], 10);
   EXPECT_EQ(draw(l, rows, v, {0.0f, 0, 1.0f, 1, 0})[2], 1);
@@ -164,8 +161,8 @@ TEST(SampleKernel, GreedyIsArgmaxLowestIndexOnTies) {
   std::vector<int64_t> ids(rows);
   zk::In in{lb.data(), zk::DType::bf16, zk::Dims{rows, v}};
   std::vector<float> scratch(zk::cpu::sample_scratch(in));
-  ASSERT_TRUE(zk::cpu::sample(in, params({0.0f, 0, 1.0f, 1, 0}),
-                              zk::Out{ids.data(), zk::DType::i64, zk::Dims{rows}}, scratch.data())
+  ASSERT_TRUE(zk::cpu::sample(in, params({0.0f, 0, 1.0f, 1, 0}), zk::Out{ids.data(), zk::DType::i64, zk::Dims{rows}},
+                              scratch.data())
                   .ok());
   for (int64_t b = 0; b < rows; ++b) EXPECT_EQ(ids[b], argmax_oracle(&rounded[b * v], v)) << "bf16 row " << b;
 }
@@ -206,11 +203,10 @@ TEST(SampleKernel, FrequenciesMatchTheTargetDistribution) {
     float t;
     int64_t k;
     float p;
-  } const settings[] = {
-      {1.0f, 0, 1.0f}, {0.7f, 5, 1.0f}, {1.2f, 0, 0.8f}, {0.9f, 8, 0.7f}, {2.0f, 12, 0.97f}};
+  } const settings[] = {{1.0f, 0, 1.0f}, {0.7f, 5, 1.0f}, {1.2f, 0, 0.8f}, {0.9f, 8, 0.7f}, {2.0f, 12, 0.97f}};
   std::vector<float> l;
   for (int64_t b = 0; b < rows; ++b) l.insert(l.end(), row.begin(), row.end());
-  for (const Setting& s : settings) {
+  for (const Setting &s : settings) {
     double margin = 0;
     const std::vector<double> p = target(row, s.t, s.k, s.p, &margin);
     ASSERT_GT(margin, 1e-3) << "the test's logits put a cumulative sum on the top_p boundary";
@@ -226,8 +222,8 @@ TEST(SampleKernel, FrequenciesMatchTheTargetDistribution) {
     for (int64_t i = 0; i < v; ++i) {
       tv += 0.5 * std::fabs(count[i] / n - p[i]);
       if (p[i] == 0.0) {
-        EXPECT_EQ(count[i], 0) << "token " << i << " is outside the top-k / nucleus set (T " << s.t << ", k "
-                               << s.k << ", p " << s.p << ")";
+        EXPECT_EQ(count[i], 0) << "token " << i << " is outside the top-k / nucleus set (T " << s.t << ", k " << s.k
+                               << ", p " << s.p << ")";
         continue;
       }
       ASSERT_GT(p[i] * n, 50.0);  // chi-square's approximation wants expected counts well above 5
@@ -235,13 +231,12 @@ TEST(SampleKernel, FrequenciesMatchTheTargetDistribution) {
       ++df;
     }
     if (df > 0) {
-      EXPECT_LT(chi2, chi2_critical(df)) << "T " << s.t << ", k " << s.k << ", p " << s.p << ": chi-square "
-                                         << chi2 << " over " << df << " degrees of freedom";
+      EXPECT_LT(chi2, chi2_critical(df)) << "T " << s.t << ", k " << s.k << ", p " << s.p << ": chi-square " << chi2
+                                         << " over " << df << " degrees of freedom";
     }
     EXPECT_LT(tv, 0.01) << "T " << s.t << ", k " << s.k << ", p " << s.p;
-    std::printf(
-        "T %.1f k %lld p %.2f: %d tokens kept, chi-square %.1f (critical %.1f), total variation %.4f\n", s.t,
-        static_cast<long long>(s.k), s.p, df + 1, chi2, df > 0 ? chi2_critical(df) : 0.0, tv);
+    std::printf("T %.1f k %lld p %.2f: %d tokens kept, chi-square %.1f (critical %.1f), total variation %.4f\n", s.t,
+                static_cast<long long>(s.k), s.p, df + 1, chi2, df > 0 ? chi2_critical(df) : 0.0, tv);
   }
 }
 
@@ -256,7 +251,7 @@ TEST(SampleKernel, TokensOutsideTopKAndNucleusNeverAppear) {
     int64_t k;
     float p;
   } const settings[] = {{1.0f, 20, 1.0f}, {0.5f, 0, 0.3f}, {1.0f, 50, 0.5f}, {3.0f, 7, 0.99f}};
-  for (const Setting& s : settings) {
+  for (const Setting &s : settings) {
     double margin = 0;
     const std::vector<double> p = target(l, s.t, s.k, s.p, &margin);
     ASSERT_GT(margin, 1e-7);
@@ -264,8 +259,8 @@ TEST(SampleKernel, TokensOutsideTopKAndNucleusNeverAppear) {
     for (int64_t st = 0; st < 10; ++st)
       for (int64_t id : draw(all, rows, v, {s.t, s.k, s.p, 7, st})) {
         ASSERT_TRUE(id >= 0 && id < v);
-        EXPECT_GT(p[id], 0.0) << "token " << id << " drawn outside the set (T " << s.t << ", k " << s.k
-                              << ", p " << s.p << ")";
+        EXPECT_GT(p[id], 0.0) << "token " << id << " drawn outside the set (T " << s.t << ", k " << s.k << ", p " << s.p
+                              << ")";
         seen[id] = true;
       }
     // Every member of a small set shows up over 2000 draws.
@@ -296,20 +291,20 @@ TEST(SampleKernel, RefusesBadShapes) {
   std::vector<float> l(12, 0.0f), scratch(100);
   std::vector<int64_t> ids(3);
   const zk::cpu::SampleParams p{};
-  EXPECT_FALSE(zk::cpu::sample({l.data(), zk::DType::f32, zk::Dims{12}}, p,
-                               {ids.data(), zk::DType::i64, zk::Dims{1}}, scratch.data())
+  EXPECT_FALSE(zk::cpu::sample({l.data(), zk::DType::f32, zk::Dims{12}}, p, {ids.data(), zk::DType::i64, zk::Dims{1}},
+                               scratch.data())
                    .ok());
-  EXPECT_FALSE(zk::cpu::sample({l.data(), zk::DType::f32, zk::Dims{3, 4}}, p,
-                               {ids.data(), zk::DType::i64, zk::Dims{2}}, scratch.data())
+  EXPECT_FALSE(zk::cpu::sample({l.data(), zk::DType::f32, zk::Dims{3, 4}}, p, {ids.data(), zk::DType::i64, zk::Dims{2}},
+                               scratch.data())
                    .ok());
-  EXPECT_FALSE(zk::cpu::sample({l.data(), zk::DType::f32, zk::Dims{3, 4}}, p,
-                               {ids.data(), zk::DType::f32, zk::Dims{3}}, scratch.data())
+  EXPECT_FALSE(zk::cpu::sample({l.data(), zk::DType::f32, zk::Dims{3, 4}}, p, {ids.data(), zk::DType::f32, zk::Dims{3}},
+                               scratch.data())
                    .ok());
 }
 
 // Through a Session on the CPU backend: the plan's operand order reaches the kernel, and two runs agree.
 TEST(World1, SessionMatchesKernelAndRepeats) {
-  for (const Knobs& k : knob_grid()) {
+  for (const Knobs &k : knob_grid()) {
     for (fb::DType dt : {F, fb::DType::bf16}) {
       Case c = sample_plan(5, 300, dt, k, 31);
       std::map<std::string, std::vector<uint8_t>> a, b;
@@ -320,10 +315,8 @@ TEST(World1, SessionMatchesKernelAndRepeats) {
       std::vector<int64_t> want(5);
       zk::In in = c.kin("logits", dt, {5, 300});
       std::vector<float> scratch(zk::cpu::sample_scratch(in));
-      ASSERT_TRUE(
-          zk::cpu::sample(in, params(k), {want.data(), zk::DType::i64, zk::Dims{5}}, scratch.data()).ok());
-      EXPECT_EQ(std::memcmp(a["ids"].data(), want.data(), 40), 0)
-          << "T " << k.temperature << " k " << k.top_k;
+      ASSERT_TRUE(zk::cpu::sample(in, params(k), {want.data(), zk::DType::i64, zk::Dims{5}}, scratch.data()).ok());
+      EXPECT_EQ(std::memcmp(a["ids"].data(), want.data(), 40), 0) << "T " << k.temperature << " k " << k.top_k;
     }
   }
 }
@@ -333,15 +326,14 @@ TEST(World2, EveryRankDrawsTheSameIds) {
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   ASSERT_EQ(size, 2);
-  for (const Knobs& k : knob_grid()) {
+  for (const Knobs &k : knob_grid()) {
     Case c = sample_plan(8, 700, F, k, 41, 2);
     // Each rank's own ids tensor (read_output would assemble one copy on rank 0).
     std::vector<uint8_t> f = c.p.file();
     std::unique_ptr<zrt::Session> s;
     zrt::Status st = zrt::Session::open_buffer(f.data(), f.size(), ".", zrt::Options{}, &s);
     ASSERT_TRUE(st.ok()) << st.message();
-    for (auto& kv : c.data)
-      ASSERT_TRUE(s->bind_input(kv.first, kv.second.data(), kv.second.size()).ok()) << kv.first;
+    for (auto &kv : c.data) ASSERT_TRUE(s->bind_input(kv.first, kv.second.data(), kv.second.size()).ok()) << kv.first;
     st = s->run();
     ASSERT_TRUE(st.ok()) << st.message();
     std::vector<int64_t> mine(8, -1), all(16);
@@ -355,13 +347,57 @@ TEST(World2, EveryRankDrawsTheSameIds) {
     std::vector<int64_t> want(8);
     zk::In in = c.kin("logits", F, {8, 700});
     std::vector<float> scratch(zk::cpu::sample_scratch(in));
-    ASSERT_TRUE(
-        zk::cpu::sample(in, params(k), {want.data(), zk::DType::i64, zk::Dims{8}}, scratch.data()).ok());
+    ASSERT_TRUE(zk::cpu::sample(in, params(k), {want.data(), zk::DType::i64, zk::Dims{8}}, scratch.data()).ok());
     EXPECT_EQ(mine, want);
   }
 }
 
-int main(int argc, char** argv) {
+// Two dp ranks, each with its half of a batch split over dp (ints [batch_split] = 1): together they draw
+// exactly the ids one rank draws for the whole batch, so their rows are numbered globally and never share
+// random numbers.
+TEST(World2, DpRanksNumberTheirRowsGlobally) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int64_t rows = 8, v = 300;
+  for (const Knobs &k : knob_grid()) {
+    PlanBuilder p(1, 2);
+    const int logits = p.input("logits", F, {rows, v}, true);
+    const std::vector<float> full = tied_logits(rows, v, 51);
+    std::map<std::string, std::vector<uint8_t>> data;
+    data["logits"].resize(full.size() * 4);
+    std::memcpy(data["logits"].data(), full.data(), full.size() * 4);
+    std::vector<int> sc;
+    const float fvals[] = {k.temperature, 0.0f, k.top_p, 0.0f, 0.0f};
+    const int64_t ivals[] = {0, k.top_k, 0, k.seed, k.step};
+    const char *names[] = {"temperature", "top_k", "top_p", "seed", "step"};
+    for (int i = 0; i < 5; ++i) {
+      const bool is_int = i == 1 || i == 3 || i == 4;
+      sc.push_back(p.input(names[i], is_int ? I64 : F, {}, false));
+      std::vector<uint8_t> b(is_int ? 8 : 4);
+      std::memcpy(b.data(), is_int ? static_cast<const void *>(&ivals[i]) : static_cast<const void *>(&fvals[i]),
+                  b.size());
+      data[names[i]] = b;
+    }
+    PlanBuilder::IO o{"ids", 0, {rows}, true};
+    o.tensor = p.tensor("ids", I64, {rows / 2}, fb::TensorKind::output);
+    p.outputs.push_back(o);
+    p.op(zrt::Op::sample, {logits, sc[0], sc[1], sc[2], sc[3], sc[4]}, {o.tensor}, {1});
+    std::vector<uint8_t> f = p.file();
+    std::unique_ptr<zrt::Session> s;
+    zrt::Status st = zrt::Session::open_buffer(f.data(), f.size(), ".", zrt::Options{}, &s);
+    ASSERT_TRUE(st.ok()) << st.message();
+    for (auto &kv : data) ASSERT_TRUE(s->bind_input(kv.first, kv.second.data(), kv.second.size()).ok()) << kv.first;
+    st = s->run();
+    ASSERT_TRUE(st.ok()) << st.message();
+    std::vector<int64_t> got(rows, -1);
+    st = s->read_output("ids", rank == 0 ? got.data() : nullptr, rows * 8, 0);
+    ASSERT_TRUE(st.ok()) << st.message();
+    if (rank != 0) continue;
+    EXPECT_EQ(got, draw(full, rows, v, k)) << "T " << k.temperature << " k " << k.top_k << " p " << k.top_p;
+  }
+}
+
+int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   const int rc = RUN_ALL_TESTS();

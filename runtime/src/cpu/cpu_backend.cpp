@@ -236,6 +236,8 @@ class CpuBackend final : public Backend {
         const zk::Result r = sample_params(in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
                                            in_of(s.inputs[4]), in_of(s.inputs[5]), &sp);
         if (!r.ok()) return r;
+        // Rows of a batch split over dp are numbered globally, so dp ranks draw independent numbers.
+        if (!s.ints.empty() && s.ints[0] != 0) sp.row_offset = static_cast<int64_t>(rank_.dp_index()) * s.inputs[0].shape[0];
         return sample(in_of(s.inputs[0]), sp, out_of(s.outputs[0]), scratch);
       }
       case Op::adamw: {

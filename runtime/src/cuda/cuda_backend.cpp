@@ -659,8 +659,13 @@ class CudaBackend final : public Backend {
         return {};
       case Op::sum_squares: ZRT_GPU_CHECK(zc::sum_squares(in_of(s.inputs[0]), out_of(s.outputs[0]), kernel_ws_, st)); return {};
       case Op::sample:
+        // Rows of a batch split over dp are numbered globally, so dp ranks draw independent numbers.
         ZRT_GPU_CHECK(zc::sample(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
-                                 in_of(s.inputs[4]), in_of(s.inputs[5]), out_of(s.outputs[0]), st));
+                                 in_of(s.inputs[4]), in_of(s.inputs[5]), out_of(s.outputs[0]),
+                                 !s.ints.empty() && s.ints[0] != 0
+                                     ? static_cast<int64_t>(rank_.dp_index()) * s.inputs[0].shape[0]
+                                     : 0,
+                                 st));
         return {};
       case Op::adamw: {
         const zk::cpu::AdamWParams hp{s.floats[0], s.floats[1], s.floats[2], s.floats[3]};

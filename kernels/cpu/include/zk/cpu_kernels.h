@@ -241,6 +241,7 @@ struct SampleParams {
   float top_p = 1.0f;        // >= 1 (or NaN): off
   int64_t seed = 0;
   int64_t step = 0;
+  int64_t row_offset = 0;  // the Philox row of row b is row_offset + b (a batch split over dp: dp_index * B)
 };
 /// Reads the five scalar tensors (f32, i64, f32, i64, i64; one element each).
 Result sample_params(const In &temperature, const In &top_k, const In &top_p, const In &seed, const In &step,

@@ -69,10 +69,10 @@ GpuStatus sum_squares(const In &x, const Out &out, void *workspace, cudaStream_t
 
 // --- sampling ---------------------------------------------------------------------------------------------
 /// cpu::sample on the device, bit for bit: ids [B] (i64) drawn from logits [B, V]; temperature and top_p are
-/// one-element f32 device tensors, top_k, seed and step one-element i64 device tensors. One block per row,
-/// no workspace.
+/// one-element f32 device tensors, top_k, seed and step one-element i64 device tensors; row b draws Philox
+/// row row_offset + b. One block per row, no workspace.
 GpuStatus sample(const In &logits, const In &temperature, const In &top_k, const In &top_p, const In &seed,
-                 const In &step, const Out &ids, cudaStream_t stream);
+                 const In &step, const Out &ids, int64_t row_offset, cudaStream_t stream);
 
 // --- run-time ops of decoder exports ---------------------------------------------------------------------
 GpuStatus range(const In &start, const In &delta, const Out &out, cudaStream_t stream);
