@@ -129,8 +129,10 @@ text = open(log).read()
 def grab(pat):
     m = re.search(pat, text, re.I)
     return float(m.group(1)) if m else None
+# "zrun: time to first token T ms (or s), prefill X tokens/s, decode Y tokens/s"
+m = re.search(r"time to first token ([0-9.]+) (ms|s)\b", text)
 r = dict(impl="zrun", batch=bs,
-         ttft_ms=grab(r"time to first token[^0-9]*([0-9.]+)\s*ms"),
+         ttft_ms=(float(m.group(1)) * (1.0 if m.group(2) == "ms" else 1e3)) if m else None,
          prefill_tok_s=grab(r"prefill[^\n]*?([0-9.]+)\s*tokens/s"),
          decode_tok_s=grab(r"decode[^\n]*?([0-9.]+)\s*tokens/s"))
 if os.path.exists(tok):
