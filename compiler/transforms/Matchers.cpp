@@ -30,6 +30,14 @@ bool transforms::near(double a, double b, double relTol) {
   return std::fabs(a - b) <= relTol * std::max(std::fabs(a), std::fabs(b));
 }
 
+bool transforms::isSquareOf(Value v, Value x) {
+  if (auto p = v.getDefiningOp<graph::PowOp>())
+    return p.getLhs() == x && isSplatNear(p.getRhs(), 2.0, 0);
+  if (auto m = v.getDefiningOp<graph::MulOp>())
+    return m.getLhs() == x && m.getRhs() == x;
+  return false;
+}
+
 bool transforms::isSplatNear(Value v, double expected, double relTol) {
   auto s = getSplatValue(v);
   return s && (*s == expected || near(*s, expected, relTol));

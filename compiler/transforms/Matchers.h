@@ -1,7 +1,8 @@
 //===- Matchers.h - structural helpers of the recognition passes -*- C++ -*-=//
 //
-// Small predicates shared by the recognition passes: scalar constants,
-// weights, product trees.
+// The matcher library of the recognition passes: scalar constants, weights,
+// squares, product trees, and the operands of commutative ops in either
+// order (each pass used to peel them with its own loop over both orders).
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,6 +27,27 @@ bool isSplatNear(mlir::Value v, double expected, double relTol = 1e-4);
 
 /// Returns true when a and b are equal within a relative tolerance.
 bool near(double a, double b, double relTol = 1e-4);
+
+/// Returns true when v is x^2: pow(x, 2) or x * x.
+bool isSquareOf(mlir::Value v, mlir::Value x);
+
+/// Matches a commutative binary op (zg.add, zg.mul) with one operand
+/// produced by OpTy: returns that op and the other operand for the first
+/// order in which `pred(def, other)` holds. The defining operand is tried at
+/// index `first` and then at the other index, so a pass can keep the order
+/// its patterns were written for.
+template <typename OpTy, typename Pred>
+std::optional<std::pair<OpTy, mlir::Value>>
+matchCommutative(mlir::Operation *op, Pred &&pred, unsigned first = 0) {
+  for (unsigned i = 0; i < 2; ++i) {
+    unsigned k = i ^ first;
+    auto def = op->getOperand(k).getDefiningOp<OpTy>();
+    mlir::Value other = op->getOperand(1 - k);
+    if (def && pred(def, other))
+      return std::make_pair(def, other);
+  }
+  return std::nullopt;
+}
 
 /// The zg.weight defining v when it is 2-D, else null.
 graph::WeightOp getWeight2D(mlir::Value v);

@@ -30,11 +30,10 @@ template <typename OpTy> OpTy onePlus(Value v) {
   auto add = v.getDefiningOp<zg::AddOp>();
   if (!add)
     return nullptr;
-  for (int k = 0; k < 2; ++k)
-    if (isSplatNear(add->getOperand(k), 1.0))
-      if (auto f = add->getOperand(1 - k).getDefiningOp<OpTy>())
-        return f;
-  return nullptr;
+  auto m = matchCommutative<OpTy>(
+      add, [](OpTy, Value one) { return isSplatNear(one, 1.0); },
+      /*first=*/1);
+  return m ? m->first : nullptr;
 }
 
 /// Returns true when v is x times a scalar near `c` (or x divided by 1 / c).

@@ -50,21 +50,22 @@ std::optional<double> matchStd(Value s, Value d) {
   auto add = sqrt.getInput().getDefiningOp<zg::AddOp>();
   if (!add)
     return std::nullopt;
-  for (int k = 0; k < 2; ++k) {
-    auto eps = getSplatValue(add->getOperand(1 - k));
-    auto var = add->getOperand(k).getDefiningOp<zg::ReduceMeanOp>();
-    if (!eps || !var || !isLastAxisMean(var))
-      continue;
-    Value sq = var.getInput();
-    bool square = false;
-    if (auto p = sq.getDefiningOp<zg::PowOp>())
-      square = p.getLhs() == d && isSplatNear(p.getRhs(), 2.0, 0);
-    if (auto m = sq.getDefiningOp<zg::MulOp>())
-      square = m.getLhs() == d && m.getRhs() == d;
-    if (square && add.getType() == var.getType())
-      return *eps;
-  }
-  return std::nullopt;
+  auto m = matchCommutative<zg::ReduceMeanOp>(
+      add, [&](zg::ReduceMeanOp var, Value eps) {
+        return getSplatValue(eps) && isLastAxisMean(var) &&
+               isSquareOf(var.getInput(), d) && add.getType() == var.getType();
+      });
+  if (!m)
+    return std::nullopt;
+  return getSplatValue(m->second);
+}
+
+/// Returns true when v has exactly the shape of ln's normalised dims (a
+/// scale or bias that applies per normalised element).
+bool coversNormalisedDims(zg::LayerNormOp ln, Value v) {
+  auto vt = cast<RankedTensorType>(v.getType());
+  auto norm = ln.getType().getShape().drop_front(ln.getAxis());
+  return vt.getRank() == int64_t(norm.size()) && vt.getShape() == norm;
 }
 
 Value makeLayerNorm(PatternRewriter &rewriter, Operation *op, Value x,
@@ -96,18 +97,20 @@ struct LayerNormMul : OpRewritePattern<zg::MulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(zg::MulOp op,
                                 PatternRewriter &rewriter) const override {
-    for (int k = 0; k < 2; ++k) {
-      Value d = op->getOperand(k);
-      auto rec = op->getOperand(1 - k).getDefiningOp<zg::ReciprocalOp>();
-      Value x = centredInput(d);
-      if (!rec || !x || x.getType() != op.getType())
-        continue;
-      if (auto eps = matchStd(rec.getInput(), d)) {
-        rewriter.replaceOp(op, makeLayerNorm(rewriter, op, x, *eps));
-        return success();
-      }
-    }
-    return failure();
+    auto m = matchCommutative<zg::ReciprocalOp>(
+        op,
+        [&](zg::ReciprocalOp rec, Value d) {
+          Value x = centredInput(d);
+          return x && x.getType() == op.getType() &&
+                 matchStd(rec.getInput(), d).has_value();
+        },
+        /*first=*/1);
+    if (!m)
+      return failure();
+    auto [rec, d] = *m;
+    rewriter.replaceOp(op, makeLayerNorm(rewriter, op, centredInput(d),
+                                         *matchStd(rec.getInput(), d)));
+    return success();
   }
 };
 
@@ -116,22 +119,19 @@ struct LayerNormScale : OpRewritePattern<zg::MulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(zg::MulOp op,
                                 PatternRewriter &rewriter) const override {
-    for (int k = 0; k < 2; ++k) {
-      auto ln = op->getOperand(k).getDefiningOp<zg::LayerNormOp>();
-      Value g = op->getOperand(1 - k);
-      if (!ln || ln.getBias() || !ln->hasOneUse() ||
-          !isSplatNear(ln.getScale(), 1.0, 0) || ln.getType() != op.getType())
-        continue;
-      auto gt = cast<RankedTensorType>(g.getType());
-      auto norm = ln.getType().getShape().drop_front(ln.getAxis());
-      if (gt.getRank() != int64_t(norm.size()) || gt.getShape() != norm)
-        continue;
-      rewriter.replaceOpWithNewOp<zg::LayerNormOp>(
-          op, op.getType(), ln.getInput(), g, Value(), ln.getAxisAttr(),
-          ln.getEpsilonAttr());
-      return success();
-    }
-    return failure();
+    auto m =
+        matchCommutative<zg::LayerNormOp>(op, [&](zg::LayerNormOp ln, Value g) {
+          return !ln.getBias() && ln->hasOneUse() &&
+                 isSplatNear(ln.getScale(), 1.0, 0) &&
+                 ln.getType() == op.getType() && coversNormalisedDims(ln, g);
+        });
+    if (!m)
+      return failure();
+    auto [ln, g] = *m;
+    rewriter.replaceOpWithNewOp<zg::LayerNormOp>(
+        op, op.getType(), ln.getInput(), g, Value(), ln.getAxisAttr(),
+        ln.getEpsilonAttr());
+    return success();
   }
 };
 
@@ -140,22 +140,18 @@ struct LayerNormBias : OpRewritePattern<zg::AddOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(zg::AddOp op,
                                 PatternRewriter &rewriter) const override {
-    for (int k = 0; k < 2; ++k) {
-      auto ln = op->getOperand(k).getDefiningOp<zg::LayerNormOp>();
-      Value bias = op->getOperand(1 - k);
-      if (!ln || ln.getBias() || !ln->hasOneUse() ||
-          ln.getType() != op.getType())
-        continue;
-      auto bt = cast<RankedTensorType>(bias.getType());
-      auto norm = ln.getType().getShape().drop_front(ln.getAxis());
-      if (bt.getRank() != int64_t(norm.size()) || bt.getShape() != norm)
-        continue;
-      rewriter.replaceOpWithNewOp<zg::LayerNormOp>(
-          op, op.getType(), ln.getInput(), ln.getScale(), bias,
-          ln.getAxisAttr(), ln.getEpsilonAttr());
-      return success();
-    }
-    return failure();
+    auto m = matchCommutative<zg::LayerNormOp>(
+        op, [&](zg::LayerNormOp ln, Value bias) {
+          return !ln.getBias() && ln->hasOneUse() &&
+                 ln.getType() == op.getType() && coversNormalisedDims(ln, bias);
+        });
+    if (!m)
+      return failure();
+    auto [ln, bias] = *m;
+    rewriter.replaceOpWithNewOp<zg::LayerNormOp>(
+        op, op.getType(), ln.getInput(), ln.getScale(), bias, ln.getAxisAttr(),
+        ln.getEpsilonAttr());
+    return success();
   }
 };
 

@@ -51,22 +51,19 @@ struct LinearBias : OpRewritePattern<zg::AddOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(zg::AddOp op,
                                 PatternRewriter &rewriter) const override {
-    for (int k = 0; k < 2; ++k) {
-      auto lin = op->getOperand(k).getDefiningOp<zg::LinearOp>();
-      Value b = op->getOperand(1 - k);
-      if (!lin || lin.getBias() || !lin->hasOneUse() ||
-          lin.getType() != op.getType())
-        continue;
+    auto m = matchCommutative<zg::LinearOp>(op, [&](zg::LinearOp lin, Value b) {
       auto bt = cast<RankedTensorType>(b.getType());
-      if (bt.getRank() != 1 ||
-          bt.getDimSize(0) != lin.getType().getShape().back())
-        continue;
-      rewriter.replaceOpWithNewOp<zg::LinearOp>(
-          op, op.getType(), lin.getInput(), lin.getWeight(), b,
-          lin.getTransWAttr(), lin.getAlphaAttr());
-      return success();
-    }
-    return failure();
+      return !lin.getBias() && lin->hasOneUse() &&
+             lin.getType() == op.getType() && bt.getRank() == 1 &&
+             bt.getDimSize(0) == lin.getType().getShape().back();
+    });
+    if (!m)
+      return failure();
+    auto [lin, b] = *m;
+    rewriter.replaceOpWithNewOp<zg::LinearOp>(
+        op, op.getType(), lin.getInput(), lin.getWeight(), b,
+        lin.getTransWAttr(), lin.getAlphaAttr());
+    return success();
   }
 };
 
@@ -75,20 +72,19 @@ struct LinearAlpha : OpRewritePattern<zg::MulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(zg::MulOp op,
                                 PatternRewriter &rewriter) const override {
-    for (int k = 0; k < 2; ++k) {
-      auto lin = op->getOperand(k).getDefiningOp<zg::LinearOp>();
-      Value c = op->getOperand(1 - k);
-      auto s = getSplatValue(c);
-      if (!lin || !s || lin.getBias() || !lin->hasOneUse() ||
-          lin.getType() != op.getType())
-        continue;
-      rewriter.replaceOpWithNewOp<zg::LinearOp>(
-          op, op.getType(), lin.getInput(), lin.getWeight(), Value(),
-          lin.getTransWAttr(),
-          rewriter.getF64FloatAttr(lin.getAlpha().convertToDouble() * *s));
-      return success();
-    }
-    return failure();
+    auto m = matchCommutative<zg::LinearOp>(op, [&](zg::LinearOp lin, Value c) {
+      return getSplatValue(c) && !lin.getBias() && lin->hasOneUse() &&
+             lin.getType() == op.getType();
+    });
+    if (!m)
+      return failure();
+    auto [lin, c] = *m;
+    rewriter.replaceOpWithNewOp<zg::LinearOp>(
+        op, op.getType(), lin.getInput(), lin.getWeight(), Value(),
+        lin.getTransWAttr(),
+        rewriter.getF64FloatAttr(lin.getAlpha().convertToDouble() *
+                                 *getSplatValue(c)));
+    return success();
   }
 };
 

@@ -24,15 +24,6 @@ namespace zg = zplan::graph;
 
 namespace {
 
-/// Returns true when v is x^2 (pow(x, 2) or x * x).
-bool isSquareOf(Value v, Value x) {
-  if (auto p = v.getDefiningOp<zg::PowOp>())
-    return p.getLhs() == x && isSplatNear(p.getRhs(), 2.0, 0);
-  if (auto m = v.getDefiningOp<zg::MulOp>())
-    return m.getLhs() == x && m.getRhs() == x;
-  return false;
-}
-
 /// Returns true when x = y - reduce_mean(y): then the pattern is a layer
 /// norm, which zg-recognise-layer-norm takes.
 bool isCentred(Value x) {
@@ -54,36 +45,37 @@ std::optional<double> matchRms(Value s, Value x) {
   if (!add)
     return std::nullopt;
   int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
-  for (int k = 0; k < 2; ++k) {
-    auto eps = getSplatValue(add->getOperand(1 - k));
-    auto mean = add->getOperand(k).getDefiningOp<zg::ReduceMeanOp>();
-    if (!eps || !mean || !mean.getKeepdims() || mean.getAxes().size() != 1 ||
-        mean.getAxes()[0] != rank - 1 || !isSquareOf(mean.getInput(), x))
-      continue;
-    if (cast<RankedTensorType>(add.getType()).getNumElements() !=
-        cast<RankedTensorType>(mean.getType()).getNumElements())
-      continue;
-    return *eps;
-  }
-  return std::nullopt;
+  auto m = matchCommutative<zg::ReduceMeanOp>(
+      add, [&](zg::ReduceMeanOp mean, Value eps) {
+        return getSplatValue(eps) && mean.getKeepdims() &&
+               mean.getAxes().size() == 1 && mean.getAxes()[0] == rank - 1 &&
+               isSquareOf(mean.getInput(), x) &&
+               cast<RankedTensorType>(add.getType()).getNumElements() ==
+                   cast<RankedTensorType>(mean.getType()).getNumElements();
+      });
+  if (!m)
+    return std::nullopt;
+  return getSplatValue(m->second);
 }
 
 struct RmsNormMul : OpRewritePattern<zg::MulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(zg::MulOp op,
                                 PatternRewriter &rewriter) const override {
-    for (int k = 0; k < 2; ++k) {
-      Value x = op->getOperand(k);
-      auto rec = op->getOperand(1 - k).getDefiningOp<zg::ReciprocalOp>();
-      if (!rec || x.getType() != op.getType())
-        continue;
-      if (auto eps = matchRms(rec.getInput(), x)) {
-        rewriter.replaceOpWithNewOp<zg::RmsNormOp>(
-            op, op.getType(), x, Value(), rewriter.getF64FloatAttr(*eps));
-        return success();
-      }
-    }
-    return failure();
+    auto m = matchCommutative<zg::ReciprocalOp>(
+        op,
+        [&](zg::ReciprocalOp rec, Value x) {
+          return x.getType() == op.getType() &&
+                 matchRms(rec.getInput(), x).has_value();
+        },
+        /*first=*/1);
+    if (!m)
+      return failure();
+    auto [rec, x] = *m;
+    rewriter.replaceOpWithNewOp<zg::RmsNormOp>(
+        op, op.getType(), x, Value(),
+        rewriter.getF64FloatAttr(*matchRms(rec.getInput(), x)));
+    return success();
   }
 };
 
@@ -108,20 +100,19 @@ struct RmsNormScale : OpRewritePattern<zg::MulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(zg::MulOp op,
                                 PatternRewriter &rewriter) const override {
-    for (int k = 0; k < 2; ++k) {
-      auto norm = op->getOperand(k).getDefiningOp<zg::RmsNormOp>();
-      Value w = op->getOperand(1 - k);
-      auto wt = cast<RankedTensorType>(w.getType());
-      if (!norm || norm.getScale() || !norm->hasOneUse() ||
-          norm.getType() != op.getType() || wt.getRank() != 1 ||
-          wt.getDimSize(0) != norm.getType().getShape().back())
-        continue;
-      rewriter.replaceOpWithNewOp<zg::RmsNormOp>(op, op.getType(),
-                                                 norm.getInput(), w,
-                                                 norm.getEpsilonAttr());
-      return success();
-    }
-    return failure();
+    auto m =
+        matchCommutative<zg::RmsNormOp>(op, [&](zg::RmsNormOp norm, Value w) {
+          auto wt = cast<RankedTensorType>(w.getType());
+          return !norm.getScale() && norm->hasOneUse() &&
+                 norm.getType() == op.getType() && wt.getRank() == 1 &&
+                 wt.getDimSize(0) == norm.getType().getShape().back();
+        });
+    if (!m)
+      return failure();
+    auto [norm, w] = *m;
+    rewriter.replaceOpWithNewOp<zg::RmsNormOp>(
+        op, op.getType(), norm.getInput(), w, norm.getEpsilonAttr());
+    return success();
   }
 };
 

@@ -16,6 +16,7 @@ namespace zplan::transforms {
 
 using namespace mlir;
 using namespace zplan;
+using namespace zplan::transforms;
 namespace zg = zplan::graph;
 
 namespace {
@@ -24,15 +25,16 @@ struct SiluPattern : OpRewritePattern<zg::MulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(zg::MulOp op,
                                 PatternRewriter &rewriter) const override {
-    for (int k = 0; k < 2; ++k) {
-      Value x = op->getOperand(k);
-      auto sig = op->getOperand(1 - k).getDefiningOp<zg::SigmoidOp>();
-      if (!sig || sig.getInput() != x || x.getType() != op.getType())
-        continue;
-      rewriter.replaceOpWithNewOp<zg::SiluOp>(op, op.getType(), x);
-      return success();
-    }
-    return failure();
+    auto m = matchCommutative<zg::SigmoidOp>(
+        op,
+        [&](zg::SigmoidOp sig, Value x) {
+          return sig.getInput() == x && x.getType() == op.getType();
+        },
+        /*first=*/1);
+    if (!m)
+      return failure();
+    rewriter.replaceOpWithNewOp<zg::SiluOp>(op, op.getType(), m->second);
+    return success();
   }
 };
 
