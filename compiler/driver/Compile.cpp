@@ -17,6 +17,7 @@
 #include "compiler/driver/Compile.h"
 
 #include "compiler/autodiff/Passes.h"
+#include "compiler/generate/Generate.h"
 #include "compiler/import/Import.h"
 #include "compiler/plan/EmitPlan.h"
 #include "compiler/plan/Passes.h"
@@ -83,6 +84,14 @@ struct CompileFlags {
   int64_t warmupSteps = 0, totalSteps = 0, microBatches = 1;
   bool restoreZeroBiases = false;
   std::string recompute = "none";
+  // Generation (docs/generation.md): @prefill and @decode with a KV cache of
+  // --max-seq positions.
+  bool generate = false;
+  int64_t maxSeq = 0;
+  // The host link's copy rate for the ZeRO-Inference floor (bytes/s). The
+  // default is the rate docs/gpu-plan-runs.md assumed for PCIe 5 x16; give
+  // the measured one.
+  std::string linkBandwidth = "55000000000";
 };
 
 CompileFlags &flags() {
@@ -223,6 +232,18 @@ std::string validate(const CompileFlags &f, const CommonOptions &o,
            std::to_string(f.tp) + ")";
   if (o.import.seq == 0)
     return "--seq 0 must be at least 1";
+  if (f.generate) {
+    if (f.train)
+      return "--generate and --train are different plans: give one";
+    if (f.maxSeq < 1)
+      return "--generate needs --max-seq L (at least 1): the KV cache's "
+             "positions, prompt and new tokens together";
+    if (o.import.seq > 0)
+      return "--generate plans its own sequence lengths (--max-seq for the "
+             "prompt, 1 per decode step): drop --seq";
+  } else if (f.maxSeq != 0) {
+    return "--max-seq needs --generate";
+  }
   if (!f.train) {
     if (f.loss != "causal-lm" || !f.lossOutput.empty() ||
         f.microBatches != 1 || f.recompute != "none")
@@ -281,6 +302,8 @@ std::string commandLine(const CompileFlags &f, const CommonOptions &o) {
     os << " --offload-optimizer " << f.offloadOptimizer;
   if (f.train)
     os << " --train";
+  if (f.generate)
+    os << " --generate --max-seq " << f.maxSeq;
   return os.str();
 }
 
@@ -368,6 +391,16 @@ void addCompileFlags(CLI::App &app) {
   app.add_option("--recompute", f.recompute,
                  "--train: none, or selective (norm and activation outputs "
                  "recomputed in the backward)");
+  app.add_flag("--generate", f.generate,
+               "Plan greedy generation: @prefill (a prompt of up to "
+               "--max-seq tokens) and @decode (one token per sequence) with "
+               "a planned KV cache");
+  app.add_option("--max-seq", f.maxSeq,
+                 "--generate: positions of the KV cache (prompt and new "
+                 "tokens together)");
+  app.add_option("--link-bandwidth", f.linkBandwidth,
+                 "--generate: host link bytes/s for the report's "
+                 "ZeRO-Inference floor (default 55000000000)");
   app.add_flag("--restore-zero-biases", f.restoreZeroBiases,
                "--train: give bias-free linears (not a tied LM head) a "
                "trainable zero bias, which exporters drop");
@@ -407,8 +440,20 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   // (docs/training-contract.md, sections 7 and 8), split into micro-batches.
   if (f.train && importOptions.batch > 0)
     importOptions.batch /= dp * f.microBatches;
+  // Generation plans every rank's own rows of the batch (one sequence when
+  // --batch is not given), as training does.
+  if (f.generate)
+    importOptions.batch = importOptions.batch > 0 ? importOptions.batch / dp : 1;
+  if (f.generate && options.import.batch < 0 && dp > 1) {
+    std::cerr << "zplan: error: --generate over dp = " << dp
+              << " ranks needs --batch (a multiple of dp)\n";
+    return 2;
+  }
   OwningOpRef<ModuleOp> module =
-      import::importOnnxFile(context, options.model, importOptions);
+      f.generate ? generate::importForGeneration(context, options.model,
+                                                 importOptions, f.maxSeq)
+                 : import::importOnnxFile(context, options.model,
+                                          importOptions);
   if (!module)
     return 1;
   if (options.import.allowMissingData)
@@ -416,7 +461,9 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   auto imported = Clock::now();
 
   PassManager pm(&context, ModuleOp::getOperationName());
-  transforms::buildRecognitionPipeline(pm);
+  // The generation module was recognised import by import.
+  if (!f.generate)
+    transforms::buildRecognitionPipeline(pm);
   if (f.train) {
     autodiff::BuildTrainStepOptions train;
     train.loss = f.loss;
@@ -494,6 +541,16 @@ int compileCommand(MLIRContext &context, const CommonOptions &options) {
   if (failed(plan::emitPlan(*module, emit, payload, summary)))
     return 1;
 
+  summary.generation.gpuMem = gpuMem;
+  {
+    uint64_t rate = 0;
+    if (!parseBytes(f.linkBandwidth, rate)) {
+      std::cerr << "zplan: error: --link-bandwidth '" << f.linkBandwidth
+                << "' is not a byte count per second (e.g. 55G)\n";
+      return 2;
+    }
+    summary.generation.linkBandwidth = double(rate);
+  }
   // The JSON report first: if it cannot be written, no plan appears either.
   if (!f.reportJson.empty() &&
       !writeTextAtomically(f.reportJson, plan::formatReportJson(summary))) {

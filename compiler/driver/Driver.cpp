@@ -17,6 +17,7 @@
 #include "compiler/driver/Compile.h"
 #include "compiler/driver/Consolidate.h"
 #include "compiler/driver/InitAll.h"
+#include "compiler/generate/Generate.h"
 #include "compiler/import/Import.h"
 #include "compiler/transforms/Passes.h"
 
@@ -100,7 +101,21 @@ void printDiagnostic(mlir::Diagnostic &diag) {
 }
 
 int importCommand(mlir::MLIRContext &context,
-                  const driver::CommonOptions &opts, bool recognise) {
+                  const driver::CommonOptions &opts, bool recognise,
+                  int64_t generateMaxSeq) {
+  // --generate --max-seq L: the generation module (@prefill, @decode) that
+  // zplan --generate plans, before sharding.
+  if (generateMaxSeq > 0) {
+    import::ImportOptions io = opts.import;
+    if (io.batch < 0)
+      io.batch = 1;
+    auto module = generate::importForGeneration(context, opts.model, io,
+                                                generateMaxSeq);
+    if (!module)
+      return 1;
+    module->print(llvm::outs());
+    return 0;
+  }
   auto module = import::importOnnxFile(context, opts.model, opts.import);
   if (!module)
     return 1;
@@ -145,6 +160,13 @@ int driver::run(int argc, char **argv) {
   addCommonFlags(*imp, importOpts, importDims);
   imp->add_flag("--no-recognise", noRecognise,
                 "Print the graph before the recognition passes");
+  bool importGenerate = false;
+  int64_t importMaxSeq = 0;
+  imp->add_flag("--generate", importGenerate,
+                "Print the generation module (@prefill, @decode) of "
+                "--max-seq positions");
+  imp->add_option("--max-seq", importMaxSeq,
+                  "--generate: positions of the KV cache");
 
   driver::ConsolidateOptions consolidateOpts;
   CLI::App *consolidate =
@@ -180,7 +202,13 @@ int driver::run(int argc, char **argv) {
   if (imp->parsed()) {
     if (!parseDims(importDims, importOpts))
       return 2;
-    return importCommand(context, importOpts, !noRecognise);
+    if (importGenerate != (importMaxSeq > 0)) {
+      std::cerr << "zplan import: --generate and --max-seq L (L >= 1) go "
+                   "together\n";
+      return 2;
+    }
+    return importCommand(context, importOpts, !noRecognise,
+                         importGenerate ? importMaxSeq : 0);
   }
   if (compileOpts.model.empty()) {
     std::cerr << app.help();

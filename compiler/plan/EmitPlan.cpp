@@ -551,11 +551,12 @@ struct Emitter {
       if (!st || t.aliasOf >= 0)
         continue;
       StringRef kind = st.getKind();
-      fb::StateKind sk = kind == "master"    ? fb::StateKind::master
-                         : kind == "moment1" ? fb::StateKind::moment1
-                         : kind == "moment2" ? fb::StateKind::moment2
-                         : kind == "grad"    ? fb::StateKind::grad
-                                             : fb::StateKind::scalar;
+      fb::StateKind sk = kind == "master"     ? fb::StateKind::master
+                         : kind == "moment1"  ? fb::StateKind::moment1
+                         : kind == "moment2"  ? fb::StateKind::moment2
+                         : kind == "grad"     ? fb::StateKind::grad
+                         : kind == "kv_cache" ? fb::StateKind::kv_cache
+                                              : fb::StateKind::scalar;
       fb::StateInit init = fb::StateInit::zeros;
       double initValue = 0.0;
       Attribute ia = st.getInit();
@@ -571,7 +572,30 @@ struct Emitter {
       std::vector<int64_t> full = shape, local = shape;
       std::vector<flatbuffers::Offset<fb::RankSlice>> ranks;
       auto it = paramLayouts.find(st.getOf().str());
-      if (it != paramLayouts.end() &&
+      auto kvHeads = st->getAttrOfType<IntegerAttr>("zg.kv_heads");
+      if (sk == fb::StateKind::kv_cache && kvHeads && shape.size() == 4 &&
+          shape[1] > 0 && kvHeads.getInt() % shape[1] == 0) {
+        // A KV cache [B, H, L, D]: dp index d holds the global batch rows
+        // [d B, (d + 1) B); its heads are the tp block of its tp index, one
+        // block per group of tp / blocks ranks when tp is larger than the
+        // key/value head count (docs/generation.md).
+        int64_t blocks = kvHeads.getInt() / shape[1];
+        full = {shape[0] * dp, kvHeads.getInt(), shape[2], shape[3]};
+        for (int r = 0; r < world; ++r) {
+          int64_t block = blocks == 1 ? 0 : (r % tp) / (tp / blocks);
+          std::vector<int64_t> src = {(r / tp) * shape[0], block * shape[1],
+                                      0, 0};
+          std::vector<int64_t> zero(4, 0);
+          auto piece = fb::CreatePiece(fbb, fbb.CreateVector(src),
+                                       fbb.CreateVector(zero),
+                                       fbb.CreateVector(shape));
+          ranks.push_back(fb::CreateRankSlice(
+              fbb,
+              fbb.CreateVector(
+                  std::vector<flatbuffers::Offset<fb::Piece>>{piece}),
+              0, n));
+        }
+      } else if (it != paramLayouts.end() &&
           (n == it->second.localElements ||
            (shape.size() == 1 &&
             n == (it->second.localElements + uint64_t(dp) - 1) / uint64_t(dp)))) {
@@ -593,6 +617,13 @@ struct Emitter {
             std::vector<flatbuffers::Offset<fb::Piece>>{piece});
         for (int r = 0; r < world; ++r)
           ranks.push_back(fb::CreateRankSlice(fbb, list, 0, n));
+      }
+      if (sk == fb::StateKind::kv_cache) {
+        GenerationFigures &g = summary.generation;
+        g.present = true;
+        g.kvCacheBytes += n * dtypeBytes(t.dtype);
+        g.batch = full[0];
+        g.maxSeq = full[2];
       }
       stateNames.insert(st.getName().str());
       stateEntries.push_back(fb::CreateStateEntry(
@@ -825,6 +856,9 @@ struct Emitter {
               }))
             ints = {1};
         })
+        .Case([&](graph::CachedAttentionOp a) {
+          floats = {a.getScale().convertToDouble()};
+        })
         .Case([&](dist::AllGatherOp g) { ints = {int64_t(g.getDim())}; })
         .Case([&](dist::LocalSliceOp l) { ints = {int64_t(l.getDim())}; })
         .Case([&](dist::AllReduceOp r) {
@@ -958,6 +992,22 @@ struct Emitter {
     return success();
   }
 
+  /// The parameter bytes one @decode step moves onto each rank's device:
+  /// host -> device copies and, under ZeRO-3, the dp - 1 parts of every
+  /// gathered parameter that other ranks send (docs/generation.md).
+  void noteDecodeTraffic(Operation *op) {
+    GenerationFigures &g = summary.generation;
+    auto exact = [&](Value v) {
+      auto dt = planDTypeOfValue(v, summary.dtype);
+      return elementCount(v) * (dt ? dtypeBytes(*dt) : 4);
+    };
+    if (isa<dist::PrefetchOp>(op))
+      g.decodePrefetchBytes += exact(op->getOperand(0));
+    else if (isa<dist::GatherParamOp>(op))
+      g.decodeGatherBytes += exact(op->getResult(0)) *
+                             uint64_t(summary.dp - 1) / uint64_t(summary.dp);
+  }
+
   /// One Program table: instructions, bindings, scalars, events, hash.
   FailureOr<flatbuffers::Offset<fb::Program>> emitProgram(size_t p) {
     func = lv.funcs[p];
@@ -970,9 +1020,12 @@ struct Emitter {
     if (!eventsAttr || !hashAttr)
       return func.emitError() << "zplan-emit: @" << func.getName()
                               << " has no schedule (run --zplan-schedule)";
-    for (Operation *op : plv->steps)
+    for (Operation *op : plv->steps) {
       if (failed(emitInstr(op)))
         return failure();
+      if (func.getName() == "decode")
+        noteDecodeTraffic(op);
+    }
     summary.numInstructions += instrs.size();
     uint64_t recorded = hashAttr.getValue().getZExtValue();
     if (recorded != hash)

@@ -84,6 +84,22 @@ struct CommFigure {
   uint64_t sentBytes = 0;
 };
 
+/// A generation plan's figures (docs/generation.md), per rank.
+struct GenerationFigures {
+  bool present = false;
+  /// The planned global batch and cache positions.
+  int64_t batch = 0, maxSeq = 0;
+  /// Exact bytes of the KV caches this rank holds.
+  uint64_t kvCacheBytes = 0;
+  /// Per @decode step: parameter bytes copied host -> device (prefetch), and
+  /// gathered parameter bytes received from the other dp ranks (ZeRO-3).
+  uint64_t decodePrefetchBytes = 0, decodeGatherBytes = 0;
+  /// Set by the driver: --gpu-mem (0: not given) and the host link's rate in
+  /// bytes per second (--link-bandwidth) for the ZeRO-Inference floor.
+  uint64_t gpuMem = 0;
+  double linkBandwidth = 0;
+};
+
 struct PlanSummary {
   int world = 1, tp = 1, dp = 1;
   PlanDType dtype = PlanDType::F32;
@@ -95,6 +111,7 @@ struct PlanSummary {
   size_t numInstructions = 0, numTensors = 0, numWeights = 0;
   /// The plan's programs, in order.
   std::vector<std::string> programs;
+  GenerationFigures generation;
 };
 
 /// Builds the plan FlatBuffer (without the 24-byte file header) into

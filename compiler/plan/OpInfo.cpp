@@ -137,13 +137,14 @@ bool isMasterShard(Value value) {
 }
 
 bool isStateWriteOp(Operation *op) {
-  return isa<graph::AssignOp, graph::AdamwOp, graph::AccumulateOp>(op);
+  return isa<graph::AssignOp, graph::AdamwOp, graph::AccumulateOp,
+             graph::KvWriteOp>(op);
 }
 
 llvm::SmallVector<Value, 3> writtenOperands(Operation *op) {
   if (auto a = dyn_cast<graph::AdamwOp>(op))
     return {a.getParam(), a.getM(), a.getV()};
-  if (isa<graph::AssignOp, graph::AccumulateOp>(op))
+  if (isa<graph::AssignOp, graph::AccumulateOp, graph::KvWriteOp>(op))
     return {op->getOperand(0)};
   return {};
 }

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -27,6 +28,62 @@ std::string formatBytes(uint64_t bytes, const char *countSuffix) {
 namespace {
 
 std::string human(uint64_t bytes) { return formatBytes(bytes); }
+
+/// The generation figures (docs/generation.md): the KV cache, what fits the
+/// device, and ZeRO-Inference's traffic per decode step.
+std::string formatGeneration(const PlanSummary &s) {
+  const GenerationFigures &g = s.generation;
+  const MemoryFigures &m = s.memory;
+  std::ostringstream os;
+  const int64_t localBatch = g.batch / s.dp;
+  const uint64_t positions = uint64_t(localBatch) * uint64_t(g.maxSeq);
+  os << "generation: batch " << g.batch << " (" << localBatch
+     << " per rank), max-seq " << g.maxSeq << ", per rank:\n";
+  os << "  KV cache bytes             " << human(g.kvCacheBytes) << ", "
+     << (positions ? g.kvCacheBytes / positions : 0)
+     << " per sequence position\n";
+  if (g.gpuMem && positions) {
+    // The cache and the prefill's activations grow with batch x L; the
+    // weights, gathered parameters, workspace and reserve do not.
+    const uint64_t scaling = g.kvCacheBytes + m.activationBytes;
+    const uint64_t fixed = m.plannedPeakBytes() - std::min(m.plannedPeakBytes(), scaling);
+    const uint64_t perPosition = (scaling + positions - 1) / positions;
+    const uint64_t fit =
+        g.gpuMem > fixed && perPosition ? (g.gpuMem - fixed) / perPosition : 0;
+    os << "  largest batch x L in --gpu-mem " << human(g.gpuMem) << ": " << fit
+       << " sequence positions per rank (" << perPosition
+       << " bytes each: cache and prefill activations; " << human(fixed)
+       << " fixed), e.g. batch " << (g.maxSeq ? fit / uint64_t(g.maxSeq) : 0)
+       << " per rank at L = " << g.maxSeq << "\n";
+  } else {
+    os << "  largest batch x L          give --gpu-mem to compute it\n";
+  }
+  const uint64_t moved = g.decodePrefetchBytes + g.decodeGatherBytes;
+  if (moved) {
+    os << "  ZeRO-Inference per decode step: " << human(g.decodePrefetchBytes)
+       << " host -> device, " << human(g.decodeGatherBytes)
+       << " gathered from dp peers; "
+       << human(localBatch ? moved / uint64_t(localBatch) : moved)
+       << " per token\n";
+    if (g.linkBandwidth > 0) {
+      // The link that bounds a step: the host link when parameters come
+      // from host memory (the gathers then run over the dp interconnect at
+      // the same time), else the dp link the gathers use.
+      const bool host = g.decodePrefetchBytes > 0;
+      const uint64_t bound = host ? g.decodePrefetchBytes : g.decodeGatherBytes;
+      const double floor = double(bound) / g.linkBandwidth;
+      char buf[200];
+      std::snprintf(buf, sizeof(buf),
+                    "  floor at --link-bandwidth %.3g GB/s (%s): %.6f s per "
+                    "decode step, at most %.1f tokens/s per rank\n",
+                    g.linkBandwidth / 1e9,
+                    host ? "host -> device bytes" : "gathered bytes", floor,
+                    floor > 0 ? double(localBatch) / floor : 0.0);
+      os << buf;
+    }
+  }
+  return os.str();
+}
 
 } // namespace
 
@@ -67,6 +124,8 @@ std::string formatReport(const PlanSummary &s) {
        << "\n";
     os << "  planned host bytes         " << human(m.arenaBytes[1]) << "\n";
   }
+  if (s.generation.present)
+    os << formatGeneration(s);
   os << "communication per step, per rank (bytes sent, ring algorithms):\n";
   if (s.comm.empty())
     os << "  none\n";
@@ -123,6 +182,16 @@ std::string formatReportJson(const PlanSummary &s) {
               {"tensors", s.numTensors},
               {"collective_hash", s.collectiveHash},
               {"programs", s.programs},
+              {"generation",
+               s.generation.present
+                   ? json{{"batch", s.generation.batch},
+                          {"max_seq", s.generation.maxSeq},
+                          {"kv_cache_bytes", s.generation.kvCacheBytes},
+                          {"decode_prefetch_bytes",
+                           s.generation.decodePrefetchBytes},
+                          {"decode_gather_bytes",
+                           s.generation.decodeGatherBytes}}
+                   : json(nullptr)},
               {"ranks", ranks}};
   return out.dump(2) + "\n";
 }

@@ -100,7 +100,11 @@ public:
       : func(func), tp(tp), ctx(func.getContext()), plan(plan),
         states(plan.states) {
     func.walk([&](Operation *op) {
-      if (isa<zg::AdamwOp, zg::StateOp, zg::AccumulateOp>(op))
+      // A generation program's KV cache (docs/generation.md) is state, but
+      // its program is a forward pass: the inference rules apply.
+      auto st = dyn_cast<zg::StateOp>(op);
+      if (isa<zg::AdamwOp, zg::AccumulateOp>(op) ||
+          (st && st.getKind() != "kv_cache"))
         train = true;
     });
     // Parameters another program already decided keep that sharding.
@@ -144,6 +148,8 @@ private:
                          bool transW);
   Rule matmul(zg::MatmulOp op);
   Rule attention(zg::AttentionOp op);
+  Rule kvWrite(zg::KvWriteOp op);
+  Rule cachedAttention(zg::CachedAttentionOp op);
   Rule embedding(zg::EmbeddingOp op);
   FailureOr<Rule> ruleFor(Operation *op);
   FailureOr<Rule> trainRule(Operation *op);
@@ -265,7 +271,8 @@ bool Propagator::reachesReturn(Value v) {
     Value cur = work.pop_back_val();
     for (Operation *user : cur.getUsers()) {
       // In a training step the logits reach the loss instead.
-      if (isa<func::ReturnOp, zg::LabelPickOp>(user))
+      // A generation program picks each sequence's last real row first.
+      if (isa<func::ReturnOp, zg::LabelPickOp, zg::TakeRowsOp>(user))
         return true;
       if (!seen.insert(user).second)
         continue;
@@ -291,6 +298,11 @@ int Propagator::attentionRole(Value v) {
       Operation *user = use.getOwner();
       if (auto att = dyn_cast<zg::AttentionOp>(user))
         return use.getOperandNumber() <= 2 ? use.getOperandNumber() : -1;
+      // Generation: keys and values reach the attention through the cache.
+      if (isa<zg::KvWriteOp>(user))
+        return use.getOperandNumber() == 1 ? 1 : -1;
+      if (isa<zg::CachedAttentionOp>(user))
+        return use.getOperandNumber() == 0 ? 0 : -1;
       if (isa<zg::LinearOp, func::ReturnOp>(user) || !seen.insert(user).second)
         continue;
       if (seen.size() > 64)
@@ -581,6 +593,43 @@ Propagator::Rule Propagator::attention(zg::AttentionOp op) {
   return r;
 }
 
+// A KV cache takes the sharding of the keys (values) its writer stores: split
+// by heads like them, one block per group of ranks where tp is larger than
+// the key/value head count. The first program decides it for every program
+// (ModulePlan::states); the cache is set here, during the walk, so that the
+// attention over it that follows sees it.
+Propagator::Rule Propagator::kvWrite(zg::KvWriteOp op) {
+  Value cache = op.getCache();
+  Shard want = eff(op.getValue());
+  auto st = cache.getDefiningOp<zg::StateOp>();
+  if (state.count(cache) || (st && states.count(st.getName())))
+    want = get(cache);
+  else if (want.dim != 1 || !want.segments.empty())
+    want = Shard::replicated(4);
+  if (!want.isReplicated())
+    state[cache] = want;
+  Rule r;
+  r.operands = {want, want, Shard::replicated(rankOf(op.getPos()))};
+  return r;
+}
+
+// Attention over the cache: heads split as zg.attention's, or everything
+// whole.
+Propagator::Rule Propagator::cachedAttention(zg::CachedAttentionOp op) {
+  Shard eq = eff(op.getQ()), ek = get(op.getK()), ev = get(op.getV());
+  int64_t hq = rtt(op.getQ()).getDimSize(1), hkv = rtt(op.getK()).getDimSize(1);
+  bool ok =
+      eq.dim == 1 && eq.blocks == tp && eq.segments.empty() && ek.dim == 1 &&
+      ek.segments.empty() && ev == ek &&
+      (ek.blocks == tp || (ek.blocks == hkv && tp % hkv == 0 && hq % tp == 0));
+  if (!ok)
+    return allReplicated(op);
+  Rule r;
+  r.operands = {eq, ek, ev, Shard::replicated(rankOf(op.getPos()))};
+  r.results = {Shard::split(4, 1, tp)};
+  return r;
+}
+
 // The token embedding (ids come from a function argument) is vocabulary
 // parallel: each rank looks up the ids in its rows, zero elsewhere, and the
 // partial results are summed. Other lookups (positions) stay whole.
@@ -615,6 +664,17 @@ Propagator::Rule Propagator::embedding(zg::EmbeddingOp op) {
 FailureOr<Propagator::Rule> Propagator::ruleFor(Operation *op) {
   if (isa<zg::WeightOp, zg::ConstantOp, zg::CausalMaskOp>(op))
     return allReplicated(op);
+  if (auto st = dyn_cast<zg::StateOp>(op); st && st.getKind() == "kv_cache") {
+    Rule r;
+    auto it = states.find(st.getName());
+    r.results = {it != states.end() ? it->second
+                                    : Shard::replicated(rankOf(st))};
+    return r;
+  }
+  if (auto kw = dyn_cast<zg::KvWriteOp>(op))
+    return kvWrite(kw);
+  if (auto ca = dyn_cast<zg::CachedAttentionOp>(op))
+    return cachedAttention(ca);
   if (train) {
     FailureOr<Rule> r = trainRule(op);
     if (failed(r) || !r->results.empty() || !r->operands.empty())

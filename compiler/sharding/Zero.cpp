@@ -353,6 +353,19 @@ void markTrainingBatchInputs(func::FuncOp func) {
   }
 }
 
+/// Marks every argument and result of rank >= 1 of a generation program
+/// (token ids, prompt lengths, positions; next tokens, logits) as split over
+/// dp: the program was built for this rank's rows.
+void markGenerationBatch(func::FuncOp func) {
+  Builder b(func.getContext());
+  for (BlockArgument arg : func.getArguments())
+    if (cast<RankedTensorType>(arg.getType()).getRank() >= 1)
+      func.setArgAttr(arg.getArgNumber(), kBatchSplit, b.getUnitAttr());
+  for (auto [i, t] : llvm::enumerate(func.getResultTypes()))
+    if (cast<RankedTensorType>(t).getRank() >= 1)
+      func.setResultAttr(i, kBatchSplit, b.getUnitAttr());
+}
+
 struct ZplanZeroPass : zplan::sharding::impl::ZplanZeroBase<ZplanZeroPass> {
   using Base::Base;
   void runOnOperation() override;
@@ -483,10 +496,23 @@ void ZplanZeroPass::runOnOperation() {
       continue;
     // Training programs are built from the rank-local batch and partitioned
     // by --zplan-zero-train; only their batch inputs are marked here.
-    bool training = false;
+    bool training = false, generation = false;
     func.walk([&](Operation *op) {
-      training |= isa<zg::AdamwOp, zg::StateOp, zg::AccumulateOp>(op);
+      auto st = dyn_cast<zg::StateOp>(op);
+      generation |= st && st.getKind() == "kv_cache";
+      training |= isa<zg::AdamwOp, zg::AccumulateOp>(op) ||
+                  (st && st.getKind() != "kv_cache");
     });
+    // Generation programs (docs/generation.md) are built from the rank-local
+    // batch too, and every one of their arguments and results carries it in
+    // dimension 0; their parameters are sharded like any forward's.
+    if (generation && !training) {
+      if (dp > 1)
+        markGenerationBatch(func);
+      if (stage == 3 && dp > 1 && failed(shardParams(func, dp)))
+        return signalPassFailure();
+      continue;
+    }
     if (training) {
       if (dp > 1)
         markTrainingBatchInputs(func);

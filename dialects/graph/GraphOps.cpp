@@ -487,9 +487,9 @@ static LogicalResult verifyFloatScalar(Operation *op, Value v,
 LogicalResult StateOp::verify() {
   StringRef kind = getKind();
   if (kind != "master" && kind != "moment1" && kind != "moment2" &&
-      kind != "grad" && kind != "scalar")
-    return emitOpError("kind must be master, moment1, moment2, grad or "
-                       "scalar, got \"")
+      kind != "grad" && kind != "scalar" && kind != "kv_cache")
+    return emitOpError("kind must be master, moment1, moment2, grad, "
+                       "scalar or kv_cache, got \"")
            << kind << "\"";
   if (getName().empty())
     return emitOpError("needs a name");
@@ -525,6 +525,69 @@ LogicalResult AccumulateOp::verify() {
   if (rtt(getTarget()) != rtt(getValue()))
     return emitOpError("value type must equal the target type");
   return success();
+}
+
+static LogicalResult verifyPositions(Operation *op, Value pos, int64_t b) {
+  auto p = rtt(pos).getShape();
+  if (p.size() != 1 || p[0] != b)
+    return op->emitOpError("pos must be [")
+           << b << "] (one cached length per sequence), got " << shapeStr(p);
+  return success();
+}
+
+LogicalResult KvWriteOp::verify() {
+  if (failed(verifyPersistentTarget(*this, getCache(), "cache")))
+    return failure();
+  auto c = rtt(getCache()).getShape(), v = rtt(getValue()).getShape();
+  if (c.size() != 4 || v.size() != 4)
+    return emitOpError("cache and value must be 4-D [B, H, L, D]");
+  if (c[0] != v[0] || c[1] != v[1] || c[3] != v[3] || v[2] > c[2])
+    return emitOpError("value ")
+           << shapeStr(v) << " does not fit the cache " << shapeStr(c);
+  if (rtt(getCache()).getElementType() != rtt(getValue()).getElementType())
+    return emitOpError("value and cache element types differ");
+  return verifyPositions(*this, getPos(), c[0]);
+}
+
+LogicalResult CachedAttentionOp::verify() {
+  auto q = rtt(getQ()).getShape(), k = rtt(getK()).getShape(),
+       v = rtt(getV()).getShape();
+  if (q.size() != 4 || k.size() != 4 || v.size() != 4)
+    return emitOpError("q and the caches must be 4-D [B, H, S, D]");
+  if (k != v)
+    return emitOpError("the k and v caches differ in shape");
+  if (k[0] != q[0] || k[3] != q[3])
+    return emitOpError("q and the caches differ in batch or head dim");
+  if (k[1] == 0 || q[1] % k[1] != 0)
+    return emitOpError("query heads (")
+           << q[1] << ") are not a multiple of kv heads (" << k[1] << ")";
+  if (q[2] > k[2])
+    return emitOpError("more query rows than cache positions");
+  if (rtt(getResult()).getShape() != q)
+    return emitOpError("result shape should be ") << shapeStr(q);
+  return verifyPositions(*this, getPos(), q[0]);
+}
+
+LogicalResult ArgmaxOp::verify() {
+  auto x = rtt(getInput()).getShape();
+  if (x.empty() || !isa<FloatType>(rtt(getInput()).getElementType()))
+    return emitOpError("input must be a float tensor of rank >= 1");
+  if (rtt(getResult()).getShape() != x.drop_back() ||
+      !rtt(getResult()).getElementType().isInteger(64))
+    return emitOpError("result must be i64 ") << shapeStr(x.drop_back());
+  return success();
+}
+
+LogicalResult TakeRowsOp::verify() {
+  auto x = rtt(getInput()).getShape();
+  if (x.size() < 2)
+    return emitOpError("input must have rank >= 2 [B, S, ...]");
+  SmallVector<int64_t> out = {x[0]};
+  out.append(x.begin() + 2, x.end());
+  if (rtt(getResult()).getShape() != ArrayRef<int64_t>(out) ||
+      rtt(getResult()).getElementType() != rtt(getInput()).getElementType())
+    return emitOpError("result must be ") << shapeStr(out);
+  return verifyPositions(*this, getIndex(), x[0]);
 }
 
 LogicalResult AdamwOp::verify() {

@@ -568,6 +568,62 @@ def ZG_AccumulateOp : ZG_Op<"accumulate"> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Generation (docs/generation.md): the KV cache and greedy selection.
+//===----------------------------------------------------------------------===//
+
+def ZG_KvWriteOp : ZG_Op<"kv_write"> {
+  let summary = "write new keys or values into a persistent KV cache";
+  let description = [{
+    `cache` [B, H, L, D] is a persistent `zg.state` of kind `kv_cache`;
+    `value` [B, H, S, D] holds the keys (or values) of S new positions and
+    `pos` [B] (i64) the cached length of each sequence: in place,
+    `cache[b, h, pos[b] + j, :] = value[b, h, j, :]` for j < S where
+    pos[b] + j < L (rows past the cache are dropped). No result: the op exists
+    for its write, like zg.accumulate.
+  }];
+  let arguments = (ins ZG_Tensor:$cache, ZG_Tensor:$value, ZG_IntTensor:$pos);
+  let hasVerifier = 1;
+}
+
+def ZG_CachedAttentionOp : ZG_Op<"cached_attention", [Pure]> {
+  let summary = "attention of new queries over a KV cache";
+  let description = [{
+    q [B, Hq, S, D], k and v caches [B, Hkv, L, D], pos [B] (i64): query row
+    i of sequence b sits at position pos[b] + i and attends to the cached
+    keys t <= pos[b] + i (causal over the cache; the caller has written the
+    new keys at pos[b] .. pos[b] + S - 1 first). `result = softmax(scale *
+    q k^T) v` : [B, Hq, S, D]; Hq is a multiple of Hkv (query head h uses kv
+    head h / (Hq / Hkv)).
+  }];
+  let arguments = (ins ZG_Tensor:$q, ZG_Tensor:$k, ZG_Tensor:$v,
+                   ZG_IntTensor:$pos, F64Attr:$scale);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_ArgmaxOp : ZG_Op<"argmax", [Pure]> {
+  let summary = "index of the largest element along the last axis";
+  let description = [{
+    x [..., V] (float) -> [...] (i64): the first index of the maximum of each
+    row (torch.argmax's tie rule), greedy decoding's next token.
+  }];
+  let arguments = (ins ZG_Tensor:$input);
+  let results = (outs ZG_IntTensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_TakeRowsOp : ZG_Op<"take_rows", [Pure]> {
+  let summary = "one row per batch entry, at a per-entry index";
+  let description = [{
+    x [B, S, ...], index [B] (i64) -> [B, ...]: `result[b] = x[b, index[b]]`
+    (the logits of each sequence's last real position).
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_IntTensor:$index);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
 def ZG_AdamwOp : ZG_Op<"adamw"> {
   let summary = "one AdamW step on a parameter, in place";
   let description = [{

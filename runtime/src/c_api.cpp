@@ -123,6 +123,17 @@ int zrt_load_checkpoint(zrt_session *s, const char *path, int64_t *step, int64_t
   return 0;
 }
 
+int zrt_generation_shape(const zrt_session *s, int64_t *batch, int64_t *max_seq) {
+  return set(s->s->generation_shape(batch, max_seq));
+}
+int zrt_prefill(zrt_session *s, const int64_t *prompt, int64_t batch, int64_t prompt_len, const int64_t *lengths,
+                int64_t *next) {
+  return set(s->s->prefill(prompt, batch, prompt_len, lengths, next));
+}
+int zrt_decode_step(zrt_session *s, const int64_t *tokens, const int64_t *positions, int64_t batch, int64_t *next) {
+  return set(s->s->decode_step(tokens, positions, batch, next));
+}
+
 void zrt_shutdown(void) { zrt::shutdown(); }
 
 }  // extern "C"

@@ -653,6 +653,14 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
     }
     case OpCategory::state_write: {
       const TInfo &p = I(0), &v = I(1);
+      if (op == Op::kv_write) {
+        if (p.shape.size() != 4 || v.shape.size() != 4 || v.shape[0] != p.shape[0] || v.shape[1] != p.shape[1] ||
+            v.shape[3] != p.shape[3] || v.shape[2] > p.shape[2])
+          return bad("value " + shape_str(v.shape) + " does not fit the cache " + shape_str(p.shape));
+        if (p.dtype != v.dtype) return bad("value and cache dtypes differ");
+        if (I(2).shape != Shape{p.shape[0]} || I(2).dtype != DType::i64) return bad("pos must be i64 [B]");
+        return {};
+      }
       if (!is_fl(p.dtype) || !is_fl(v.dtype)) return bad("target and value must be float tensors");
       if (v.numel != p.numel) return bad("value holds " + std::to_string(v.numel) + " elements, target " + tn(ins[0]) + " holds " + std::to_string(p.numel));
       if (op == Op::adamw) {
@@ -830,6 +838,30 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
         return bad("mask " + shape_str(I(3).shape) + " does not broadcast to [B, Hq, S, T]");
       if (outs.size() > 1 && (Ok(1).shape != Shape{q[0], q[1], q[2]} || Ok(1).dtype != DType::f32))
         return bad("lse output must be f32 [B, Hq, S] = " + shape_str(Shape{q[0], q[1], q[2]}));
+      return {};
+    }
+    case Op::cached_attention: {
+      const Shape &q = I(0).shape, &k = I(1).shape;
+      if (q.size() != 4 || k.size() != 4 || I(2).shape != k) return bad("q and the caches must be rank 4, v shaped like k");
+      if (k[0] != q[0] || k[3] != q[3] || k[1] <= 0 || q[1] % k[1] != 0 || q[2] > k[2])
+        return bad("cache " + shape_str(k) + " does not fit q " + shape_str(q));
+      if (O().shape != q) return bad("output shape must equal q's");
+      if (I(3).shape != Shape{q[0]} || I(3).dtype != DType::i64) return bad("pos must be i64 [B]");
+      return {};
+    }
+    case Op::argmax: {
+      const Shape &x = I(0).shape;
+      if (x.empty() || !is_fl(I(0).dtype)) return bad("input must be float of rank >= 1");
+      if (O().shape != Shape(x.begin(), x.end() - 1) || O().dtype != DType::i64) return bad("output must be i64 of the input's shape without its last dim");
+      return {};
+    }
+    case Op::take_rows: {
+      const Shape &x = I(0).shape;
+      if (x.size() < 2) return bad("input must be [B, S, ...]");
+      Shape o = {x[0]};
+      o.insert(o.end(), x.begin() + 2, x.end());
+      if (O().shape != o || O().dtype != I(0).dtype) return bad("output must be " + shape_str(o) + " of the input's dtype");
+      if (I(1).shape != Shape{x[0]} || I(1).dtype != DType::i64) return bad("index must be i64 [B]");
       return {};
     }
     case Op::attention_grad: {

@@ -252,7 +252,7 @@ Status Session::Impl::decode_steps() {
     run.step_extent.assign(n, {});
     for (size_t i = 0; i < n; ++i) {
       Step &s = run.steps[i];
-      ZRT_RETURN_IF_ERROR(decode_step(*prog.instrs()->Get(i), static_cast<int>(i), tensors, &s));
+      ZRT_RETURN_IF_ERROR(zrt::decode_step(*prog.instrs()->Get(i), static_cast<int>(i), tensors, &s));
       run.step_is_comm[i] = s.info->on_communicator();
       for (const TensorRef &o : s.outputs) {
         const int sp = static_cast<int>(o.space);
@@ -747,6 +747,95 @@ Status Session::save_checkpoint(const std::string &dir, const TrainingState &sta
 Status Session::load_checkpoint(const std::string &path, TrainingState *state, CheckpointInfo *info) {
   ZRT_RETURN_IF_ERROR(impl_->backend->synchronize());
   return ckpt::load(checkpoint_access(this, *impl_), path, state, info);
+}
+
+Status Session::generation_shape(int64_t *batch, int64_t *max_seq) const {
+  const Impl &m = *impl_;
+  const int pre = m.find_program("prefill"), dec = m.find_program("decode");
+  if (pre < 0 || dec < 0)
+    return error(Code::invalid_argument, "the plan has no generation programs (prefill and decode): compile it with "
+                                         "zplan --generate --max-seq L; it has " + m.program_names());
+  const int i = m.find(m.program_info[pre].inputs, "input_ids");
+  if (i < 0 || m.program_info[pre].inputs[i].global_shape.size() != 2)
+    return error(Code::invalid_argument, "prefill has no input 'input_ids' [B, L]");
+  *batch = m.program_info[pre].inputs[i].global_shape[0];
+  *max_seq = m.program_info[pre].inputs[i].global_shape[1];
+  return {};
+}
+
+namespace {
+// Checks token ids against the embedding table before any program runs.
+Status check_ids(const Session &s, const char *input, const int64_t *ids, size_t n, const char *what) {
+  int64_t lo = 0, hi = 0;
+  if (!s.input_id_range(input, &lo, &hi)) return {};
+  for (size_t e = 0; e < n; ++e)
+    if (ids[e] < lo || ids[e] >= hi)
+      return error(Code::invalid_argument, std::string(what) + " element " + std::to_string(e) + " is " +
+                                               std::to_string(ids[e]) + ", outside the vocabulary [" +
+                                               std::to_string(lo) + ", " + std::to_string(hi) + ")");
+  return {};
+}
+}  // namespace
+
+// Every rank needs the next tokens (they are the next decode step's input): rank 0 assembles the global
+// output, then broadcasts it.
+static Status read_next_tokens(Session &s, Communicator &comm, int64_t planned, int64_t batch, int64_t *next) {
+  std::vector<int64_t> all(static_cast<size_t>(planned));
+  ZRT_RETURN_IF_ERROR(s.read_output("next_token", comm.rank() == 0 ? all.data() : nullptr, all.size() * 8, 0));
+  ZRT_RETURN_IF_ERROR(comm.broadcast_host(all.data(), all.size() * 8, 0));
+  std::copy(all.begin(), all.begin() + batch, next);
+  return {};
+}
+
+Status Session::prefill(const int64_t *prompt, int64_t batch, int64_t prompt_len, const int64_t *lengths,
+                        int64_t *next) {
+  int64_t B = 0, L = 0;
+  ZRT_RETURN_IF_ERROR(generation_shape(&B, &L));
+  if (batch < 1 || batch > B)
+    return error(Code::invalid_argument, "a batch of " + std::to_string(batch) + " prompts; the plan was made for 1 to " +
+                                             std::to_string(B) + " (zplan --batch)");
+  if (prompt_len < 1 || prompt_len > L)
+    return error(Code::invalid_argument, "a prompt of " + std::to_string(prompt_len) +
+                                             " tokens does not fit the planned cache of " + std::to_string(L) +
+                                             " positions (zplan --max-seq)");
+  for (int64_t b = 0; b < batch; ++b)
+    if (lengths[b] < 1 || lengths[b] > prompt_len)
+      return error(Code::invalid_argument, "prompt " + std::to_string(b) + " has length " + std::to_string(lengths[b]) +
+                                               ", outside [1, " + std::to_string(prompt_len) + "]");
+  std::vector<int64_t> ids(static_cast<size_t>(B * L), 0), lens(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t src = b < batch ? b : 0;
+    lens[b] = lengths[src];
+    for (int64_t t = 0; t < lens[b]; ++t) ids[b * L + t] = prompt[src * prompt_len + t];
+  }
+  ZRT_RETURN_IF_ERROR(check_ids(*this, "input_ids", ids.data(), ids.size(), "prompt"));
+  ZRT_RETURN_IF_ERROR(bind_input("input_ids", ids.data(), ids.size() * 8));
+  ZRT_RETURN_IF_ERROR(bind_input("prompt_lengths", lens.data(), lens.size() * 8));
+  ZRT_RETURN_IF_ERROR(run("prefill"));
+  return read_next_tokens(*this, *impl_->comm, B, batch, next);
+}
+
+Status Session::decode_step(const int64_t *tokens, const int64_t *positions, int64_t batch, int64_t *next) {
+  int64_t B = 0, L = 0;
+  ZRT_RETURN_IF_ERROR(generation_shape(&B, &L));
+  if (batch < 1 || batch > B)
+    return error(Code::invalid_argument, "a batch of " + std::to_string(batch) + " sequences; the plan was made for 1 to " +
+                                             std::to_string(B) + " (zplan --batch)");
+  for (int64_t b = 0; b < batch; ++b)
+    if (positions[b] < 0 || positions[b] >= L)
+      return error(Code::invalid_argument, "sequence " + std::to_string(b) + " is at position " +
+                                               std::to_string(positions[b]) + ", outside the planned cache [0, " +
+                                               std::to_string(L) + ") (zplan --max-seq)");
+  std::vector<int64_t> tok(static_cast<size_t>(B)), pos(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    tok[b] = tokens[b < batch ? b : 0];
+    pos[b] = positions[b < batch ? b : 0];
+  }
+  ZRT_RETURN_IF_ERROR(check_ids(*this, "token", tok.data(), tok.size(), "token"));
+  ZRT_RETURN_IF_ERROR(bind_input("token", tok.data(), tok.size() * 8));
+  ZRT_RETURN_IF_ERROR(bind_input("positions", pos.data(), pos.size() * 8));
+  ZRT_RETURN_IF_ERROR(run("decode"));
+  return read_next_tokens(*this, *impl_->comm, B, batch, next);
 }
 
 MemoryReport Session::memory_report() const {

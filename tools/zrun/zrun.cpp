@@ -65,6 +65,11 @@ struct Args {
   double lr = -1;             // < 0: the plan's schedule
   std::string save_dir, resume;
   int64_t save_every = 0;
+  // --generate (docs/generation.md)
+  bool generate = false;
+  std::string prompt, prompt_lengths, tokens_out;
+  int64_t max_new_tokens = -1;
+  std::vector<int64_t> stop;
 };
 
 // The rank as the launcher tells it, for messages printed before MPI is up (only rank 0 prints those).
@@ -144,6 +149,17 @@ int parse_args(int argc, char **argv, Args *a) {
   app.add_option("--micro-batches", micro,
                  "--train: micro-batches per step of a plan made with zplan --micro-batches (the same M)")
       ->type_name("M")->check(number_in(1, 1e6));
+  double max_new = -1;
+  app.add_flag("--generate", a->generate,
+               "Greedy generation with a plan made by zplan --generate: one prefill, then one decode step per token");
+  app.add_option("--prompt", a->prompt, "--generate: integer prompt ids [B, P] (.npy)")->type_name("IDS.npy");
+  app.add_option("--prompt-lengths", a->prompt_lengths,
+                 "--generate: integer [B] (.npy): prompt b is its first lengths[b] ids (default: all P)")
+      ->type_name("LENS.npy");
+  app.add_option("--max-new-tokens", max_new, "--generate: tokens to generate per sequence")->type_name("N");
+  app.add_option("--stop", a->stop, "--generate: a token that ends its sequence (repeatable)")->type_name("ID");
+  app.add_option("--tokens-out", a->tokens_out, "--generate: write prompt and new tokens, int64 [B, P + new]")
+      ->type_name("OUT.npy");
   app.add_flag("--train", a->train, "Train with a plan made by zplan --train (init once, then --steps train steps)");
   app.add_option("--data", a->data, "--train: integer token array [samples, seq] (.npy)")->type_name("TOKENS.npy");
   app.add_option("--steps", steps, "--train: train until step N (a resumed run continues after the checkpoint's step)")
@@ -194,6 +210,20 @@ int parse_args(int argc, char **argv, Args *a) {
   a->steps = static_cast<int64_t>(steps);
   a->micro_batches = static_cast<int64_t>(micro);
   a->save_every = static_cast<int64_t>(save_every);
+  if (a->generate) {
+    if (a->train) return fail("--generate and --train are different runs: give one");
+    if (a->prompt.empty()) return fail("--generate needs --prompt IDS.npy");
+    if (max_new < 0 || max_new != std::floor(max_new) || max_new > 1e9)
+      return fail("--generate needs --max-new-tokens N with N a whole number >= 0 (got " +
+                  (max_new < -0.5 && max_new > -1.5 ? std::string("none") : std::to_string(max_new)) + ")");
+    a->max_new_tokens = static_cast<int64_t>(max_new);
+    if (!a->inputs.empty() || a->random_inputs || !a->outputs.empty() || !a->expects.empty())
+      return fail("--generate takes its input from --prompt; --input, --random-inputs, --output and --expect do not "
+                  "apply");
+  } else if (!a->prompt.empty() || !a->prompt_lengths.empty() || max_new != -1 || !a->stop.empty() ||
+             !a->tokens_out.empty()) {
+    return fail("--prompt, --prompt-lengths, --max-new-tokens, --stop and --tokens-out need --generate");
+  }
   if (a->train) {
     if (a->data.empty()) return fail("--train needs --data TOKENS.npy");
     if (a->steps < 1) return fail("--train needs --steps N (N >= 1)");
@@ -466,6 +496,129 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
   return 0;
 }
 
+/// Reads an integer .npy file as int64 values; the shape goes to `shape`.
+std::vector<int64_t> read_ids(int rank, const std::string &path, const char *flag, std::vector<int64_t> *shape) {
+  zrt::NpyArray a;
+  zrt::Status st = zrt::read_npy(path, &a);
+  if (!st.ok()) die(rank, std::string(flag) + " '" + path + "': " + st.message());
+  if (a.dtype != zrt::DType::i64 && a.dtype != zrt::DType::i32)
+    die(rank, std::string(flag) + " '" + path + "' must hold integers (int64 or int32)");
+  std::vector<int64_t> v(static_cast<size_t>(a.numel()));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = zk::load_i64(a.data.data(), static_cast<zk::DType>(a.dtype), static_cast<int64_t>(i));
+  *shape = a.shape;
+  return v;
+}
+
+/// zrun --generate: checks the prompt and the token budget against the plan, then one prefill and a decode
+/// step per new token (zrt::Session::prefill / decode_step), all greedy.
+int generate(const Args &args, zrt::Session &s, Watchdog &watchdog) {
+  const zrt::RankInfo ri = s.rank_info();
+  int64_t planned_b = 0, L = 0;
+  zrt::Status st = s.generation_shape(&planned_b, &L);
+  if (!st.ok()) die(ri.rank, st.message());
+  std::vector<int64_t> shape;
+  const std::vector<int64_t> prompt = read_ids(ri.rank, args.prompt, "--prompt", &shape);
+  if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1)
+    die(ri.rank, "--prompt '" + args.prompt + "' must be a non-empty [B, P] array of ids");
+  const int64_t B = shape[0], P = shape[1];
+  if (B > planned_b)
+    die(ri.rank, "--prompt holds " + std::to_string(B) + " prompts; the plan was made for at most " +
+                     std::to_string(planned_b) + " (zplan --batch)");
+  std::vector<int64_t> lengths(static_cast<size_t>(B), P);
+  if (!args.prompt_lengths.empty()) {
+    std::vector<int64_t> ls;
+    lengths = read_ids(ri.rank, args.prompt_lengths, "--prompt-lengths", &ls);
+    if (ls != std::vector<int64_t>{B}) die(ri.rank, "--prompt-lengths must be [" + std::to_string(B) + "]");
+    for (int64_t b = 0; b < B; ++b)
+      if (lengths[b] < 1 || lengths[b] > P)
+        die(ri.rank, "--prompt-lengths: prompt " + std::to_string(b) + " has length " + std::to_string(lengths[b]) +
+                         ", outside [1, " + std::to_string(P) + "]");
+  }
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  if (longest > L)
+    die(ri.rank, "a prompt of " + std::to_string(longest) + " tokens is longer than the planned cache of " +
+                     std::to_string(L) + " positions (zplan --max-seq)");
+  // The last new token is never fed back, so the cache holds prompt + new - 1 positions.
+  const int64_t N = args.max_new_tokens;
+  if (N > 0 && longest + N - 1 > L)
+    die(ri.rank, "--max-new-tokens " + std::to_string(N) + " after a prompt of " + std::to_string(longest) +
+                     " tokens needs " + std::to_string(longest + N - 1) + " cache positions; the plan has " +
+                     std::to_string(L) + " (zplan --max-seq): at most " + std::to_string(L - longest + 1));
+  int64_t lo = 0, hi = 0;
+  if (s.input_id_range("input_ids", &lo, &hi))
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < lengths[b]; ++t)
+        if (prompt[b * P + t] < lo || prompt[b * P + t] >= hi)
+          die(ri.rank, "--prompt id [" + std::to_string(b) + ", " + std::to_string(t) + "] is " +
+                           std::to_string(prompt[b * P + t]) + ", outside the vocabulary [" + std::to_string(lo) +
+                           ", " + std::to_string(hi) + ")");
+  for (int64_t id : args.stop)
+    if (id < lo || id >= hi) die(ri.rank, "--stop " + std::to_string(id) + " is outside the vocabulary");
+
+  // Each row: its prompt, then its new tokens; a sequence that stopped is padded with its stop token.
+  std::vector<std::vector<int64_t>> seqs(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) seqs[b].assign(prompt.begin() + b * P, prompt.begin() + b * P + lengths[b]);
+  std::vector<int64_t> next(static_cast<size_t>(B)), pos(lengths);
+  std::vector<bool> done(static_cast<size_t>(B), false);
+  auto take = [&](int64_t b, int64_t tok) {
+    if (done[b]) {
+      seqs[b].push_back(seqs[b].back());
+      return;
+    }
+    seqs[b].push_back(tok);
+    done[b] = std::find(args.stop.begin(), args.stop.end(), tok) != args.stop.end();
+  };
+  using Clock = std::chrono::steady_clock;
+  double ttft = 0, decode_s = 0;
+  int64_t steps = 0;
+  if (N > 0) {
+    watchdog.kick();
+    const auto t0 = Clock::now();
+    st = s.prefill(prompt.data(), B, P, lengths.data(), next.data());
+    if (!st.ok()) die(ri.rank, st.message());
+    ttft = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (int64_t b = 0; b < B; ++b) take(b, next[b]);
+    const auto t1 = Clock::now();
+    for (int64_t k = 1; k < N && !std::all_of(done.begin(), done.end(), [](bool d) { return d; }); ++k) {
+      watchdog.kick();
+      std::vector<int64_t> tok(static_cast<size_t>(B));
+      for (int64_t b = 0; b < B; ++b) tok[b] = seqs[b].back();
+      st = s.decode_step(tok.data(), pos.data(), B, next.data());
+      if (!st.ok()) die(ri.rank, st.message());
+      for (int64_t b = 0; b < B; ++b) {
+        take(b, next[b]);
+        ++pos[b];
+      }
+      ++steps;
+    }
+    decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  }
+  watchdog.kick();
+  const int64_t width = P + (N > 0 ? steps + 1 : 0);
+  if (ri.rank == 0) {
+    int64_t prompt_tokens = 0;
+    for (int64_t l : lengths) prompt_tokens += l;
+    std::printf("zrun: generated %lld new tokens for %lld sequences (prompt %lld, cache %lld)\n",
+                static_cast<long long>(N > 0 ? steps + 1 : 0), static_cast<long long>(B), static_cast<long long>(P),
+                static_cast<long long>(L));
+    std::printf("zrun: time to first token %.6f s, prefill %.1f tokens/s, decode %.1f tokens/s\n", ttft,
+                ttft > 0 ? static_cast<double>(prompt_tokens) / ttft : 0.0,
+                decode_s > 0 ? static_cast<double>(B * steps) / decode_s : 0.0);
+    if (!args.tokens_out.empty()) {
+      std::vector<int64_t> out(static_cast<size_t>(B * width), 0);
+      for (int64_t b = 0; b < B; ++b) {
+        // Rows shorter than the widest (shorter prompts) end with their last token repeated.
+        for (int64_t t = 0; t < width; ++t)
+          out[b * width + t] = t < static_cast<int64_t>(seqs[b].size()) ? seqs[b][t] : seqs[b].back();
+      }
+      st = zrt::write_npy(args.tokens_out, zrt::DType::i64, {B, width}, out.data());
+      if (!st.ok()) die(ri.rank, "--tokens-out: " + st.message());
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -491,6 +644,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   const zrt::RankInfo ri = s->rank_info();
+  if (args.generate) {
+    const int rc = generate(args, *s, watchdog);
+    s.reset();
+    zrt::shutdown();
+    return rc;
+  }
   if (args.train) {
     const int rc = train(args, *s, watchdog);
     s.reset();

@@ -108,6 +108,19 @@ class Session {
   /// size, one micro_step each, then optimizer_step. Reads "loss" and "grad_norm" (replicated on every
   /// rank). Set "lr" with set_scalar() to override the plan's schedule. Collective.
   Status train_step(const std::string &input, const void *data, size_t bytes, int64_t step, StepResult *out);
+  /// Generation (docs/generation.md), with a plan made by `zplan --generate --max-seq L --batch B`: the
+  /// planned global batch B and cache length L. Fails for a plan without @prefill and @decode.
+  Status generation_shape(int64_t *batch, int64_t *max_seq) const;
+  /// Runs @prefill on `batch` <= B prompts: `prompt` is [batch, prompt_len] row-major, sequence b's prompt
+  /// its first lengths[b] tokens (1 <= lengths[b] <= prompt_len <= L; the rest is ignored). Writes each
+  /// prompt's keys and values into the KV cache from position 0 and the greedy next token of every
+  /// sequence into next[batch] (on every rank). Rows past `batch` up to B are planned work filled with copies
+  /// of row 0. Every id is checked against the embedding table first. Collective.
+  Status prefill(const int64_t *prompt, int64_t batch, int64_t prompt_len, const int64_t *lengths, int64_t *next);
+  /// Runs @decode once: token[b] sits at position positions[b] (the number of tokens sequence b has in the
+  /// cache, 0 <= positions[b] < L); its keys and values are written there and next[batch] gets the greedy
+  /// next token of every sequence (on every rank). Collective.
+  Status decode_step(const int64_t *tokens, const int64_t *positions, int64_t batch, int64_t *next);
   /// For an integer input that indexes a table (embedding, gather): ids must lie in [lo, hi). Returns false
   /// when no program reads the input as ids.
   bool input_id_range(const std::string &name, int64_t *lo, int64_t *hi) const;

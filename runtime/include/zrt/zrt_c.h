@@ -71,6 +71,15 @@ int zrt_train_step(zrt_session *s, const char *input, const void *data, size_t b
  * NULL. Collective. */
 int zrt_save_checkpoint(zrt_session *s, const char *dir, int64_t step, int64_t samples, double lr);
 int zrt_load_checkpoint(zrt_session *s, const char *path, int64_t *step, int64_t *samples, double *lr);
+/* Generation (docs/generation.md), a plan made by zplan --generate: the planned batch B and cache length L;
+ * one prefill of `batch` prompts ([batch, prompt_len] row-major, prompt b its first lengths[b] tokens) and one
+ * decode step (token b at position positions[b]). next[batch] gets the greedy next tokens on every rank.
+ * Collective. */
+int zrt_generation_shape(const zrt_session *s, int64_t *batch, int64_t *max_seq);
+int zrt_prefill(zrt_session *s, const int64_t *prompt, int64_t batch, int64_t prompt_len, const int64_t *lengths,
+                int64_t *next);
+int zrt_decode_step(zrt_session *s, const int64_t *tokens, const int64_t *positions, int64_t batch, int64_t *next);
+
 /* Ends MPI if zrt started it; call after closing every session. */
 void zrt_shutdown(void);
 

@@ -97,6 +97,7 @@ class CpuBackend final : public Backend {
         case Op::rms_norm_grad: n = zk::cpu::rms_norm_grad_scratch(in_of(s.inputs[0])); break;
         case Op::embedding_grad: n = zk::cpu::embedding_grad_scratch(out_of(s.outputs[0])); break;
         case Op::sample: n = zk::cpu::sample_scratch(in_of(s.inputs[0])); break;
+        case Op::cached_attention: n = zk::cpu::cached_attention_scratch(in_of(s.inputs[1])); break;
         default: break;
       }
       need = std::max(need, n);
@@ -246,6 +247,12 @@ class CpuBackend final : public Backend {
                      in_of(s.inputs[4]), in_of(s.inputs[5]), in_of(s.inputs[6]), hp);
       }
       case Op::accumulate: return accumulate(out_of(s.outputs[0]), in_of(s.inputs[1]));
+      case Op::kv_write: return kv_write(out_of(s.outputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]));
+      case Op::cached_attention:
+        return cached_attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
+                                out_of(s.outputs[0]), static_cast<float>(s.floats[0]), scratch);
+      case Op::argmax: return argmax(in_of(s.inputs[0]), out_of(s.outputs[0]));
+      case Op::take_rows: return take_rows(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]));
       case Op::release: return {};
       // The executor names the instruction and its op around this message.
       default: return zk::Result::fail("cpu backend: no kernel for this opcode");

@@ -459,7 +459,8 @@ class CudaBackend final : public Backend {
                        (v >= static_cast<int>(Op::range) && v <= static_cast<int>(Op::tile)) ||
                        (v >= static_cast<int>(Op::gelu_tanh_grad) && v <= static_cast<int>(Op::sum_squares)) ||
                        op == Op::adamw || op == Op::accumulate || op == Op::linear_gelu || op == Op::residual_norm ||
-                       op == Op::gated || op == Op::sample;
+                       op == Op::gated || op == Op::sample || op == Op::kv_write || op == Op::cached_attention ||
+                       op == Op::argmax || op == Op::take_rows;
     if (!known) return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
                                                       "'): opcode " + std::to_string(v) + " is not a compute op");
     for (const TensorRef &t : s.inputs)
@@ -674,6 +675,19 @@ class CudaBackend final : public Backend {
         return {};
       }
       case Op::accumulate: ZRT_GPU_CHECK(zc::accumulate(out_of(s.outputs[0]), in_of(s.inputs[1]), st)); return {};
+      // Generation (docs/generation.md).
+      case Op::kv_write:
+        ZRT_GPU_CHECK(zc::kv_write(out_of(s.outputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), st));
+        return {};
+      case Op::cached_attention:
+        ZRT_GPU_CHECK(zc::cached_attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
+                                           in_of(s.inputs[3]), out_of(s.outputs[0]), static_cast<float>(s.floats[0]),
+                                           st));
+        return {};
+      case Op::argmax: ZRT_GPU_CHECK(zc::argmax(in_of(s.inputs[0]), out_of(s.outputs[0]), st)); return {};
+      case Op::take_rows:
+        ZRT_GPU_CHECK(zc::take_rows(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), st));
+        return {};
       case Op::release: return {};
       default: return error(Code::backend_error, "cuda backend: opcode " + std::to_string(v) + " is not a compute op");
     }

@@ -171,6 +171,21 @@ Result attention(const In &q, const In &k, const In &v, const In &mask, const Ou
 Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
                  float scale, float *scratch);
 
+// --- generation (docs/generation.md) -------------------------------------------------------------------------
+
+/// cache [B, H, L, D] (written in place), value [B, H, S, D], pos [B] (i64): cache[b, h, pos[b] + j] =
+/// value[b, h, j] for j < S while pos[b] + j < L. A position outside [0, L) fails.
+Result kv_write(const Out &cache, const In &value, const In &pos);
+/// q [B, Hq, S, D], k and v caches [B, Hkv, L, D], pos [B] (i64): query row i of sequence b attends to the
+/// cached keys 0 .. pos[b] + i. Scratch: L floats.
+size_t cached_attention_scratch(const In &k);
+Result cached_attention(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
+                        float *scratch);
+/// out [...] (i64) = the first index of the maximum of each last-axis row of x [..., V]; NaN wins.
+Result argmax(const In &x, const Out &out);
+/// out [B, ...] = x[b, index[b]] for x [B, S, ...], index [B] (i64) in [0, S).
+Result take_rows(const In &x, const In &index, const Out &out);
+
 // --- training: backward kernels, the optimizer, gradient bookkeeping ----------------------------------------
 
 /// dx = dy * f'(x) for act in {gelu_tanh, gelu_erf, silu}; x, dy and dx share one shape.

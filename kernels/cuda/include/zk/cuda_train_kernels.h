@@ -55,6 +55,17 @@ GpuStatus label_pick(const In &logits, const In &labels, const Out &out, int64_t
 GpuStatus label_pick_grad(const In &labels, const In &dy, const Out &dlogits, int64_t row_start, int64_t ignore_index,
                           cudaStream_t stream);
 
+// --- generation (docs/generation.md; the CPU reference: kernels/cpu/generate.cpp) --------------------------
+/// cache[b, h, pos[b] + j] = value[b, h, j] in place; rows past the cache are dropped.
+GpuStatus kv_write(const Out &cache, const In &value, const In &pos, cudaStream_t stream);
+/// Query row i of sequence b attends to the cached keys 0 .. pos[b] + i (L <= 12288).
+GpuStatus cached_attention(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
+                           cudaStream_t stream);
+/// The first index of each last-axis row's maximum (NaN wins), i64.
+GpuStatus argmax(const In &x, const Out &out, cudaStream_t stream);
+/// out[b] = x[b, index[b]].
+GpuStatus take_rows(const In &x, const In &index, const Out &out, cudaStream_t stream);
+
 // --- optimizer and gradient bookkeeping ------------------------------------------------------------------
 /// torch.optim.AdamW in place; lr (f32), step (i64) and grad_scale (f32) are one-element device tensors.
 /// The element update uses round-to-nearest intrinsics without contraction, in the reference's order, so

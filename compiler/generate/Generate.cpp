@@ -1,0 +1,456 @@
+//===- Generate.cpp - @prefill and @decode from one forward graph ---------===//
+//
+// The decode program is the graph imported at one token, checked op by op
+// against the graph imported at --max-seq L: the two must have the same
+// structure, and the only values allowed to differ are constants indexed by
+// position (a rotary cos/sin table, GPT-2's position ids), whose one-token
+// version must equal row 0 of the L-token one. Those are replaced by a gather
+// of the L-row table at each sequence's cached length; any other constant
+// that depends on the length is a graph generation cannot offset, and an
+// error names it. Every recognised attention becomes a write of the new keys
+// and values into the layer's cache and an attention over the cache.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/generate/Generate.h"
+
+#include "compiler/transforms/Passes.h"
+#include "dialects/graph/GraphOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace zplan;
+namespace zg = zplan::graph;
+
+namespace {
+
+RankedTensorType rtt(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+RankedTensorType tensorOf(ArrayRef<int64_t> shape, Type elt) {
+  return RankedTensorType::get(shape, elt);
+}
+
+int64_t product(ArrayRef<int64_t> s) {
+  int64_t n = 1;
+  for (int64_t d : s)
+    n *= d;
+  return n;
+}
+
+/// The module's one function, or an error on the module.
+FailureOr<func::FuncOp> onlyFunction(ModuleOp m) {
+  SmallVector<func::FuncOp> funcs(m.getOps<func::FuncOp>());
+  if (funcs.size() != 1) {
+    m.emitError("generation: expected one imported function, found ")
+        << funcs.size();
+    return failure();
+  }
+  return funcs.front();
+}
+
+/// A splat i64 constant of the given shape.
+Value i64Splat(OpBuilder &b, Location loc, ArrayRef<int64_t> shape,
+               int64_t value) {
+  auto type = tensorOf(shape, b.getI64Type());
+  return zg::ConstantOp::create(
+      b, loc, type,
+      cast<ElementsAttr>(DenseElementsAttr::get(type, b.getI64IntegerAttr(value)
+                                                          .getValue())));
+}
+
+/// The element at flat index `i` of a dense constant as a double.
+double elementAt(DenseElementsAttr a, int64_t i) {
+  if (isa<FloatType>(a.getElementType()))
+    return (*(a.value_begin<APFloat>() + (a.isSplat() ? 0 : i)))
+        .convertToDouble();
+  return double(
+      (*(a.value_begin<APInt>() + (a.isSplat() ? 0 : i))).getSExtValue());
+}
+
+/// Whether `small` (one position) equals position 0 of `table` along `axis`.
+bool isRowZero(DenseElementsAttr small, DenseElementsAttr table,
+               ArrayRef<int64_t> smallShape, ArrayRef<int64_t> tableShape) {
+  int64_t n = product(smallShape);
+  SmallVector<int64_t> index(smallShape.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    // The same multi-index addresses the table (the axis index is 0 in both).
+    int64_t flat = 0;
+    for (size_t d = 0; d < tableShape.size(); ++d)
+      flat = flat * tableShape[d] + index[d];
+    if (elementAt(small, i) != elementAt(table, flat))
+      return false;
+    for (int64_t d = int64_t(smallShape.size()) - 1; d >= 0; --d) {
+      if (++index[d] < smallShape[d])
+        break;
+      index[d] = 0;
+    }
+  }
+  return true;
+}
+
+std::string shapeStr(ArrayRef<int64_t> s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+/// Replaces the one-position constant `small` of the decode program by the
+/// rows of the L-position `table` at `pos` (one row per sequence).
+LogicalResult replaceByPositionRows(zg::ConstantOp small,
+                                    zg::ConstantOp table, Value pos,
+                                    int64_t maxSeq) {
+  auto s1 = rtt(small.getResult()).getShape();
+  auto sL = rtt(table.getResult()).getShape();
+  int64_t axis = -1;
+  bool other = s1.size() != sL.size();
+  for (size_t d = 0; !other && d < s1.size(); ++d) {
+    if (s1[d] == sL[d])
+      continue;
+    if (s1[d] == 1 && sL[d] == maxSeq && axis < 0)
+      axis = int64_t(d);
+    else
+      other = true;
+  }
+  auto a1 = dyn_cast<DenseElementsAttr>(small.getValue());
+  auto aL = dyn_cast<DenseElementsAttr>(table.getValue());
+  if (other || axis < 0 || !a1 || !aL || !isRowZero(a1, aL, s1, sL))
+    return small.emitError("generation: constant ")
+           << shapeStr(s1) << " depends on the sequence length (it is "
+           << shapeStr(sL) << " at --max-seq " << maxSeq
+           << ") but is not a table indexed by position whose first row it "
+              "is; generation cannot offset it by the cached length";
+  if (product(sL.take_front(axis)) != 1)
+    return small.emitError("generation: position table ")
+           << shapeStr(sL) << " has leading dims before its position axis";
+  int64_t batch = rtt(pos).getDimSize(0);
+  SmallVector<int64_t> out(s1);
+  if (batch > 1) {
+    if (axis == 0 || s1[0] != 1)
+      return small.emitError("generation: position table ")
+             << shapeStr(sL)
+             << " does not broadcast over the batch in dim 0; per-sequence "
+                "positions need it to";
+    out[0] = batch;
+  }
+  Type elt = rtt(small.getResult()).getElementType();
+  OpBuilder b(small);
+  Location loc = small.getLoc();
+  Value whole = b.clone(*table)->getResult(0);
+  int64_t rest = product(sL) / maxSeq;
+  Value rows = zg::ReshapeOp::create(b, loc, tensorOf({maxSeq, rest}, elt),
+                                     whole);
+  Value picked =
+      zg::GatherOp::create(b, loc, tensorOf({batch, rest}, elt), rows, pos,
+                           b.getI64IntegerAttr(0));
+  Value shaped = zg::ReshapeOp::create(b, loc, tensorOf(out, elt), picked);
+  // Position ids index a table of the model's positions: --max-seq must fit.
+  if (isa<IntegerType>(elt)) {
+    int64_t largest = 0;
+    for (int64_t i = 0; i < product(sL); ++i)
+      largest = std::max<int64_t>(largest, int64_t(elementAt(aL, i)));
+    for (Operation *user : small->getUsers())
+      if (auto emb = dyn_cast<zg::EmbeddingOp>(user))
+        if (largest >= rtt(emb.getTable()).getDimSize(0))
+          return emb.emitError("generation: --max-seq ")
+                 << maxSeq << " exceeds the model's "
+                 << rtt(emb.getTable()).getDimSize(0) << " positions";
+  }
+  small.getResult().replaceAllUsesWith(shaped);
+  small->erase();
+  return success();
+}
+
+/// Broadcasts two shapes (numpy rules); false when they do not.
+bool broadcast(ArrayRef<int64_t> a, ArrayRef<int64_t> b,
+               SmallVectorImpl<int64_t> &out) {
+  size_t n = std::max(a.size(), b.size());
+  out.assign(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (x != y && x != 1 && y != 1)
+      return false;
+    out[i] = x == 1 ? y : x;
+  }
+  return true;
+}
+
+/// After a position table became per-sequence (dim 0: 1 -> B), the results
+/// that broadcast it grow too: elementwise ops take the broadcast of their
+/// operands, embeddings their ids' shape.
+void refreshTypes(func::FuncOp func) {
+  for (Operation &op : func.getBody().front()) {
+    if (op.getNumResults() != 1 || op.getNumOperands() == 0)
+      continue;
+    auto type = dyn_cast<RankedTensorType>(op.getResult(0).getType());
+    if (!type)
+      continue;
+    SmallVector<int64_t> shape;
+    if (isa<zg::AddOp, zg::SubOp, zg::MulOp, zg::DivOp, zg::PowOp, zg::MaxOp,
+            zg::MinOp, zg::WhereOp>(op)) {
+      shape.assign(rtt(op.getOperand(0)).getShape().begin(),
+                   rtt(op.getOperand(0)).getShape().end());
+      for (Value v : op.getOperands().drop_front()) {
+        SmallVector<int64_t> next;
+        if (!broadcast(shape, rtt(v).getShape(), next))
+          return; // the verifier names it
+        shape = next;
+      }
+    } else if (auto emb = dyn_cast<zg::EmbeddingOp>(op)) {
+      shape.assign(rtt(emb.getIds()).getShape().begin(),
+                   rtt(emb.getIds()).getShape().end());
+      shape.push_back(rtt(emb.getTable()).getDimSize(1));
+    } else if (op.hasTrait<OpTrait::SameOperandsAndResultShape>() ||
+               op.hasTrait<OpTrait::SameOperandsAndResultType>()) {
+      shape.assign(rtt(op.getOperand(0)).getShape().begin(),
+                   rtt(op.getOperand(0)).getShape().end());
+    } else {
+      continue;
+    }
+    if (ArrayRef<int64_t>(shape) != type.getShape())
+      op.getResult(0).setType(tensorOf(shape, type.getElementType()));
+  }
+}
+
+/// The layer's two caches, [B, Hkv, L, D], named after the layer.
+std::pair<Value, Value> makeCaches(OpBuilder &b, Location loc, int64_t layer,
+                                   RankedTensorType kv, int64_t maxSeq) {
+  auto shape = kv.getShape();
+  auto type = tensorOf({shape[0], shape[1], maxSeq, shape[3]},
+                       kv.getElementType());
+  auto make = [&](StringRef which) {
+    auto st = zg::StateOp::create(
+        b, loc, type, b.getStringAttr("kv_cache." + std::to_string(layer) +
+                                      "." + which.str()),
+        b.getStringAttr("kv_cache"), b.getStringAttr(""),
+        b.getStringAttr("zeros"));
+    // The global key/value head count: the plan's state table records the
+    // heads each rank holds once tp has split them.
+    st->setAttr("zg.kv_heads", b.getI64IntegerAttr(shape[1]));
+    return st.getResult();
+  };
+  Value k = make("k");
+  return {k, make("v")};
+}
+
+/// Ends a program with the next token (argmax of `rows` [B, V]) and the rows
+/// themselves as outputs.
+void finish(func::FuncOp func, Value rows, Operation *ret) {
+  OpBuilder b(ret);
+  Location loc = ret->getLoc();
+  auto shape = rtt(rows).getShape();
+  // Greedy selection. SAMPLE's zg.sample (temperature, top-k, top-p) takes
+  // this place when sampling is asked for; temperature 0 is this argmax.
+  Value next = zg::ArgmaxOp::create(
+      b, loc, tensorOf({shape[0]}, b.getI64Type()), rows);
+  func::ReturnOp::create(b, loc, ValueRange{next, rows});
+  ret->erase();
+  func.setType(FunctionType::get(func.getContext(),
+                                 func.getArgumentTypes(),
+                                 {next.getType(), rows.getType()}));
+  func.setResultAttrs(0, b.getDictionaryAttr(b.getNamedAttr(
+                             "zg.name", b.getStringAttr("next_token"))));
+  func.setResultAttrs(1, b.getDictionaryAttr(b.getNamedAttr(
+                             "zg.name", b.getStringAttr("logits"))));
+}
+
+/// The logits [B, S, V] the program returns, or an error.
+FailureOr<Value> logitsOf(func::FuncOp func, int64_t seq) {
+  Operation *ret = func.getBody().front().getTerminator();
+  if (ret->getNumOperands() != 1 || rtt(ret->getOperand(0)).getRank() != 3 ||
+      rtt(ret->getOperand(0)).getDimSize(1) != seq ||
+      !isa<FloatType>(rtt(ret->getOperand(0)).getElementType())) {
+    func.emitError("generation: the graph must have one output, the logits "
+                   "[batch, sequence, vocabulary]");
+    return failure();
+  }
+  return ret->getOperand(0);
+}
+
+/// The one input [B, S] of token ids, renamed; or an error.
+FailureOr<BlockArgument> tokenInput(func::FuncOp func, int64_t seq,
+                                    StringRef name) {
+  if (func.getNumArguments() != 1 || rtt(func.getArgument(0)).getRank() != 2 ||
+      rtt(func.getArgument(0)).getDimSize(1) != seq ||
+      !isa<IntegerType>(rtt(func.getArgument(0)).getElementType())) {
+    func.emitError("generation: the graph must have one input, the token ids "
+                   "[batch, sequence]");
+    return failure();
+  }
+  Builder b(func.getContext());
+  func.setArgAttr(0, "zg.name", b.getStringAttr(name));
+  return func.getArgument(0);
+}
+
+/// Appends a [B] i64 argument named `name`.
+Value addLengthArgument(func::FuncOp func, int64_t batch, StringRef name) {
+  Builder b(func.getContext());
+  auto type = tensorOf({batch}, b.getI64Type());
+  unsigned n = func.getNumArguments();
+  (void)func.insertArgument(n, type,
+                            b.getDictionaryAttr(b.getNamedAttr(
+                                "zg.name", b.getStringAttr(name))),
+                            func.getLoc());
+  return func.getArgument(n);
+}
+
+} // namespace
+
+LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
+                                              int64_t maxSeq) {
+  FailureOr<func::FuncOp> prefillOr = onlyFunction(full);
+  FailureOr<func::FuncOp> decodeOr = onlyFunction(single);
+  if (failed(prefillOr) || failed(decodeOr))
+    return failure();
+  func::FuncOp prefill = *prefillOr, decode = *decodeOr;
+  // The first failure alone: the two imports would say the same twice.
+  FailureOr<BlockArgument> ids = tokenInput(prefill, maxSeq, "input_ids");
+  if (failed(ids) || failed(logitsOf(prefill, maxSeq)) ||
+      failed(tokenInput(decode, 1, "token")) || failed(logitsOf(decode, 1)))
+    return failure();
+  int64_t batch = rtt(*ids).getDimSize(0);
+
+  // The two imports, op by op.
+  SmallVector<std::pair<zg::ConstantOp, zg::ConstantOp>> tables;
+  SmallVector<std::pair<zg::AttentionOp, zg::AttentionOp>> attentions;
+  Block &bL = prefill.getBody().front(), &b1 = decode.getBody().front();
+  auto itL = bL.begin(), it1 = b1.begin();
+  for (; itL != bL.end() && it1 != b1.end(); ++itL, ++it1) {
+    Operation &oL = *itL, &o1 = *it1;
+    if (oL.getName() != o1.getName() ||
+        oL.getNumOperands() != o1.getNumOperands() ||
+        oL.getNumResults() != o1.getNumResults())
+      return o1.emitError("generation: the graph imported at one token has ")
+             << o1.getName() << " where the graph at --max-seq " << maxSeq
+             << " has " << oL.getName()
+             << "; its structure depends on the sequence length, which "
+                "generation cannot plan";
+    if (auto c1 = dyn_cast<zg::ConstantOp>(o1)) {
+      auto cL = cast<zg::ConstantOp>(oL);
+      if (c1.getType() != cL.getType())
+        tables.push_back({c1, cL});
+      else if (c1.getValue() != cL.getValue() && maxSeq != 1)
+        return c1.emitError("generation: a constant of shape ")
+               << shapeStr(rtt(c1.getResult()).getShape())
+               << " changes with the sequence length; generation cannot "
+                  "offset it by the cached length";
+    }
+    if (auto a1 = dyn_cast<zg::AttentionOp>(o1))
+      attentions.push_back({cast<zg::AttentionOp>(oL), a1});
+  }
+  if (itL != bL.end() || it1 != b1.end())
+    return decode.emitError("generation: the graphs imported at one token and "
+                            "at --max-seq differ in length");
+  if (attentions.empty())
+    return prefill.emitError(
+        "generation: no attention was recognised; generation needs the "
+        "attention core of a causal language model (zg.attention)");
+  for (auto [layer, pair] : llvm::enumerate(attentions)) {
+    zg::AttentionOp aL = pair.first, a1 = pair.second;
+    if (!aL.getCausal() || aL.getMask() || a1.getMask() ||
+        aL->getNumResults() != 1)
+      return aL.emitError("generation: attention ")
+             << layer
+             << " is not plain causal self-attention (an additive mask, or "
+                "no causal mask); generation needs a causal language model";
+  }
+
+  // @decode: positions, the tables read at them, attention over the caches.
+  Value positions = addLengthArgument(decode, batch, "positions");
+  for (auto [small, table] : tables)
+    if (failed(replaceByPositionRows(small, table, positions, maxSeq)))
+      return failure();
+  for (auto [layer, pair] : llvm::enumerate(attentions)) {
+    zg::AttentionOp a = pair.second;
+    OpBuilder b(a);
+    Location loc = a.getLoc();
+    auto [kc, vc] = makeCaches(b, loc, layer, rtt(a.getK()), maxSeq);
+    zg::KvWriteOp::create(b, loc, kc, a.getK(), positions);
+    zg::KvWriteOp::create(b, loc, vc, a.getV(), positions);
+    Value out = zg::CachedAttentionOp::create(b, loc, a.getType(0), a.getQ(),
+                                              kc, vc, positions, a.getScale());
+    a.getResult().replaceAllUsesWith(out);
+    a->erase();
+  }
+  refreshTypes(decode);
+  {
+    Operation *ret = b1.getTerminator();
+    Value logits = ret->getOperand(0);
+    auto shape = rtt(logits).getShape();
+    OpBuilder b(ret);
+    // A copy rather than a view: an output lives for the whole plan, and a
+    // view would make the memory plan keep its base activation alive too.
+    Value rows = zg::TakeRowsOp::create(
+        b, ret->getLoc(),
+        tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()), logits,
+        i64Splat(b, ret->getLoc(), {shape[0]}, 0));
+    finish(decode, rows, ret);
+  }
+
+  // @prefill: the prompt's keys and values go into the caches from position
+  // 0; the next token comes from each sequence's last prompt position.
+  Value lengths = addLengthArgument(prefill, batch, "prompt_lengths");
+  {
+    OpBuilder b(&bL, bL.begin());
+    Value zeros = i64Splat(b, prefill.getLoc(), {batch}, 0);
+    for (auto [layer, pair] : llvm::enumerate(attentions)) {
+      zg::AttentionOp a = pair.first;
+      b.setInsertionPoint(a);
+      auto [kc, vc] = makeCaches(b, a.getLoc(), layer, rtt(a.getK()), maxSeq);
+      zg::KvWriteOp::create(b, a.getLoc(), kc, a.getK(), zeros);
+      zg::KvWriteOp::create(b, a.getLoc(), vc, a.getV(), zeros);
+    }
+    Operation *ret = bL.getTerminator();
+    Value logits = ret->getOperand(0);
+    auto shape = rtt(logits).getShape();
+    b.setInsertionPoint(ret);
+    Value ones = i64Splat(b, ret->getLoc(), {batch}, 1);
+    Value last = zg::SubOp::create(b, ret->getLoc(), lengths.getType(),
+                                   lengths, ones);
+    Value rows = zg::TakeRowsOp::create(
+        b, ret->getLoc(),
+        tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()), logits,
+        last);
+    finish(prefill, rows, ret);
+  }
+
+  prefill.setSymName("prefill");
+  decode.setSymName("decode");
+  decode->remove();
+  full.getBody()->push_back(decode);
+  if (failed(mlir::verify(full)))
+    return full.emitError("generation: the derived programs do not verify "
+                          "(see the error above): the graph has a "
+                          "position-dependent part generation cannot plan");
+  return success();
+}
+
+OwningOpRef<ModuleOp>
+generate::importForGeneration(MLIRContext &context, const std::string &model,
+                              import::ImportOptions options, int64_t maxSeq) {
+  options.seq = maxSeq;
+  OwningOpRef<ModuleOp> full = import::importOnnxFile(context, model, options);
+  if (!full)
+    return nullptr;
+  options.seq = 1;
+  OwningOpRef<ModuleOp> single =
+      import::importOnnxFile(context, model, options);
+  if (!single)
+    return nullptr;
+  for (ModuleOp m : {*full, *single}) {
+    PassManager pm(&context, ModuleOp::getOperationName());
+    transforms::buildRecognitionPipeline(pm);
+    if (failed(pm.run(m)))
+      return nullptr;
+  }
+  if (failed(buildGenerationModule(*full, *single, maxSeq)))
+    return nullptr;
+  return full;
+}

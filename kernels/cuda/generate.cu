@@ -1,0 +1,202 @@
+// The generation kernels on the GPU (docs/generation.md): the KV-cache write, attention of new queries over
+// the cache, greedy selection and the per-sequence row pick. Each mirrors the CPU reference kernel of the same
+// name (kernels/cpu/generate.cpp). The attention is the simple exact form (one block per query row, the row's
+// scores in shared memory, fp32 sums): decode steps are small, and a faster kernel can replace it behind
+// the same signature.
+#include <cstdint>
+
+#include "common.cuh"
+#include "zk/cuda_train_kernels.h"
+
+namespace zk {
+namespace cuda {
+namespace {
+
+using detail::block_max;
+using detail::block_sum;
+using detail::grid_for;
+using detail::load_f;
+using detail::load_i;
+using detail::store_f;
+
+constexpr int kRowThreads = 128;
+
+__global__ void kv_write_kernel(uint8_t *cache, const uint8_t *value, const void *pos, DType pt, int64_t B, int64_t H,
+                                int64_t L, int64_t S, int64_t D, int es) {
+  const int64_t n = B * H * S * D;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t d = i % D, j = (i / D) % S, h = (i / (D * S)) % H, b = i / (D * S * H);
+    const int64_t p = load_i(pos, pt, b) + j;
+    if (p < 0 || p >= L) continue;  // rows past the cache are dropped (the launcher checked pos itself)
+    const int64_t dst = ((b * H + h) * L + p) * D + d;
+    for (int k = 0; k < es; ++k) cache[dst * es + k] = value[i * es + k];
+  }
+}
+
+// One block per (b, h, i): scores of the visible keys in shared memory, then softmax and the weighted sum.
+__global__ void cached_attention_kernel(const void *q, DType qt, const void *k, DType kt, const void *v, DType vt,
+                                        const void *pos, DType pt, void *out, DType ot, int64_t Hq, int64_t Hkv,
+                                        int64_t S, int64_t L, int64_t Dh, float scale) {
+  extern __shared__ float scores[];
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;  // ((b * Hq + h) * S + i)
+  const int64_t i = row % S, h = (row / S) % Hq, b = row / (S * Hq);
+  const int64_t kh = h / (Hq / Hkv);
+  const int64_t qbase = row * Dh, kbase = ((b * Hkv + kh) * L) * Dh;
+  const int64_t T = min(load_i(pos, pt, b) + i + 1, L);
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
+    float dot = 0.0f;
+    for (int64_t d = 0; d < Dh; ++d) dot += load_f(q, qt, qbase + d) * load_f(k, kt, kbase + j * Dh + d);
+    scores[j] = dot * scale;
+    mx = fmaxf(mx, scores[j]);
+  }
+  mx = block_max(mx, red);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
+    const float e = isfinite(mx) ? expf(scores[j] - mx) : 0.0f;
+    scores[j] = e;
+    sum += e;
+  }
+  sum = block_sum(sum, red);  // also orders the writes of scores[] before the reads below
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < T; ++j) acc += scores[j] * load_f(v, vt, kbase + j * Dh + d);
+    store_f(out, ot, qbase + d, acc * inv);
+  }
+}
+
+// One block per row: each thread's best (value, index), then a shared-memory tree in which the larger value
+// wins and a tie goes to the smaller index (torch.argmax's first maximum); NaN beats every number.
+__global__ void argmax_kernel(const void *x, DType xt, int64_t V, int64_t *out) {
+  __shared__ float bv[kRowThreads];
+  __shared__ int64_t bi[kRowThreads];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * V;
+  float best = -INFINITY;
+  int64_t idx = -1;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    const float e = load_f(x, xt, base + j);
+    if (idx < 0 || (!isnan(best) && (e > best || isnan(e)))) {
+      best = e;
+      idx = j;
+    }
+  }
+  bv[threadIdx.x] = best;
+  bi[threadIdx.x] = idx;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const float ov = bv[threadIdx.x + s];
+      const int64_t oi = bi[threadIdx.x + s];
+      const float mv = bv[threadIdx.x];
+      const int64_t mi = bi[threadIdx.x];
+      bool take = false;
+      if (oi >= 0) {
+        if (mi < 0) take = true;
+        else if (isnan(ov) != isnan(mv)) take = isnan(ov);
+        else if (isnan(ov) || ov == mv) take = oi < mi;
+        else take = ov > mv;
+      }
+      if (take) {
+        bv[threadIdx.x] = ov;
+        bi[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = bi[0] < 0 ? 0 : bi[0];
+}
+
+__global__ void take_rows_kernel(const uint8_t *x, const void *index, DType it, uint8_t *out, int64_t B, int64_t S,
+                                 int64_t row, int es) {
+  const int64_t n = B * row;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = e / row, r = e % row;
+    int64_t i = load_i(index, it, b);
+    i = i < 0 ? 0 : (i >= S ? S - 1 : i);  // the launcher cannot read device indices; clamp to stay in bounds
+    const int64_t src = (b * S + i) * row + r;
+    for (int k = 0; k < es; ++k) out[e * es + k] = x[src * es + k];
+  }
+}
+
+}  // namespace
+
+GpuStatus kv_write(const Out &cache, const In &value, const In &pos, cudaStream_t s) {
+  if (cache.shape.rank != 4 || value.shape.rank != 4) return kernel_failure("kv_write: cache and value must be rank 4");
+  const int64_t B = cache.shape.d[0], H = cache.shape.d[1], L = cache.shape.d[2], D = cache.shape.d[3];
+  const int64_t S = value.shape.d[2];
+  if (value.shape.d[0] != B || value.shape.d[1] != H || value.shape.d[3] != D || S > L)
+    return kernel_failure("kv_write: value does not fit the cache");
+  if (cache.dtype != value.dtype) return kernel_failure("kv_write: cache and value dtypes differ");
+  if (pos.dtype != DType::i64 || pos.shape != Dims{B}) return kernel_failure("kv_write: pos must be i64 [B]");
+  const int64_t n = B * H * S * D;
+  if (n == 0) return {};
+  kv_write_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(static_cast<uint8_t *>(cache.data),
+                                                          static_cast<const uint8_t *>(value.data), pos.data,
+                                                          pos.dtype, B, H, L, S, D,
+                                                          static_cast<int>(dtype_size(cache.dtype)));
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus cached_attention(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
+                           cudaStream_t s) {
+  if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape != k.shape)
+    return kernel_failure("cached_attention: q and the caches must be rank 4, v shaped like k");
+  const int64_t B = q.shape.d[0], Hq = q.shape.d[1], S = q.shape.d[2], Dh = q.shape.d[3];
+  const int64_t Hkv = k.shape.d[1], L = k.shape.d[2];
+  if (k.shape.d[0] != B || k.shape.d[3] != Dh || Hkv <= 0 || Hq % Hkv != 0 || S > L)
+    return kernel_failure("cached_attention: the caches do not fit q");
+  if (out.shape != q.shape) return kernel_failure("cached_attention: output shape differs from q's");
+  if (pos.dtype != DType::i64 || pos.shape != Dims{B}) return kernel_failure("cached_attention: pos must be i64 [B]");
+  if (!is_float(q.dtype) || !is_float(k.dtype) || !is_float(v.dtype) || !is_float(out.dtype))
+    return kernel_failure("cached_attention: operands must be float");
+  const size_t shared = static_cast<size_t>(L) * sizeof(float);
+  if (shared > 48 * 1024) return kernel_failure("cached_attention: the cache is longer than 12288 positions");
+  const int64_t rows = B * Hq * S;
+  if (rows == 0) return {};
+  if (rows > 0x7fffffffLL) return kernel_failure("cached_attention: too many query rows");
+  cached_attention_kernel<<<static_cast<unsigned>(rows), kRowThreads, shared, s>>>(
+      q.data, q.dtype, k.data, k.dtype, v.data, v.dtype, pos.data, pos.dtype, out.data, out.dtype, Hq, Hkv, S, L, Dh,
+      scale);
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus argmax(const In &x, const Out &out, cudaStream_t s) {
+  if (x.shape.rank < 1 || !is_float(x.dtype)) return kernel_failure("argmax: input must be float of rank >= 1");
+  if (out.dtype != DType::i64 || out.shape.rank != x.shape.rank - 1) return kernel_failure("argmax: output must be i64");
+  for (int i = 0; i < out.shape.rank; ++i)
+    if (out.shape.d[i] != x.shape.d[i]) return kernel_failure("argmax: output shape is not the input's leading dims");
+  const int64_t V = x.shape.d[x.shape.rank - 1], rows = out.shape.numel();
+  if (V < 1) return kernel_failure("argmax: empty rows");
+  if (rows == 0) return {};
+  if (rows > 0x7fffffffLL) return kernel_failure("argmax: too many rows");
+  argmax_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x.data, x.dtype, V,
+                                                                    static_cast<int64_t *>(out.data));
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus take_rows(const In &x, const In &index, const Out &out, cudaStream_t s) {
+  if (x.shape.rank < 2) return kernel_failure("take_rows: input must be [B, S, ...]");
+  const int64_t B = x.shape.d[0], S = x.shape.d[1];
+  if (index.dtype != DType::i64 || index.shape != Dims{B}) return kernel_failure("take_rows: index must be i64 [B]");
+  if (out.dtype != x.dtype || out.shape.rank != x.shape.rank - 1 || out.shape.d[0] != B)
+    return kernel_failure("take_rows: output must be [B, ...] of the input's dtype");
+  if (B * S == 0) return {};
+  const int64_t row = x.shape.numel() / (B * S);
+  if (out.shape.numel() != B * row) return kernel_failure("take_rows: output size is not B rows");
+  if (B * row == 0) return {};
+  take_rows_kernel<<<grid_for(B * row), detail::kThreads, 0, s>>>(static_cast<const uint8_t *>(x.data), index.data,
+                                                                   index.dtype, static_cast<uint8_t *>(out.data), B, S,
+                                                                   row, static_cast<int>(dtype_size(x.dtype)));
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+}  // namespace cuda
+}  // namespace zk

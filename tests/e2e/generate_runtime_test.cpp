@@ -1,0 +1,181 @@
+// generate_runtime_test.cpp - generation through the runtime's C++ and C APIs on one CPU rank, against two
+// oracles that do not share the KV cache:
+//  - every decode step's logits equal the logits of a prefill over the whole sequence so far (a second
+//    session that never decodes) within 1e-4, and the greedy tokens equal Hugging Face generate's
+//    (tests/models/<model>/expected_generate.npy);
+//  - prompts of different lengths in one batch give each sequence the tokens it gets alone (batch 1);
+//  - the C API's prefill and decode step give the C++ API's tokens.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zrt/zrt.h"
+#include "zrt/zrt_c.h"
+
+namespace {
+
+constexpr int64_t kBatch = 2, kPrompt = 16, kNew = 24, kMaxSeq = 40, kVocab = 512;
+
+bool read_i64_npy(const std::string &path, std::vector<int64_t> *out) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 10 || bytes.compare(1, 5, "NUMPY") != 0 || bytes[6] != 1) return false;
+  const size_t header = uint8_t(bytes[8]) | (size_t(uint8_t(bytes[9])) << 8);
+  const size_t start = 10 + header;
+  out->resize((bytes.size() - start) / 8);
+  std::memcpy(out->data(), bytes.data() + start, out->size() * 8);
+  return true;
+}
+
+std::string compile(const std::string &model) {
+  const std::string dir = std::string(ZPLAN_MODELS_DIR) + "/" + model;
+  const std::string plan = std::string(ZPLAN_WORK_DIR) + "/generate-" + model + ".zplan";
+  const std::string cmd = std::string(ZPLAN_BIN_DIR) + "/zplan " + dir + "/model.onnx --generate --max-seq " +
+                          std::to_string(kMaxSeq) + " --batch " + std::to_string(kBatch) + " -o " + plan;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return plan;
+}
+
+std::unique_ptr<zrt::Session> open(const std::string &plan) {
+  std::unique_ptr<zrt::Session> s;
+  zrt::Status st = zrt::Session::open(plan, {}, &s);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return s;
+}
+
+std::vector<float> logits(zrt::Session &s) {
+  std::vector<float> l(static_cast<size_t>(kBatch * kVocab));
+  zrt::Status st = s.read_output("logits", l.data(), l.size() * 4);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return l;
+}
+
+void decode_matches_prefill(const std::string &model) {
+  const std::string plan = compile(model);
+  std::vector<int64_t> ids, expected;
+  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/" + model + "/input_ids.npy", &ids));
+  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/" + model + "/expected_generate.npy", &expected));
+  ASSERT_EQ(ids.size(), static_cast<size_t>(kBatch * kPrompt));
+  ASSERT_EQ(expected.size(), static_cast<size_t>(kBatch * (kPrompt + kNew)));
+  auto dec = open(plan), full = open(plan);
+  ASSERT_TRUE(dec && full);
+  int64_t b = 0, l = 0;
+  ASSERT_TRUE(dec->generation_shape(&b, &l).ok());
+  EXPECT_EQ(b, kBatch);
+  EXPECT_EQ(l, kMaxSeq);
+
+  // seq[r] grows by one greedy token per step.
+  std::vector<std::vector<int64_t>> seq(kBatch);
+  for (int64_t r = 0; r < kBatch; ++r) seq[r].assign(ids.begin() + r * kPrompt, ids.begin() + (r + 1) * kPrompt);
+  std::vector<int64_t> lengths(kBatch, kPrompt), next(kBatch);
+  zrt::Status st = dec->prefill(ids.data(), kBatch, kPrompt, lengths.data(), next.data());
+  ASSERT_TRUE(st.ok()) << st.message();
+  for (int64_t r = 0; r < kBatch; ++r) seq[r].push_back(next[r]);
+  double worst = 0;
+  for (int64_t k = 1; k < kNew; ++k) {
+    std::vector<int64_t> tok(kBatch), pos(kBatch);
+    for (int64_t r = 0; r < kBatch; ++r) {
+      tok[r] = seq[r].back();
+      pos[r] = static_cast<int64_t>(seq[r].size()) - 1;
+    }
+    st = dec->decode_step(tok.data(), pos.data(), kBatch, next.data());
+    ASSERT_TRUE(st.ok()) << "step " << k << ": " << st.message();
+    const std::vector<float> got = logits(*dec);
+    // The oracle: a prefill of everything so far, in a session whose cache the decode never touched.
+    const int64_t n = static_cast<int64_t>(seq[0].size());
+    std::vector<int64_t> all, lens(kBatch, n), ignored(kBatch);
+    for (int64_t r = 0; r < kBatch; ++r) all.insert(all.end(), seq[r].begin(), seq[r].end());
+    st = full->prefill(all.data(), kBatch, n, lens.data(), ignored.data());
+    ASSERT_TRUE(st.ok()) << st.message();
+    const std::vector<float> want = logits(*full);
+    double diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    EXPECT_LE(diff, 1e-4) << model << " decode step " << k << " (position " << n - 1 << ")";
+    worst = std::max(worst, diff);
+    for (int64_t r = 0; r < kBatch; ++r) {
+      EXPECT_EQ(next[r], ignored[r]) << "step " << k << " row " << r;
+      seq[r].push_back(next[r]);
+    }
+  }
+  std::printf("%s: %lld decode steps, largest |decode - prefill| logit difference %.3g\n", model.c_str(),
+              static_cast<long long>(kNew - 1), worst);
+  for (int64_t r = 0; r < kBatch; ++r)
+    for (int64_t t = 0; t < kPrompt + kNew; ++t)
+      EXPECT_EQ(seq[r][t], expected[r * (kPrompt + kNew) + t]) << model << " token [" << r << ", " << t << "]";
+}
+
+TEST(GenerateRuntime, GptDecodeLogitsEqualPrefill) { decode_matches_prefill("gpt2"); }
+TEST(GenerateRuntime, LlamaDecodeLogitsEqualPrefill) { decode_matches_prefill("llama"); }
+
+// Greedy tokens of `prompts` (row-major [batch, width], row r its first lengths[r] ids), `steps` new each.
+std::vector<std::vector<int64_t>> greedy(zrt::Session &s, const std::vector<int64_t> &prompts, int64_t batch,
+                                         int64_t width, const std::vector<int64_t> &lengths, int64_t steps) {
+  std::vector<std::vector<int64_t>> out(batch);
+  std::vector<int64_t> next(batch), pos(lengths), tok(batch);
+  zrt::Status st = s.prefill(prompts.data(), batch, width, lengths.data(), next.data());
+  EXPECT_TRUE(st.ok()) << st.message();
+  for (int64_t k = 0; k < steps && st.ok(); ++k) {
+    for (int64_t r = 0; r < batch; ++r) out[r].push_back(next[r]);
+    if (k + 1 == steps) break;
+    for (int64_t r = 0; r < batch; ++r) tok[r] = next[r];
+    st = s.decode_step(tok.data(), pos.data(), batch, next.data());
+    EXPECT_TRUE(st.ok()) << st.message();
+    for (int64_t r = 0; r < batch; ++r) ++pos[r];
+  }
+  return out;
+}
+
+TEST(GenerateRuntime, PromptsOfDifferentLengths) {
+  const std::string plan = compile("llama");
+  std::vector<int64_t> ids;
+  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/llama/input_ids.npy", &ids));
+  auto s = open(plan);
+  ASSERT_TRUE(s);
+  const std::vector<int64_t> lengths = {kPrompt, 9};
+  const auto batched = greedy(*s, ids, kBatch, kPrompt, lengths, 12);
+  for (int64_t r = 0; r < kBatch; ++r) {
+    std::vector<int64_t> one(ids.begin() + r * kPrompt, ids.begin() + r * kPrompt + lengths[r]);
+    const auto alone = greedy(*s, one, 1, lengths[r], {lengths[r]}, 12);
+    EXPECT_EQ(batched[r], alone[0]) << "row " << r << " (prompt of " << lengths[r] << " tokens)";
+  }
+}
+
+TEST(GenerateRuntime, CApiMatchesCpp) {
+  const std::string plan = compile("gpt2");
+  std::vector<int64_t> ids, expected;
+  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/gpt2/input_ids.npy", &ids));
+  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/gpt2/expected_generate.npy", &expected));
+  zrt_session *s = nullptr;
+  ASSERT_EQ(zrt_open(plan.c_str(), 0, 0, &s), 0) << zrt_last_error();
+  int64_t b = 0, l = 0;
+  ASSERT_EQ(zrt_generation_shape(s, &b, &l), 0);
+  EXPECT_EQ(b, kBatch);
+  EXPECT_EQ(l, kMaxSeq);
+  std::vector<int64_t> lengths(kBatch, kPrompt), next(kBatch), pos(kBatch, kPrompt);
+  ASSERT_EQ(zrt_prefill(s, ids.data(), kBatch, kPrompt, lengths.data(), next.data()), 0) << zrt_last_error();
+  for (int64_t k = 0; k < 4; ++k) {
+    for (int64_t r = 0; r < kBatch; ++r) EXPECT_EQ(next[r], expected[r * (kPrompt + kNew) + kPrompt + k]);
+    std::vector<int64_t> tok(next);
+    ASSERT_EQ(zrt_decode_step(s, tok.data(), pos.data(), kBatch, next.data()), 0) << zrt_last_error();
+    for (int64_t &p : pos) ++p;
+  }
+  // Bad input is refused before anything runs: a position outside the cache, an id outside the vocabulary.
+  std::vector<int64_t> far(kBatch, kMaxSeq), tok(kBatch, 1), oov(kBatch, kVocab);
+  EXPECT_NE(zrt_decode_step(s, tok.data(), far.data(), kBatch, next.data()), 0);
+  EXPECT_NE(std::string(zrt_last_error()).find("outside the planned cache"), std::string::npos) << zrt_last_error();
+  EXPECT_NE(zrt_decode_step(s, oov.data(), pos.data(), kBatch, next.data()), 0);
+  EXPECT_NE(std::string(zrt_last_error()).find("outside the vocabulary"), std::string::npos) << zrt_last_error();
+  EXPECT_NE(zrt_prefill(s, ids.data(), kBatch + 1, kPrompt, lengths.data(), next.data()), 0);
+  zrt_close(s);
+}
+
+}  // namespace
