@@ -60,8 +60,8 @@ Value i64Splat(OpBuilder &b, Location loc, ArrayRef<int64_t> shape,
   auto type = tensorOf(shape, b.getI64Type());
   return zg::ConstantOp::create(
       b, loc, type,
-      cast<ElementsAttr>(DenseElementsAttr::get(type, b.getI64IntegerAttr(value)
-                                                          .getValue())));
+      cast<ElementsAttr>(
+          DenseElementsAttr::get(type, b.getI64IntegerAttr(value).getValue())));
 }
 
 /// The element at flat index `i` of a dense constant as a double.
@@ -103,9 +103,8 @@ std::string shapeStr(ArrayRef<int64_t> s) {
 
 /// Replaces the one-position constant `small` of the decode program by the
 /// rows of the L-position `table` at `pos` (one row per sequence).
-LogicalResult replaceByPositionRows(zg::ConstantOp small,
-                                    zg::ConstantOp table, Value pos,
-                                    int64_t maxSeq) {
+LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
+                                    Value pos, int64_t maxSeq) {
   auto s1 = rtt(small.getResult()).getShape();
   auto sL = rtt(table.getResult()).getShape();
   int64_t axis = -1;
@@ -144,11 +143,10 @@ LogicalResult replaceByPositionRows(zg::ConstantOp small,
   Location loc = small.getLoc();
   Value whole = b.clone(*table)->getResult(0);
   int64_t rest = product(sL) / maxSeq;
-  Value rows = zg::ReshapeOp::create(b, loc, tensorOf({maxSeq, rest}, elt),
-                                     whole);
-  Value picked =
-      zg::GatherOp::create(b, loc, tensorOf({batch, rest}, elt), rows, pos,
-                           b.getI64IntegerAttr(0));
+  Value rows =
+      zg::ReshapeOp::create(b, loc, tensorOf({maxSeq, rest}, elt), whole);
+  Value picked = zg::GatherOp::create(b, loc, tensorOf({batch, rest}, elt),
+                                      rows, pos, b.getI64IntegerAttr(0));
   Value shaped = zg::ReshapeOp::create(b, loc, tensorOf(out, elt), picked);
   // Position ids index a table of the model's positions: --max-seq must fit.
   if (isa<IntegerType>(elt)) {
@@ -223,12 +221,13 @@ void refreshTypes(func::FuncOp func) {
 std::pair<Value, Value> makeCaches(OpBuilder &b, Location loc, int64_t layer,
                                    RankedTensorType kv, int64_t maxSeq) {
   auto shape = kv.getShape();
-  auto type = tensorOf({shape[0], shape[1], maxSeq, shape[3]},
-                       kv.getElementType());
+  auto type =
+      tensorOf({shape[0], shape[1], maxSeq, shape[3]}, kv.getElementType());
   auto make = [&](StringRef which) {
     auto st = zg::StateOp::create(
-        b, loc, type, b.getStringAttr("kv_cache." + std::to_string(layer) +
-                                      "." + which.str()),
+        b, loc, type,
+        b.getStringAttr("kv_cache." + std::to_string(layer) + "." +
+                        which.str()),
         b.getStringAttr("kv_cache"), b.getStringAttr(""),
         b.getStringAttr("zeros"));
     // The global key/value head count: the plan's state table records the
@@ -248,12 +247,11 @@ void finish(func::FuncOp func, Value rows, Operation *ret) {
   auto shape = rtt(rows).getShape();
   // Greedy selection. SAMPLE's zg.sample (temperature, top-k, top-p) takes
   // this place when sampling is asked for; temperature 0 is this argmax.
-  Value next = zg::ArgmaxOp::create(
-      b, loc, tensorOf({shape[0]}, b.getI64Type()), rows);
+  Value next =
+      zg::ArgmaxOp::create(b, loc, tensorOf({shape[0]}, b.getI64Type()), rows);
   func::ReturnOp::create(b, loc, ValueRange{next, rows});
   ret->erase();
-  func.setType(FunctionType::get(func.getContext(),
-                                 func.getArgumentTypes(),
+  func.setType(FunctionType::get(func.getContext(), func.getArgumentTypes(),
                                  {next.getType(), rows.getType()}));
   func.setResultAttrs(0, b.getDictionaryAttr(b.getNamedAttr(
                              "zg.name", b.getStringAttr("next_token"))));
@@ -294,10 +292,10 @@ Value addLengthArgument(func::FuncOp func, int64_t batch, StringRef name) {
   Builder b(func.getContext());
   auto type = tensorOf({batch}, b.getI64Type());
   unsigned n = func.getNumArguments();
-  (void)func.insertArgument(n, type,
-                            b.getDictionaryAttr(b.getNamedAttr(
-                                "zg.name", b.getStringAttr(name))),
-                            func.getLoc());
+  (void)func.insertArgument(
+      n, type,
+      b.getDictionaryAttr(b.getNamedAttr("zg.name", b.getStringAttr(name))),
+      func.getLoc());
   return func.getArgument(n);
 }
 
@@ -412,8 +410,8 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
     auto shape = rtt(logits).getShape();
     b.setInsertionPoint(ret);
     Value ones = i64Splat(b, ret->getLoc(), {batch}, 1);
-    Value last = zg::SubOp::create(b, ret->getLoc(), lengths.getType(),
-                                   lengths, ones);
+    Value last =
+        zg::SubOp::create(b, ret->getLoc(), lengths.getType(), lengths, ones);
     Value rows = zg::TakeRowsOp::create(
         b, ret->getLoc(),
         tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()), logits,

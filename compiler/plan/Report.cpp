@@ -46,7 +46,8 @@ std::string formatGeneration(const PlanSummary &s) {
     // The cache and the prefill's activations grow with batch x L; the
     // weights, gathered parameters, workspace and reserve do not.
     const uint64_t scaling = g.kvCacheBytes + m.activationBytes;
-    const uint64_t fixed = m.plannedPeakBytes() - std::min(m.plannedPeakBytes(), scaling);
+    const uint64_t fixed =
+        m.plannedPeakBytes() - std::min(m.plannedPeakBytes(), scaling);
     const uint64_t perPosition = (scaling + positions - 1) / positions;
     const uint64_t fit =
         g.gpuMem > fixed && perPosition ? (g.gpuMem - fixed) / perPosition : 0;
@@ -174,25 +175,24 @@ std::string formatReportJson(const PlanSummary &s) {
                      {"comm", comm},
                      {"comm_payload", payload},
                      {"comm_calls", calls}});
-  json out = {{"world", s.world},
-              {"tp", s.tp},
-              {"dp", s.dp},
-              {"dtype", dtypeName(s.dtype).str()},
-              {"instructions", s.numInstructions},
-              {"tensors", s.numTensors},
-              {"collective_hash", s.collectiveHash},
-              {"programs", s.programs},
-              {"generation",
-               s.generation.present
-                   ? json{{"batch", s.generation.batch},
-                          {"max_seq", s.generation.maxSeq},
-                          {"kv_cache_bytes", s.generation.kvCacheBytes},
-                          {"decode_prefetch_bytes",
-                           s.generation.decodePrefetchBytes},
-                          {"decode_gather_bytes",
-                           s.generation.decodeGatherBytes}}
-                   : json(nullptr)},
-              {"ranks", ranks}};
+  json out = {
+      {"world", s.world},
+      {"tp", s.tp},
+      {"dp", s.dp},
+      {"dtype", dtypeName(s.dtype).str()},
+      {"instructions", s.numInstructions},
+      {"tensors", s.numTensors},
+      {"collective_hash", s.collectiveHash},
+      {"programs", s.programs},
+      {"generation",
+       s.generation.present
+           ? json{{"batch", s.generation.batch},
+                  {"max_seq", s.generation.maxSeq},
+                  {"kv_cache_bytes", s.generation.kvCacheBytes},
+                  {"decode_prefetch_bytes", s.generation.decodePrefetchBytes},
+                  {"decode_gather_bytes", s.generation.decodeGatherBytes}}
+           : json(nullptr)},
+      {"ranks", ranks}};
   return out.dump(2) + "\n";
 }
 

@@ -74,7 +74,8 @@ Result cached_attention(const In &q, const In &k, const In &v, const In &pos, co
         const float inv = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;
         for (int64_t d = 0; d < Dh; ++d) {
           double acc = 0.0;
-          for (int64_t j = 0; j < T; ++j) acc += static_cast<double>(scratch[j]) * load_f32(v.data, v.dtype, kbase + j * Dh + d);
+          for (int64_t j = 0; j < T; ++j)
+            acc += static_cast<double>(scratch[j]) * load_f32(v.data, v.dtype, kbase + j * Dh + d);
           store_f32(out.data, out.dtype, qbase + i * Dh + d, static_cast<float>(acc) * inv);
         }
       }

@@ -1,8 +1,8 @@
 // The generation kernels on the GPU (docs/generation.md): the KV-cache write, attention of new queries over
-// the cache, greedy selection and the per-sequence row pick. Each mirrors the CPU reference kernel of the same
-// name (kernels/cpu/generate.cpp). The attention is the simple exact form (one block per query row, the row's
-// scores in shared memory, fp32 sums): decode steps are small, and a faster kernel can replace it behind
-// the same signature.
+// the cache, greedy selection and the per-sequence row pick. Each mirrors the CPU reference kernel of the
+// same name (kernels/cpu/generate.cpp). The attention is the simple exact form (one block per query row, the
+// row's scores in shared memory, fp32 sums): decode steps are small, and a faster kernel can replace it
+// behind the same signature.
 #include <cstdint>
 
 #include "common.cuh"
@@ -21,8 +21,8 @@ using detail::store_f;
 
 constexpr int kRowThreads = 128;
 
-__global__ void kv_write_kernel(uint8_t *cache, const uint8_t *value, const void *pos, DType pt, int64_t B, int64_t H,
-                                int64_t L, int64_t S, int64_t D, int es) {
+__global__ void kv_write_kernel(uint8_t* cache, const uint8_t* value, const void* pos, DType pt, int64_t B,
+                                int64_t H, int64_t L, int64_t S, int64_t D, int es) {
   const int64_t n = B * H * S * D;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -35,9 +35,9 @@ __global__ void kv_write_kernel(uint8_t *cache, const uint8_t *value, const void
 }
 
 // One block per (b, h, i): scores of the visible keys in shared memory, then softmax and the weighted sum.
-__global__ void cached_attention_kernel(const void *q, DType qt, const void *k, DType kt, const void *v, DType vt,
-                                        const void *pos, DType pt, void *out, DType ot, int64_t Hq, int64_t Hkv,
-                                        int64_t S, int64_t L, int64_t Dh, float scale) {
+__global__ void cached_attention_kernel(const void* q, DType qt, const void* k, DType kt, const void* v,
+                                        DType vt, const void* pos, DType pt, void* out, DType ot, int64_t Hq,
+                                        int64_t Hkv, int64_t S, int64_t L, int64_t Dh, float scale) {
   extern __shared__ float scores[];
   __shared__ float red[32];
   const int64_t row = blockIdx.x;  // ((b * Hq + h) * S + i)
@@ -70,7 +70,7 @@ __global__ void cached_attention_kernel(const void *q, DType qt, const void *k, 
 
 // One block per row: each thread's best (value, index), then a shared-memory tree in which the larger value
 // wins and a tie goes to the smaller index (torch.argmax's first maximum); NaN beats every number.
-__global__ void argmax_kernel(const void *x, DType xt, int64_t V, int64_t *out) {
+__global__ void argmax_kernel(const void* x, DType xt, int64_t V, int64_t* out) {
   __shared__ float bv[kRowThreads];
   __shared__ int64_t bi[kRowThreads];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * V;
@@ -94,10 +94,14 @@ __global__ void argmax_kernel(const void *x, DType xt, int64_t V, int64_t *out) 
       const int64_t mi = bi[threadIdx.x];
       bool take = false;
       if (oi >= 0) {
-        if (mi < 0) take = true;
-        else if (isnan(ov) != isnan(mv)) take = isnan(ov);
-        else if (isnan(ov) || ov == mv) take = oi < mi;
-        else take = ov > mv;
+        if (mi < 0)
+          take = true;
+        else if (isnan(ov) != isnan(mv))
+          take = isnan(ov);
+        else if (isnan(ov) || ov == mv)
+          take = oi < mi;
+        else
+          take = ov > mv;
       }
       if (take) {
         bv[threadIdx.x] = ov;
@@ -109,8 +113,8 @@ __global__ void argmax_kernel(const void *x, DType xt, int64_t V, int64_t *out) 
   if (threadIdx.x == 0) out[blockIdx.x] = bi[0] < 0 ? 0 : bi[0];
 }
 
-__global__ void take_rows_kernel(const uint8_t *x, const void *index, DType it, uint8_t *out, int64_t B, int64_t S,
-                                 int64_t row, int es) {
+__global__ void take_rows_kernel(const uint8_t* x, const void* index, DType it, uint8_t* out, int64_t B,
+                                 int64_t S, int64_t row, int es) {
   const int64_t n = B * row;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -124,8 +128,9 @@ __global__ void take_rows_kernel(const uint8_t *x, const void *index, DType it, 
 
 }  // namespace
 
-GpuStatus kv_write(const Out &cache, const In &value, const In &pos, cudaStream_t s) {
-  if (cache.shape.rank != 4 || value.shape.rank != 4) return kernel_failure("kv_write: cache and value must be rank 4");
+GpuStatus kv_write(const Out& cache, const In& value, const In& pos, cudaStream_t s) {
+  if (cache.shape.rank != 4 || value.shape.rank != 4)
+    return kernel_failure("kv_write: cache and value must be rank 4");
   const int64_t B = cache.shape.d[0], H = cache.shape.d[1], L = cache.shape.d[2], D = cache.shape.d[3];
   const int64_t S = value.shape.d[2];
   if (value.shape.d[0] != B || value.shape.d[1] != H || value.shape.d[3] != D || S > L)
@@ -134,15 +139,14 @@ GpuStatus kv_write(const Out &cache, const In &value, const In &pos, cudaStream_
   if (pos.dtype != DType::i64 || pos.shape != Dims{B}) return kernel_failure("kv_write: pos must be i64 [B]");
   const int64_t n = B * H * S * D;
   if (n == 0) return {};
-  kv_write_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(static_cast<uint8_t *>(cache.data),
-                                                          static_cast<const uint8_t *>(value.data), pos.data,
-                                                          pos.dtype, B, H, L, S, D,
-                                                          static_cast<int>(dtype_size(cache.dtype)));
+  kv_write_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(
+      static_cast<uint8_t*>(cache.data), static_cast<const uint8_t*>(value.data), pos.data, pos.dtype, B, H,
+      L, S, D, static_cast<int>(dtype_size(cache.dtype)));
   ZK_CUDA_TRY(detail::launched());
   return {};
 }
 
-GpuStatus cached_attention(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
+GpuStatus cached_attention(const In& q, const In& k, const In& v, const In& pos, const Out& out, float scale,
                            cudaStream_t s) {
   if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape != k.shape)
     return kernel_failure("cached_attention: q and the caches must be rank 4, v shaped like k");
@@ -151,7 +155,8 @@ GpuStatus cached_attention(const In &q, const In &k, const In &v, const In &pos,
   if (k.shape.d[0] != B || k.shape.d[3] != Dh || Hkv <= 0 || Hq % Hkv != 0 || S > L)
     return kernel_failure("cached_attention: the caches do not fit q");
   if (out.shape != q.shape) return kernel_failure("cached_attention: output shape differs from q's");
-  if (pos.dtype != DType::i64 || pos.shape != Dims{B}) return kernel_failure("cached_attention: pos must be i64 [B]");
+  if (pos.dtype != DType::i64 || pos.shape != Dims{B})
+    return kernel_failure("cached_attention: pos must be i64 [B]");
   if (!is_float(q.dtype) || !is_float(k.dtype) || !is_float(v.dtype) || !is_float(out.dtype))
     return kernel_failure("cached_attention: operands must be float");
   const size_t shared = static_cast<size_t>(L) * sizeof(float);
@@ -160,40 +165,44 @@ GpuStatus cached_attention(const In &q, const In &k, const In &v, const In &pos,
   if (rows == 0) return {};
   if (rows > 0x7fffffffLL) return kernel_failure("cached_attention: too many query rows");
   cached_attention_kernel<<<static_cast<unsigned>(rows), kRowThreads, shared, s>>>(
-      q.data, q.dtype, k.data, k.dtype, v.data, v.dtype, pos.data, pos.dtype, out.data, out.dtype, Hq, Hkv, S, L, Dh,
-      scale);
+      q.data, q.dtype, k.data, k.dtype, v.data, v.dtype, pos.data, pos.dtype, out.data, out.dtype, Hq, Hkv, S,
+      L, Dh, scale);
   ZK_CUDA_TRY(detail::launched());
   return {};
 }
 
-GpuStatus argmax(const In &x, const Out &out, cudaStream_t s) {
-  if (x.shape.rank < 1 || !is_float(x.dtype)) return kernel_failure("argmax: input must be float of rank >= 1");
-  if (out.dtype != DType::i64 || out.shape.rank != x.shape.rank - 1) return kernel_failure("argmax: output must be i64");
+GpuStatus argmax(const In& x, const Out& out, cudaStream_t s) {
+  if (x.shape.rank < 1 || !is_float(x.dtype))
+    return kernel_failure("argmax: input must be float of rank >= 1");
+  if (out.dtype != DType::i64 || out.shape.rank != x.shape.rank - 1)
+    return kernel_failure("argmax: output must be i64");
   for (int i = 0; i < out.shape.rank; ++i)
-    if (out.shape.d[i] != x.shape.d[i]) return kernel_failure("argmax: output shape is not the input's leading dims");
+    if (out.shape.d[i] != x.shape.d[i])
+      return kernel_failure("argmax: output shape is not the input's leading dims");
   const int64_t V = x.shape.d[x.shape.rank - 1], rows = out.shape.numel();
   if (V < 1) return kernel_failure("argmax: empty rows");
   if (rows == 0) return {};
   if (rows > 0x7fffffffLL) return kernel_failure("argmax: too many rows");
   argmax_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x.data, x.dtype, V,
-                                                                    static_cast<int64_t *>(out.data));
+                                                                    static_cast<int64_t*>(out.data));
   ZK_CUDA_TRY(detail::launched());
   return {};
 }
 
-GpuStatus take_rows(const In &x, const In &index, const Out &out, cudaStream_t s) {
+GpuStatus take_rows(const In& x, const In& index, const Out& out, cudaStream_t s) {
   if (x.shape.rank < 2) return kernel_failure("take_rows: input must be [B, S, ...]");
   const int64_t B = x.shape.d[0], S = x.shape.d[1];
-  if (index.dtype != DType::i64 || index.shape != Dims{B}) return kernel_failure("take_rows: index must be i64 [B]");
+  if (index.dtype != DType::i64 || index.shape != Dims{B})
+    return kernel_failure("take_rows: index must be i64 [B]");
   if (out.dtype != x.dtype || out.shape.rank != x.shape.rank - 1 || out.shape.d[0] != B)
     return kernel_failure("take_rows: output must be [B, ...] of the input's dtype");
   if (B * S == 0) return {};
   const int64_t row = x.shape.numel() / (B * S);
   if (out.shape.numel() != B * row) return kernel_failure("take_rows: output size is not B rows");
   if (B * row == 0) return {};
-  take_rows_kernel<<<grid_for(B * row), detail::kThreads, 0, s>>>(static_cast<const uint8_t *>(x.data), index.data,
-                                                                   index.dtype, static_cast<uint8_t *>(out.data), B, S,
-                                                                   row, static_cast<int>(dtype_size(x.dtype)));
+  take_rows_kernel<<<grid_for(B * row), detail::kThreads, 0, s>>>(
+      static_cast<const uint8_t*>(x.data), index.data, index.dtype, static_cast<uint8_t*>(out.data), B, S,
+      row, static_cast<int>(dtype_size(x.dtype)));
   ZK_CUDA_TRY(detail::launched());
   return {};
 }

@@ -224,6 +224,53 @@ TEST(CudaTrain, EmbeddingAndLabelPick) {
   }
 }
 
+// Generation (docs/generation.md): the KV-cache write and take_rows move bytes (exact), argmax picks the
+// reference's index (exact, ties and all), and the attention over the cache sums in fp32 where the reference
+// sums in double (5e-5 at f32).
+TEST(CudaGenerate, KvWriteCachedAttentionArgmaxTakeRows) {
+  for (DType t : kFloats) {
+    SCOPED_TRACE(zk::dtype_name(t));
+    const int64_t B = 3, Hq = 4, Hkv = 2, L = 37, D = 24, S = 2;
+    HostT cache = random_tensor(t, Dims{B, Hkv, L, D}), value = random_tensor(t, Dims{B, Hkv, S, D});
+    HostT pos(DType::i64, Dims{B});
+    const int64_t p[B] = {0, 17, L - 1};  // the last one drops its second row
+    for (int64_t b = 0; b < B; ++b) zk::store_i64(pos.bytes.data(), DType::i64, b, p[b]);
+    DevT gc(cache), gv(value), gp(pos);
+    ZT_CPU_OK(zk::cpu::kv_write(cache.out(), value.in(), pos.in()));
+    ZT_GPU_OK(zc::kv_write(gc.out(), gv.in(), gp.in(), nullptr));
+    EXPECT_TRUE(close(gc.download(), cache, 0)) << "kv_write";
+
+    HostT q = random_tensor(t, Dims{B, Hq, S, D}), v = random_tensor(t, Dims{B, Hkv, L, D}), ref(t, q.shape);
+    HostT pos2(DType::i64, Dims{B});
+    const int64_t p2[B] = {0, 17, L - 2};
+    for (int64_t b = 0; b < B; ++b) zk::store_i64(pos2.bytes.data(), DType::i64, b, p2[b]);
+    std::vector<float> scratch(zk::cpu::cached_attention_scratch(cache.in()));
+    ZT_CPU_OK(zk::cpu::cached_attention(q.in(), cache.in(), v.in(), pos2.in(), ref.out(), 0.2f, scratch.data()));
+    DevT gq(q), gk(cache), gvv(v), gp2(pos2), go(t, q.shape);
+    ZT_GPU_OK(zc::cached_attention(gq.in(), gk.in(), gvv.in(), gp2.in(), go.out(), 0.2f, nullptr));
+    EXPECT_TRUE(close(go.download(), ref, grad_tol(t))) << "cached_attention";
+
+    HostT x = random_tensor(t, Dims{5, 1000}), am(DType::i64, Dims{5}), gam_ref(DType::i64, Dims{5});
+    // Row 1: a tie between two maxima (the first wins); row 2: a NaN (it wins).
+    zk::store_f32(x.bytes.data(), t, 1 * 1000 + 10, 50.0f);
+    zk::store_f32(x.bytes.data(), t, 1 * 1000 + 900, 50.0f);
+    zk::store_f32(x.bytes.data(), t, 2 * 1000 + 333, std::numeric_limits<float>::quiet_NaN());
+    ZT_CPU_OK(zk::cpu::argmax(x.in(), am.out()));
+    EXPECT_EQ(zk::load_i64(am.bytes.data(), DType::i64, 1), 10);
+    EXPECT_EQ(zk::load_i64(am.bytes.data(), DType::i64, 2), 333);
+    DevT gx(x), gam(DType::i64, Dims{5});
+    ZT_GPU_OK(zc::argmax(gx.in(), gam.out(), nullptr));
+    EXPECT_TRUE(close(gam.download(), am, 0)) << "argmax";
+
+    HostT rows = random_tensor(t, Dims{B, 7, 33}), idx(DType::i64, Dims{B}), tr(t, Dims{B, 33});
+    for (int64_t b = 0; b < B; ++b) zk::store_i64(idx.bytes.data(), DType::i64, b, (b * 5) % 7);
+    ZT_CPU_OK(zk::cpu::take_rows(rows.in(), idx.in(), tr.out()));
+    DevT grows(rows), gidx(idx), gtr(t, Dims{B, 33});
+    ZT_GPU_OK(zc::take_rows(grows.in(), gidx.in(), gtr.out(), nullptr));
+    EXPECT_TRUE(close(gtr.download(), tr, 0)) << "take_rows";
+  }
+}
+
 TEST(CudaTrain, AdamWAccumulateSumSquares) {
   const zk::cpu::AdamWParams hp{0.9, 0.999, 1e-8, 0.01};
   for (DType t : kFloats) {

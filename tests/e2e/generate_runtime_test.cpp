@@ -25,7 +25,7 @@ namespace {
 
 constexpr int64_t kBatch = 2, kPrompt = 16, kNew = 24, kMaxSeq = 40, kVocab = 512;
 
-bool read_i64_npy(const std::string &path, std::vector<int64_t> *out) {
+bool read_i64_npy(const std::string& path, std::vector<int64_t>* out) {
   std::ifstream in(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (bytes.size() < 10 || bytes.compare(1, 5, "NUMPY") != 0 || bytes[6] != 1) return false;
@@ -36,7 +36,7 @@ bool read_i64_npy(const std::string &path, std::vector<int64_t> *out) {
   return true;
 }
 
-std::string compile(const std::string &model) {
+std::string compile(const std::string& model) {
   const std::string dir = std::string(ZPLAN_MODELS_DIR) + "/" + model;
   const std::string plan = std::string(ZPLAN_WORK_DIR) + "/generate-" + model + ".zplan";
   const std::string cmd = std::string(ZPLAN_BIN_DIR) + "/zplan " + dir + "/model.onnx --generate --max-seq " +
@@ -45,25 +45,26 @@ std::string compile(const std::string &model) {
   return plan;
 }
 
-std::unique_ptr<zrt::Session> open(const std::string &plan) {
+std::unique_ptr<zrt::Session> open(const std::string& plan) {
   std::unique_ptr<zrt::Session> s;
   zrt::Status st = zrt::Session::open(plan, {}, &s);
   EXPECT_TRUE(st.ok()) << st.message();
   return s;
 }
 
-std::vector<float> logits(zrt::Session &s) {
+std::vector<float> logits(zrt::Session& s) {
   std::vector<float> l(static_cast<size_t>(kBatch * kVocab));
   zrt::Status st = s.read_output("logits", l.data(), l.size() * 4);
   EXPECT_TRUE(st.ok()) << st.message();
   return l;
 }
 
-void decode_matches_prefill(const std::string &model) {
+void decode_matches_prefill(const std::string& model) {
   const std::string plan = compile(model);
   std::vector<int64_t> ids, expected;
   ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/" + model + "/input_ids.npy", &ids));
-  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/" + model + "/expected_generate.npy", &expected));
+  ASSERT_TRUE(
+      read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/" + model + "/expected_generate.npy", &expected));
   ASSERT_EQ(ids.size(), static_cast<size_t>(kBatch * kPrompt));
   ASSERT_EQ(expected.size(), static_cast<size_t>(kBatch * (kPrompt + kNew)));
   auto dec = open(plan), full = open(plan);
@@ -75,7 +76,8 @@ void decode_matches_prefill(const std::string &model) {
 
   // seq[r] grows by one greedy token per step.
   std::vector<std::vector<int64_t>> seq(kBatch);
-  for (int64_t r = 0; r < kBatch; ++r) seq[r].assign(ids.begin() + r * kPrompt, ids.begin() + (r + 1) * kPrompt);
+  for (int64_t r = 0; r < kBatch; ++r)
+    seq[r].assign(ids.begin() + r * kPrompt, ids.begin() + (r + 1) * kPrompt);
   std::vector<int64_t> lengths(kBatch, kPrompt), next(kBatch);
   zrt::Status st = dec->prefill(ids.data(), kBatch, kPrompt, lengths.data(), next.data());
   ASSERT_TRUE(st.ok()) << st.message();
@@ -98,7 +100,8 @@ void decode_matches_prefill(const std::string &model) {
     ASSERT_TRUE(st.ok()) << st.message();
     const std::vector<float> want = logits(*full);
     double diff = 0;
-    for (size_t i = 0; i < got.size(); ++i) diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    for (size_t i = 0; i < got.size(); ++i)
+      diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
     EXPECT_LE(diff, 1e-4) << model << " decode step " << k << " (position " << n - 1 << ")";
     worst = std::max(worst, diff);
     for (int64_t r = 0; r < kBatch; ++r) {
@@ -110,15 +113,16 @@ void decode_matches_prefill(const std::string &model) {
               static_cast<long long>(kNew - 1), worst);
   for (int64_t r = 0; r < kBatch; ++r)
     for (int64_t t = 0; t < kPrompt + kNew; ++t)
-      EXPECT_EQ(seq[r][t], expected[r * (kPrompt + kNew) + t]) << model << " token [" << r << ", " << t << "]";
+      EXPECT_EQ(seq[r][t], expected[r * (kPrompt + kNew) + t])
+          << model << " token [" << r << ", " << t << "]";
 }
 
 TEST(GenerateRuntime, GptDecodeLogitsEqualPrefill) { decode_matches_prefill("gpt2"); }
 TEST(GenerateRuntime, LlamaDecodeLogitsEqualPrefill) { decode_matches_prefill("llama"); }
 
 // Greedy tokens of `prompts` (row-major [batch, width], row r its first lengths[r] ids), `steps` new each.
-std::vector<std::vector<int64_t>> greedy(zrt::Session &s, const std::vector<int64_t> &prompts, int64_t batch,
-                                         int64_t width, const std::vector<int64_t> &lengths, int64_t steps) {
+std::vector<std::vector<int64_t>> greedy(zrt::Session& s, const std::vector<int64_t>& prompts, int64_t batch,
+                                         int64_t width, const std::vector<int64_t>& lengths, int64_t steps) {
   std::vector<std::vector<int64_t>> out(batch);
   std::vector<int64_t> next(batch), pos(lengths), tok(batch);
   zrt::Status st = s.prefill(prompts.data(), batch, width, lengths.data(), next.data());
@@ -154,7 +158,7 @@ TEST(GenerateRuntime, CApiMatchesCpp) {
   std::vector<int64_t> ids, expected;
   ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/gpt2/input_ids.npy", &ids));
   ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/gpt2/expected_generate.npy", &expected));
-  zrt_session *s = nullptr;
+  zrt_session* s = nullptr;
   ASSERT_EQ(zrt_open(plan.c_str(), 0, 0, &s), 0) << zrt_last_error();
   int64_t b = 0, l = 0;
   ASSERT_EQ(zrt_generation_shape(s, &b, &l), 0);
@@ -166,14 +170,16 @@ TEST(GenerateRuntime, CApiMatchesCpp) {
     for (int64_t r = 0; r < kBatch; ++r) EXPECT_EQ(next[r], expected[r * (kPrompt + kNew) + kPrompt + k]);
     std::vector<int64_t> tok(next);
     ASSERT_EQ(zrt_decode_step(s, tok.data(), pos.data(), kBatch, next.data()), 0) << zrt_last_error();
-    for (int64_t &p : pos) ++p;
+    for (int64_t& p : pos) ++p;
   }
   // Bad input is refused before anything runs: a position outside the cache, an id outside the vocabulary.
   std::vector<int64_t> far(kBatch, kMaxSeq), tok(kBatch, 1), oov(kBatch, kVocab);
   EXPECT_NE(zrt_decode_step(s, tok.data(), far.data(), kBatch, next.data()), 0);
-  EXPECT_NE(std::string(zrt_last_error()).find("outside the planned cache"), std::string::npos) << zrt_last_error();
+  EXPECT_NE(std::string(zrt_last_error()).find("outside the planned cache"), std::string::npos)
+      << zrt_last_error();
   EXPECT_NE(zrt_decode_step(s, oov.data(), pos.data(), kBatch, next.data()), 0);
-  EXPECT_NE(std::string(zrt_last_error()).find("outside the vocabulary"), std::string::npos) << zrt_last_error();
+  EXPECT_NE(std::string(zrt_last_error()).find("outside the vocabulary"), std::string::npos)
+      << zrt_last_error();
   EXPECT_NE(zrt_prefill(s, ids.data(), kBatch + 1, kPrompt, lengths.data(), next.data()), 0);
   zrt_close(s);
 }

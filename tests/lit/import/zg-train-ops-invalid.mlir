@@ -2,7 +2,7 @@
 
 // Tests that zg.state checks its kind.
 func.func @state_kind() -> tensor<4xf32> {
-  // expected-error @+1 {{kind must be master, moment1, moment2, grad or scalar, got "velocity"}}
+  // expected-error @+1 {{kind must be master, moment1, moment2, grad, scalar or kv_cache, got "velocity"}}
   %0 = zg.state {init = "zeros", kind = "velocity", name = "s"} : () -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
