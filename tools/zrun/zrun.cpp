@@ -602,7 +602,7 @@ int generate(const Args &args, zrt::Session &s, Watchdog &watchdog) {
     std::printf("zrun: generated %lld new tokens for %lld sequences (prompt %lld, cache %lld)\n",
                 static_cast<long long>(N > 0 ? steps + 1 : 0), static_cast<long long>(B), static_cast<long long>(P),
                 static_cast<long long>(L));
-    std::printf("zrun: time to first token %.6f s, prefill %.1f tokens/s, decode %.1f tokens/s\n", ttft,
+    std::printf("zrun: time to first token %.3f ms, prefill %.1f tokens/s, decode %.1f tokens/s\n", ttft * 1e3,
                 ttft > 0 ? static_cast<double>(prompt_tokens) / ttft : 0.0,
                 decode_s > 0 ? static_cast<double>(B * steps) / decode_s : 0.0);
     if (!args.tokens_out.empty()) {
