@@ -239,16 +239,38 @@ std::pair<Value, Value> makeCaches(OpBuilder &b, Location loc, int64_t layer,
   return {k, make("v")};
 }
 
-/// Ends a program with the next token (argmax of `rows` [B, V]) and the rows
-/// themselves as outputs.
+/// Appends a rank-0 run input (a scalar the runtime fills before every run,
+/// `zg.default` unless the caller sets it) named `name`.
+Value addScalarArgument(func::FuncOp func, Type elt, StringRef name,
+                        Attribute value) {
+  Builder b(func.getContext());
+  unsigned n = func.getNumArguments();
+  (void)func.insertArgument(
+      n, RankedTensorType::get({}, elt),
+      b.getDictionaryAttr({b.getNamedAttr("zg.name", b.getStringAttr(name)),
+                           b.getNamedAttr("zg.default", value)}),
+      func.getLoc());
+  return func.getArgument(n);
+}
+
+/// Ends a program with the next token of each row of `rows` [B, V] and the
+/// rows themselves as outputs. The token is drawn by zg.sample
+/// (docs/sampling.md) from the run inputs temperature (default 0: greedy, the
+/// arg max with the lowest index on ties, as torch.argmax), top_k (0: off),
+/// top_p (1: off), seed and step (the caller advances it once per token).
 void finish(func::FuncOp func, Value rows, Operation *ret) {
   OpBuilder b(ret);
   Location loc = ret->getLoc();
   auto shape = rtt(rows).getShape();
-  // Greedy selection. SAMPLE's zg.sample (temperature, top-k, top-p) takes
-  // this place when sampling is asked for; temperature 0 is this argmax.
-  Value next =
-      zg::ArgmaxOp::create(b, loc, tensorOf({shape[0]}, b.getI64Type()), rows);
+  Type f32 = b.getF32Type(), i64 = b.getI64Type();
+  Value temperature =
+      addScalarArgument(func, f32, "temperature", b.getF64FloatAttr(0.0));
+  Value topK = addScalarArgument(func, i64, "top_k", b.getI64IntegerAttr(0));
+  Value topP = addScalarArgument(func, f32, "top_p", b.getF64FloatAttr(1.0));
+  Value seed = addScalarArgument(func, i64, "seed", b.getI64IntegerAttr(0));
+  Value step = addScalarArgument(func, i64, "step", b.getI64IntegerAttr(0));
+  Value next = zg::SampleOp::create(b, loc, tensorOf({shape[0]}, i64), rows,
+                                    temperature, topK, topP, seed, step);
   func::ReturnOp::create(b, loc, ValueRange{next, rows});
   ret->erase();
   func.setType(FunctionType::get(func.getContext(), func.getArgumentTypes(),

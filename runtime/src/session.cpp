@@ -42,6 +42,7 @@ struct Session::Impl {
   int default_program = 0;                // "main" when the plan has it, else the first
   int last_run = -1;
   std::vector<std::pair<std::string, double>> scalar_values;  // set by the caller, by name
+  int64_t generated = 0;  // tokens generated since the last prefill (the sampler's step)
   std::vector<StateInfo> state;
   std::vector<int> state_tensor;
   MemoryReport report;
@@ -777,6 +778,14 @@ Status check_ids(const Session &s, const char *input, const int64_t *ids, size_t
 }
 }  // namespace
 
+// Sets the scalar run input "step" when the plan has one (a plan whose programs sample).
+static Status set_step_if_any(Session &s, int64_t step) {
+  for (const ProgramInfo &p : s.programs())
+    for (const ScalarInfo &x : p.scalars)
+      if (x.name == "step") return s.set_scalar("step", static_cast<double>(step));
+  return {};
+}
+
 // Every rank needs the next tokens (they are the next decode step's input): rank 0 assembles the global
 // output, then broadcasts it.
 static Status read_next_tokens(Session &s, Communicator &comm, int64_t planned, int64_t batch, int64_t *next) {
@@ -811,6 +820,9 @@ Status Session::prefill(const int64_t *prompt, int64_t batch, int64_t prompt_len
   ZRT_RETURN_IF_ERROR(check_ids(*this, "input_ids", ids.data(), ids.size(), "prompt"));
   ZRT_RETURN_IF_ERROR(bind_input("input_ids", ids.data(), ids.size() * 8));
   ZRT_RETURN_IF_ERROR(bind_input("prompt_lengths", lens.data(), lens.size() * 8));
+  // The sampler's counter (docs/sampling.md): token k of a generation draws at step k.
+  impl_->generated = 0;
+  ZRT_RETURN_IF_ERROR(set_step_if_any(*this, 0));
   ZRT_RETURN_IF_ERROR(run("prefill"));
   return read_next_tokens(*this, *impl_->comm, B, batch, next);
 }
@@ -834,6 +846,7 @@ Status Session::decode_step(const int64_t *tokens, const int64_t *positions, int
   ZRT_RETURN_IF_ERROR(check_ids(*this, "token", tok.data(), tok.size(), "token"));
   ZRT_RETURN_IF_ERROR(bind_input("token", tok.data(), tok.size() * 8));
   ZRT_RETURN_IF_ERROR(bind_input("positions", pos.data(), pos.size() * 8));
+  ZRT_RETURN_IF_ERROR(set_step_if_any(*this, ++impl_->generated));
   ZRT_RETURN_IF_ERROR(run("decode"));
   return read_next_tokens(*this, *impl_->comm, B, batch, next);
 }

@@ -70,6 +70,8 @@ struct Args {
   std::string prompt, prompt_lengths, tokens_out;
   int64_t max_new_tokens = -1;
   std::vector<int64_t> stop;
+  double temperature = 0, top_p = 1;
+  int64_t top_k = 0;
 };
 
 // The rank as the launcher tells it, for messages printed before MPI is up (only rank 0 prints those).
@@ -157,6 +159,10 @@ int parse_args(int argc, char **argv, Args *a) {
                  "--generate: integer [B] (.npy): prompt b is its first lengths[b] ids (default: all P)")
       ->type_name("LENS.npy");
   app.add_option("--max-new-tokens", max_new, "--generate: tokens to generate per sequence")->type_name("N");
+  app.add_option("--temperature", a->temperature, "--generate: sampling temperature (0: greedy, the default)")
+      ->type_name("T");
+  app.add_option("--top-k", a->top_k, "--generate: sample among the K largest logits (0: all)")->type_name("K");
+  app.add_option("--top-p", a->top_p, "--generate: nucleus sampling threshold in [0, 1] (1: off)")->type_name("P");
   app.add_option("--stop", a->stop, "--generate: a token that ends its sequence (repeatable)")->type_name("ID");
   app.add_option("--tokens-out", a->tokens_out, "--generate: write prompt and new tokens, int64 [B, P + new]")
       ->type_name("OUT.npy");
@@ -217,6 +223,9 @@ int parse_args(int argc, char **argv, Args *a) {
       return fail("--generate needs --max-new-tokens N with N a whole number >= 0 (got " +
                   (max_new < -0.5 && max_new > -1.5 ? std::string("none") : std::to_string(max_new)) + ")");
     a->max_new_tokens = static_cast<int64_t>(max_new);
+    if (!(a->temperature >= 0) || !std::isfinite(a->temperature)) return fail("--temperature must be a finite T >= 0");
+    if (a->top_k < 0) return fail("--top-k must be >= 0 (0: off)");
+    if (!(a->top_p >= 0 && a->top_p <= 1)) return fail("--top-p must be in [0, 1]");
     if (!a->inputs.empty() || a->random_inputs || !a->outputs.empty() || !a->expects.empty())
       return fail("--generate takes its input from --prompt; --input, --random-inputs, --output and --expect do not "
                   "apply");
@@ -555,6 +564,21 @@ int generate(const Args &args, zrt::Session &s, Watchdog &watchdog) {
                            ", " + std::to_string(hi) + ")");
   for (int64_t id : args.stop)
     if (id < lo || id >= hi) die(ri.rank, "--stop " + std::to_string(id) + " is outside the vocabulary");
+  // The sampler's settings: run inputs of a plan whose programs sample (docs/sampling.md).
+  bool samples = false;
+  for (const zrt::ProgramInfo &p : s.programs())
+    for (const zrt::ScalarInfo &x : p.scalars) samples = samples || x.name == "temperature";
+  if (samples) {
+    for (const auto &[name, value] : {std::pair<const char *, double>{"temperature", args.temperature},
+                                      {"top_k", static_cast<double>(args.top_k)},
+                                      {"top_p", args.top_p},
+                                      {"seed", static_cast<double>(args.seed)}}) {
+      st = s.set_scalar(name, value);
+      if (!st.ok()) die(ri.rank, st.message());
+    }
+  } else if (args.temperature != 0 || args.top_k != 0 || args.top_p != 1) {
+    die(ri.rank, "this plan decodes greedily only (no sampler): drop --temperature, --top-k and --top-p");
+  }
 
   // Each row: its prompt, then its new tokens; a sequence that stopped is padded with its stop token.
   std::vector<std::vector<int64_t>> seqs(static_cast<size_t>(B));

@@ -111,6 +111,8 @@ class Session {
   /// Generation (docs/generation.md), with a plan made by `zplan --generate --max-seq L --batch B`: the
   /// planned global batch B and cache length L. Fails for a plan without @prefill and @decode.
   Status generation_shape(int64_t *batch, int64_t *max_seq) const;
+  /// The next tokens are drawn by the plan's sampler from the scalars "temperature" (default 0: greedy),
+  /// "top_k", "top_p" and "seed" (set_scalar); prefill draws at step 0 and decode step k at step k.
   /// Runs @prefill on `batch` <= B prompts: `prompt` is [batch, prompt_len] row-major, sequence b's prompt
   /// its first lengths[b] tokens (1 <= lengths[b] <= prompt_len <= L; the rest is ignored). Writes each
   /// prompt's keys and values into the KV cache from position 0 and the greedy next token of every
