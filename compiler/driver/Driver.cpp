@@ -3,8 +3,12 @@
 // zplan import MODEL.onnx [--batch B] [--seq S] [--dim NAME=V]... [-o OUT]
 //     imports the model, runs the recognition pipeline and prints the zg
 //     graph as MLIR.
+// zplan estimate MODEL.onnx --world N ...
+//     compiles every ZeRO stage x tp x offload configuration and prints what
+//     each plan holds (compiler/driver/Estimate.cpp).
 // zplan MODEL.onnx --tp N ... -o PLAN
-//     the compile path (compiler/driver/Compile.cpp).
+//     the compile path (compiler/driver/Compile.cpp); its flags are the
+//     table in compiler/driver/Options.cpp.
 // zplan consolidate CHECKPOINT [-o OUT] [--format onnx|safetensors]
 //     the trained model of a checkpoint (compiler/driver/Consolidate.cpp).
 //
@@ -16,6 +20,7 @@
 #include "compiler/driver/Driver.h"
 #include "compiler/driver/Compile.h"
 #include "compiler/driver/Consolidate.h"
+#include "compiler/driver/Estimate.h"
 #include "compiler/driver/InitAll.h"
 #include "compiler/generate/Generate.h"
 #include "compiler/import/Import.h"
@@ -92,25 +97,31 @@ void printDiagnostic(mlir::Diagnostic &diag) {
   }
   const char *sev = "error";
   switch (diag.getSeverity()) {
-  case mlir::DiagnosticSeverity::Warning: sev = "warning"; break;
-  case mlir::DiagnosticSeverity::Note: sev = "note"; break;
-  case mlir::DiagnosticSeverity::Remark: sev = "remark"; break;
-  default: break;
+  case mlir::DiagnosticSeverity::Warning:
+    sev = "warning";
+    break;
+  case mlir::DiagnosticSeverity::Note:
+    sev = "note";
+    break;
+  case mlir::DiagnosticSeverity::Remark:
+    sev = "remark";
+    break;
+  default:
+    break;
   }
   llvm::errs() << where << sev << ": " << diag.str() << "\n";
 }
 
-int importCommand(mlir::MLIRContext &context,
-                  const driver::CommonOptions &opts, bool recognise,
-                  int64_t generateMaxSeq) {
+int importCommand(mlir::MLIRContext &context, const driver::CommonOptions &opts,
+                  bool recognise, int64_t generateMaxSeq) {
   // --generate --max-seq L: the generation module (@prefill, @decode) that
   // zplan --generate plans, before sharding.
   if (generateMaxSeq > 0) {
     import::ImportOptions io = opts.import;
     if (io.batch < 0)
       io.batch = 1;
-    auto module = generate::importForGeneration(context, opts.model, io,
-                                                generateMaxSeq);
+    auto module =
+        generate::importForGeneration(context, opts.model, io, generateMaxSeq);
     if (!module)
       return 1;
     module->print(llvm::outs());
@@ -136,8 +147,7 @@ int importCommand(mlir::MLIRContext &context,
   std::string err;
   auto out = mlir::openOutputFile(opts.output, &err);
   if (!out) {
-    std::cerr << "zplan: cannot write '" << opts.output << "': " << err
-              << "\n";
+    std::cerr << "zplan: cannot write '" << opts.output << "': " << err << "\n";
     return 1;
   }
   out->os() << text;
@@ -150,9 +160,12 @@ int importCommand(mlir::MLIRContext &context,
 int driver::run(int argc, char **argv) {
   CLI::App app{"zplan: ahead-of-time sharding planner for transformers"};
   app.require_subcommand(0, 1);
-  CommonOptions compileOpts, importOpts;
-  std::vector<std::string> compileDims, importDims;
+  CommonOptions compileOpts, importOpts, estimateOpts;
+  std::vector<std::string> compileDims, importDims, estimateDims;
   bool noRecognise = false;
+  CompileConfig compileConfig;
+  CompileFlagSet compileFlags, estimateFlags;
+  EstimateOptions estimate;
 
   CLI::App *imp = app.add_subcommand(
       "import", "Import an ONNX model and print the recognised zg graph");
@@ -169,12 +182,18 @@ int driver::run(int argc, char **argv) {
                   "--generate: positions of the KV cache");
 
   driver::ConsolidateOptions consolidateOpts;
-  CLI::App *consolidate =
-      driver::addConsolidateCommand(app, consolidateOpts);
+  CLI::App *consolidate = driver::addConsolidateCommand(app, consolidateOpts);
+
+  CLI::App *est = app.add_subcommand(
+      "estimate", "Compile every ZeRO stage x tp x offload configuration and "
+                  "print each plan's memory and communication");
+  est->add_option("model", estimateOpts.model, "ONNX model")->required();
+  addCommonFlags(*est, estimateOpts, estimateDims);
+  addEstimateFlags(*est, estimate, estimateFlags);
 
   app.add_option("model", compileOpts.model, "ONNX model to compile");
   addCommonFlags(app, compileOpts, compileDims);
-  addCompileFlags(app);
+  compileFlags.addTo(app, compileConfig, kSwept | kPlan | kOutput);
 
   try {
     app.parse(argc, argv);
@@ -210,11 +229,18 @@ int driver::run(int argc, char **argv) {
     return importCommand(context, importOpts, !noRecognise,
                          importGenerate ? importMaxSeq : 0);
   }
+  if (est->parsed()) {
+    if (!parseDims(estimateDims, estimateOpts))
+      return 2;
+    estimateFlags.recordFlagOrigins(*est, estimate.base);
+    return estimateCommand(context, estimateOpts, estimate);
+  }
   if (compileOpts.model.empty()) {
     std::cerr << app.help();
     return 2;
   }
   if (!parseDims(compileDims, compileOpts))
     return 2;
-  return compileCommand(context, compileOpts);
+  compileFlags.recordFlagOrigins(app, compileConfig);
+  return compileCommand(context, compileOpts, compileConfig);
 }

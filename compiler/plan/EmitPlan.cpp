@@ -308,7 +308,9 @@ struct Emitter {
                            "a recognised zg.attention"
                          : "");
         std::vector<uint8_t> data;
-        if (auto mask = dyn_cast<graph::CausalMaskOp>(def)) {
+        if (options.figuresOnly) {
+          // The estimator reads the summary only.
+        } else if (auto mask = dyn_cast<graph::CausalMaskOp>(def)) {
           encodeCausalMask(mask, t.dtype, data);
         } else {
           auto value = cast<graph::ConstantOp>(def).getValue();

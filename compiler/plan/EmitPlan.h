@@ -70,6 +70,10 @@ struct EmitOptions {
   /// Device bytes the backend holds beyond the arenas; the report's planned
   /// peak and the plan's RankMemory include them.
   RuntimeReserve reserve;
+  /// Only the summary is wanted (zplan estimate): constants are emitted
+  /// without their elements, which can be most of a plan's bytes, so the
+  /// payload is not a runnable plan. The summary is the same either way.
+  bool figuresOnly = false;
 };
 
 /// Bytes one rank moves per run for one collective kind over one axis.

@@ -270,27 +270,35 @@ MemoryFigures computeMemoryFigures(const ModuleLiveness &lv,
   for (const TensorInfo &t : lv.tensors) {
     if (t.aliasOf >= 0)
       continue;
+    // Each persistent kind is counted in its total and, when it lives in the
+    // host arena, in its host part too.
+    const bool onHost = static_cast<Space>(t.space) == Space::Host;
+    auto add = [&](uint64_t &total, uint64_t &host) {
+      total += t.bytes;
+      if (onHost)
+        host += t.bytes;
+    };
     switch (t.kind) {
     case TensorKind::Weight:
     case TensorKind::WeightShard:
       // ZeRO's master part of a parameter (zd.role = "master") is a shard
       // loaded from the parameter's source, but it is optimizer state.
       if (isMasterShard(t.value))
-        f.masterBytes += t.bytes;
+        add(f.masterBytes, f.hostMasterBytes);
       else
-        f.residentWeightBytes += t.bytes;
+        add(f.residentWeightBytes, f.hostWeightBytes);
       break;
     case TensorKind::Grad:
-      f.gradBytes += t.bytes;
+      add(f.gradBytes, f.hostGradBytes);
       break;
     case TensorKind::Master:
-      f.masterBytes += t.bytes;
+      add(f.masterBytes, f.hostMasterBytes);
       break;
     case TensorKind::Moment:
-      f.momentBytes += t.bytes;
+      add(f.momentBytes, f.hostMomentBytes);
       break;
     case TensorKind::State:
-      f.stateBytes += t.bytes;
+      add(f.stateBytes, f.hostStateBytes);
       break;
     default:
       break;

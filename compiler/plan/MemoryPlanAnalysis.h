@@ -124,6 +124,10 @@ struct MemoryFigures {
   uint64_t residentWeightBytes = 0;
   /// Exact bytes of the persistent state kinds (format 2).
   uint64_t gradBytes = 0, masterBytes = 0, momentBytes = 0, stateBytes = 0;
+  /// The parts of the five figures above that live in the host arena
+  /// (offloaded parameters and optimizer state); the rest is on the device.
+  uint64_t hostWeightBytes = 0, hostGradBytes = 0, hostMasterBytes = 0,
+           hostMomentBytes = 0, hostStateBytes = 0;
   /// Peak bytes of gradient reduction buffers live at once.
   uint64_t bucketBytes = 0;
   uint64_t peakGatheredParamBytes = 0;

@@ -116,6 +116,13 @@ std::string formatReport(const PlanSummary &s) {
       os << "  gradient bucket bytes      " << human(m.bucketBytes)
          << " (peak)\n";
     }
+    // Offload: how much of the state above lives in host memory.
+    if (m.hostWeightBytes || m.hostGradBytes || m.hostMasterBytes ||
+        m.hostMomentBytes || m.hostStateBytes)
+      os << "  of which in host memory    params " << human(m.hostWeightBytes)
+         << ", gradients " << human(m.hostGradBytes) << ", master "
+         << human(m.hostMasterBytes) << ", moments " << human(m.hostMomentBytes)
+         << ", other " << human(m.hostStateBytes) << "\n";
     os << "  workspace bytes            " << human(m.workspaceBytes) << "\n";
     os << "  device arena               " << human(m.arenaBytes[0]) << "\n";
     if (m.runtimeReserveBytes)
@@ -166,6 +173,11 @@ std::string formatReportJson(const PlanSummary &s) {
                      {"moment_bytes", m.momentBytes},
                      {"state_bytes", m.stateBytes},
                      {"bucket_bytes", m.bucketBytes},
+                     {"host_param_bytes", m.hostWeightBytes},
+                     {"host_grad_bytes", m.hostGradBytes},
+                     {"host_master_bytes", m.hostMasterBytes},
+                     {"host_moment_bytes", m.hostMomentBytes},
+                     {"host_state_bytes", m.hostStateBytes},
                      {"collective_buffer_bytes", m.collectiveBufferBytes},
                      {"workspace_bytes", m.workspaceBytes},
                      {"device_arena_bytes", m.arenaBytes[0]},

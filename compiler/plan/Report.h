@@ -20,7 +20,10 @@ std::string formatReport(const PlanSummary &summary);
 
 /// The same as JSON: {"world", "tp", "dp", "dtype", "collective_hash",
 /// "ranks": [{"rank", "resident_weight_bytes", "peak_gathered_param_bytes",
-/// "activation_bytes", "collective_buffer_bytes", "workspace_bytes",
+/// "activation_bytes", "param_bytes", "grad_bytes", "master_bytes",
+/// "moment_bytes", "state_bytes", "bucket_bytes", their host parts
+/// "host_param_bytes" ... "host_state_bytes", "collective_buffer_bytes",
+/// "workspace_bytes", "device_arena_bytes", "runtime_reserve_bytes",
 /// "planned_peak_bytes", "planned_host_bytes", "comm": {kind: {axis:
 /// bytes sent}}, "comm_payload": {kind: {axis: bytes}}, "comm_calls": {kind:
 /// {axis: count}}}]}.

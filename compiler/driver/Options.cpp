@@ -1,0 +1,577 @@
+//===- Options.cpp - The compile path's option table ----------------------===//
+//
+// One row per flag: its name, help, the CompileConfig field it sets, its
+// group, whether it needs --train, and the check its value must pass. The
+// command line registers the rows with CLI11, the DeepSpeed config reader
+// sets the same fields by flag name, and validateConfig() runs each row's
+// check, naming the flag or, for a value that came from a ds-config file,
+// the file and field. Checks that relate several settings follow the table.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/driver/Options.h"
+#include "compiler/driver/Compile.h"
+
+#include "compiler/plan/EmitPlan.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FileSystem.h"
+
+#include <CLI/CLI.hpp>
+
+#include <sstream>
+#include <variant>
+
+namespace zplan::driver {
+namespace {
+
+using Field = std::variant<int64_t CompileConfig::*, double CompileConfig::*,
+                           std::string CompileConfig::*, bool CompileConfig::*>;
+
+enum class Check {
+  None,
+  AtLeast,      ///< an integer >= `least`
+  Choice,       ///< one of `choices`
+  NonNegative,  ///< a number >= 0
+  UnitInterval, ///< a number in [0, 1)
+  Bytes,        ///< a byte count (parseBytes)
+  BytesOrAuto,  ///< a byte count or "auto"
+};
+
+struct OptionRow {
+  std::string flag;
+  std::string help;
+  Field field;
+  unsigned group = kPlan;
+  /// Only meaningful for a training step: giving it without --train is an
+  /// error (the reason follows in `trainNote`).
+  bool trainOnly = false;
+  std::string trainNote;
+  Check check = Check::None;
+  int64_t least = 0;
+  std::vector<std::string> choices;
+  /// Appended to the check's message: what a valid value looks like, or why
+  /// other values are refused.
+  std::string note;
+
+  OptionRow &inGroup(unsigned g) {
+    group = g;
+    return *this;
+  }
+  OptionRow &needsTrain(std::string why = "") {
+    trainOnly = true;
+    trainNote = std::move(why);
+    return *this;
+  }
+  OptionRow &atLeast(int64_t v) {
+    check = Check::AtLeast;
+    least = v;
+    return *this;
+  }
+  OptionRow &oneOf(std::vector<std::string> c, std::string n = "") {
+    check = Check::Choice;
+    choices = std::move(c);
+    note = std::move(n);
+    return *this;
+  }
+  OptionRow &checked(Check c, std::string n = "") {
+    check = c;
+    note = std::move(n);
+    return *this;
+  }
+};
+
+OptionRow row(std::string flag, Field field, std::string help) {
+  OptionRow r;
+  r.flag = std::move(flag);
+  r.field = field;
+  r.help = std::move(help);
+  return r;
+}
+
+using C = CompileConfig;
+
+std::vector<OptionRow> buildTable() {
+  std::vector<OptionRow> t;
+  // The estimator sweeps these.
+  t.push_back(
+      row("--tp", &C::tp, "Tensor-parallel degree").inGroup(kSwept).atLeast(1));
+  t.push_back(row("--zero", &C::zero, "ZeRO stage: 0, 1, 2 or 3")
+                  .inGroup(kSwept)
+                  .oneOf({"0", "1", "2", "3"}));
+  t.push_back(row("--offload-param", &C::offloadParam,
+                  "Parameter placement: none or cpu (pinned host memory)")
+                  .inGroup(kSwept)
+                  .oneOf({"none", "cpu"}));
+  t.push_back(row("--offload-optimizer", &C::offloadOptimizer,
+                  "--train: where the optimizer state lives: none (device) "
+                  "or cpu (master weights, moments and AdamW in host memory)")
+                  .inGroup(kSwept)
+                  .needsTrain("inference has no optimizer")
+                  .oneOf({"none", "cpu"}));
+  t.push_back(
+      row("--recompute", &C::recompute,
+          "--train: none, or selective (norm and activation outputs "
+          "recomputed in the backward)")
+          .inGroup(kSwept)
+          .needsTrain()
+          .oneOf({"none", "selective"}, "(full and auto are not built yet)"));
+  // The estimator takes --world itself (it is required there).
+  t.push_back(row("--world", &C::world, "Number of ranks (default: --tp)")
+                  .inGroup(kSwept)
+                  .atLeast(1));
+  // Everything else that shapes the plan.
+  t.push_back(row("--dtype", &C::dtype, "Storage dtype: fp32, bf16 or fp16")
+                  .oneOf({"fp32", "bf16", "fp16"}));
+  t.push_back(row("--target", &C::target, "Backend: cpu or cuda")
+                  .oneOf({"cpu", "cuda"}));
+  t.push_back(row("--gpu-mem", &C::gpuMem,
+                  "Device memory per rank in bytes (suffix K, M, G, T)")
+                  .checked(Check::Bytes, "(e.g. 85899345920 or 80G)"));
+  t.push_back(row("--host-mem", &C::hostMem,
+                  "Host memory per rank in bytes (suffix K, M, G, T)")
+                  .checked(Check::Bytes, "(e.g. 549755813888 or 512G)"));
+  t.push_back(row("--cuda-context-bytes", &C::cudaContextBytes,
+                  "cuda target: device bytes of the CUDA context, counted in "
+                  "the planned peak (default 540M)")
+                  .checked(Check::Bytes, "(e.g. 536M)"));
+  t.push_back(row("--comm-reserve-bytes", &C::commReserveBytes,
+                  "cuda target: device bytes of NCCL's buffers counted in the "
+                  "planned peak; 'auto' (default): the communicators the "
+                  "plan's collectives use times --comm-bytes-per-group")
+                  .checked(Check::BytesOrAuto, "(e.g. 256M) or 'auto'"));
+  t.push_back(row("--comm-bytes-per-group", &C::commBytesPerGroup,
+                  "cuda target: device bytes of one NCCL communicator as the "
+                  "runtime configures it (measured; docs/gpu-plan-runs.md)")
+                  .checked(Check::Bytes, "(e.g. 300M)"));
+  t.push_back(row("--persist-threshold", &C::persistThreshold,
+                  "ZeRO-3: parameters below this many bytes stay whole")
+                  .checked(Check::NonNegative));
+  t.push_back(row("--prefetch-bytes", &C::prefetchBytes,
+                  "ZeRO-3: bytes of parameters gathered ahead of use")
+                  .checked(Check::NonNegative));
+  t.push_back(row("--max-live-bytes", &C::maxLiveBytes,
+                  "ZeRO-3: cap on gathered parameter bytes alive at once")
+                  .checked(Check::NonNegative));
+  t.push_back(row("--no-fuse", &C::noFuse,
+                  "cuda target: keep linear+GELU, residual add+norm and "
+                  "activation+gate as separate steps (--zplan-fuse is off)"));
+  t.push_back(row("--keep-logits-sharded", &C::keepLogitsSharded,
+                  "Leave the LM head's logits split over tp"));
+  t.push_back(row("--train", &C::train,
+                  "Plan a training step (@init, @train_step) instead of the "
+                  "forward pass"));
+  t.push_back(row("--loss", &C::loss,
+                  "--train: causal-lm (next-token cross-entropy, default)")
+                  .needsTrain()
+                  .oneOf({"causal-lm"}, "(or use --loss-output)"));
+  t.push_back(row("--loss-output", &C::lossOutput,
+                  "--train: use this named model output as the loss")
+                  .needsTrain());
+  t.push_back(row("--lr", &C::lr, "--train: learning rate (default 1e-3)")
+                  .needsTrain()
+                  .checked(Check::NonNegative));
+  t.push_back(
+      row("--lr-schedule", &C::lrSchedule, "--train: constant or warmup-decay")
+          .needsTrain()
+          .oneOf({"constant", "warmup-decay"}));
+  t.push_back(row("--warmup-steps", &C::warmupSteps,
+                  "--train, warmup-decay: steps of linear warmup")
+                  .needsTrain());
+  t.push_back(row("--total-steps", &C::totalSteps,
+                  "--train, warmup-decay: step at which the rate reaches 0")
+                  .needsTrain());
+  t.push_back(row("--weight-decay", &C::weightDecay,
+                  "--train: AdamW weight decay (default 0.01)")
+                  .needsTrain()
+                  .checked(Check::NonNegative));
+  t.push_back(row("--beta1", &C::beta1, "--train: AdamW beta1 (default 0.9)")
+                  .needsTrain()
+                  .checked(Check::UnitInterval));
+  t.push_back(row("--beta2", &C::beta2, "--train: AdamW beta2 (default 0.999)")
+                  .needsTrain()
+                  .checked(Check::UnitInterval));
+  t.push_back(row("--eps", &C::eps, "--train: AdamW epsilon (default 1e-8)")
+                  .needsTrain()
+                  .checked(Check::NonNegative));
+  t.push_back(row("--clip-grad", &C::clipGrad,
+                  "--train: clip the global gradient norm (0: off)")
+                  .needsTrain()
+                  .checked(Check::NonNegative));
+  t.push_back(row("--micro-batches", &C::microBatches,
+                  "--train: micro-batches accumulated per optimizer step")
+                  .needsTrain()
+                  .atLeast(1));
+  t.push_back(row("--restore-zero-biases", &C::restoreZeroBiases,
+                  "--train: give bias-free linears (not a tied LM head) a "
+                  "trainable zero bias, which exporters drop")
+                  .needsTrain());
+  t.push_back(row("--generate", &C::generate,
+                  "Plan greedy generation: @prefill (a prompt of up to "
+                  "--max-seq tokens) and @decode (one token per sequence) "
+                  "with a planned KV cache"));
+  t.push_back(row("--max-seq", &C::maxSeq,
+                  "--generate: positions of the KV cache (prompt and new "
+                  "tokens together)"));
+  t.push_back(row("--link-bandwidth", &C::linkBandwidth,
+                  "--generate: host link bytes/s for the report's "
+                  "ZeRO-Inference floor (default 55000000000)")
+                  .checked(Check::Bytes, "per second (e.g. 55G)"));
+  // What the compile command writes and reads besides the plan.
+  t.push_back(row("--report", &C::report,
+                  "Print the per-rank memory and communication report")
+                  .inGroup(kOutput));
+  t.push_back(row("--report-json", &C::reportJson,
+                  "Write the report as JSON to this file")
+                  .inGroup(kOutput));
+  t.push_back(row("--ds-config", &C::dsConfig,
+                  "Read the settings of a DeepSpeed JSON config "
+                  "(docs/ds-config.md); flags given on the command line win")
+                  .inGroup(kOutput));
+  return t;
+}
+
+const std::vector<OptionRow> &table() {
+  static const std::vector<OptionRow> rows = buildTable();
+  return rows;
+}
+
+const OptionRow *findRow(llvm::StringRef flag) {
+  for (const OptionRow &r : table())
+    if (r.flag == flag)
+      return &r;
+  return nullptr;
+}
+
+std::string numberText(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+/// The value of a row, as text; strings quoted when `quote`.
+std::string valueText(const CompileConfig &c, const OptionRow &r, bool quote) {
+  return std::visit(
+      [&](auto member) -> std::string {
+        using T = std::decay_t<decltype(c.*member)>;
+        if constexpr (std::is_same_v<T, int64_t>)
+          return std::to_string(c.*member);
+        else if constexpr (std::is_same_v<T, double>)
+          return numberText(c.*member);
+        else if constexpr (std::is_same_v<T, bool>)
+          return c.*member ? "true" : "false";
+        else
+          return quote ? "'" + c.*member + "'" : c.*member;
+      },
+      r.field);
+}
+
+/// "a, b or c".
+std::string listChoices(const std::vector<std::string> &choices) {
+  std::string out;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i)
+      out += i + 1 == choices.size() ? " or " : ", ";
+    out += choices[i];
+  }
+  return out;
+}
+
+std::string describe(const CompileConfig &c, const OptionRow &r) {
+  Origin o = c.origin(r.flag);
+  bool isString = std::holds_alternative<std::string CompileConfig::*>(r.field);
+  if (o.source == Source::DsConfig)
+    return c.dsConfig + ": " + o.field + " = " + valueText(c, r, isString) +
+           " (" + r.flag + ")";
+  return r.flag + " " + valueText(c, r, isString);
+}
+
+/// The row's own check; returns an error message or "".
+std::string checkRow(const CompileConfig &c, const OptionRow &r) {
+  if (r.check == Check::None)
+    return {};
+  std::string text = valueText(c, r, /*quote=*/false);
+  std::string what = describe(c, r);
+  auto withNote = [&](std::string msg) {
+    return r.note.empty() ? msg : msg + " " + r.note;
+  };
+  switch (r.check) {
+  case Check::None:
+    return {};
+  case Check::AtLeast: {
+    int64_t v = c.*std::get<int64_t CompileConfig::*>(r.field);
+    if (v < r.least)
+      return what + " must be at least " + std::to_string(r.least);
+    return {};
+  }
+  case Check::Choice:
+    if (llvm::is_contained(r.choices, text))
+      return {};
+    return withNote(what + " must be " + listChoices(r.choices));
+  case Check::NonNegative: {
+    double v = std::visit(
+        [&](auto member) -> double {
+          using T = std::decay_t<decltype(c.*member)>;
+          if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>)
+            return double(c.*member);
+          else
+            return 0.0;
+        },
+        r.field);
+    // Written so that NaN fails too.
+    if (!(v >= 0))
+      return what + " must not be negative";
+    return {};
+  }
+  case Check::UnitInterval: {
+    double v = c.*std::get<double CompileConfig::*>(r.field);
+    if (!(v >= 0 && v < 1))
+      return what + " must be in [0, 1)";
+    return {};
+  }
+  case Check::Bytes:
+  case Check::BytesOrAuto: {
+    uint64_t ignored;
+    if (text.empty() || (r.check == Check::BytesOrAuto && text == "auto") ||
+        parseBytes(text, ignored))
+      return {};
+    return withNote(what + " is not a byte count");
+  }
+  }
+  return {};
+}
+
+template <typename T>
+bool setField(CompileConfig &config, llvm::StringRef flag, const T &value,
+              const Origin &origin) {
+  const OptionRow *r = findRow(flag);
+  if (!r)
+    return false;
+  auto *member = std::get_if<T CompileConfig::*>(&r->field);
+  if (!member)
+    return false;
+  config.*(*member) = value;
+  config.origins[flag] = origin;
+  return true;
+}
+
+} // namespace
+
+llvm::StringRef sourceName(Source source) {
+  switch (source) {
+  case Source::Default:
+    return "default";
+  case Source::Flag:
+    return "flag";
+  case Source::DsConfig:
+    return "ds-config";
+  }
+  return "default";
+}
+
+Origin CompileConfig::origin(llvm::StringRef flag) const {
+  auto it = origins.find(flag);
+  return it == origins.end() ? Origin{} : it->second;
+}
+
+bool parseBytes(const std::string &text, uint64_t &out) {
+  llvm::StringRef s(text);
+  uint64_t scale = 1;
+  for (auto [suffix, factor] :
+       {std::pair<const char *, uint64_t>{"KiB", 1ull << 10},
+        {"MiB", 1ull << 20},
+        {"GiB", 1ull << 30},
+        {"TiB", 1ull << 40},
+        {"K", 1ull << 10},
+        {"M", 1ull << 20},
+        {"G", 1ull << 30},
+        {"T", 1ull << 40},
+        {"B", 1}}) {
+    if (s.consume_back(suffix)) {
+      scale = factor;
+      break;
+    }
+  }
+  uint64_t v = 0;
+  if (s.empty() || s.getAsInteger(10, v))
+    return false;
+  if (v != 0 && scale > UINT64_MAX / v)
+    return false;
+  out = v * scale;
+  return true;
+}
+
+void CompileFlagSet::addTo(CLI::App &app, CompileConfig &config,
+                           unsigned groups) {
+  for (const OptionRow &r : table()) {
+    if (!(r.group & groups))
+      continue;
+    CLI::Option *opt = std::visit(
+        [&](auto member) -> CLI::Option * {
+          using T = std::decay_t<decltype(config.*member)>;
+          if constexpr (std::is_same_v<T, bool>)
+            return app.add_flag(r.flag, config.*member, r.help);
+          else
+            return app.add_option(r.flag, config.*member, r.help);
+        },
+        r.field);
+    options.emplace_back(r.flag, opt);
+  }
+}
+
+void CompileFlagSet::recordFlagOrigins(CLI::App &app,
+                                       CompileConfig &config) const {
+  for (const auto &[flag, opt] : options)
+    if (opt->count() > 0)
+      config.origins[flag] = Origin{Source::Flag, ""};
+  CLI::Option *batch = nullptr;
+  try {
+    batch = app.get_option("--batch");
+  } catch (const CLI::OptionNotFound &) {
+  }
+  if (batch && batch->count() > 0)
+    config.origins["--batch"] = Origin{Source::Flag, ""};
+}
+
+bool setInteger(CompileConfig &config, llvm::StringRef flag, int64_t value,
+                const Origin &origin) {
+  return setField<int64_t>(config, flag, value, origin);
+}
+bool setNumber(CompileConfig &config, llvm::StringRef flag, double value,
+               const Origin &origin) {
+  return setField<double>(config, flag, value, origin);
+}
+bool setText(CompileConfig &config, llvm::StringRef flag,
+             const std::string &value, const Origin &origin) {
+  return setField<std::string>(config, flag, value, origin);
+}
+bool setBool(CompileConfig &config, llvm::StringRef flag, bool value,
+             const Origin &origin) {
+  return setField<bool>(config, flag, value, origin);
+}
+
+std::string settingText(const CompileConfig &config,
+                        const CommonOptions &common, llvm::StringRef flag) {
+  if (flag == "--batch")
+    return common.import.batch < 0 ? "(the model's)"
+                                   : std::to_string(common.import.batch);
+  if (flag == "--world")
+    return std::to_string(config.worldSize());
+  const OptionRow *r = findRow(flag);
+  return r ? valueText(config, *r, /*quote=*/false) : "";
+}
+
+std::vector<std::string> reportedSettings(const CompileConfig &config) {
+  std::vector<std::string> flags;
+  for (const OptionRow &r : table()) {
+    if (r.group == kOutput || (r.trainOnly && !config.train))
+      continue;
+    flags.push_back(r.flag);
+    if (r.flag == "--world")
+      flags.push_back("--batch");
+  }
+  return flags;
+}
+
+std::string describeSetting(const CompileConfig &config,
+                            const CommonOptions &common, llvm::StringRef flag) {
+  if (flag == "--batch") {
+    Origin o = config.origin(flag);
+    std::string value = settingText(config, common, flag);
+    if (o.source == Source::DsConfig)
+      return config.dsConfig + ": " + o.field + " = " + value + " (--batch)";
+    return "--batch " + value;
+  }
+  const OptionRow *r = findRow(flag);
+  return r ? describe(config, *r) : flag.str();
+}
+
+std::string validateConfig(const CompileConfig &f, const CommonOptions &o,
+                           ByteLimits &limits, bool needOutput) {
+  if (needOutput) {
+    if (o.output.empty())
+      return "no output: give the plan file with -o PLAN";
+    if (llvm::sys::fs::is_directory(o.output))
+      return "-o '" + o.output + "' is a directory";
+  }
+  for (const OptionRow &r : table()) {
+    // A setting nobody gave keeps its default, which is valid by
+    // construction (--world 0 means "as many as --tp").
+    if (f.origin(r.flag).source == Source::Default)
+      continue;
+    std::string err = checkRow(f, r);
+    if (!err.empty())
+      return err;
+  }
+  int64_t world = f.worldSize();
+  if (world % f.tp != 0)
+    return "--world " + std::to_string(world) + " is not a multiple of --tp " +
+           std::to_string(f.tp) + " (world = tp x dp)";
+  if (!f.gpuMem.empty())
+    parseBytes(f.gpuMem, limits.gpuMem);
+  if (!f.hostMem.empty())
+    parseBytes(f.hostMem, limits.hostMem);
+  parseBytes(f.cudaContextBytes, limits.cudaContext);
+  limits.commOverride = f.commReserveBytes != "auto";
+  if (limits.commOverride)
+    parseBytes(f.commReserveBytes, limits.commReserve);
+  parseBytes(f.commBytesPerGroup, limits.commPerGroup);
+  parseBytes(f.linkBandwidth, limits.linkBandwidth);
+
+  int64_t dp = world / f.tp;
+  int64_t batch = o.import.batch;
+  if (batch == 0)
+    return describeSetting(f, o, "--batch") + " must be at least 1";
+  if (batch > 0 && batch % dp != 0)
+    return describeSetting(f, o, "--batch") +
+           " does not split evenly over dp = " + std::to_string(dp) +
+           " ranks (--world " + std::to_string(world) + " / --tp " +
+           std::to_string(f.tp) + ")";
+  if (o.import.seq == 0)
+    return "--seq 0 must be at least 1";
+  if (f.generate) {
+    if (f.train)
+      return "--generate and --train are different plans: give one";
+    if (f.maxSeq < 1)
+      return "--generate needs --max-seq L (at least 1): the KV cache's "
+             "positions, prompt and new tokens together";
+    if (o.import.seq > 0)
+      return "--generate plans its own sequence lengths (--max-seq for the "
+             "prompt, 1 per decode step): drop --seq";
+    if (batch < 0 && dp > 1)
+      return "--generate over dp = " + std::to_string(dp) +
+             " ranks needs --batch (a multiple of dp)";
+  } else if (f.maxSeq != 0) {
+    return "--max-seq needs --generate";
+  }
+  if (!f.train) {
+    for (const OptionRow &r : table())
+      if (r.trainOnly && f.origin(r.flag).source != Source::Default)
+        return (f.origin(r.flag).source == Source::DsConfig ? describe(f, r)
+                                                            : r.flag) +
+               " needs --train" +
+               (r.trainNote.empty() ? "" : " (" + r.trainNote + ")");
+    return {};
+  }
+  if (f.offloadOptimizer == "cpu" && f.zero == 0 && dp > 1)
+    return "--offload-optimizer cpu over dp = " + std::to_string(dp) +
+           " needs --zero 1 or more (each rank updates its part on its host)";
+  if (f.offloadParam == "cpu")
+    return describeSetting(f, o, "--offload-param") +
+           " with --train is not built yet (the training step keeps "
+           "parameters on the device; --offload-optimizer cpu moves the "
+           "optimizer state to the host)";
+  if ((f.warmupSteps != 0 || f.totalSteps != 0) && f.lrSchedule == "constant")
+    return "--warmup-steps and --total-steps need --lr-schedule warmup-decay";
+  if (f.lrSchedule == "warmup-decay" &&
+      (f.warmupSteps < 0 || f.totalSteps <= f.warmupSteps))
+    return "--lr-schedule warmup-decay needs 0 <= --warmup-steps < "
+           "--total-steps";
+  if (batch > 0 && batch % (dp * f.microBatches) != 0)
+    return describeSetting(f, o, "--batch") + " does not split into " +
+           std::to_string(f.microBatches) +
+           " micro-batches on each of dp = " + std::to_string(dp) + " ranks";
+  return {};
+}
+
+} // namespace zplan::driver
