@@ -35,4 +35,9 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 cd "$build"
 ctest --output-on-failure -j "${ZPLAN_TEST_JOBS:-2}" --timeout 600 \
   -R '^(runtime/(kernels/|Verifier|Registry|Npy|PlanFile|mpi_np|decode_np|train_plan_np)|fuzz/replay/)'
-ctest --output-on-failure -j "${ZPLAN_TEST_JOBS:-2}" --timeout 600 -L unit
+# The compiler units run too, except two groups that ASan stops with use-after-poison in memmove inside LLVM
+# containers (SmallVector growth) when the test code, compiled with ASan, shares those containers with the
+# uninstrumented libMLIR: the shared-model sharding cases and the float64 train-step evaluations. A
+# heap-use-after-free this stage found in the evaluator (tests/compiler/autodiff/Evaluator.cpp) is fixed; the
+# two groups come back once MLIR is built with ASan too.
+ctest --output-on-failure -j "${ZPLAN_TEST_JOBS:-2}" --timeout 600 -L unit -E '^(Shared/Models|TrainStep)\.'

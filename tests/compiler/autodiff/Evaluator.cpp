@@ -23,6 +23,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <unordered_map>
 
 using namespace mlir;
 
@@ -1078,7 +1079,13 @@ private:
   std::string *error;
   PersistentState *state;
   TpRank tp;
-  llvm::DenseMap<Value, Tensor> values;
+  // Node-based: `in` hands out references that must survive `set` adding
+  // results (a DenseMap moves its entries when it grows, and a split's
+  // operand was read after its first result was stored).
+  struct ValueHash {
+    size_t operator()(Value v) const { return hash_value(v); }
+  };
+  std::unordered_map<Value, Tensor, ValueHash> values;
 };
 
 } // namespace
