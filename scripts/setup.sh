@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything zplan needs on a fresh Debian 12 machine: the Debian packages of the build and a
-# Python virtual environment (.venv) holding the test oracles (onnx, onnxruntime, numpy). Idempotent: a
+# Python virtual environment (.venv) holding the test oracles (onnx, onnxruntime, numpy) and what the Python
+# package builds and tests with (nanobind, scikit-build-core, pytest; python/, docs/python.md). Idempotent: a
 # second run finds everything in place and returns in a second or two.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -12,7 +13,7 @@ pkgs=(cmake ninja-build g++ ccache
       openmpi-bin libopenmpi-dev libopenblas-dev
       nlohmann-json3-dev libcli11-dev libgtest-dev googletest
       clang-22 libclang-rt-22-dev
-      python3-venv)
+      python3-venv python3-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -27,9 +28,10 @@ if ((${#missing[@]})); then
 fi
 
 venv="$top/.venv"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import onnx, onnxruntime, numpy' 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] ||
+   ! "$venv/bin/python" -c 'import onnx, onnxruntime, numpy, nanobind, scikit_build_core, pytest' 2>/dev/null; then
   echo "setup: creating the Python test-oracle environment in .venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check onnx onnxruntime numpy
+  "$venv/bin/pip" install -q --disable-pip-version-check onnx onnxruntime numpy nanobind scikit-build-core pytest
 fi
 echo "setup: ok"

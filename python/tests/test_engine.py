@@ -1,0 +1,150 @@
+"""zplan.Engine on one rank, against independent oracles: PyTorch's logits and training losses stored with
+the shared gpt2 export (tests/models/README.md), and zrun's output, losses and checkpoints on the same plan.
+Bad input is refused before anything runs, with a message naming the argument or the file."""
+import os
+
+import numpy as np
+import pytest
+
+import zplan
+from conftest import BIN, MODELS, load, run
+
+RECIPE = dict(train=True, batch=2, seq=16, clip_grad=1.0, restore_zero_biases=True)  # PyTorch's recipe
+
+
+class DLPackOnly:
+    """An array that offers only the DLPack protocol (as a torch CPU tensor does)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kw):
+        return self._a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+@pytest.fixture(scope="module")
+def forward_plan(tmp_path_factory):
+    return zplan.compile(os.path.join(MODELS, "gpt2", "model.onnx"), batch=2, seq=16,
+                         out=tmp_path_factory.mktemp("fwd") / "fwd.zplan")
+
+
+@pytest.fixture(scope="module")
+def train_plan(tmp_path_factory):
+    return zplan.compile(os.path.join(MODELS, "gpt2", "model.onnx"), out=tmp_path_factory.mktemp("tr") / "t.zplan",
+                         **RECIPE)
+
+
+def test_forward_equals_pytorch_and_zrun(gpt2, forward_plan, tmp_path):
+    ids = load(gpt2, "input_ids.npy")
+    with zplan.Engine(forward_plan) as engine:
+        assert (engine.rank, engine.world, engine.tp, engine.dp) == (0, 1, 1, 1)
+        out = engine.forward(ids)
+        assert list(out) == ["logits"] and out["logits"].dtype == np.float32
+        np.testing.assert_allclose(out["logits"], load(gpt2, "expected_output.npy"), atol=1e-4, rtol=0)
+        # DLPack producers and keyword inputs give the same bytes.
+        assert np.array_equal(engine.forward(DLPackOnly(ids))["logits"], out["logits"])
+        assert np.array_equal(engine(input_ids=ids.astype(np.int32))["logits"], out["logits"])
+    run([os.path.join(BIN, "zrun"), forward_plan.path, "--input", f"input_ids={gpt2}/input_ids.npy",
+         "--output", f"logits={tmp_path}/zrun.npy"])
+    assert np.array_equal(out["logits"], np.load(tmp_path / "zrun.npy"))
+
+
+def test_training_equals_pytorch_and_zrun(gpt2, train_plan, tmp_path):
+    ids = load(gpt2, "input_ids.npy")
+    engine = zplan.Engine(train_plan)
+    assert engine.is_training and engine.batch_shape == (2, 16) and engine.id_range == (0, 512)
+    losses, norms = [], []
+    for _ in range(5):
+        losses.append(engine.step(ids))
+        norms.append(engine.grad_norm)
+    engine.close()
+    np.testing.assert_allclose(losses, load(gpt2, "train_losses.npy"), rtol=1e-4)
+    np.testing.assert_allclose(norms, load(gpt2, "train_grad_norms.npy"), rtol=1e-4)
+    run([os.path.join(BIN, "zrun"), train_plan.path, "--train", "--data", f"{gpt2}/input_ids.npy", "--steps", "5",
+         "--losses-out", f"{tmp_path}/losses.npy", "--grad-norms-out", f"{tmp_path}/norms.npy"])
+    assert np.array_equal(losses, np.load(tmp_path / "losses.npy"))
+    assert np.array_equal(norms, np.load(tmp_path / "norms.npy"))
+
+
+def test_checkpoint_resume_equals_straight_and_zrun_resumes_it(gpt2, train_plan, tmp_path):
+    ids = load(gpt2, "input_ids.npy")
+    with zplan.Engine(train_plan) as straight:
+        want = [straight.step(ids) for _ in range(5)]
+    with zplan.Engine(train_plan) as first:
+        got = [first.step(ids) for _ in range(3)]
+        first.save_checkpoint(tmp_path / "ckpt")
+    with zplan.Engine(train_plan) as second:
+        info = second.load_checkpoint(tmp_path / "ckpt")
+        assert info["step"] == 3 and info["samples"] == 6 and info["same_plan"]
+        assert second.global_step == 3
+        got += [second.step(ids) for _ in range(2)]
+    assert got == want  # the same plan on the same rank: bit for bit
+    # zrun reads the checkpoint the engine wrote and continues the same way.
+    run([os.path.join(BIN, "zrun"), train_plan.path, "--train", "--data", f"{gpt2}/input_ids.npy", "--steps", "5",
+         "--resume", str(tmp_path / "ckpt"), "--losses-out", f"{tmp_path}/losses.npy"])
+    assert np.array_equal(np.load(tmp_path / "losses.npy"), want[3:])
+
+
+def test_bad_batches_are_refused_before_running(train_plan, gpt2):
+    ids = load(gpt2, "input_ids.npy")
+    with zplan.Engine(train_plan) as engine:
+        with pytest.raises(ValueError, match=r"batch: 1 rows; the plan's global batch is 2"):
+            engine.step(ids[:1])
+        with pytest.raises(ValueError, match=r"\[batch, 16\] token ids .* got \[2, 8\]"):
+            engine.step(ids[:, :8])
+        with pytest.raises(TypeError, match="token ids must be integers, got float32"):
+            engine.step(ids.astype(np.float32))
+        bad = ids.copy()
+        bad[1, 3] = 512
+        with pytest.raises(ValueError, match=r"input_ids\[1, 3\] is token id 512, outside the vocabulary \[0, 512\)"):
+            engine.step(bad)
+        with pytest.raises(zplan.ZplanError, match="no forward program"):
+            engine.forward(ids)
+        with pytest.raises(ValueError, match="lr must be a number"):
+            engine.lr = -1
+        assert engine.global_step == 0  # nothing ran
+        with pytest.raises(zplan.ZplanError, match="missing-ckpt") as e:
+            engine.load_checkpoint("missing-ckpt")
+        assert e.value.code == "not_found"
+    with pytest.raises(ValueError, match="closed"):
+        engine.step(ids)
+
+
+def test_bad_forward_inputs(forward_plan, gpt2):
+    ids = load(gpt2, "input_ids.npy")
+    with zplan.Engine(forward_plan) as engine:
+        with pytest.raises(ValueError, match=r"input 'input_ids' has shape \[1, 16\]; the plan expects \[2, 16\]"):
+            engine.forward(ids[:1])
+        with pytest.raises(KeyError, match="no input named 'ids'"):
+            engine.forward({"ids": ids})
+        with pytest.raises(KeyError, match="input 'input_ids' is not given"):
+            engine.forward({})
+        with pytest.raises(TypeError, match="takes integers"):
+            engine.forward(ids.astype(np.float64))
+        with pytest.raises(zplan.ZplanError, match="no training program"):
+            engine.step(ids)
+        with pytest.raises(ValueError, match="root must be a rank"):
+            engine.forward(ids, root=1)
+
+
+def test_bad_plans_and_launchers(tmp_path, forward_plan, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="nothing.zplan"):
+        zplan.Engine(tmp_path / "nothing.zplan")
+    bad = tmp_path / "bad.zplan"
+    bad.write_bytes(b"garbage" * 64)
+    with pytest.raises(zplan.ZplanError, match="bad.zplan.*not a zplan plan file") as e:
+        zplan.Engine(bad)
+    assert e.value.code == "plan_invalid"
+    with pytest.raises(ValueError, match="backend must be"):
+        zplan.Engine(forward_plan, backend="tpu")
+    # torchrun's variables without an MPI launcher: refused before MPI starts, saying what to do.
+    for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert zplan.world_size() == 2 and zplan.rank() == 1
+    with pytest.raises(zplan.ZplanError, match=r"WORLD_SIZE=2 .*`mpirun -np 2 python SCRIPT`"):
+        zplan.Engine(forward_plan)

@@ -1,0 +1,389 @@
+"""zplan.Engine: one rank's runtime session over a plan (zrt::Session, runtime/include/zrt/zrt.h).
+
+Every rank of the job makes the same calls in the same order, as with the C++ API: the constructor, step(),
+forward(), save_checkpoint() and load_checkpoint() are collective. Arguments are checked here, before any
+collective starts, so that a bad batch fails on every rank alike with a message naming the argument; what
+the runtime refuses comes back as ZplanError with the runtime's message.
+
+Ranks talk over MPI (the runtime's communicator is MPI_COMM_WORLD; NCCL for the data plane of cuda plans),
+so a job of several ranks is started with mpirun. torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK) give no
+MPI world; a WORLD_SIZE above 1 without an MPI launcher is refused with that explanation. LOCAL_RANK (or Open
+MPI's local rank) picks the GPU of a cuda plan.
+"""
+
+import atexit
+import os
+import sys
+import weakref
+
+import numpy as np
+
+from ._errors import ZplanError
+
+try:
+    from . import _runtime
+except ImportError as _e:
+    _runtime = None
+    _runtime_import_error = _e
+
+# Runtime dtype names (zrt::dtype_name) and the NumPy types their values travel as.
+_NUMPY = {"f32": np.float32, "f16": np.float16, "i64": np.int64, "i32": np.int32, "bool8": np.bool_}
+
+_live = weakref.WeakSet()
+_hook_installed = False
+
+
+def runtime_available():
+    """Whether this install has the runtime module."""
+    return _runtime is not None
+
+
+def _shutdown():
+    # Sessions first (their communicators), then MPI, once, as zrt::shutdown() asks.
+    for engine in list(_live):
+        engine.close()
+    if _runtime is not None:
+        _runtime.shutdown()
+
+
+atexit.register(_shutdown)
+
+
+def _install_abort_hook():
+    """An uncaught exception on one rank of several stops the whole job (MPI_Abort) instead of leaving the
+    other ranks waiting in a collective forever."""
+    global _hook_installed
+    if _hook_installed:
+        return
+    _hook_installed = True
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        _runtime.abort_job(1)
+
+    sys.excepthook = hook
+
+
+def _launcher_value(names, default):
+    for n in names:
+        v = os.environ.get(n)
+        if v is not None and v.isdigit():
+            return int(v)
+    return default
+
+
+def rank():
+    """This process's rank as the launcher tells it (mpirun's, or torchrun's RANK); 0 without a launcher.
+    Readable before any Engine exists, e.g. to give zplan.compile its world."""
+    return _launcher_value(("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK"), 0)
+
+
+def world_size():
+    """The number of ranks the launcher started (mpirun -np N, or torchrun's WORLD_SIZE); 1 without one."""
+    return _launcher_value(("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"), 1)
+
+
+def _check_launcher():
+    mpi = any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"))
+    world = os.environ.get("WORLD_SIZE")
+    if not mpi and world and world.isdigit() and int(world) > 1:
+        raise ZplanError(
+            f"WORLD_SIZE={world} (torchrun's variables) but no MPI launcher: zplan's ranks communicate over "
+            f"MPI, so start the job with `mpirun -np {world} python SCRIPT` (docs/python.md)",
+            "mismatch",
+        )
+
+
+def _as_array(value, what):
+    """A NumPy view of `value`: a NumPy array, anything with __dlpack__ (torch CPU tensors, JAX arrays...),
+    or a nested sequence."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__dlpack__"):
+        try:
+            return np.from_dlpack(value)
+        except (TypeError, RuntimeError, BufferError) as e:
+            raise TypeError(f"{what}: cannot read it through DLPack on the CPU ({e})") from None
+    try:
+        return np.asarray(value)
+    except Exception as e:
+        raise TypeError(f"{what}: not an array ({e})") from None
+
+
+def _shape(s):
+    return "[" + ", ".join(str(d) for d in s) + "]"
+
+
+def _bf16_to_f32(raw):
+    return (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16(a):
+    # Round to nearest even, as the runtime's conversions do.
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (rounded >> 16).astype(np.uint16)
+
+
+class Engine:
+    """A plan loaded on this rank: ``step(batch) -> loss``, ``forward(inputs)``, checkpoints.
+
+    plan     a path, or a zplan.Plan.
+    init     "file": weights from the plan's sources; "random": deterministic random weights (graph-only
+             models).
+    seed     the seed of init="random".
+    backend  "cpu" (the reference backend) or "cuda".
+    lr       a learning rate that overrides the plan's schedule (training plans).
+
+    A training plan's init program runs here once; load_checkpoint() then replaces what it wrote.
+    """
+
+    def __init__(self, plan, *, init="file", seed=0, backend="cpu", lr=None):
+        if _runtime is None:
+            raise ZplanError(f"zplan.Engine needs the runtime module zplan._runtime ({_runtime_import_error})",
+                             "not_found")
+        if init not in ("file", "random"):
+            raise ValueError(f"zplan.Engine: init must be 'file' or 'random', got {init!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"zplan.Engine: seed must be a non-negative int, got {seed!r}")
+        path = os.fspath(plan)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(2, "zplan.Engine: no such plan file", path)
+        _check_launcher()
+        self._plan = plan  # keeps a temporary Plan's folder alive as long as the engine
+        self._s = _runtime.Session(path, init == "random", seed, backend)
+        _live.add(self)
+        info = self._s.rank_info()
+        self.rank, self.world, self.tp, self.dp = info["rank"], info["world"], info["tp"], info["dp"]
+        self._programs = {p["name"]: p for p in self._s.programs()}
+        self.global_step = 0
+        self.samples = 0
+        self.grad_norm = float("nan")
+        self._lr = None
+        # The micro-batch count a Plan's report records; a bare path leaves it to the batch's size.
+        self._micro = None
+        report = getattr(plan, "report", None) or {}
+        for s in report.get("settings", []):
+            if s.get("flag") == "--micro-batches":
+                self._micro = int(s["value"])
+        if self.world > 1:
+            _install_abort_hook()
+        if "init" in self._programs:
+            self._s.run("init")
+        if lr is not None:
+            self.lr = lr
+
+    # --- what the plan holds
+
+    @property
+    def programs(self):
+        """The plan's programs: {name: {"inputs": [...], "outputs": [...], "scalars": [...]}}."""
+        return self._programs
+
+    @property
+    def id_range(self):
+        """(lo, hi): the token ids the training input takes (the embedding's rows), or None."""
+        prog = self._programs.get("train_step") or self._programs.get("micro_step") or self._programs.get("main")
+        if prog is None or not prog["inputs"]:
+            return None
+        return self._s.input_id_range(prog["inputs"][0]["name"])
+
+    @property
+    def batch_shape(self):
+        """(rows, seq): the global batch step() takes (all micro-batches of one optimizer step)."""
+        prog = self._train_program()
+        rows, seq = prog["inputs"][0]["shape"][:2]
+        return (rows * (self._micro or 1) if prog["name"] == "micro_step" else rows, seq)
+
+    @property
+    def is_training(self):
+        return "train_step" in self._programs or "micro_step" in self._programs
+
+    @property
+    def producer(self):
+        """The zplan command line that made the plan."""
+        return self._s.producer()
+
+    def memory_report(self):
+        """This rank's planned and measured bytes (zrt::MemoryReport)."""
+        return self._s.memory_report()
+
+    def state(self):
+        """The plan's persistent tensors as this rank holds them (name, kind, shapes, flat range)."""
+        return self._s.state()
+
+    def read_state(self, name):
+        """This rank's slice of a persistent tensor (flat; bf16 widened to float32)."""
+        info = next((x for x in self._s.state() if x["name"] == name), None)
+        if info is None:
+            raise KeyError(f"the plan has no state tensor named {name!r}")
+        a = self._s.read_state(name)
+        return _bf16_to_f32(a) if info["dtype"] == "bf16" else a
+
+    @property
+    def lr(self):
+        """The learning rate set over the plan's schedule, or None (the schedule's own)."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"zplan.Engine: lr must be a number >= 0, got {value!r}")
+        self._s.set_scalar("lr", float(value))
+        self._lr = float(value)
+
+    # --- training
+
+    def _train_program(self):
+        prog = self._programs.get("train_step") or self._programs.get("micro_step")
+        if prog is None:
+            raise ZplanError("this plan has no training program (train_step or micro_step): compile it with "
+                             f"zplan.compile(..., train=True); it has {', '.join(self._programs)}",
+                             "invalid_argument")
+        if len(prog["inputs"]) != 1:
+            names = ", ".join(repr(i["name"]) for i in prog["inputs"])
+            raise ZplanError(f"{prog['name']} takes {len(prog['inputs'])} inputs ({names}); Engine.step feeds "
+                             "exactly one token input", "invalid_argument")
+        return prog
+
+    def _check_ids(self, name, ids):
+        bounds = self._s.input_id_range(name)
+        if bounds is None or ids.size == 0:
+            return
+        lo, hi = bounds
+        bad = np.argwhere((ids < lo) | (ids >= hi))
+        if len(bad):
+            where = tuple(int(i) for i in bad[0])
+            raise ValueError(f"{name}{list(where)} is token id {int(ids[where])}, outside the vocabulary "
+                             f"[{lo}, {hi})")
+
+    def step(self, batch):
+        """One optimizer step on the global batch: an integer array [batch, seq] of token ids (every rank
+        passes the same global batch and keeps its data-parallel rows). A plan compiled with micro_batches=M
+        takes M micro-batches' rows and accumulates over them. Returns the loss; ``grad_norm`` holds the
+        global gradient norm before clipping. Collective."""
+        prog = self._train_program()
+        spec = prog["inputs"][0]
+        a = _as_array(batch, "batch")
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"batch: token ids must be integers, got {a.dtype}")
+        rows, seq = spec["shape"][0], spec["shape"][1] if len(spec["shape"]) > 1 else None
+        if a.ndim != 2 or a.shape[1] != seq:
+            raise ValueError(f"batch: the plan trains on [batch, {seq}] token ids ({spec['name']!r}), got "
+                             f"{_shape(a.shape)}")
+        if prog["name"] == "train_step":
+            want = rows
+        else:
+            want = rows * self._micro if self._micro else None
+        if (want is not None and a.shape[0] != want) or a.shape[0] == 0 or a.shape[0] % rows:
+            expect = want if want is not None else f"a multiple of {rows}"
+            raise ValueError(f"batch: {a.shape[0]} rows; the plan's global batch is {expect} "
+                             f"(zplan.compile's batch=)")
+        self._check_ids(spec["name"], a)
+        a = np.ascontiguousarray(a, dtype=_NUMPY[spec["dtype"]])
+        loss, self.grad_norm = self._s.train_step(spec["name"], a, self.global_step + 1)
+        self.global_step += 1
+        self.samples += a.shape[0]
+        return loss
+
+    # --- forward
+
+    def forward(self, inputs=None, *, root=0, **named):
+        """Runs the forward plan once. ``inputs``: an array (a plan with one input) or {name: array}, each
+        the global batch; names may also come as keywords. Returns {output name: array} on rank ``root``
+        and None on the others (the outputs are gathered there). bf16 outputs are widened to float32.
+        Collective."""
+        prog = self._programs.get("main")
+        if prog is None:
+            raise ZplanError("this plan has no forward program (main): it has "
+                             f"{', '.join(self._programs)}; compile the model without train= or generate= "
+                             "for forward()", "invalid_argument")
+        specs = {i["name"]: i for i in prog["inputs"]}
+        if inputs is None:
+            given = dict(named)
+        elif isinstance(inputs, dict):
+            given = {**inputs, **named}
+        else:
+            if len(specs) != 1 or named:
+                raise TypeError(f"forward: the plan takes {len(specs)} inputs ({', '.join(specs)}): pass a dict")
+            given = {next(iter(specs)): inputs}
+        for name in given:
+            if name not in specs:
+                raise KeyError(f"the plan has no input named {name!r} (its inputs: {', '.join(specs)})")
+        for name in specs:
+            if name not in given:
+                raise KeyError(f"input {name!r} is not given (the plan's inputs: {', '.join(specs)})")
+        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self.world:
+            raise ValueError(f"forward: root must be a rank in [0, {self.world}), got {root!r}")
+        bound = []
+        for name, value in given.items():
+            spec = specs[name]
+            a = _as_array(value, name)
+            if tuple(a.shape) != tuple(spec["shape"]):
+                raise ValueError(f"input {name!r} has shape {_shape(a.shape)}; the plan expects "
+                                 f"{_shape(spec['shape'])} (the global batch)")
+            want = spec["dtype"]
+            if want in ("i64", "i32"):
+                if a.dtype.kind not in "iu":
+                    raise TypeError(f"input {name!r}: the plan takes integers ({want}), got {a.dtype}")
+                self._check_ids(name, a)
+                a = np.ascontiguousarray(a, dtype=_NUMPY[want])
+            elif want == "bool8":
+                a = np.ascontiguousarray(a, dtype=np.bool_)
+            else:
+                if a.dtype.kind not in "fiu":
+                    raise TypeError(f"input {name!r}: the plan takes {want} numbers, got {a.dtype}")
+                a = _f32_to_bf16(a) if want == "bf16" else np.ascontiguousarray(a, dtype=_NUMPY[want])
+            bound.append((name, a))
+        for name, a in bound:
+            self._s.bind_input(name, a)
+        self._s.run("main")
+        out = {}
+        for spec in prog["outputs"]:
+            a = self._s.read_output(spec["name"], root)
+            if a is not None and spec["dtype"] == "bf16":
+                a = _bf16_to_f32(a)
+            out[spec["name"]] = a
+        return out if self.rank == root else None
+
+    __call__ = forward
+
+    # --- checkpoints
+
+    def save_checkpoint(self, save_dir):
+        """Writes a sharded checkpoint under the folder ``save_dir`` (docs/checkpoint-format.md): every rank
+        its slices, rank 0 the manifest with the step, the data position and the learning rate; ``latest``
+        switches to it last, so a crash mid-save leaves the previous one loadable. Collective."""
+        self._s.save_checkpoint(os.fspath(save_dir), self.global_step, self.samples,
+                                -1.0 if self._lr is None else self._lr)
+
+    def load_checkpoint(self, load_dir):
+        """Fills the plan's state from a checkpoint (a save folder holding ``latest``, or one checkpoint),
+        whatever tp, dp, ZeRO stage or offload saved it, and continues from its step and data position.
+        Returns what was loaded (step, samples, tp, dp, zero_stage, same_plan, ...). Collective."""
+        info = self._s.load_checkpoint(os.fspath(load_dir))
+        self.global_step = info["step"]
+        self.samples = info["samples"]
+        # A learning rate set over the schedule when it was saved stays, unless this engine set its own.
+        if self._lr is None and info["lr"] >= 0:
+            self.lr = info["lr"]
+        return info
+
+    # --- lifetime
+
+    def close(self):
+        """Frees the session (its arenas and communicators). Collective with the other ranks' close()."""
+        if not self._s.closed:
+            self._s.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"zplan.Engine({os.fspath(self._plan)!r}, rank {self.rank}/{self.world}, tp {self.tp}, dp {self.dp})"
