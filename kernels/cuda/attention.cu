@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "mma.cuh"
 #include "zk/cuda_train_kernels.h"
 
 namespace zk {
@@ -202,53 +203,13 @@ __global__ void __launch_bounds__(kWarps * 32) flash_kernel(const T *__restrict_
 // tile). The score accumulators of two adjacent 8-key tiles are exactly the A fragment of P for 16 keys,
 // so P never leaves registers. K and V tiles arrive by cp.async, double-buffered, while the previous tile
 // is being multiplied; K is read with ldmatrix, V with ldmatrix.trans.
-template <class T> struct MmaName;
-template <> struct MmaName<__nv_bfloat16> { static constexpr bool bf16 = true; };
-template <> struct MmaName<__half> { static constexpr bool bf16 = false; };
-
-template <class T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if (MmaName<T>::bf16)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-/// 16 bytes global -> shared without a register round trip; `bytes` 0 fills zeros (rows past the end).
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int bytes) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  T l = from_f32<T>(lo), h = from_f32<T>(hi);
-  uint16_t a, b;
-  memcpy(&a, &l, 2);
-  memcpy(&b, &h, 2);
-  return static_cast<uint32_t>(a) | (static_cast<uint32_t>(b) << 16);
-}
+using mma::cp_async16;
+using mma::cp_async_commit;
+using mma::cp_async_wait;
+using mma::ldsm_x4;
+using mma::ldsm_x4_t;
+using mma::mma16816;
+using mma::pack2;
 
 template <int Dh>
 struct Mma2Smem {

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "mma.cuh"
 #include "zk/cuda_train_kernels.h"
 #include "zk/cuda_workspace.h"
 
@@ -29,6 +30,7 @@ using detail::from_f32;
 using detail::to_f32;
 namespace wmma = nvcuda::wmma;
 
+constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kTile = 32;      // queries and keys per tile
 constexpr int kThreads = 256;  // 8 warps
 
@@ -463,6 +465,294 @@ __global__ void __launch_bounds__(kTcWarps * 32) dq_tc_kernel(const T *__restric
   }
 }
 
+
+// --- tier 1: register-level tensor-core path (the default for bf16/f16 with head dim 64) --------------------
+// FlashAttention-2's backward on mma.sync.m16n8k16 (helpers and fragment layouts in mma.cuh). Every product
+// keeps its accumulators in registers and feeds the next product from registers: a score accumulator pair
+// is an A fragment, so P and dS never touch shared memory. Shared memory holds only the streamed tiles,
+// double-buffered by cp.async so that the next tile arrives while this one is multiplied.
+//  - dkdv_mma_kernel: a block of 4 warps owns 64 keys of one kv head, warp w keys 16w .. 16w + 15, with
+//    their K and V rows as A fragments in registers. It walks the query tiles of every head of the group:
+//    S^T = K Q^T and dP^T = V dO^T (B fragments by ldmatrix from the Q and dO tiles), P^T and dS^T in
+//    registers, then dV += P^T dO and dK += dS^T Q (B fragments by ldmatrix.trans).
+//  - dq_mma_kernel: a block owns 64 queries of one head, warp w queries 16w .. 16w + 15, with Q and dO as
+//    A fragments; it walks the key tiles: S = Q K^T, dP = dO V^T, dS, then dQ += dS K.
+// dQ is computed apart from dK and dV (two more products than one fused kernel with atomics), so that every
+// sum has one fixed order: the result is the same on every run, as on the other paths.
+constexpr int kMmaTile = 64, kMmaWarps = 4, kMmaDh = 64;
+
+template <int Dh>
+struct MmaGradSmem {
+  static constexpr int ld = Dh + 8;                     // 16-byte padded rows: conflict-free ldmatrix
+  static constexpr size_t tile = size_t(kMmaTile) * ld * 2;
+  // dkdv: K, V (once), then Q and dO double-buffered, and the query rows' lse and D, double-buffered.
+  static constexpr size_t dkdv = 6 * tile + 2 * 2 * kMmaTile * sizeof(float);
+  // dq: K and V double-buffered; Q and dO pass through buffer 1 before the walk starts.
+  static constexpr size_t dq = 4 * tile;
+};
+
+/// The four A fragments (16 rows x Dh, in 16-wide steps) of the warp's 16 rows of a shared [64, Dh] tile.
+template <int Dh, class T>
+__device__ __forceinline__ void load_a_frags(uint32_t (&a)[Dh / 16][4], const T *tile, int warp, int g, int t) {
+  constexpr int ld = MmaGradSmem<Dh>::ld;
+#pragma unroll
+  for (int kk = 0; kk < Dh / 16; ++kk) {
+    const T *base = tile + (warp * 16) * ld + kk * 16;
+    a[kk][0] = *reinterpret_cast<const uint32_t *>(base + g * ld + 2 * t);
+    a[kk][1] = *reinterpret_cast<const uint32_t *>(base + (g + 8) * ld + 2 * t);
+    a[kk][2] = *reinterpret_cast<const uint32_t *>(base + g * ld + 2 * t + 8);
+    a[kk][3] = *reinterpret_cast<const uint32_t *>(base + (g + 8) * ld + 2 * t + 8);
+  }
+}
+
+/// acc[16, 64] = A[16, Dh] X^T for the 64 rows of X (a shared [64, Dh] tile read by ldmatrix).
+template <int Dh, class T>
+__device__ __forceinline__ void product_abt(float (&acc)[8][4], const uint32_t (&a)[Dh / 16][4], const T *X, int lane) {
+  constexpr int ld = MmaGradSmem<Dh>::ld;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  const int m = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int nt = 0; nt < 8; nt += 2) {
+#pragma unroll
+    for (int kk = 0; kk < Dh / 16; ++kk) {
+      uint32_t bf[4];
+      mma::ldsm_x4(bf, X + (nt * 8 + r + (m >> 1) * 8) * ld + kk * 16 + (m & 1) * 8);
+      mma::mma16816<T>(acc[nt], a[kk], bf[0], bf[1]);
+      mma::mma16816<T>(acc[nt + 1], a[kk], bf[2], bf[3]);
+    }
+  }
+}
+
+/// acc[16, Dh] += P[16, 64] X[64, Dh]: P as fp32 accumulators (rounded to T here), X a shared [64, Dh]
+/// tile read by ldmatrix.trans.
+template <int Dh, class T>
+__device__ __forceinline__ void product_ab(float (&acc)[Dh / 8][4], const float (&p)[8][4], const T *X, int lane) {
+  constexpr int ld = MmaGradSmem<Dh>::ld;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t pa[4];
+    pa[0] = mma::pack2<T>(p[2 * kk][0], p[2 * kk][1]);
+    pa[1] = mma::pack2<T>(p[2 * kk][2], p[2 * kk][3]);
+    pa[2] = mma::pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+    pa[3] = mma::pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+#pragma unroll
+    for (int nd = 0; nd < Dh / 8; nd += 2) {
+      uint32_t bf[4];
+      mma::ldsm_x4_t(bf, X + (kk * 16 + (lane & 15)) * ld + nd * 8 + (lane >> 4) * 8);
+      mma::mma16816<T>(acc[nd], pa, bf[0], bf[1]);
+      mma::mma16816<T>(acc[nd + 1], pa, bf[2], bf[3]);
+    }
+  }
+}
+
+/// Stores a warp's [16, Dh] accumulator (rows row0 + g and row0 + g + 8) times `mul` as T rows of a
+/// [*, Dh] array, skipping rows at or past `valid`.
+template <int Dh, class T>
+__device__ __forceinline__ void store_rows(T *dst, const float (&acc)[Dh / 8][4], int row0, int valid, float mul, int g,
+                                           int t) {
+  const int r0 = row0 + g, r1 = r0 + 8;
+#pragma unroll
+  for (int nd = 0; nd < Dh / 8; ++nd) {
+    const int c = nd * 8 + 2 * t;
+    if (r0 < valid)
+      *reinterpret_cast<uint32_t *>(dst + static_cast<int64_t>(r0) * Dh + c) = mma::pack2<T>(acc[nd][0] * mul, acc[nd][1] * mul);
+    if (r1 < valid)
+      *reinterpret_cast<uint32_t *>(dst + static_cast<int64_t>(r1) * Dh + c) = mma::pack2<T>(acc[nd][2] * mul, acc[nd][3] * mul);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kMmaWarps * 32) dkdv_mma_kernel(const T *__restrict__ q, const T *__restrict__ k,
+                                                                   const T *__restrict__ v, const T *__restrict__ dout,
+                                                                   const float *__restrict__ lse,
+                                                                   const float *__restrict__ D, T *__restrict__ dk,
+                                                                   T *__restrict__ dv, GradDims d) {
+  constexpr int Dh = kMmaDh, ND = Dh / 8, threads = kMmaWarps * 32;
+  using L = MmaGradSmem<Dh>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T *Ks = reinterpret_cast<T *>(smem), *Vs = reinterpret_cast<T *>(smem + L::tile);
+  auto Qb = [&](int i) { return reinterpret_cast<T *>(smem + (2 + 2 * i) * L::tile); };
+  auto dOb = [&](int i) { return reinterpret_cast<T *>(smem + (3 + 2 * i) * L::tile); };
+  // Per buffer: 64 lse values (times log2 e) and then 64 D values.
+  auto Rb = [&](int i) { return reinterpret_cast<float *>(smem + 6 * L::tile) + i * 2 * kMmaTile; };
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int j0 = blockIdx.x * kMmaTile, bk = blockIdx.y, b = bk / d.Hkv, kh = bk % d.Hkv;
+  const int group = d.Hq / d.Hkv, shift = d.T - d.S;
+  const int64_t kvbase = static_cast<int64_t>(bk) * d.T * Dh;
+  // Under the causal mask key j is seen by queries i >= j - shift: earlier query tiles are skipped.
+  const int first = d.causal ? max(0, j0 - shift) / kMmaTile * kMmaTile : 0;
+  const int per_head = d.S > first ? (d.S - first + kMmaTile - 1) / kMmaTile : 0;
+  const int steps = group * per_head;
+  const float sl = d.scale * kLog2e;
+
+  // Step s covers head kh * group + s / per_head, queries first + (s % per_head) * 64 ..
+  auto issue = [&](int s, int buf) {
+    const int h = kh * group + s / per_head, i0 = first + (s % per_head) * kMmaTile;
+    const int64_t row0 = (static_cast<int64_t>(b) * d.Hq + h) * d.S + i0;
+    mma::async_tile<kMmaTile, Dh, L::ld, threads>(Qb(buf), q + row0 * Dh, min(kMmaTile, d.S - i0));
+    mma::async_tile<kMmaTile, Dh, L::ld, threads>(dOb(buf), dout + row0 * Dh, min(kMmaTile, d.S - i0));
+  };
+  // The rows' lse and D go through registers: loaded when the step's tiles are issued, stored to shared
+  // memory once the step before has been computed (so the loads' latency hides behind it).
+  auto load_rows_of = [&](int s) {
+    const int h = kh * group + s / per_head, i0 = first + (s % per_head) * kMmaTile;
+    const int r = threadIdx.x & (kMmaTile - 1), i = i0 + r;
+    const int64_t at = (static_cast<int64_t>(b) * d.Hq + h) * d.S + i;
+    if (threadIdx.x < kMmaTile) return i < d.S ? lse[at] * kLog2e : -INFINITY;
+    return i < d.S ? D[at] : 0.0f;
+  };
+
+  mma::async_tile<kMmaTile, Dh, L::ld, threads>(Ks, k + kvbase + static_cast<int64_t>(j0) * Dh, min(kMmaTile, d.T - j0));
+  mma::async_tile<kMmaTile, Dh, L::ld, threads>(Vs, v + kvbase + static_cast<int64_t>(j0) * Dh, min(kMmaTile, d.T - j0));
+  if (steps > 0) issue(0, 0);
+  mma::cp_async_commit();
+  if (steps > 0) Rb(0)[threadIdx.x] = load_rows_of(0);
+  mma::cp_async_wait<0>();
+  __syncthreads();
+  uint32_t ka[Dh / 16][4], va[Dh / 16][4];
+  load_a_frags<Dh>(ka, Ks, warp, g, t);
+  load_a_frags<Dh>(va, Vs, warp, g, t);
+
+  float dK[ND][4], dV[ND][4];
+#pragma unroll
+  for (int i = 0; i < ND; ++i) dK[i][0] = dK[i][1] = dK[i][2] = dK[i][3] = dV[i][0] = dV[i][1] = dV[i][2] = dV[i][3] = 0.0f;
+  const int jr0 = j0 + warp * 16 + g, jr1 = jr0 + 8;  // this thread's two key rows
+
+  for (int s = 0; s < steps; ++s) {
+    const int cur = s & 1;
+    float next_row = 0.0f;
+    if (s + 1 < steps) {
+      issue(s + 1, cur ^ 1);
+      next_row = load_rows_of(s + 1);
+    }
+    mma::cp_async_commit();
+    mma::cp_async_wait<1>();
+    __syncthreads();
+    const int h = kh * group + s / per_head, i0 = first + (s % per_head) * kMmaTile;
+    const T *Qs = Qb(cur), *dOs = dOb(cur);
+    const float *l2 = Rb(cur), *Dr = Rb(cur) + kMmaTile;
+
+    float sp[8][4], dp[8][4];  // S^T then P^T; dP^T then dS^T: rows are keys, columns queries
+    product_abt<Dh>(sp, ka, Qs, lane);
+    product_abt<Dh>(dp, va, dOs, lane);
+    // Whole-tile visibility: every key of the warp sees every query of the tile (no per-element test).
+    const bool full = (!d.causal || jr0 - g + 15 <= i0 + shift) && i0 + kMmaTile <= d.S && j0 + warp * 16 + 16 <= d.T &&
+                      !d.mask;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = nt * 8 + 2 * t + (e & 1), i = i0 + c, j = e < 2 ? jr0 : jr1;
+        const float lc = l2[c];
+        float x = sp[nt][e] * sl;
+        bool vis = full || (i < d.S && j < d.T && (!d.causal || j <= i + shift));
+        vis = vis && lc != -INFINITY;
+        if (!full && vis && d.mask)
+          x += detail::load_f(d.mask, d.mask_dtype,
+                              b * d.mst[0] + h * d.mst[1] + static_cast<int64_t>(i) * d.mst[2] +
+                                  static_cast<int64_t>(j) * d.mst[3]) *
+               kLog2e;
+        const float p = vis ? exp2f(x - lc) : 0.0f;
+        sp[nt][e] = p;
+        dp[nt][e] = p * (dp[nt][e] - Dr[c]);
+      }
+    product_ab<Dh>(dV, sp, dOs, lane);  // dV += P^T dO
+    product_ab<Dh>(dK, dp, Qs, lane);   // dK += dS^T Q
+    if (s + 1 < steps) Rb(cur ^ 1)[threadIdx.x] = next_row;
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+  }
+  mma::cp_async_wait<0>();
+  store_rows<Dh>(dk + kvbase, dK, j0 + warp * 16, d.T, d.scale, g, t);
+  store_rows<Dh>(dv + kvbase, dV, j0 + warp * 16, d.T, 1.0f, g, t);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kMmaWarps * 32) dq_mma_kernel(const T *__restrict__ q, const T *__restrict__ k,
+                                                                 const T *__restrict__ v, const T *__restrict__ dout,
+                                                                 const float *__restrict__ lse,
+                                                                 const float *__restrict__ D, T *__restrict__ dq,
+                                                                 GradDims d) {
+  constexpr int Dh = kMmaDh, ND = Dh / 8, threads = kMmaWarps * 32;
+  using L = MmaGradSmem<Dh>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto Kb = [&](int i) { return reinterpret_cast<T *>(smem + 2 * i * L::tile); };
+  auto Vb = [&](int i) { return reinterpret_cast<T *>(smem + (2 * i + 1) * L::tile); };
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int i0 = blockIdx.x * kMmaTile, bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq;
+  const int kh = h / (d.Hq / d.Hkv), shift = d.T - d.S;
+  const int64_t qbase = static_cast<int64_t>(bh) * d.S * Dh;
+  const T *kp = k + (static_cast<int64_t>(b) * d.Hkv + kh) * d.T * Dh;
+  const T *vp = v + (static_cast<int64_t>(b) * d.Hkv + kh) * d.T * Dh;
+  // Under the causal mask the tile's last query sees keys up to i0 + 63 + shift.
+  const int end = d.causal ? min(d.T, i0 + kMmaTile + shift) : d.T;
+  const int ntiles = (end + kMmaTile - 1) / kMmaTile;
+
+  // Q and dO through buffer 1 (free until the second key tile), key tile 0 into buffer 0.
+  mma::async_tile<kMmaTile, Dh, L::ld, threads>(Kb(1), q + qbase + static_cast<int64_t>(i0) * Dh, min(kMmaTile, d.S - i0));
+  mma::async_tile<kMmaTile, Dh, L::ld, threads>(Vb(1), dout + qbase + static_cast<int64_t>(i0) * Dh, min(kMmaTile, d.S - i0));
+  mma::cp_async_commit();
+  if (ntiles > 0) {
+    mma::async_tile<kMmaTile, Dh, L::ld, threads>(Kb(0), kp, min(kMmaTile, d.T));
+    mma::async_tile<kMmaTile, Dh, L::ld, threads>(Vb(0), vp, min(kMmaTile, d.T));
+  }
+  mma::cp_async_commit();
+  const int ir0 = i0 + warp * 16 + g, ir1 = ir0 + 8;  // this thread's two query rows
+  const float l0 = ir0 < d.S ? lse[static_cast<int64_t>(bh) * d.S + ir0] * kLog2e : -INFINITY;
+  const float l1 = ir1 < d.S ? lse[static_cast<int64_t>(bh) * d.S + ir1] * kLog2e : -INFINITY;
+  const float D0 = ir0 < d.S ? D[static_cast<int64_t>(bh) * d.S + ir0] : 0.0f;
+  const float D1 = ir1 < d.S ? D[static_cast<int64_t>(bh) * d.S + ir1] : 0.0f;
+  mma::cp_async_wait<1>();
+  __syncthreads();
+  uint32_t qa[Dh / 16][4], doa[Dh / 16][4];
+  load_a_frags<Dh>(qa, Kb(1), warp, g, t);
+  load_a_frags<Dh>(doa, Vb(1), warp, g, t);
+  __syncthreads();  // Q and dO are in registers: buffer 1 may be overwritten
+
+  float dQ[ND][4];
+#pragma unroll
+  for (int i = 0; i < ND; ++i) dQ[i][0] = dQ[i][1] = dQ[i][2] = dQ[i][3] = 0.0f;
+  const float sl = d.scale * kLog2e;
+  for (int it = 0; it < ntiles; ++it) {
+    const int j0 = it * kMmaTile, cur = it & 1;
+    if (it + 1 < ntiles) {
+      const int n0 = j0 + kMmaTile;
+      mma::async_tile<kMmaTile, Dh, L::ld, threads>(Kb(cur ^ 1), kp + static_cast<int64_t>(n0) * Dh, min(kMmaTile, d.T - n0));
+      mma::async_tile<kMmaTile, Dh, L::ld, threads>(Vb(cur ^ 1), vp + static_cast<int64_t>(n0) * Dh, min(kMmaTile, d.T - n0));
+    }
+    mma::cp_async_commit();
+    mma::cp_async_wait<1>();
+    __syncthreads();
+    const T *Ks = Kb(cur), *Vs = Vb(cur);
+    float sp[8][4], dp[8][4];  // S then P; dP then dS: rows are queries, columns keys
+    product_abt<Dh>(sp, qa, Ks, lane);
+    product_abt<Dh>(dp, doa, Vs, lane);
+    const bool full = (!d.causal || j0 + kMmaTile - 1 <= i0 + warp * 16 + shift) && j0 + kMmaTile <= d.T &&
+                      i0 + warp * 16 + 16 <= d.S && !d.mask;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + nt * 8 + 2 * t + (e & 1), i = e < 2 ? ir0 : ir1;
+        const float lr = e < 2 ? l0 : l1;
+        float x = sp[nt][e] * sl;
+        bool vis = full || (i < d.S && j < d.T && (!d.causal || j <= i + shift));
+        vis = vis && lr != -INFINITY;
+        if (!full && vis && d.mask)
+          x += detail::load_f(d.mask, d.mask_dtype,
+                              b * d.mst[0] + h * d.mst[1] + static_cast<int64_t>(i) * d.mst[2] +
+                                  static_cast<int64_t>(j) * d.mst[3]) *
+               kLog2e;
+        const float p = vis ? exp2f(x - lr) : 0.0f;
+        dp[nt][e] = p * (dp[nt][e] - (e < 2 ? D0 : D1));
+      }
+    product_ab<Dh>(dQ, dp, Ks, lane);  // dQ += dS K
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+  }
+  mma::cp_async_wait<0>();
+  store_rows<Dh>(dq + qbase, dQ, i0 + warp * 16, d.S, d.scale, g, t);
+}
+
 }  // namespace
 
 // --- tier 2 ---------------------------------------------------------------------------------------------------
@@ -511,6 +801,29 @@ cudaError_t attention_grad_tc(const T *q, const T *k, const T *v, const T *out, 
   return detail::launched();
 }
 
+template <class T>
+cudaError_t attention_grad_mma(const T *q, const T *k, const T *v, const T *out, const T *dout, const float *lse, T *dq,
+                               T *dk, T *dv, float *D, const GradDims &d, cudaStream_t s) {
+  const int64_t rows = static_cast<int64_t>(d.B) * d.Hq * d.S;
+  if (rows > 0)
+    delta_kernel<T><<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads), kThreads, 0, s>>>(out, dout, D, rows,
+                                                                                                       d.Dh);
+  using L = MmaGradSmem<kMmaDh>;
+  static cudaError_t a1 = cudaFuncSetAttribute(dkdv_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(L::dkdv));
+  static cudaError_t a2 = cudaFuncSetAttribute(dq_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(L::dq));
+  if (a1 != cudaSuccess) return a1;
+  if (a2 != cudaSuccess) return a2;
+  if (d.T > 0)
+    dkdv_mma_kernel<T><<<dim3((d.T + kMmaTile - 1) / kMmaTile, d.B * d.Hkv), kMmaWarps * 32, L::dkdv, s>>>(
+        q, k, v, dout, lse, D, dk, dv, d);
+  if (d.S > 0)
+    dq_mma_kernel<T><<<dim3((d.S + kMmaTile - 1) / kMmaTile, d.B * d.Hq), kMmaWarps * 32, L::dq, s>>>(q, k, v, dout, lse, D,
+                                                                                                     dq, d);
+  return detail::launched();
+}
+
 }  // namespace launch
 
 // --- tier 3 ---------------------------------------------------------------------------------------------------
@@ -553,9 +866,13 @@ GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, c
   }
   const bool aligned = (reinterpret_cast<uintptr_t>(q.data) | reinterpret_cast<uintptr_t>(k.data) |
                         reinterpret_cast<uintptr_t>(v.data) | reinterpret_cast<uintptr_t>(dout.data)) % 16 == 0;
+  // ZK_CUDA_ATTENTION_GRAD=exact selects the fp32 path and =wmma the first tensor-core path (both kept as
+  // cross-checks and for bisection); by default head dim 64 runs the register-level kernels.
   const char *path = std::getenv("ZK_CUDA_ATTENTION_GRAD");
   const bool exact = path && std::strcmp(path, "exact") == 0;
+  const bool wmma_path = path && std::strcmp(path, "wmma") == 0;
   const bool tc = !exact && (q.dtype == DType::bf16 || q.dtype == DType::f16) && (Dh == 64 || Dh == 128) && aligned;
+  const bool mma_path = tc && !wmma_path && Dh == kMmaDh;
   auto run_tc = [&](auto *tag) {
     using E = std::remove_pointer_t<decltype(tag)>;
     auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);
@@ -563,6 +880,7 @@ GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, c
     auto *lp = static_cast<const float *>(lse.data);
     auto *dqp = static_cast<E *>(dq.data), *dkp = static_cast<E *>(dk.data), *dvp = static_cast<E *>(dv.data);
     auto *ws = static_cast<float *>(workspace);
+    if (mma_path) return launch::attention_grad_mma<E>(qp, kp, vp, op, dop, lp, dqp, dkp, dvp, ws, d, s);
     return Dh == 64 ? launch::attention_grad_tc<E, 64>(qp, kp, vp, op, dop, lp, dqp, dkp, dvp, ws, d, s)
                     : launch::attention_grad_tc<E, 128>(qp, kp, vp, op, dop, lp, dqp, dkp, dvp, ws, d, s);
   };

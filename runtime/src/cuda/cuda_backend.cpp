@@ -128,15 +128,40 @@ size_t kernel_workspace(const Step &s) {
   }
 }
 
+/// The profile's class of an op (an index into kClassNames), from the op registry's category (zrt/ops.def)
+/// and, for the compute ops, the op itself: no opcode numbers here, so that new ops land in a class by
+/// their category.
 int class_of(Op op) {
-  const int v = static_cast<int>(op);
-  if (op == Op::matmul || op == Op::linear || op == Op::linear_gelu) return 0;
-  if (op == Op::attention || op == Op::attention_grad) return 1;
-  if ((v >= 80 && v <= 85) || op == Op::residual_norm) return 2;
-  if (op == Op::reshape || op == Op::prefetch || op == Op::evict) return 5;
-  if (v >= 96 && v <= 102) return 4;
-  if (v >= 128 && v <= 144) return 6;
-  return 3;
+  const OpInfo *info = op_info(static_cast<uint16_t>(op));
+  switch (op) {
+    case Op::matmul:
+    case Op::linear:
+    case Op::linear_gelu: return 0;
+    case Op::attention:
+    case Op::attention_grad: return 1;
+    case Op::softmax:
+    case Op::layer_norm:
+    case Op::rms_norm:
+    case Op::residual_norm:
+    case Op::reduce_sum:
+    case Op::reduce_mean:
+    case Op::reduce_max: return 2;
+    case Op::reshape: return 5;
+    case Op::transpose:
+    case Op::concat:
+    case Op::slice:
+    case Op::gather:
+    case Op::expand:
+    case Op::embedding: return 4;
+    default: break;
+  }
+  if (!info) return 3;
+  switch (info->category) {
+    case OpCategory::transfer: return 5;
+    case OpCategory::collective:
+    case OpCategory::zero: return 6;
+    default: return 3;
+  }
 }
 
 const char *const kClassNames[] = {"gemm", "attention", "norm/softmax", "elementwise", "movement", "copy", "collective"};
@@ -452,17 +477,10 @@ class CudaBackend final : public Backend {
   Status check_supported(const Step &s) const {
     const auto op = s.op;
     const int v = static_cast<int>(s.op);
-    const bool known = v <= 17 || (v >= 32 && v <= 46) || op == Op::matmul || op == Op::linear ||
-                       (v >= 80 && v <= 85) || (v >= 96 && v <= 103) || op == Op::attention ||
-                       op == Op::release || op == Op::prefetch || op == Op::evict || op == Op::floor || op == Op::mod ||
-                       op == Op::reduce_min || op == Op::reduce_prod || op == Op::cumsum ||
-                       (v >= static_cast<int>(Op::range) && v <= static_cast<int>(Op::tile)) ||
-                       (v >= static_cast<int>(Op::gelu_tanh_grad) && v <= static_cast<int>(Op::sum_squares)) ||
-                       op == Op::adamw || op == Op::accumulate || op == Op::linear_gelu || op == Op::residual_norm ||
-                       op == Op::gated || op == Op::sample || op == Op::kv_write || op == Op::cached_attention ||
-                       op == Op::argmax || op == Op::take_rows;
-    if (!known) return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
-                                                      "'): opcode " + std::to_string(v) + " is not a compute op");
+    // Every op the registry (zrt/ops.def) lists runs here except those the executor hands to the
+    // communicator (collectives and ZeRO gathers); release only ends a lifetime.
+    const OpInfo *info = op_info(static_cast<uint16_t>(v));
+    const bool known = info && !info->on_communicator();
     for (const TensorRef &t : s.inputs)
       if (t.data && t.space == MemSpace::host && op != Op::prefetch)
         return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
