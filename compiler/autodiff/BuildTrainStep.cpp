@@ -14,9 +14,14 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
-#include "mlir/Transforms/RegionUtils.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/SmallPtrSet.h"
+
+#include <cmath>
+#include <limits>
 
 namespace zplan::autodiff {
 #define GEN_PASS_DEF_BUILDTRAINSTEP
@@ -56,6 +61,8 @@ StringAttr nameOfArgument(func::FuncOp f, unsigned i) {
 struct StateSpec {
   std::string name, kind, of;
   RankedTensorType type;
+  /// The value @init fills it with.
+  double init = 0.0;
 };
 
 struct BuildTrainStepPass
@@ -70,17 +77,23 @@ private:
   void keepAttentionLse(func::FuncOp f);
   void restoreBiases(func::FuncOp f);
   void recomputeSelective(func::FuncOp f, Operation *lastForward);
+  void recomputeFull(func::FuncOp f, Operation *lastForward);
   FailureOr<autodiff::Loss> buildLoss(OpBuilder &b, func::FuncOp f);
   Value learningRate(OpBuilder &b, Location loc, Value lr, Value step);
   Value buildUpdate(OpBuilder &b, Location loc, ArrayRef<zg::WeightOp> params,
                     ArrayRef<Value> grads, Value lr, Value step,
-                    double divisor);
+                    Value inverseCount);
   Value buildUpdateOps(OpBuilder &b, Location loc,
                        ArrayRef<zg::WeightOp> params, ArrayRef<Value> grads,
-                       Value lr, Value step, double divisor);
-  Value makeState(OpBuilder &b, Location loc, const Twine &name,
-                  StringRef kind, StringRef of, RankedTensorType type);
+                       Value lr, Value step, Value inverseCount);
+  Value makeState(OpBuilder &b, Location loc, const Twine &name, StringRef kind,
+                  StringRef of, RankedTensorType type, double init = 0.0);
+  Value lossScaleSeed(OpBuilder &b, Location loc);
+  Value updateLossScale(OpBuilder &b, Location loc, Value scaledNorm,
+                        Value scale);
   SmallVector<StateSpec> states;
+  /// (state, new value) pairs of the loss scaler, written after the updates.
+  SmallVector<std::pair<Value, Value>> scalarWrites;
 };
 
 LogicalResult BuildTrainStepPass::checkOptions(ModuleOp module) {
@@ -101,12 +114,23 @@ LogicalResult BuildTrainStepPass::checkOptions(ModuleOp module) {
     return bad("lr, weight-decay, eps and clip-grad must be >= 0");
   if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
     return bad("beta1 and beta2 must be in [0, 1)");
-  if (recompute != "none" && recompute != "selective")
+  if (recompute != "none" && recompute != "selective" && recompute != "full")
     return bad("recompute '" + recompute +
-               "' is not built (expected none or selective)");
+               "' is not built (expected none, selective or full)");
   if (microBatches < 1)
     return bad("micro-batches must be at least 1 (got " + Twine(microBatches) +
                ")");
+  if (lossScaling != "none" && lossScaling != "static" &&
+      lossScaling != "dynamic")
+    return bad("unknown loss-scaling '" + lossScaling +
+               "' (expected none, static or dynamic)");
+  if (lossScaling != "none" && !(lossScale > 0 && std::isfinite(lossScale)))
+    return bad("loss-scale must be a positive finite number (got " +
+               std::to_string(double(lossScale)) + ")");
+  if (lossScaling == "dynamic" &&
+      (lossScaleWindow < 1 || !(lossScaleMin > 0) || lossScaleMin > lossScale))
+    return bad("dynamic loss scaling needs loss-scale-window >= 1 and "
+               "0 < loss-scale-min <= loss-scale");
   return success();
 }
 
@@ -204,6 +228,122 @@ void BuildTrainStepPass::recomputeSelective(func::FuncOp f,
     for (OpOperand *use : late)
       use->set(again->getResult(0));
     ++numRecomputed;
+  }
+}
+
+/// recompute=full (activation checkpointing of whole layers, as Megatron's
+/// "full" recomputation): the backward keeps only what crosses a layer
+/// boundary, the layers' inputs and outputs; every other forward value the
+/// backward reads is recomputed by a clone of its layer's forward, placed
+/// right before the first backward use of any of them.
+///
+/// Layers are found from the structure, not from names (exporters name
+/// parameters "val_114"): a pre-norm transformer layer opens with a norm of
+/// the residual stream and has two (attention and MLP), and a final norm
+/// follows the last layer, so with 2L + 1 norms the inputs of norms 0, 2,
+/// ..., 2L are the layer boundaries. With an even count every norm's input
+/// is one (each sublayer is recomputed from its own input). The ops up to
+/// the first boundary (embedding) and after the last (final norm, LM head,
+/// loss) are kept as before; so is any value that a later layer reads
+/// (masks, rotary tables, the residual stream itself).
+void BuildTrainStepPass::recomputeFull(func::FuncOp f, Operation *lastForward) {
+  SmallVector<Operation *> forward;
+  for (Operation &op : f.getBody().front()) {
+    forward.push_back(&op);
+    if (&op == lastForward)
+      break;
+  }
+  SmallVector<Operation *> norms;
+  for (Operation *op : forward)
+    if (isa<zg::LayerNormOp, zg::RmsNormOp>(op))
+      norms.push_back(op);
+  // The ops that define the boundaries, in forward order.
+  llvm::SmallPtrSet<Operation *, 16> boundary;
+  size_t stride = norms.size() % 2 == 1 ? 2 : 1;
+  for (size_t i = 0; i < norms.size(); i += stride)
+    if (Operation *def = norms[i]->getOperand(0).getDefiningOp())
+      boundary.insert(def);
+  DenseMap<Operation *, int64_t> layer;
+  int64_t current = -1, seen = 0, numLayers = 0;
+  for (Operation *op : forward) {
+    // Storage and constants are not activations: never recomputed.
+    bool storage = isa<zg::WeightOp, zg::ConstantOp, zg::StateOp>(op) ||
+                   op->getNumResults() == 0;
+    layer[op] = storage ? -1 : current;
+    if (boundary.contains(op)) {
+      ++seen;
+      // After the last boundary: the tail, kept.
+      current = seen < int64_t(boundary.size()) ? seen - 1 : -1;
+      numLayers = std::max(numLayers, current + 1);
+    }
+  }
+  auto isBackward = [&](Operation *user) {
+    return lastForward->isBeforeInBlock(user);
+  };
+  OpBuilder b(f.getContext());
+  for (int64_t l = numLayers - 1; l >= 0; --l) {
+    // A value of layer l is kept when a forward op of another layer (or of
+    // none) reads it: it is a layer's output. The others that the backward
+    // reads are recomputed.
+    llvm::SetVector<Value> again;
+    llvm::SmallPtrSet<Operation *, 32> ops;
+    for (Operation *op : forward) {
+      if (layer.lookup(op) != l)
+        continue;
+      ops.insert(op);
+      for (Value r : op->getResults()) {
+        bool crosses = false, late = false;
+        for (Operation *user : r.getUsers()) {
+          if (isBackward(user))
+            late = true;
+          else if (layer.lookup(user) != l)
+            crosses = true;
+        }
+        if (late && !crosses)
+          again.insert(r);
+      }
+    }
+    if (again.empty())
+      continue;
+    // The clones: every op of the layer that a recomputed value depends on
+    // through values that are themselves recomputed, in forward order.
+    llvm::SmallPtrSet<Operation *, 32> needed;
+    SmallVector<Value> work(again.begin(), again.end());
+    llvm::DenseSet<Value> recomputed(again.begin(), again.end());
+    while (!work.empty()) {
+      Operation *def = work.pop_back_val().getDefiningOp();
+      if (!def || !needed.insert(def).second)
+        continue;
+      for (Value v : def->getOperands()) {
+        Operation *d = v.getDefiningOp();
+        if (!d || !ops.contains(d) || layer.lookup(d) != l)
+          continue;
+        bool crosses = llvm::any_of(v.getUsers(), [&](Operation *u) {
+          return !isBackward(u) && layer.lookup(u) != l;
+        });
+        if (!crosses && recomputed.insert(v).second)
+          work.push_back(v);
+      }
+    }
+    Operation *first = nullptr;
+    for (Value v : again)
+      for (Operation *user : v.getUsers())
+        if (isBackward(user) && (!first || user->isBeforeInBlock(first)))
+          first = user;
+    b.setInsertionPoint(first);
+    IRMapping map;
+    for (Operation *op : forward) {
+      if (!needed.contains(op))
+        continue;
+      Operation *copy = b.clone(*op, map);
+      for (auto [from, to] : llvm::zip(op->getResults(), copy->getResults()))
+        map.map(from, to);
+      ++numRecomputed;
+    }
+    for (Value v : recomputed)
+      v.replaceUsesWithIf(map.lookup(v), [&](OpOperand &use) {
+        return isBackward(use.getOwner()) && !needed.contains(use.getOwner());
+      });
   }
 }
 
@@ -308,17 +448,20 @@ Value BuildTrainStepPass::learningRate(OpBuilder &b, Location loc, Value lr,
 Value BuildTrainStepPass::buildUpdate(OpBuilder &b, Location loc,
                                       ArrayRef<zg::WeightOp> params,
                                       ArrayRef<Value> grads, Value lr,
-                                      Value step, double divisor) {
+                                      Value step, Value inverseCount) {
   Block *block = b.getInsertionBlock();
   llvm::SmallPtrSet<Operation *, 32> existing;
   for (Operation &op : *block)
     existing.insert(&op);
-  Value norm = buildUpdateOps(b, loc, params, grads, lr, step, divisor);
+  Value norm = buildUpdateOps(b, loc, params, grads, lr, step, inverseCount);
   // The optimizer's scalar math (norm, clipping scale, scheduled rate) stays
   // fp32 whatever --dtype says: zg.adamw reads these as fp32 scalars, and a
   // bf16 rate or norm would lose digits the update needs.
   for (Operation &op : *block) {
-    if (existing.contains(&op) || op.getNumResults() != 1)
+    // A zg.state keeps its element type anyway, and its attributes are part
+    // of its identity (the same state read elsewhere must match).
+    if (existing.contains(&op) || op.getNumResults() != 1 ||
+        isa<zg::StateOp>(op))
       continue;
     auto t = dyn_cast<RankedTensorType>(op.getResult(0).getType());
     if (t && t.getRank() == 0 && isa<FloatType>(t.getElementType()))
@@ -330,7 +473,7 @@ Value BuildTrainStepPass::buildUpdate(OpBuilder &b, Location loc,
 Value BuildTrainStepPass::buildUpdateOps(OpBuilder &b, Location loc,
                                          ArrayRef<zg::WeightOp> params,
                                          ArrayRef<Value> grads, Value lr,
-                                         Value step, double divisor) {
+                                         Value step, Value inverseCount) {
   Type f32 = b.getF32Type();
   auto f32Scalar = RankedTensorType::get({}, f32);
   Value sumSquares;
@@ -339,18 +482,31 @@ Value BuildTrainStepPass::buildUpdateOps(OpBuilder &b, Location loc,
     sumSquares = sumSquares ? scalarOp<zg::AddOp>(b, loc, sumSquares, s) : s;
   }
   Value norm = zg::SqrtOp::create(b, loc, f32Scalar, sumSquares);
-  if (divisor != 1.0)
-    norm = scalarOp<zg::MulOp>(b, loc, norm, scalar(b, loc, f32, 1 / divisor));
-  Value gradScale = scalar(b, loc, f32, 1.0 / divisor);
+  if (inverseCount)
+    norm = scalarOp<zg::MulOp>(b, loc, norm, inverseCount);
+  // Under loss scaling the gradients carry the scale: the norm read so far
+  // is scaled, the true one is divided by it, and so is every update.
+  Value scale = lossScaling == "none" ? Value() : lossScaleSeed(b, loc);
+  Value scaledNorm = norm, inverse;
+  if (scale) {
+    inverse = scalarOp<zg::DivOp>(b, loc, scalar(b, loc, f32, 1.0), scale);
+    norm = scalarOp<zg::MulOp>(b, loc, norm, inverse);
+  }
+  Value gradScale = inverseCount ? inverseCount : scalar(b, loc, f32, 1.0);
   if (clipGrad > 0) {
     Value denom = scalarOp<zg::AddOp>(b, loc, norm, scalar(b, loc, f32, 1e-6));
     gradScale = scalarOp<zg::MinOp>(
         b, loc, scalar(b, loc, f32, 1.0),
         scalarOp<zg::DivOp>(b, loc, scalar(b, loc, f32, clipGrad), denom));
-    if (divisor != 1.0)
-      gradScale = scalarOp<zg::MulOp>(b, loc, gradScale,
-                                      scalar(b, loc, f32, 1.0 / divisor));
+    if (inverseCount)
+      gradScale = scalarOp<zg::MulOp>(b, loc, gradScale, inverseCount);
   }
+  if (inverse)
+    gradScale = scalarOp<zg::MulOp>(b, loc, gradScale, inverse);
+  // Dynamic scaling: AdamW's step becomes the persistent count of applied
+  // steps, 0 (no update) on an overflowing step.
+  if (lossScaling == "dynamic")
+    step = updateLossScale(b, loc, scaledNorm, scale);
   Value stepLr = learningRate(b, loc, lr, step);
   for (auto [constW, g] : llvm::zip(params, grads)) {
     zg::WeightOp w = constW;
@@ -364,18 +520,91 @@ Value BuildTrainStepPass::buildUpdateOps(OpBuilder &b, Location loc,
                         b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
                         b.getF64FloatAttr(weightDecay));
   }
+  for (auto [target, value] : scalarWrites)
+    zg::AssignOp::create(b, loc, target, value);
+  scalarWrites.clear();
   return norm;
 }
 
 Value BuildTrainStepPass::makeState(OpBuilder &b, Location loc,
                                     const Twine &name, StringRef kind,
-                                    StringRef of, RankedTensorType type) {
-  StateSpec spec{name.str(), kind.str(), of.str(), type};
+                                    StringRef of, RankedTensorType type,
+                                    double init) {
+  StateSpec spec{name.str(), kind.str(), of.str(), type, init};
   if (llvm::none_of(states,
                     [&](const StateSpec &s) { return s.name == spec.name; }))
     states.push_back(spec);
+  Attribute initAttr = init == 0.0 ? Attribute(b.getStringAttr("zeros"))
+                                   : Attribute(b.getF64FloatAttr(init));
   return zg::StateOp::create(b, loc, type, spec.name, spec.kind, spec.of,
-                             b.getStringAttr("zeros"));
+                             initAttr);
+}
+
+/// The loss scale the backward is seeded with (null without loss scaling):
+/// the constant of static scaling, or a read of the persistent `loss_scale`.
+/// Both fp32 whatever --dtype says: 65536 does not even fit in fp16.
+Value BuildTrainStepPass::lossScaleSeed(OpBuilder &b, Location loc) {
+  Type f32 = b.getF32Type();
+  if (lossScaling == "static") {
+    Value c = scalar(b, loc, f32, lossScale);
+    c.getDefiningOp()->setAttr("zplan.own_dtype", b.getUnitAttr());
+    return c;
+  }
+  if (lossScaling == "dynamic")
+    return makeState(b, loc, "loss_scale", "scalar", "",
+                     RankedTensorType::get({}, f32), lossScale);
+  return {};
+}
+
+/// DeepSpeed's dynamic loss scaler (with hysteresis 1) as scalar graph ops.
+/// `scaledNorm` is the global norm of the scaled gradients: it is not finite
+/// exactly when some gradient holds an inf or a nan (a finite sum of squares
+/// that overflows fp32 counts too, which only a far too large scale causes).
+/// Writes the new scale, the run of good steps, the applied-step count and
+/// the skipped-step count; returns AdamW's step: the new count, or 0 on an
+/// overflow.
+Value BuildTrainStepPass::updateLossScale(OpBuilder &b, Location loc,
+                                          Value scaledNorm, Value scale) {
+  Type f32 = b.getF32Type();
+  auto f32Scalar = RankedTensorType::get({}, f32);
+  auto boolScalar = RankedTensorType::get({}, b.getI1Type());
+  auto where = [&](Value c, Value x, Value y) -> Value {
+    return zg::WhereOp::create(b, loc, f32Scalar, c, x, y);
+  };
+  auto less = [&](Value x, Value y) -> Value {
+    return zg::LessOp::create(b, loc, boolScalar, x, y);
+  };
+  auto k = [&](double v) { return scalar(b, loc, f32, v); };
+  Value finite = less(scaledNorm, k(std::numeric_limits<double>::infinity()));
+  // 1 where this rank saw an overflow; the sharding passes replace its uses
+  // by the maximum over every rank of tp and dp, so all ranks skip together.
+  Value overflow = where(finite, k(0.0), k(1.0));
+  overflow.getDefiningOp()->setAttr("zplan.overflow_flag", b.getUnitAttr());
+  Value ok = less(overflow, k(0.5));
+
+  Value good =
+      makeState(b, loc, "loss_scale_good_steps", "scalar", "", f32Scalar);
+  Value count = makeState(b, loc, "optimizer_steps", "scalar", "", f32Scalar);
+  Value skipped = makeState(b, loc, "skipped_steps", "scalar", "", f32Scalar);
+  Value good1 = scalarOp<zg::AddOp>(b, loc, good, k(1.0));
+  Value grow = less(k(double(lossScaleWindow) - 0.5), good1);
+  Value grown = where(grow, scalarOp<zg::MulOp>(b, loc, scale, k(2.0)), scale);
+  Value lowered = scalarOp<zg::MaxOp>(
+      b, loc, scalarOp<zg::MulOp>(b, loc, scale, k(0.5)), k(lossScaleMin));
+  Value newScale = where(ok, grown, lowered);
+  Value newGood = where(ok, where(grow, k(0.0), good1), k(0.0));
+  Value newCount = scalarOp<zg::AddOp>(
+      b, loc, count, scalarOp<zg::SubOp>(b, loc, k(1.0), overflow));
+  Value newSkipped = scalarOp<zg::AddOp>(b, loc, skipped, overflow);
+  Value applied = where(ok, newCount, k(0.0));
+  Value step = zg::CastOp::create(
+      b, loc, RankedTensorType::get({}, b.getI64Type()), applied);
+  // The writes go after the updates (buildUpdateOps), after every read.
+  scalarWrites = {{scale, newScale},
+                  {good, newGood},
+                  {count, newCount},
+                  {skipped, newSkipped}};
+  return step;
 }
 
 /// Appends the scalar run inputs lr and step to `f`.
@@ -473,6 +702,10 @@ void BuildTrainStepPass::runOnOperation() {
   FailureOr<autodiff::Loss> loss = buildLoss(b, train);
   if (failed(loss))
     return signalPassFailure();
+  // The forward ends here: the memory report counts the activations alive
+  // across this op as the ones kept for the backward.
+  if (Operation *def = loss->value.getDefiningOp())
+    def->setAttr("zplan.loss", b.getUnitAttr());
 
   SmallVector<zg::WeightOp> all(train.getOps<zg::WeightOp>());
   SmallVector<Value> wrt;
@@ -480,13 +713,36 @@ void BuildTrainStepPass::runOnOperation() {
     wrt.push_back(w.getResult());
   size_t opsBeforeBackward = body.getOperations().size();
   Operation *lastForward = body.getTerminator()->getPrevNode();
-  FailureOr<SmallVector<Value>> grads = autodiff::buildReverseMode(
-      b, loss->value, wrt, loss->stopGradient);
+  // fp16 loss scaling: the backward starts from the loss times the scale.
+  // For causal-lm the scale goes into the per-row weights (scale / tokens),
+  // so no gradient ever holds the scale itself, which fp16 may not represent;
+  // the scaled loss is differentiated, never stored (it dies unused). A loss
+  // from a model output is seeded with the scale, converted to its dtype.
+  Value target = loss->value, seed;
+  if (Value scale = lossScaleSeed(b, loc)) {
+    if (loss->perRow) {
+      // fp32 weights: scale / tokens, which fits in fp16 where the scale
+      // alone (65536 at the start) may not.
+      auto w = zg::MulOp::create(b, loc, loss->weights.getType(), loss->weights,
+                                 scale);
+      w->setAttr("zplan.own_dtype", b.getUnitAttr());
+      Value rows =
+          zg::MulOp::create(b, loc, loss->perRow.getType(), loss->perRow, w);
+      target = zg::ReduceSumOp::create(b, loc, rtt(loss->value), rows,
+                                       ArrayRef<int64_t>{0}, false);
+    } else {
+      seed = zg::CastOp::create(b, loc, rtt(loss->value), scale);
+    }
+  }
+  FailureOr<SmallVector<Value>> grads =
+      autodiff::buildReverseMode(b, target, wrt, loss->stopGradient, seed);
   if (failed(grads))
     return signalPassFailure();
   numBackwardOps += body.getOperations().size() - opsBeforeBackward;
   if (recompute == "selective")
     recomputeSelective(train, lastForward);
+  else if (recompute == "full")
+    recomputeFull(train, lastForward);
 
   // As PyTorch: a parameter without a gradient is not updated.
   SmallVector<zg::WeightOp> params;
@@ -506,7 +762,7 @@ void BuildTrainStepPass::runOnOperation() {
     Value lrArg = train.getArgument(train.getNumArguments() - 2);
     Value stepArg = train.getArgument(train.getNumArguments() - 1);
     Value norm =
-        buildUpdate(b, loc, params, paramGrads, lrArg, stepArg, 1.0);
+        buildUpdate(b, loc, params, paramGrads, lrArg, stepArg, Value());
     setResults(b, train, {loss->value, norm}, {"loss", "grad_norm"});
     eraseDeadOps(train);
   } else {
@@ -545,12 +801,29 @@ void BuildTrainStepPass::runOnOperation() {
                                w.getName(),
                                cast<RankedTensorType>(g.getType())));
     }
-    double m = double(microBatches);
+    // The plan records the number of micro-batches as the scalar input
+    // micro_batches (default M) that the sums are divided by, so that the
+    // runner reads M from the plan instead of a flag that must match.
+    auto i64Scalar = RankedTensorType::get({}, b.getI64Type());
+    if (failed(opt.insertArgument(
+            2, i64Scalar,
+            b.getDictionaryAttr(
+                {b.getNamedAttr("zg.name", b.getStringAttr("micro_batches")),
+                 b.getNamedAttr("zg.default",
+                                b.getI64IntegerAttr(microBatches))}),
+            loc)))
+      return signalPassFailure();
+    auto count = zg::CastOp::create(b, loc, f32Scalar, opt.getArgument(2));
+    auto inverse =
+        zg::DivOp::create(b, loc, f32Scalar, scalar(b, loc, f32, 1.0), count);
+    for (Operation *op : {count.getOperation(), inverse.getOperation(),
+                          inverse.getLhs().getDefiningOp()})
+      op->setAttr("zplan.own_dtype", b.getUnitAttr());
     Value norm = buildUpdate(b, loc, optParams, sums, opt.getArgument(0),
-                             opt.getArgument(1), m);
+                             opt.getArgument(1), inverse);
     Value sumRead = makeState(b, loc, "loss_sum", "scalar", "", lossSumType);
-    Value meanLoss =
-        scalarOp<zg::MulOp>(b, loc, sumRead, scalar(b, loc, f32, 1.0 / m));
+    auto meanLoss = zg::MulOp::create(b, loc, f32Scalar, sumRead, inverse);
+    meanLoss->setAttr("zplan.own_dtype", b.getUnitAttr());
     // Clear the sums for the next step, after every read above.
     for (Value sum : sums) {
       auto type = cast<RankedTensorType>(sum.getType());
@@ -572,14 +845,20 @@ void BuildTrainStepPass::runOnOperation() {
   Block *entry = init.addEntryBlock();
   b.setInsertionPointToStart(entry);
   for (const StateSpec &s : states) {
-    Value target = zg::StateOp::create(b, loc, s.type, s.name, s.kind, s.of,
-                                       b.getStringAttr("zeros"));
+    Attribute initAttr = s.init == 0.0 ? Attribute(b.getStringAttr("zeros"))
+                                       : Attribute(b.getF64FloatAttr(s.init));
+    Value target =
+        zg::StateOp::create(b, loc, s.type, s.name, s.kind, s.of, initAttr);
     // A splat constant: ZeroTrain re-makes it at a partitioned shape.
-    Value zero = zg::ConstantOp::create(
+    Value fill = zg::ConstantOp::create(
         b, loc, s.type,
         DenseElementsAttr::get(
-            s.type, b.getFloatAttr(s.type.getElementType(), 0.0)));
-    zg::AssignOp::create(b, loc, target, zero);
+            s.type, b.getFloatAttr(s.type.getElementType(), s.init)));
+    // A non-zero fill (the initial loss scale, 65536) in the state's own
+    // fp32: --dtype fp16 cannot hold it.
+    if (s.init != 0.0)
+      fill.getDefiningOp()->setAttr("zplan.own_dtype", b.getUnitAttr());
+    zg::AssignOp::create(b, loc, target, fill);
   }
   func::ReturnOp::create(b, loc);
   main.erase();

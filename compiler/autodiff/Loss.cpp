@@ -88,6 +88,8 @@ Loss buildCausalLmLoss(OpBuilder &b, Location loc, Value logits, Value ids,
       zg::MulOp::create(b, loc, tensorOf({rows}, f), perRow, weights);
   loss.value = zg::ReduceSumOp::create(b, loc, tensorOf({}, f), weighted,
                                        ArrayRef<int64_t>{0}, false);
+  loss.perRow = perRow;
+  loss.weights = weights;
   return loss;
 }
 

@@ -12,6 +12,11 @@ namespace zplan::autodiff {
 struct Loss {
   mlir::Value value;
   llvm::DenseSet<mlir::Operation *> stopGradient;
+  /// For a loss that is sum(perRow * weights) (causal-lm): its parts, so that
+  /// fp16 loss scaling can scale the weights instead of the loss (the scaled
+  /// loss itself may not fit in fp16; its per-row gradients do). Null for a
+  /// loss taken from a model output.
+  mlir::Value perRow, weights;
 };
 
 /// The mean next-token cross-entropy of `logits` [B, S, V] (float) against

@@ -53,6 +53,22 @@ def BuildTrainStep : Pass<"zg-build-train-step", "mlir::ModuleOp"> {
     the backward keeps anyway (the norm and activation gradients read them),
     so those outputs die with the forward.
 
+    `loss-scaling = static | dynamic` (fp16 training, as DeepSpeed does it):
+    the backward is seeded with the loss scale instead of 1, so every
+    gradient carries the scale (small fp16 gradients do not flush to zero);
+    the norm and AdamW's grad_scale divide it out in fp32. `static` scales
+    by the constant `loss-scale` and never skips. `dynamic` keeps the scale
+    in the persistent scalar `loss_scale` (initially `loss-scale`): a step
+    whose gradients hold an inf or a nan (the squared norm is not finite; the
+    flag is marked `zplan.overflow_flag` for the sharding passes, which take
+    its maximum over tp and dp) is skipped: zg.adamw gets step 0, which
+    updates nothing, the scale is halved (never below `loss-scale-min`) and
+    `skipped_steps` counts it; after `loss-scale-window` good steps in a row
+    the scale doubles. The optimizer's step count (AdamW's bias correction
+    and the learning-rate schedule) is the persistent `optimizer_steps`,
+    which skipped steps do not advance (DeepSpeed steps neither the optimizer
+    nor the scheduler on an overflow).
+
     `restore-zero-biases`: exporters drop a bias whose initial value is zero
     (torch.onnx's optimizer removes GPT-2's zero-initialised Conv1D biases),
     but PyTorch trains it. With this option every zg.linear without a bias,
@@ -102,6 +118,14 @@ def BuildTrainStep : Pass<"zg-build-train-step", "mlir::ModuleOp"> {
     Option<"recompute", "recompute", "std::string", "\"none\"",
            "none, or selective: the backward recomputes norm and activation "
            "outputs from their saved inputs instead of keeping them">,
+    Option<"lossScaling", "loss-scaling", "std::string", "\"none\"",
+           "none, static or dynamic (fp16 loss scaling)">,
+    Option<"lossScale", "loss-scale", "double", "65536.0",
+           "The static loss scale, or the dynamic scale's initial value">,
+    Option<"lossScaleWindow", "loss-scale-window", "int64_t", "1000",
+           "dynamic: good steps in a row after which the scale doubles">,
+    Option<"lossScaleMin", "loss-scale-min", "double", "1.0",
+           "dynamic: the scale never drops below this">,
     Option<"restoreZeroBiases", "restore-zero-biases", "bool", "false",
            "Give every linear without a bias (except the tied LM head) a "
            "trainable bias starting at zero">

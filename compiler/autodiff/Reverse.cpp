@@ -23,7 +23,7 @@ namespace zplan::autodiff {
 
 FailureOr<SmallVector<Value>>
 buildReverseMode(OpBuilder &b, Value loss, ArrayRef<Value> wrt,
-                 const llvm::DenseSet<Operation *> &stopGradient) {
+                 const llvm::DenseSet<Operation *> &stopGradient, Value seed) {
   Operation *lossOp = loss.getDefiningOp();
   Block *block = b.getInsertionBlock();
   // The forward part: every op of the block up to the loss.
@@ -48,10 +48,12 @@ buildReverseMode(OpBuilder &b, Value loss, ArrayRef<Value> wrt,
 
   llvm::DenseMap<Value, Value> grads;
   auto lossType = cast<RankedTensorType>(loss.getType());
-  grads[loss] = zg::ConstantOp::create(
-      b, loss.getLoc(), lossType,
-      DenseElementsAttr::get(lossType,
-                             b.getFloatAttr(lossType.getElementType(), 1.0)));
+  grads[loss] =
+      seed ? seed
+           : zg::ConstantOp::create(
+                 b, loss.getLoc(), lossType,
+                 DenseElementsAttr::get(
+                     lossType, b.getFloatAttr(lossType.getElementType(), 1.0)));
   for (Operation *op : llvm::reverse(forward)) {
     if (stopGradient.contains(op))
       continue;

@@ -18,13 +18,16 @@ namespace zplan::autodiff {
 /// respect to each value of `wrt`. A value used several times gets the sum
 /// of its gradients. Ops in `stopGradient` pass nothing back to their
 /// operands (a quantity the loss is invariant to, like the shift of a
-/// log-sum-exp). Returns one gradient per `wrt` value, null where the value
-/// does not reach the loss; fails (after an error at the op) when an op on
-/// the path has no rule or its rule fails.
+/// log-sum-exp). `seed` is the loss's own gradient, the constant 1 when null
+/// (a loss scale under fp16: every gradient then comes out multiplied by it).
+/// Returns one gradient per `wrt` value, null where the value does not reach
+/// the loss; fails (after an error at the op) when an op on the path has no
+/// rule or its rule fails.
 mlir::FailureOr<llvm::SmallVector<mlir::Value>>
 buildReverseMode(mlir::OpBuilder &builder, mlir::Value loss,
                  llvm::ArrayRef<mlir::Value> wrt,
-                 const llvm::DenseSet<mlir::Operation *> &stopGradient);
+                 const llvm::DenseSet<mlir::Operation *> &stopGradient,
+                 mlir::Value seed = {});
 
 } // namespace zplan::autodiff
 

@@ -256,65 +256,115 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
   }
   auto imported = Clock::now();
 
-  PassManager pm(&context, ModuleOp::getOperationName());
-  // The generation module was recognised import by import.
-  if (!f.generate)
-    transforms::buildRecognitionPipeline(pm);
-  if (f.train) {
-    autodiff::BuildTrainStepOptions train;
-    train.loss = f.loss;
-    train.lossOutput = f.lossOutput;
-    train.lr = f.lr;
-    train.lrSchedule = f.lrSchedule;
-    train.warmupSteps = f.warmupSteps;
-    train.totalSteps = f.totalSteps;
-    train.weightDecay = f.weightDecay;
-    train.beta1 = f.beta1;
-    train.beta2 = f.beta2;
-    train.eps = f.eps;
-    train.clipGrad = f.clipGrad;
-    train.restoreZeroBiases = f.restoreZeroBiases;
-    train.microBatches = f.microBatches;
-    train.recompute = f.recompute;
-    pm.addPass(autodiff::createBuildTrainStep(train));
-  }
-  sharding::ShardingOptions sharding;
-  sharding.tp = f.tp;
-  sharding.dp = dp;
-  sharding.zeroStage = f.zero;
-  sharding.keepLogitsSharded = f.keepLogitsSharded;
-  sharding.persistThreshold = f.persistThreshold;
-  sharding.prefetchBytes = f.prefetchBytes;
-  sharding.maxLiveBytes = f.maxLiveBytes;
-  sharding.offload = f.offloadParam == "cpu"
-                         ? sharding::ShardingOptions::Offload::Cpu
-                         : sharding::ShardingOptions::Offload::None;
-  sharding.mixedPrecision = f.dtype == "bf16";
-  sharding.offloadOptimizer = f.offloadOptimizer == "cpu"
-                                  ? sharding::ShardingOptions::Offload::Cpu
-                                  : sharding::ShardingOptions::Offload::None;
-  sharding::buildShardingPipeline(pm, sharding);
-  plan::ZplanScheduleOptions schedule;
-  schedule.dtype = f.dtype;
-  pm.addPass(plan::createZplanMaterializeOutputs());
-  // Both backends' matrix products read an operand transposed.
-  pm.addPass(plan::createZplanFoldTranspose());
-  // The CUDA backend has kernels for the fused steps; the CPU reference
-  // backend runs the unfused ones.
-  if (f.target == "cuda" && !f.noFuse)
-    pm.addPass(plan::createZplanFuse());
-  pm.addPass(plan::createZplanSchedule(schedule));
   plan::RuntimeReserve reserve = plan::RuntimeReserve::forTarget(
       f.target == "cuda" ? 1 : 0, limits.cudaContext, limits.commPerGroup,
       limits.commOverride, limits.commReserve);
-  plan::ZplanMemoryPlanOptions memory;
-  memory.dtype = f.dtype;
-  memory.deviceReserve = reserve.workspaceBytes + reserve.reserveBytes;
-  memory.gpuMem = limits.gpuMem;
-  memory.hostMem = limits.hostMem;
-  pm.addPass(plan::createZplanMemoryPlan(memory));
-  if (failed(pm.run(*module)))
-    return failure();
+  // The whole pipeline, for one --recompute choice (auto tries several).
+  auto buildPipeline = [&](PassManager &pm, const std::string &recompute) {
+    // The generation module was recognised import by import.
+    if (!f.generate)
+      transforms::buildRecognitionPipeline(pm);
+    if (f.train) {
+      autodiff::BuildTrainStepOptions train;
+      train.loss = f.loss;
+      train.lossOutput = f.lossOutput;
+      train.lr = f.lr;
+      train.lrSchedule = f.lrSchedule;
+      train.warmupSteps = f.warmupSteps;
+      train.totalSteps = f.totalSteps;
+      train.weightDecay = f.weightDecay;
+      train.beta1 = f.beta1;
+      train.beta2 = f.beta2;
+      train.eps = f.eps;
+      train.clipGrad = f.clipGrad;
+      train.restoreZeroBiases = f.restoreZeroBiases;
+      train.microBatches = f.microBatches;
+      train.recompute = recompute;
+      if (f.dtype == "fp16") {
+        train.lossScaling = f.lossScale > 0 ? "static" : "dynamic";
+        train.lossScale = f.lossScale > 0 ? f.lossScale : f.initialLossScale;
+        train.lossScaleWindow = f.lossScaleWindow;
+        train.lossScaleMin = f.lossScaleMin;
+      }
+      pm.addPass(autodiff::createBuildTrainStep(train));
+    }
+    sharding::ShardingOptions sharding;
+    sharding.tp = f.tp;
+    sharding.dp = dp;
+    sharding.zeroStage = f.zero;
+    sharding.keepLogitsSharded = f.keepLogitsSharded;
+    sharding.persistThreshold = f.persistThreshold;
+    sharding.prefetchBytes = f.prefetchBytes;
+    sharding.maxLiveBytes = f.maxLiveBytes;
+    sharding.offload = f.offloadParam == "cpu"
+                           ? sharding::ShardingOptions::Offload::Cpu
+                           : sharding::ShardingOptions::Offload::None;
+    sharding.mixedPrecision =
+        f.train && (f.dtype == "bf16" || f.dtype == "fp16");
+    sharding.offloadOptimizer = f.offloadOptimizer == "cpu"
+                                    ? sharding::ShardingOptions::Offload::Cpu
+                                    : sharding::ShardingOptions::Offload::None;
+    sharding::buildShardingPipeline(pm, sharding);
+    plan::ZplanScheduleOptions schedule;
+    schedule.dtype = f.dtype;
+    pm.addPass(plan::createZplanMaterializeOutputs());
+    // Both backends' matrix products read an operand transposed.
+    pm.addPass(plan::createZplanFoldTranspose());
+    // The CUDA backend has kernels for the fused steps; the CPU reference
+    // backend runs the unfused ones.
+    if (f.target == "cuda" && !f.noFuse)
+      pm.addPass(plan::createZplanFuse());
+    pm.addPass(plan::createZplanSchedule(schedule));
+    plan::ZplanMemoryPlanOptions memory;
+    memory.dtype = f.dtype;
+    memory.deviceReserve = reserve.workspaceBytes + reserve.reserveBytes;
+    memory.gpuMem = limits.gpuMem;
+    memory.hostMem = limits.hostMem;
+    pm.addPass(plan::createZplanMemoryPlan(memory));
+  };
+  if (f.train && f.recompute == "auto") {
+    // The least recomputation whose plan fits --gpu-mem: each choice is
+    // planned on a copy of the module, its diagnostics held back; the first
+    // that plans wins. When even full recomputation does not fit, its
+    // messages (how far over the budget) are reported.
+    std::vector<std::string> held;
+    bool chosen = false;
+    for (const char *choice : {"none", "selective", "full"}) {
+      OwningOpRef<ModuleOp> copy(module->clone());
+      PassManager trial(&context, ModuleOp::getOperationName());
+      buildPipeline(trial, choice);
+      held.clear();
+      LogicalResult ok = success();
+      {
+        ScopedDiagnosticHandler capture(&context, [&](Diagnostic &diag) {
+          if (diag.getSeverity() == DiagnosticSeverity::Error)
+            held.push_back(diag.str());
+          return success();
+        });
+        ok = trial.run(*copy);
+      }
+      if (succeeded(ok)) {
+        std::cerr << "zplan: --recompute auto: " << choice << " fits --gpu-mem "
+                  << f.gpuMem << "\n";
+        module = std::move(copy);
+        chosen = true;
+        break;
+      }
+    }
+    if (!chosen) {
+      std::string msg = "--recompute auto: the step does not fit --gpu-mem " +
+                        f.gpuMem + " even with full recomputation:";
+      for (const std::string &h : held)
+        msg += "\n  " + h;
+      emitError(UnknownLoc::get(&context), msg);
+      return failure();
+    }
+  } else {
+    PassManager pm(&context, ModuleOp::getOperationName());
+    buildPipeline(pm, f.recompute);
+    if (failed(pm.run(*module)))
+      return failure();
+  }
   auto planned = Clock::now();
 
   plan::EmitOptions emit;

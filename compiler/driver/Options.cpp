@@ -19,6 +19,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <sstream>
 #include <variant>
 
@@ -111,11 +112,12 @@ std::vector<OptionRow> buildTable() {
                   .oneOf({"none", "cpu"}));
   t.push_back(
       row("--recompute", &C::recompute,
-          "--train: none, or selective (norm and activation outputs "
-          "recomputed in the backward)")
+          "--train: none; selective (norm and activation outputs "
+          "recomputed in the backward); full (each layer recomputed from "
+          "its input); auto (the least of these whose plan fits --gpu-mem)")
           .inGroup(kSwept)
           .needsTrain()
-          .oneOf({"none", "selective"}, "(full and auto are not built yet)"));
+          .oneOf({"none", "selective", "full", "auto"}));
   // The estimator takes --world itself (it is required there).
   t.push_back(row("--world", &C::world, "Number of ranks (default: --tp)")
                   .inGroup(kSwept)
@@ -202,6 +204,24 @@ std::vector<OptionRow> buildTable() {
                   "--train: micro-batches accumulated per optimizer step")
                   .needsTrain()
                   .atLeast(1));
+  t.push_back(row("--loss-scale", &C::lossScale,
+                  "--train --dtype fp16: a static loss scale (0, the "
+                  "default: dynamic loss scaling as DeepSpeed does it)")
+                  .needsTrain()
+                  .checked(Check::NonNegative));
+  t.push_back(row("--initial-loss-scale", &C::initialLossScale,
+                  "--train --dtype fp16: the dynamic scale's initial value "
+                  "(default 65536)")
+                  .needsTrain());
+  t.push_back(row("--loss-scale-window", &C::lossScaleWindow,
+                  "--train --dtype fp16: good steps in a row after which the "
+                  "dynamic scale doubles (default 1000)")
+                  .needsTrain()
+                  .atLeast(1));
+  t.push_back(row("--loss-scale-min", &C::lossScaleMin,
+                  "--train --dtype fp16: the dynamic scale's floor (default "
+                  "1)")
+                  .needsTrain());
   t.push_back(row("--restore-zero-biases", &C::restoreZeroBiases,
                   "--train: give bias-free linears (not a tied LM head) a "
                   "trainable zero bias, which exporters drop")
@@ -553,6 +573,23 @@ std::string validateConfig(const CompileConfig &f, const CommonOptions &o,
                (r.trainNote.empty() ? "" : " (" + r.trainNote + ")");
     return {};
   }
+  bool scaleGiven = false;
+  for (const char *flag : {"--loss-scale", "--initial-loss-scale",
+                           "--loss-scale-window", "--loss-scale-min"})
+    scaleGiven |= f.origin(flag).source != Source::Default;
+  if (scaleGiven && f.dtype != "fp16")
+    return "--loss-scale, --initial-loss-scale, --loss-scale-window and "
+           "--loss-scale-min need --dtype fp16 (only fp16 gradients need a "
+           "loss scale)";
+  if (!std::isfinite(f.lossScale))
+    return "--loss-scale must be 0 (dynamic) or a positive finite scale";
+  if (!(f.initialLossScale > 0) || !std::isfinite(f.initialLossScale) ||
+      !(f.lossScaleMin > 0) || f.lossScaleMin > f.initialLossScale)
+    return "--initial-loss-scale and --loss-scale-min must be positive, "
+           "with --loss-scale-min <= --initial-loss-scale";
+  if (f.recompute == "auto" && f.gpuMem.empty())
+    return "--recompute auto picks the least recomputation that fits "
+           "--gpu-mem: pass --gpu-mem";
   if (f.offloadOptimizer == "cpu" && f.zero == 0 && dp > 1)
     return "--offload-optimizer cpu over dp = " + std::to_string(dp) +
            " needs --zero 1 or more (each rank updates its part on its host)";

@@ -75,6 +75,11 @@ struct CompileConfig {
   int64_t warmupSteps = 0, totalSteps = 0, microBatches = 1;
   bool restoreZeroBiases = false;
   std::string recompute = "none";
+  // fp16 loss scaling: --loss-scale S > 0 is static, 0 (default) dynamic
+  // (DeepSpeed's: start at --initial-loss-scale, halve on overflow down to
+  // --loss-scale-min, double after --loss-scale-window good steps).
+  double lossScale = 0.0, initialLossScale = 65536.0, lossScaleMin = 1.0;
+  int64_t lossScaleWindow = 1000;
   // Generation (docs/generation.md): @prefill and @decode with a KV cache of
   // --max-seq positions.
   bool generate = false;

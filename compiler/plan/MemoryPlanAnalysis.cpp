@@ -6,6 +6,7 @@
 #include "dialects/graph/GraphOps.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 
 using namespace mlir;
@@ -318,6 +319,32 @@ MemoryFigures computeMemoryFigures(const ModuleLiveness &lv,
   f.activationBytes = peakLiveBytes(activations, Space::Device);
   f.collectiveBufferBytes = peakLiveBytes(collectives, Space::Device);
   f.bucketBytes = peakLiveBytes(buckets, Space::Device);
+  // The activations kept for the backward: alive across the loss step.
+  int64_t offset = 0;
+  llvm::DenseSet<int> optimizerGrads;
+  for (auto [pi, p] : llvm::enumerate(lv.programs))
+    for (mlir::Operation *op : p.steps)
+      if (auto adamw = llvm::dyn_cast<graph::AdamwOp>(op)) {
+        auto it = p.indexOf.find(adamw.getGrad());
+        if (it != p.indexOf.end() &&
+            optimizerGrads.insert(lv.globalOf[pi][it->second]).second)
+          f.optimizerGradBytes += lv.tensors[lv.globalOf[pi][it->second]].bytes;
+      }
+  for (const Liveness &p : lv.programs) {
+    for (auto [op, step] : p.stepOf) {
+      if (!op->hasAttr("zplan.loss"))
+        continue;
+      int64_t at = offset + step;
+      uint64_t kept = 0;
+      for (const TensorInfo &t : lv.tensors)
+        if (t.aliasOf < 0 && t.kind == TensorKind::Activation &&
+            t.space == unsigned(Space::Device) && t.begin <= at && t.end > at)
+          kept += t.bytes;
+      f.activationsForBackwardBytes =
+          std::max(f.activationsForBackwardBytes, kept);
+    }
+    offset += int64_t(p.steps.size());
+  }
   for (unsigned s = 0; s < kNumSpaces; ++s)
     f.arenaBytes[s] = arenaBytes[s];
   return f;

@@ -132,6 +132,14 @@ struct MemoryFigures {
   uint64_t bucketBytes = 0;
   uint64_t peakGatheredParamBytes = 0;
   uint64_t activationBytes = 0;
+  /// Training: bytes of the activations alive across the loss (produced by
+  /// the forward, read by the backward), at the op zg-build-train-step marks
+  /// `zplan.loss`; the largest over the programs. What --recompute lowers.
+  uint64_t activationsForBackwardBytes = 0;
+  /// Training: bytes of the gradients the optimizer reads, one per zg.adamw
+  /// (the whole gradient at ZeRO stage 0, this rank's reduced part at 1-3, in
+  /// the reduction's dtype: fp32 under mixed precision).
+  uint64_t optimizerGradBytes = 0;
   uint64_t collectiveBufferBytes = 0;
   uint64_t workspaceBytes = 0;
   /// Device bytes the backend takes outside the arenas (CUDA context,

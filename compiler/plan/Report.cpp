@@ -104,6 +104,13 @@ std::string formatReport(const PlanSummary &s) {
     os << "  peak gathered param bytes  " << human(m.peakGatheredParamBytes)
        << "\n";
     os << "  activation bytes (peak)    " << human(m.activationBytes) << "\n";
+    if (m.optimizerGradBytes)
+      os << "  gradients (optimizer)      " << human(m.optimizerGradBytes)
+         << " (what the updates read)\n";
+    if (m.activationsForBackwardBytes)
+      os << "  activations for backward   "
+         << human(m.activationsForBackwardBytes)
+         << " (alive across the loss)\n";
     os << "  collective buffer bytes    " << human(m.collectiveBufferBytes)
        << "\n";
     // Training state (format 2), printed when the plan holds any.
@@ -167,8 +174,11 @@ std::string formatReportJson(const PlanSummary &s) {
                      {"resident_weight_bytes", m.residentWeightBytes},
                      {"peak_gathered_param_bytes", m.peakGatheredParamBytes},
                      {"activation_bytes", m.activationBytes},
+                     {"activations_for_backward_bytes",
+                      m.activationsForBackwardBytes},
                      {"param_bytes", m.residentWeightBytes},
                      {"grad_bytes", m.gradBytes},
+                     {"optimizer_grad_bytes", m.optimizerGradBytes},
                      {"master_bytes", m.masterBytes},
                      {"moment_bytes", m.momentBytes},
                      {"state_bytes", m.stateBytes},

@@ -162,6 +162,7 @@ private:
   LogicalResult updateOnHost(ParamUpdate &u, Value gradPart, Value master,
                              Value deviceTarget);
   void gatherMasterInto(ParamUpdate &u, Value master, Value param);
+  Value wholeMaster(zg::WeightOp w);
   int64_t indexOf(Operation *op) {
     return index.lookup(func.getBody().front().findAncestorOpInBlock(*op));
   }
@@ -264,9 +265,14 @@ Value TrainZero::reduceGradWhole(ParamUpdate &u) {
   OpBuilder b(func.getContext());
   b.setInsertionPointAfterValue(u.grad);
   Location loc = u.grad.getLoc();
-  Value summed = allReduce(b, loc, u.grad, "dp");
+  // Mixed precision all-reduces in fp32: the bf16 gradient is widened first.
+  Value grad = mixed ? castToF32(b, loc, u.grad) : u.grad;
+  Value summed = allReduce(b, loc, grad, "dp");
   Value mean = scaleByInverse(b, loc, summed, dp);
-  u.grad.replaceAllUsesExcept(mean, summed.getDefiningOp());
+  if (mixed)
+    keepChainOwnDType(mean, grad);
+  u.grad.replaceAllUsesExcept(mean, grad == u.grad ? summed.getDefiningOp()
+                                                   : grad.getDefiningOp());
   ++numReduced;
   return mean;
 }
@@ -441,6 +447,31 @@ LogicalResult TrainZero::updateOnHost(ParamUpdate &u, Value gradPart,
   return success();
 }
 
+/// The whole fp32 master weight of `w` on every rank (mixed precision at
+/// stage 0 over dp): a zg.state of kind master laid out like the parameter,
+/// which @init fills from the parameter (converted from --dtype, as DeepSpeed
+/// makes its fp32 copies from the model's 16-bit parameters). A master
+/// zd.weight_shard cannot say this: its parts are dp blocks.
+Value TrainZero::wholeMaster(zg::WeightOp w) {
+  auto type = RankedTensorType::get(rtt(w.getResult()).getShape(),
+                                    Float32Type::get(w.getContext()));
+  std::string name = (w.getName() + ".master").str();
+  auto make = [&](OpBuilder &b) {
+    return zg::StateOp::create(b, w.getLoc(), type, name, "master", w.getName(),
+                               b.getStringAttr("copy_of_param"))
+        .getResult();
+  };
+  if (auto init = module.lookupSymbol<func::FuncOp>("init")) {
+    Block &body = init.getBody().front();
+    OpBuilder b(body.getTerminator());
+    Value param = cast<zg::WeightOp>(b.clone(*w)).getResult();
+    zg::AssignOp::create(b, w.getLoc(), make(b), param);
+  }
+  OpBuilder b(w);
+  b.setInsertionPointAfter(w);
+  return make(b);
+}
+
 /// After the update: gathers the master parts over dp into `param` (bf16
 /// under mixed precision, so the fp32 part is narrowed before the gather,
 /// which moves bytes).
@@ -467,12 +498,6 @@ LogicalResult TrainZero::run() {
            << dp
            << " needs ZeRO stage 1 or more (each rank updates its part on "
               "its host); pass --zero 1";
-  if (mixed && stage == 0 && dp > 1)
-    return updates.front().adamw.emitError(
-               "zplan-zero-train: --dtype bf16 training over dp = ")
-           << dp
-           << " needs ZeRO stage 1 or more (the fp32 master weights are kept "
-              "as dp parts); pass --zero 1";
   if (dp > 1)
     reduceLoss();
   for (ParamUpdate &u : updates) {
@@ -486,6 +511,17 @@ LogicalResult TrainZero::run() {
       Value grad = dp > 1 ? reduceGradWhole(u) : u.grad;
       if (!offload && !mixed)
         continue;
+      if (dp > 1) {
+        // Mixed precision at stage 0 over dp (offload needs stage 1): every
+        // rank updates the whole fp32 master from the whole fp32 mean.
+        Value master = wholeMaster(w);
+        u.adamw->setOperand(0, master);
+        u.adamw->setOperand(1, grad);
+        OpBuilder after(u.adamw);
+        after.setInsertionPointAfter(u.adamw);
+        zg::AssignOp::create(after, w.getLoc(), w.getResult(), master);
+        continue;
+      }
       // The whole parameter's master copy, moments and update (on the host
       // with offload), the gradient widened to fp32 under mixed precision.
       OpBuilder b(w);
@@ -550,6 +586,56 @@ LogicalResult TrainZero::run() {
   return success();
 }
 
+/// fp16 dynamic loss scaling (zg-build-train-step) marks the scalar that says
+/// whether this rank's gradients overflowed. Every rank must decide the same
+/// (skip the step and lower the scale, or update): its uses take the maximum
+/// over tp and over dp. The flag derives from the global norm, so the ranks
+/// agree already when the norm's reductions carry an inf or a nan through;
+/// the maximum makes the decision not depend on how a backend's sum treats
+/// them, at the cost of two one-element all-reduces.
+void reduceOverflowFlags(ModuleOp module, int64_t dp) {
+  int64_t tp = dist::getMeshAxisSize(module, "tp");
+  SmallVector<Operation *> flags;
+  module.walk([&](Operation *op) {
+    if (op->hasAttr("zplan.overflow_flag"))
+      flags.push_back(op);
+  });
+  for (Operation *op : flags) {
+    Value flag = op->getResult(0);
+    OpBuilder b(op->getContext());
+    b.setInsertionPointAfter(op);
+    Value global = flag;
+    Operation *first = nullptr;
+    for (auto [axis, size] : {std::pair<StringRef, int64_t>{"tp", tp},
+                              std::pair<StringRef, int64_t>{"dp", dp}}) {
+      if (size <= 1)
+        continue;
+      auto ar = dist::AllReduceOp::create(b, op->getLoc(), flag.getType(),
+                                          global, b.getStringAttr(axis),
+                                          b.getStringAttr("max"));
+      keepOwnDType(ar.getResult());
+      global = ar.getResult();
+      if (!first)
+        first = ar;
+    }
+    if (first)
+      flag.replaceAllUsesExcept(global, first);
+  }
+}
+
+/// Under mixed precision the tensor-parallel passes all-reduce partial sums
+/// that are stored in fp32 (a sum of squares, the fp32 optimizer scalars):
+/// the collective moves the bytes it is given, so its result keeps the fp32
+/// of its operand instead of taking --dtype.
+void keepReductionsOwnDType(ModuleOp module) {
+  module.walk([](dist::AllReduceOp ar) {
+    Operation *def = ar.getInput().getDefiningOp();
+    if (def && (isa<zg::SumSquaresOp, zg::StateOp>(def) ||
+                def->hasAttr("zplan.own_dtype")))
+      keepOwnDType(ar.getResult());
+  });
+}
+
 struct ZplanZeroTrainPass
     : zplan::sharding::impl::ZplanZeroTrainBase<ZplanZeroTrainPass> {
   using Base::Base;
@@ -567,6 +653,9 @@ struct ZplanZeroTrainPass
           << offloadOptimizer << "'";
       return signalPassFailure();
     }
+    reduceOverflowFlags(module, dp);
+    if (mixedPrecision)
+      keepReductionsOwnDType(module);
     if (dp == 1 && !offload && !mixedPrecision)
       return;
     SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());

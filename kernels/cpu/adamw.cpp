@@ -67,7 +67,9 @@ Result adamw(const Out &param, const In &grad, const Out &m, const Out &v, const
   if (!is_float(lr.dtype) || is_float(step.dtype) || !is_float(grad_scale.dtype))
     return Result::fail("adamw: lr and grad_scale must be float, step an integer");
   const int64_t t = load_i64(step.data, step.dtype, 0);
-  if (t < 1) return Result::fail("adamw: step must be >= 1");
+  // Step 0 is a skipped step (fp16 dynamic loss scaling saw an overflow): nothing is written, as when
+  // DeepSpeed does not call optimizer.step().
+  if (t < 1) return {};
   const AdamWStep s = AdamWStep::from(p, load_f32(lr.data, lr.dtype, 0), t, load_f32(grad_scale.data, grad_scale.dtype, 0));
   const int64_t n = param.shape.numel();
   if (param.dtype == DType::f32 && grad.dtype == DType::f32 && m.dtype == DType::f32 && v.dtype == DType::f32) {

@@ -197,9 +197,12 @@ __global__ void adamw_kernel(void *param, DType pt, const void *grad, DType gt, 
                              int64_t n, const void *lr, DType lrt, const void *step, DType stt, const void *gsc, DType gst,
                              AdamWConst c) {
   __shared__ float sc[7];
+  __shared__ bool skip;
   if (threadIdx.x == 0) {
     const double l = load_f(lr, lrt, 0);
     const double t = static_cast<double>(detail::load_i(step, stt, 0));
+    // Step 0 is a skipped step (fp16 dynamic loss scaling saw an overflow): nothing is written.
+    skip = t < 1.0;
     // _rn intrinsics here too: a contracted fma(-l, wd, 1) could round differently from the host's code.
     sc[0] = static_cast<float>(__dsub_rn(1.0, __dmul_rn(l, c.wd)));
     sc[1] = static_cast<float>(1.0 - c.beta1);
@@ -210,6 +213,7 @@ __global__ void adamw_kernel(void *param, DType pt, const void *grad, DType gt, 
     sc[6] = load_f(gsc, gst, 0);
   }
   __syncthreads();
+  if (skip) return;
   const float decay = sc[0], omb1 = sc[1], b2 = sc[2], omb2 = sc[3], step_size = sc[4], bc2 = sc[5], gs = sc[6];
   const float eps = static_cast<float>(c.eps);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;

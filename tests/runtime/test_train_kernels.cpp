@@ -9,6 +9,7 @@
 //  - 16-bit storage: each kernel on bf16 (or f16) copies of the same values against its f32 run, within
 //    the storage's rounding step.
 #include <cstring>
+#include <limits>
 
 #include "kernel_test_util.h"
 
@@ -333,10 +334,29 @@ TEST(TrainKernels, AdamWMatchesTheFormulaInDouble) {
     expect_close(m.values(), M, 1e-5, "adamw m");
     for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(v.get(i), Vv[i], 1e-5 * Vv[i] + 1e-12) << "adamw v at " << i;
   }
-  // Bad scalars are refused.
-  Buf p(DType::f32, {3}), lr(DType::f32, {}), step(DType::i64, {}), gs(DType::f32, {});
+  // Step 0 is a skipped step (fp16 dynamic loss scaling saw an overflow): nothing is written, even with a
+  // gradient of infinities.
+  Buf p(DType::f32, {3}), grad(DType::f32, {3}), m(DType::f32, {3}), v(DType::f32, {3}), lr(DType::f32, {}),
+      step(DType::i64, {}), gs(DType::f32, {});
+  for (int64_t i = 0; i < 3; ++i) {
+    p.set(i, 1.0 + i);
+    m.set(i, 0.5);
+    v.set(i, 0.25);
+    grad.set(i, std::numeric_limits<double>::infinity());
+  }
+  lr.set(0, 1e-3);
+  gs.set(0, 1.0);
   step.set(0, 0);
-  EXPECT_FALSE(cpu::adamw(p.out(), p.in(), p.out(), p.out(), lr.in(), step.in(), gs.in(), hp).ok());
+  EXPECT_TRUE(cpu::adamw(p.out(), grad.in(), m.out(), v.out(), lr.in(), step.in(), gs.in(), hp).ok());
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(p.get(i), 1.0 + i);
+    EXPECT_EQ(m.get(i), 0.5);
+    EXPECT_EQ(v.get(i), 0.25);
+  }
+  // Bad scalars are refused: a float step.
+  Buf fstep(DType::f32, {});
+  fstep.set(0, 1.0);
+  EXPECT_FALSE(cpu::adamw(p.out(), grad.in(), m.out(), v.out(), lr.in(), fstep.in(), gs.in(), hp).ok());
 }
 
 TEST(TrainKernels, AdamWPoolIsBitwiseTheReference) {

@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -348,14 +349,26 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
     has_init = has_init || p.name == "init";
   }
   if (!prog) die(ri.rank, "the plan has no train_step or micro_step program: make it with zplan --train");
-  // A plan that accumulates runs micro_step once per micro-batch; the plan does not record how many
-  // micro-batches make a step, so the command line says it (zplan's --micro-batches).
+  // A plan that accumulates runs micro_step once per micro-batch, then optimizer_step. The plan records
+  // how many (optimizer_step's scalar input micro_batches, zplan --micro-batches); --micro-batches may
+  // repeat it, and must then say the same. A plan without the record needs the flag.
   int64_t micro = 1;
   if (prog->name == "micro_step") {
-    if (args.micro_batches < 1)
-      die(ri.rank, "this plan accumulates micro-batches (micro_step, optimizer_step): pass --micro-batches M, the M "
-                   "it was compiled with");
-    micro = args.micro_batches;
+    int64_t planned = 0;
+    for (const zrt::ProgramInfo& p : s.programs())
+      if (p.name == "optimizer_step")
+        for (const zrt::ScalarInfo& x : p.scalars)
+          if (x.name == "micro_batches") planned = static_cast<int64_t>(x.default_value);
+    if (planned > 0 && args.micro_batches > 0 && args.micro_batches != planned)
+      die(ri.rank, "--micro-batches " + std::to_string(args.micro_batches) +
+                       ": the plan was made with zplan --micro-batches " + std::to_string(planned) +
+                       " (drop the flag, or pass " + std::to_string(planned) + ")");
+    micro = planned > 0 ? planned : args.micro_batches;
+    if (micro < 1)
+      die(ri.rank,
+          "this plan accumulates micro-batches (micro_step, optimizer_step) but does not record how many: "
+          "pass "
+          "--micro-batches M, the M it was compiled with");
   } else if (args.micro_batches > 1) {
     die(ri.rank, "--micro-batches " + std::to_string(args.micro_batches) + ": this plan has one train_step per step "
                  "(compile it with zplan --micro-batches to accumulate)");
@@ -430,6 +443,20 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
     st = s.set_scalar("lr", lr);
     if (!st.ok()) die(ri.rank, st.message());
   }
+  // fp16 dynamic loss scaling keeps its scale and its count of skipped steps in the plan's state
+  // (zplan --dtype fp16); they are printed after each step.
+  auto scalar_state = [&](const char *name) -> std::function<double()> {
+    for (const zrt::StateInfo &x : s.state())
+      if (x.name == name && x.dtype == zrt::DType::f32 && x.local_bytes() == 4)
+        return [&s, name, rank = ri.rank] {
+          float v = 0;
+          const zrt::Status rs = s.read_state(name, &v, sizeof v);
+          if (!rs.ok()) die(rank, rs.message());
+          return static_cast<double>(v);
+        };
+    return {};
+  };
+  const std::function<double()> loss_scale = scalar_state("loss_scale"), skipped = scalar_state("skipped_steps");
   const size_t elem = zrt::dtype_size(in.dtype);
   std::vector<uint8_t> buf(static_cast<size_t>(batch * seq) * elem);
   std::vector<double> losses, norms, step_s;
@@ -455,9 +482,15 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
     step_s.push_back(sec);
     losses.push_back(r.loss);
     norms.push_back(r.grad_norm);
+    std::string scaling;
+    if (loss_scale && skipped) {
+      char text[96];
+      std::snprintf(text, sizeof text, " loss_scale %.17g skipped_steps %.0f", loss_scale(), skipped());
+      scaling = text;
+    }
     if (ri.rank == 0)
-      std::printf("zrun: step %lld loss %.6f grad_norm %.6f (%.3f ms, %.0f tokens/s)\n", static_cast<long long>(k + 1), r.loss,
-                  r.grad_norm, sec * 1e3, static_cast<double>(batch * seq) / sec);
+      std::printf("zrun: step %lld loss %.6f grad_norm %.6f%s (%.3f ms, %.0f tokens/s)\n", static_cast<long long>(k + 1),
+                  r.loss, r.grad_norm, scaling.c_str(), sec * 1e3, static_cast<double>(batch * seq) / sec);
     pos.step = k + 1;
     pos.samples += batch;
     pos.lr = lr;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "zk/cpu_kernels.h"
@@ -243,6 +244,7 @@ class CpuBackend final : public Backend {
       }
       case Op::adamw: {
         const AdamWParams hp{s.floats[0], s.floats[1], s.floats[2], s.floats[3]};
+        if (pooled_adamw(s, hp)) return {};
         return adamw(out_of(s.outputs[0]), in_of(s.inputs[1]), out_of(s.outputs[1]), out_of(s.outputs[2]),
                      in_of(s.inputs[4]), in_of(s.inputs[5]), in_of(s.inputs[6]), hp);
       }
@@ -259,8 +261,40 @@ class CpuBackend final : public Backend {
     }
   }
 
+  /// AdamW on fp32 tensors large enough to share out (the optimizer-offload path keeps exactly these in host
+  /// memory): the threaded pool, which runs the reference's element loop over slices, so the result is the
+  /// reference kernel's bit for bit. Returns false for what the reference kernel does instead.
+  bool pooled_adamw(const Step &s, const zk::cpu::AdamWParams &hp) {
+    const TensorRef &p = s.outputs[0], &g = s.inputs[1], &m = s.outputs[1], &v = s.outputs[2];
+    const int64_t n = p.numel();
+    if (p.dtype != DType::f32 || g.dtype != DType::f32 || m.dtype != DType::f32 || v.dtype != DType::f32 ||
+        n < kPoolMinElements)
+      return false;
+    // Equal shapes, as the reference kernel requires (it names the mismatch).
+    for (const TensorRef *x : {&g, &m, &v})
+      if (x->rank != p.rank || !std::equal(p.shape, p.shape + p.rank, x->shape)) return false;
+    const TensorRef &lr = s.inputs[4], &step = s.inputs[5], &gs = s.inputs[6];
+    if (lr.dtype != DType::f32 || gs.dtype != DType::f32 || (step.dtype != DType::i64 && step.dtype != DType::i32))
+      return false;
+    const int64_t t = zk::load_i64(step.data, static_cast<zk::DType>(step.dtype), 0);
+    if (t < 1) return true;  // a skipped step (fp16 loss scaling): nothing is written, as in the reference
+    if (!pool_) {
+      int threads = 0;
+      if (const char *e = std::getenv("ZRT_ADAMW_THREADS")) threads = std::atoi(e);
+      pool_ = std::make_unique<zk::AdamWPool>(threads);
+    }
+    const zk::cpu::AdamWStep st =
+        zk::cpu::AdamWStep::from(hp, *static_cast<const float *>(lr.data), t, *static_cast<const float *>(gs.data));
+    pool_->step(static_cast<float *>(p.data), static_cast<const float *>(g.data), static_cast<float *>(m.data),
+                static_cast<float *>(v.data), n, st);
+    return true;
+  }
+  /// Below this the update is cheaper than waking threads (AdamWPool runs it inline there too).
+  static constexpr int64_t kPoolMinElements = 16384;
+
   RankInfo rank_;
   std::vector<float> scratch_;
+  std::unique_ptr<zk::AdamWPool> pool_;  // made at the first update large enough to share out
 };
 
 }  // namespace

@@ -215,6 +215,14 @@ public:
 
   bool run(func::FuncOp func, const std::vector<Tensor> &args,
            std::vector<Tensor> &results) {
+    // A missing argument would be read as an empty tensor: refuse instead.
+    if (args.size() != func.getNumArguments()) {
+      if (error)
+        *error = "@" + func.getSymName().str() + " takes " +
+                 std::to_string(func.getNumArguments()) + " arguments, " +
+                 std::to_string(args.size()) + " given";
+      return false;
+    }
     for (auto [arg, t] : llvm::zip(func.getArguments(), args))
       values[arg] = t;
     for (Operation &op : func.getBody().front()) {

@@ -191,7 +191,9 @@ void trainFiveSteps(const std::string &model, bool restoreZeroBiases,
       for (int64_t k = 0; k < microBatches; ++k)
         ASSERT_EQ(onEveryRank(micro, {rows(ids, k * per, per)}, 0).size(), 1u)
             << error;
-      out = onEveryRank(step, {lr, st});
+      // optimizer_step's third input is the plan's micro_batches scalar.
+      Tensor count(std::vector<int64_t>{}, double(microBatches));
+      out = onEveryRank(step, {lr, st, count});
     }
     ASSERT_EQ(out.size(), 2u) << error;
     double loss = out[0].data[0], norm = out[1].data[0];

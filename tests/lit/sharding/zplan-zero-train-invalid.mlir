@@ -22,8 +22,3 @@ func.func @train_step(%g: tensor<4xf32>, %lr: tensor<f32>, %step: tensor<i64>) {
 // flag that fixes it.
 // RUN: zplan-opt --split-input-file --verify-diagnostics --zplan-zero-train="stage=0 offload-optimizer=cpu" %S/Inputs/zero-train-offload-stage0.mlir
 
-// -----
-
-// Tests that mixed precision with stage 0 over dp > 1 is refused with the
-// flag that fixes it (the fp32 master weights are kept as dp parts).
-// RUN: zplan-opt --split-input-file --verify-diagnostics --zplan-zero-train="stage=0 mixed-precision=true" %S/Inputs/zero-train-bf16-stage0.mlir
