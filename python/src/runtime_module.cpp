@@ -94,6 +94,12 @@ nb::object numpy_array(std::vector<uint8_t> bytes, const std::vector<int64_t> &s
 
 using Bytes = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
+/// The generation calls read int64 arrays of a known length through raw pointers: check both first.
+void check_i64(const Bytes &a, int64_t count, const char *what) {
+  if (a.dtype() != nb::dtype<int64_t>() || static_cast<int64_t>(a.size()) != count)
+    throw nb::value_error((std::string(what) + ": expected " + std::to_string(count) + " int64 values").c_str());
+}
+
 class PySession {
  public:
   PySession(const std::string &path, bool init_random, uint64_t seed, const std::string &backend) {
@@ -265,6 +271,44 @@ class PySession {
     return d;
   }
 
+  /// Generation (docs/generation.md): the planned batch and cache length.
+  std::tuple<int64_t, int64_t> generation_shape() {
+    int64_t batch = 0, max_seq = 0;
+    check(s().generation_shape(&batch, &max_seq));
+    return {batch, max_seq};
+  }
+
+  /// @prefill on `batch` prompts (int64 [batch, prompt_len], lengths int64 [batch]); the next token of each
+  /// sequence, int64 [batch], on every rank. Collective.
+  nb::object prefill(Bytes prompt, int64_t batch, int64_t prompt_len, Bytes lengths) {
+    check_i64(prompt, batch * prompt_len, "prompt");
+    check_i64(lengths, batch, "lengths");
+    std::vector<uint8_t> next(static_cast<size_t>(batch) * 8);
+    zrt::Status st;
+    {
+      nb::gil_scoped_release unlocked;
+      st = s().prefill(static_cast<const int64_t *>(prompt.data()), batch, prompt_len,
+                       static_cast<const int64_t *>(lengths.data()), reinterpret_cast<int64_t *>(next.data()));
+    }
+    check(st);
+    return numpy_array(std::move(next), {batch}, zrt::DType::i64);
+  }
+
+  /// @decode once: tokens and positions int64 [batch]; the next tokens, int64 [batch]. Collective.
+  nb::object decode_step(Bytes tokens, Bytes positions, int64_t batch) {
+    check_i64(tokens, batch, "tokens");
+    check_i64(positions, batch, "positions");
+    std::vector<uint8_t> next(static_cast<size_t>(batch) * 8);
+    zrt::Status st;
+    {
+      nb::gil_scoped_release unlocked;
+      st = s().decode_step(static_cast<const int64_t *>(tokens.data()), static_cast<const int64_t *>(positions.data()),
+                           batch, reinterpret_cast<int64_t *>(next.data()));
+    }
+    check(st);
+    return numpy_array(std::move(next), {batch}, zrt::DType::i64);
+  }
+
   std::optional<std::tuple<int64_t, int64_t>> input_id_range(const std::string &name) {
     int64_t lo = 0, hi = 0;
     if (!s().input_id_range(name, &lo, &hi)) return std::nullopt;
@@ -311,6 +355,9 @@ NB_MODULE(_runtime, m) {
       .def("train_step", &PySession::train_step)
       .def("save_checkpoint", &PySession::save_checkpoint)
       .def("load_checkpoint", &PySession::load_checkpoint)
+      .def("generation_shape", &PySession::generation_shape)
+      .def("prefill", &PySession::prefill)
+      .def("decode_step", &PySession::decode_step)
       .def("input_id_range", &PySession::input_id_range)
       .def("memory_report", &PySession::memory_report);
 

@@ -4,6 +4,8 @@
         steps, rank 0 writes the losses (float64); with SAVE_DIR, a checkpoint after step SAVE_AT.
     mpi_worker.py forward PLAN IDS.npy OUT.npy
         rank 0 writes the first output; every other rank checks that it got None.
+    mpi_worker.py generate PLAN IDS.npy N OUT.npy
+        N new tokens; rank 0 writes them, every rank checks it has the same.
 """
 import sys
 
@@ -31,4 +33,8 @@ elif mode == "forward":
         np.save(sys.argv[4], next(iter(out.values())))
     else:
         assert out is None
+elif mode == "generate":
+    tokens = engine.generate(ids, int(sys.argv[4]))
+    if engine.rank == 0:
+        np.save(sys.argv[5], tokens)
 engine.close()

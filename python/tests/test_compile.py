@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 import zplan
-from conftest import BIN, load, run
+from conftest import BIN, run
 
 TRAIN = dict(train=True, batch=2, seq=16, clip_grad=1.0, zero=1, world=2)
 TRAIN_FLAGS = ["--train", "--batch", "2", "--seq", "16", "--clip-grad", "1.0", "--zero", "1", "--world", "2"]

@@ -1,6 +1,7 @@
 """zplan.Engine on an mpirun world of 2 ranks: the same losses as one rank and as PyTorch, zrun's losses on
 the same plan under the same mpirun, tensor-parallel logits equal to PyTorch's, and a checkpoint saved by two
-ZeRO-1 ranks resumed by one rank at ZeRO 0 (resharded) continuing the straight run."""
+ZeRO-1 ranks resumed by one rank at ZeRO 0 (resharded) continuing the straight run; tp 2 generation gives
+Hugging Face's greedy tokens."""
 import os
 
 import numpy as np
@@ -30,6 +31,13 @@ def test_two_ranks_train_as_one_and_as_zrun(gpt2, tmp_path):
         assert (info["step"], info["world"], info["zero_stage"], info["same_plan"]) == (3, 2, 1, False)
         tail = [resumed.step(load(gpt2, "input_ids.npy")) for _ in range(2)]
     np.testing.assert_allclose(tail, two[3:], rtol=1e-5)
+
+
+def test_tensor_parallel_generation(gpt2, tmp_path):
+    plan = zplan.compile(os.path.join(gpt2, "model.onnx"), tp=2, generate=True, max_seq=40, batch=2,
+                         out=tmp_path / "gen.zplan")
+    mpirun_python(2, WORKER, "generate", plan.path, os.path.join(gpt2, "input_ids.npy"), 24, tmp_path / "t.npy")
+    assert np.array_equal(np.load(tmp_path / "t.npy"), load(gpt2, "expected_generate.npy"))
 
 
 def test_tensor_parallel_forward(gpt2, tmp_path):

@@ -35,10 +35,15 @@ def compiler_available():
 
 def _require_compiler():
     if _compiler is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        if any(name.startswith("_compiler") for name in os.listdir(here)):
+            # The module is there but does not load: usually MLIR's libraries are missing on this machine.
+            why = f"it does not load here: {_compiler_import_error}"
+        else:
+            why = "this install was built without it (ZPLAN_BUILD_COMPILER=OFF, or no MLIR where it was built)"
         raise ZplanError(
-            "zplan.compile needs the compiler module zplan._compiler, which this install does not have "
-            f"({_compiler_import_error}); compile the plan where zplan's compiler is installed and pass the "
-            "plan file to zplan.Engine",
+            f"zplan.compile needs the compiler module zplan._compiler; {why}. Compile the plan where zplan's "
+            "compiler is installed and pass the plan file to zplan.Engine",
             "not_found",
         )
 

@@ -351,6 +351,106 @@ class Engine:
 
     __call__ = forward
 
+    # --- generation
+
+    def generate(self, prompt, max_new_tokens, *, prompt_lengths=None, temperature=0.0, top_k=0, top_p=1.0,
+                 seed=0, stop=()):
+        """Generation with a plan compiled with generate=True, max_seq=L (docs/generation.md), as
+        `zrun --generate` does it: one prefill, then one decode step per new token over the planned KV cache.
+
+        prompt          integer ids [B, P], B at most the planned batch; sequence b's prompt is its first
+                        prompt_lengths[b] ids (default: all P).
+        max_new_tokens  tokens to generate per sequence; prompt + new - 1 must fit the cache.
+        temperature, top_k, top_p, seed   the plan's sampler (temperature 0: greedy, the default).
+        stop            token ids that end a sequence (it is padded with its stop token afterwards).
+
+        Returns int64 [B, P + n] on every rank: each prompt, then its new tokens (a shorter prompt's row ends
+        with its last token repeated), n the number of tokens generated. Collective."""
+        try:
+            planned_b, cache = self._s.generation_shape()
+        except ZplanError as e:
+            raise ZplanError(f"{e}: compile it with zplan.compile(..., generate=True, max_seq=L)", e.code) from None
+        ids = _as_array(prompt, "prompt")
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"prompt: token ids must be integers, got {ids.dtype}")
+        if ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] < 1:
+            raise ValueError(f"prompt must be a non-empty [B, P] array of ids, got {_shape(ids.shape)}")
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        b, p = ids.shape
+        if b > planned_b:
+            raise ValueError(f"prompt holds {b} prompts; the plan was made for at most {planned_b} (batch=)")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if prompt_lengths is None:
+            lengths = np.full(b, p, dtype=np.int64)
+        else:
+            lengths = np.ascontiguousarray(_as_array(prompt_lengths, "prompt_lengths"), dtype=np.int64)
+            if lengths.shape != (b,):
+                raise ValueError(f"prompt_lengths must be [{b}], got {_shape(lengths.shape)}")
+            bad = np.flatnonzero((lengths < 1) | (lengths > p))
+            if len(bad):
+                raise ValueError(f"prompt_lengths[{bad[0]}] is {lengths[bad[0]]}, outside [1, {p}]")
+        longest = int(lengths.max())
+        if longest > cache:
+            raise ValueError(f"a prompt of {longest} tokens is longer than the planned cache of {cache} positions "
+                             "(max_seq=)")
+        n = max_new_tokens
+        if n > 0 and longest + n - 1 > cache:
+            raise ValueError(f"max_new_tokens {n} after a prompt of {longest} tokens needs {longest + n - 1} cache "
+                             f"positions; the plan has {cache} (max_seq=): at most {cache - longest + 1}")
+        bounds = self._s.input_id_range("input_ids")
+        if bounds is not None:
+            lo, hi = bounds
+            for row in range(b):
+                seq = ids[row, :lengths[row]]
+                bad = np.flatnonzero((seq < lo) | (seq >= hi))
+                if len(bad):
+                    raise ValueError(f"prompt[{row}, {bad[0]}] is token id {seq[bad[0]]}, outside the vocabulary "
+                                     f"[{lo}, {hi})")
+            for t in stop:
+                if not lo <= t < hi:
+                    raise ValueError(f"stop token {t} is outside the vocabulary [{lo}, {hi})")
+        samples = any(x["name"] == "temperature" for prog in self._programs.values() for x in prog["scalars"])
+        if samples:
+            if not (temperature >= 0 and np.isfinite(temperature)) or top_k < 0 or not 0 <= top_p <= 1:
+                raise ValueError("temperature must be finite and >= 0, top_k >= 0, top_p in [0, 1]")
+            for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("seed", seed)):
+                self._s.set_scalar(name, float(value))
+        elif temperature != 0 or top_k != 0 or top_p != 1:
+            raise ValueError("this plan decodes greedily only (no sampler): leave temperature, top_k and top_p")
+        stop = set(int(t) for t in stop)
+        seqs = [list(ids[row, :lengths[row]]) for row in range(b)]
+        done = [False] * b
+
+        def take(row, tok):
+            if done[row]:
+                seqs[row].append(seqs[row][-1])
+                return
+            seqs[row].append(int(tok))
+            done[row] = int(tok) in stop
+
+        steps = 0
+        if n > 0:
+            nxt = self._s.prefill(ids, b, p, lengths)
+            for row in range(b):
+                take(row, nxt[row])
+            pos = lengths.copy()
+            for _ in range(1, n):
+                if all(done):
+                    break
+                tok = np.array([s[-1] for s in seqs], dtype=np.int64)
+                nxt = self._s.decode_step(tok, pos, b)
+                for row in range(b):
+                    take(row, nxt[row])
+                pos += 1
+                steps += 1
+        width = p + (steps + 1 if n > 0 else 0)
+        out = np.empty((b, width), dtype=np.int64)
+        for row in range(b):
+            s_row = seqs[row]
+            out[row] = [s_row[t] if t < len(s_row) else s_row[-1] for t in range(width)]
+        return out
+
     # --- checkpoints
 
     def save_checkpoint(self, save_dir):
