@@ -5,8 +5,8 @@
     python examples/python/train.py --steps 20         # one rank
 
 DeepSpeed's loop is deepspeed.initialize(model, config=ds_config), then forward, backward and step for each
-batch, and save_checkpoint now and then. zplan compiles the whole training step ahead of time from the same
-ds_config, so the loop is one call per batch. The model is tests/models/gpt2 (a 2-layer GPT-2 exported from
+batch, and save_checkpoint now and then. zplan.initialize compiles the whole training step ahead of time from
+the same ds_config (for as many ranks as mpirun started), so the loop is one call per batch. The model is tests/models/gpt2 (a 2-layer GPT-2 exported from
 Hugging Face; zplan.export_hf makes such a file from any Hugging Face model); the data is a toy language
 that can be learnt: every sample counts up from a random start.
 """
@@ -30,8 +30,7 @@ ds_config = {
     "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}},
     "zero_optimization": {"stage": 1},
 }
-plan = zplan.compile(args.model, train=True, seq=16, world=zplan.world_size(), ds_config=ds_config)
-engine = zplan.Engine(plan)  # every rank: mpirun starts one process per rank
+engine = zplan.initialize(args.model, config=ds_config, seq=16)  # on every rank that mpirun started
 
 rng = np.random.default_rng(0)
 rows, seq = engine.batch_shape  # the global batch: 4 samples per data-parallel rank

@@ -15,7 +15,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
-
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -104,11 +103,16 @@ Kind kind_of(const std::string &flag) {
 
 const char *kind_name(Kind k) {
   switch (k) {
-    case Kind::boolean: return "bool";
-    case Kind::integer: return "int";
-    case Kind::number: return "float";
-    case Kind::text: return "str";
-    case Kind::unknown: break;
+    case Kind::boolean:
+      return "bool";
+    case Kind::integer:
+      return "int";
+    case Kind::number:
+      return "float";
+    case Kind::text:
+      return "str";
+    case Kind::unknown:
+      break;
   }
   return "unknown";
 }

@@ -32,15 +32,24 @@ PyObject *g_error = nullptr;
 
 const char *code_name(zrt::Code c) {
   switch (c) {
-    case zrt::Code::ok: return "ok";
-    case zrt::Code::invalid_argument: return "invalid_argument";
-    case zrt::Code::not_found: return "not_found";
-    case zrt::Code::io_error: return "io_error";
-    case zrt::Code::plan_invalid: return "plan_invalid";
-    case zrt::Code::mismatch: return "mismatch";
-    case zrt::Code::comm_error: return "comm_error";
-    case zrt::Code::backend_error: return "backend_error";
-    case zrt::Code::internal: return "internal";
+    case zrt::Code::ok:
+      return "ok";
+    case zrt::Code::invalid_argument:
+      return "invalid_argument";
+    case zrt::Code::not_found:
+      return "not_found";
+    case zrt::Code::io_error:
+      return "io_error";
+    case zrt::Code::plan_invalid:
+      return "plan_invalid";
+    case zrt::Code::mismatch:
+      return "mismatch";
+    case zrt::Code::comm_error:
+      return "comm_error";
+    case zrt::Code::backend_error:
+      return "backend_error";
+    case zrt::Code::internal:
+      return "internal";
   }
   return "internal";
 }
@@ -73,12 +82,18 @@ nb::list io_list(const std::vector<zrt::IOInfo> &ios) {
 /// layer widens it to float32).
 nb::dlpack::dtype numpy_dtype(zrt::DType t) {
   switch (t) {
-    case zrt::DType::f32: return nb::dtype<float>();
-    case zrt::DType::f16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
-    case zrt::DType::bf16: return nb::dtype<uint16_t>();
-    case zrt::DType::i64: return nb::dtype<int64_t>();
-    case zrt::DType::i32: return nb::dtype<int32_t>();
-    case zrt::DType::bool8: return nb::dtype<bool>();
+    case zrt::DType::f32:
+      return nb::dtype<float>();
+    case zrt::DType::f16:
+      return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case zrt::DType::bf16:
+      return nb::dtype<uint16_t>();
+    case zrt::DType::i64:
+      return nb::dtype<int64_t>();
+    case zrt::DType::i32:
+      return nb::dtype<int32_t>();
+    case zrt::DType::bool8:
+      return nb::dtype<bool>();
   }
   return nb::dtype<uint8_t>();
 }

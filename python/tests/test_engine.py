@@ -148,3 +148,15 @@ def test_bad_plans_and_launchers(tmp_path, forward_plan, monkeypatch):
     assert zplan.world_size() == 2 and zplan.rank() == 1
     with pytest.raises(zplan.ZplanError, match=r"WORLD_SIZE=2 .*`mpirun -np 2 python SCRIPT`"):
         zplan.Engine(forward_plan)
+
+
+def test_initialize_with_the_recipes_ds_config_equals_pytorch(gpt2):
+    # PyTorch's recipe (tests/models/README.md) as a DeepSpeed config: the same losses.
+    ds = {"train_batch_size": 2, "gradient_clipping": 1.0,
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
+                                                    "weight_decay": 0.01}}}
+    engine = zplan.initialize(os.path.join(gpt2, "model.onnx"), config=ds, seq=16, restore_zero_biases=True)
+    assert engine.world == 1 and engine.batch_shape == (2, 16)
+    losses = [engine.step(load(gpt2, "input_ids.npy")) for _ in range(5)]
+    engine.close()
+    np.testing.assert_allclose(losses, load(gpt2, "train_losses.npy"), rtol=1e-4)

@@ -1,8 +1,8 @@
 """zplan from Python: compile an ONNX model into a sharding plan, and run, train and checkpoint it.
 
     import zplan
-    plan = zplan.compile("model.onnx", train=True, zero=1, world=2, batch=8, seq=128, out="train.zplan")
-    engine = zplan.Engine(plan)            # under mpirun -np 2: one engine per rank
+    engine = zplan.initialize("model.onnx", config=ds_config, seq=128)   # under mpirun: one per rank
+    # or: plan = zplan.compile("model.onnx", train=True, zero=1, world=2, batch=8, seq=128); zplan.Engine(plan)
     for batch in batches:
         loss = engine.step(batch)          # a global [batch, seq] array of token ids
     engine.save_checkpoint("ckpt")
@@ -12,7 +12,7 @@ the runtime module (zplan._runtime). docs/python.md describes both.
 """
 
 from ._errors import CompileError, ZplanError
-from .engine import Engine, rank, runtime_available, world_size
+from .engine import Engine, initialize, rank, runtime_available, world_size
 from ._compile import Plan, compile, compiler_available, compile_flags
 from .export import export_hf
 
@@ -27,6 +27,7 @@ __all__ = [
     "compile_flags",
     "compiler_available",
     "export_hf",
+    "initialize",
     "rank",
     "runtime_available",
     "world_size",

@@ -128,6 +128,17 @@ def _f32_to_bf16(a):
     return (rounded >> 16).astype(np.uint16)
 
 
+def initialize(model_path, *, config=None, seq=None, batch=None, **settings):
+    """deepspeed.initialize's counterpart: compiles ``model_path`` for training over the ranks this launch
+    started (``world`` defaults to zplan.world_size()) with the DeepSpeed ``config`` (a dict or a path), and
+    returns the Engine. Other keywords are zplan.compile's (tp=, zero=, micro_batches=, out=, ...)."""
+    from ._compile import compile as _compile_plan
+
+    settings.setdefault("train", True)
+    settings.setdefault("world", world_size())
+    return Engine(_compile_plan(model_path, ds_config=config, seq=seq, batch=batch, **settings))
+
+
 class Engine:
     """A plan loaded on this rank: ``step(batch) -> loss``, ``forward(inputs)``, checkpoints.
 

@@ -24,9 +24,11 @@ def export_hf(model, path, *, batch=2, seq=16, max_seq=None, output=None):
         import torch
     except ImportError as e:
         raise ImportError("zplan.export_hf needs PyTorch (pip install torch transformers)") from e
+    # torch.export specialises an axis whose example size is 0 or 1 to a constant, so the example input
+    # needs at least 2 along each dynamic axis.
     for name, v in (("batch", batch), ("seq", seq)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"zplan.export_hf: {name} must be an int >= 1, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+            raise ValueError(f"zplan.export_hf: {name} must be an int >= 2 (the axes stay dynamic), got {v!r}")
     import inspect
 
     config = getattr(model, "config", None)
@@ -34,7 +36,9 @@ def export_hf(model, path, *, batch=2, seq=16, max_seq=None, output=None):
     if config is not None:
         # The eager attention exports to the plain MatMul/Softmax graph that zplan recognises; the fused
         # scaled-dot-product kernels of other implementations do not export to it.
-        if hasattr(config, "_attn_implementation"):
+        if hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation("eager")
+        elif hasattr(config, "_attn_implementation"):
             config._attn_implementation = "eager"
         vocab = getattr(config, "vocab_size", None)
         if max_seq is None:
