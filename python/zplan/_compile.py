@@ -149,9 +149,12 @@ def compile(model_path, *, out=None, batch=None, seq=None, dims=None, graph_only
             keep_work = True
         else:
             final = os.path.abspath(os.fspath(out))
-        # Each process writes its own file and renames it into place: under mpirun every rank may compile
-        # the same plan to the same path at once, and a rename is atomic.
-        part = f"{final}.{os.getpid()}.part"
+        # Each process writes its own file (named by rank and pid, unique across the job's hosts) and renames
+        # it into place: under mpirun every rank may compile the same plan to the same path at once, and a
+        # rename is atomic.
+        from .engine import rank
+
+        part = f"{final}.{rank()}.{os.getpid()}.part"
         rc, log = _compiler.compile(model, part, triples, -1 if batch is None else batch, -1 if seq is None else seq,
                                     dim_map, bool(graph_only))
         if rc != 0:

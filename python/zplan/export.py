@@ -7,6 +7,7 @@ torch.onnx.export(dynamo=True) with dynamic batch and sequence axes and the weig
 the file. It needs torch (and transformers for the model); neither is a dependency of the package.
 """
 
+import inspect
 import os
 
 
@@ -29,8 +30,6 @@ def export_hf(model, path, *, batch=2, seq=16, max_seq=None, output=None):
     for name, v in (("batch", batch), ("seq", seq)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 2:
             raise ValueError(f"zplan.export_hf: {name} must be an int >= 2 (the axes stay dynamic), got {v!r}")
-    import inspect
-
     config = getattr(model, "config", None)
     vocab = None
     if config is not None:
@@ -45,9 +44,30 @@ def export_hf(model, path, *, batch=2, seq=16, max_seq=None, output=None):
             max_seq = getattr(config, "max_position_embeddings", None)
     if max_seq is None:
         max_seq = 4 * seq
+    max_seq = max(int(max_seq), seq)
     vocab = vocab or 2
     # The KV cache is off where the model has one: its outputs are not part of the plan.
-    takes_cache = "use_cache" in inspect.signature(model.forward).parameters
+    kwargs = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+    model = model.eval()
+    # The example ids come from a generator of their own: the caller's random state stays as it was.
+    ids = torch.randint(0, vocab, (batch, seq), dtype=torch.int64, generator=torch.Generator().manual_seed(1))
+
+    # Which output to export, decided once on the example: the one named, else logits, else
+    # last_hidden_state, else the first.
+    with torch.no_grad():
+        sample = model(input_ids=ids, **kwargs)
+    def field(out, name):
+        # transformers' ModelOutput is a dict; other models may return a dict or an object with attributes.
+        return out.get(name) if isinstance(out, dict) else getattr(out, name, None)
+
+    if isinstance(sample, torch.Tensor):
+        out_name = output or "output"
+    elif output is not None:
+        out_name = output
+        if field(sample, output) is None:
+            raise ValueError(f"zplan.export_hf: the model returns no output named {output!r}")
+    else:
+        out_name = next((n for n in ("logits", "last_hidden_state") if field(sample, n) is not None), None)
 
     class _Wrapped(torch.nn.Module):
         def __init__(self, m):
@@ -55,29 +75,14 @@ def export_hf(model, path, *, batch=2, seq=16, max_seq=None, output=None):
             self.m = m
 
         def forward(self, input_ids):
-            kwargs = {"input_ids": input_ids}
-            if takes_cache:
-                kwargs["use_cache"] = False
-            out = self.m(**kwargs)
+            out = self.m(input_ids=input_ids, **kwargs)
             if isinstance(out, torch.Tensor):
                 return out
-            if output is not None:
-                return getattr(out, output) if hasattr(out, output) else out[output]
-            for name in ("logits", "last_hidden_state"):
-                value = getattr(out, name, None)
-                if value is not None:
-                    return value
-            return out[0]
+            return out[0] if out_name is None else field(out, out_name)
 
-    model = model.eval()
-    torch.manual_seed(1)
-    ids = torch.randint(0, vocab, (batch, seq), dtype=torch.int64)
-    out_name = output or ("logits" if hasattr(model, "lm_head") or "ForCausalLM" in type(model).__name__
-                          else "last_hidden_state")
-    dims = {"input_ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=int(max_seq))}}
+    dims = {"input_ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=max_seq)}}
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     torch.onnx.export(_Wrapped(model), (ids,), path, dynamo=True, external_data=True, input_names=["input_ids"],
-                      output_names=[out_name], dynamic_shapes=dims)
+                      output_names=[out_name or "output"], dynamic_shapes=dims)
     return path
