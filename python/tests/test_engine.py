@@ -140,6 +140,11 @@ def test_bad_plans_and_launchers(tmp_path, forward_plan, monkeypatch):
     assert e.value.code == "plan_invalid"
     with pytest.raises(ValueError, match="backend must be"):
         zplan.Engine(forward_plan, backend="tpu")
+    # A cuda plan given by its path opens on the cpu backend unless told: the runtime names the mismatch.
+    cuda_plan = zplan.compile(os.path.join(MODELS, "gpt2", "model.onnx"), batch=2, seq=16, target="cuda",
+                              out=tmp_path / "cuda.zplan")
+    with pytest.raises(zplan.ZplanError, match="the plan is for backend 'cuda' but this launch runs backend 'cpu'"):
+        zplan.Engine(cuda_plan.path)
     # torchrun's variables without an MPI launcher: refused before MPI starts, saying what to do.
     for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"):
         monkeypatch.delenv(v, raising=False)

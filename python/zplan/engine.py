@@ -146,13 +146,14 @@ class Engine:
     init     "file": weights from the plan's sources; "random": deterministic random weights (graph-only
              models).
     seed     the seed of init="random".
-    backend  "cpu" (the reference backend) or "cuda".
+    backend  "cpu" (the reference backend) or "cuda"; default: the target a zplan.Plan was compiled for
+             (compile's target=), "cpu" for a plan given by its path.
     lr       a learning rate that overrides the plan's schedule (training plans).
 
     A training plan's init program runs here once; load_checkpoint() then replaces what it wrote.
     """
 
-    def __init__(self, plan, *, init="file", seed=0, backend="cpu", lr=None):
+    def __init__(self, plan, *, init="file", seed=0, backend=None, lr=None):
         if _runtime is None:
             raise ZplanError(f"zplan.Engine needs the runtime module zplan._runtime ({_runtime_import_error})",
                              "not_found")
@@ -164,6 +165,10 @@ class Engine:
         if not os.path.isfile(path):
             raise FileNotFoundError(2, "zplan.Engine: no such plan file", path)
         _check_launcher()
+        report = getattr(plan, "report", None) or {}
+        settings = {x.get("flag"): x.get("value") for x in report.get("settings", [])}
+        if backend is None:
+            backend = settings.get("--target") or "cpu"
         self._plan = plan  # keeps a temporary Plan's folder alive as long as the engine
         self._s = _runtime.Session(path, init == "random", seed, backend)
         _live.add(self)
@@ -175,11 +180,7 @@ class Engine:
         self.grad_norm = float("nan")
         self._lr = None
         # The micro-batch count a Plan's report records; a bare path leaves it to the batch's size.
-        self._micro = None
-        report = getattr(plan, "report", None) or {}
-        for s in report.get("settings", []):
-            if s.get("flag") == "--micro-batches":
-                self._micro = int(s["value"])
+        self._micro = int(settings["--micro-batches"]) if settings.get("--micro-batches") else None
         if self.world > 1:
             _install_abort_hook()
         if "init" in self._programs:
