@@ -294,7 +294,10 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     sharding.zeroStage = f.zero;
     sharding.keepLogitsSharded = f.keepLogitsSharded;
     sharding.persistThreshold = f.persistThreshold;
-    sharding.prefetchBytes = f.prefetchBytes;
+    // The plan phase decides how far ahead gathers go
+    // (--zplan-prefetch-gathers below); the ZeRO passes place each gather
+    // right before its first use.
+    sharding.prefetchBytes = 0;
     sharding.maxLiveBytes = f.maxLiveBytes;
     sharding.offload = f.offloadParam == "cpu"
                            ? sharding::ShardingOptions::Offload::Cpu
@@ -312,6 +315,15 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     pm.addPass(plan::createZplanFoldTranspose());
     // The CUDA backend has kernels for the fused steps; the CPU reference
     // backend runs the unfused ones.
+    // ZeRO-3 gathers a window ahead of their use; without --prefetch-bytes,
+    // one layer's parameters ahead.
+    plan::ZplanPrefetchGathersOptions prefetch;
+    prefetch.windowBytes = f.origin("--prefetch-bytes").source ==
+                                   Source::Default
+                               ? -1
+                               : f.prefetchBytes;
+    prefetch.maxLiveBytes = f.maxLiveBytes;
+    pm.addPass(plan::createZplanPrefetchGathers(prefetch));
     if (f.target == "cuda" && !f.noFuse)
       pm.addPass(plan::createZplanFuse());
     pm.addPass(plan::createZplanSchedule(schedule));

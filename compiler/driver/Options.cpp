@@ -150,7 +150,8 @@ std::vector<OptionRow> buildTable() {
                   "ZeRO-3: parameters below this many bytes stay whole")
                   .checked(Check::NonNegative));
   t.push_back(row("--prefetch-bytes", &C::prefetchBytes,
-                  "ZeRO-3: bytes of parameters gathered ahead of use")
+                  "ZeRO-3: bytes of parameters gathered ahead of use "
+                  "(default: one layer's parameters; 0: none)")
                   .checked(Check::NonNegative));
   t.push_back(row("--max-live-bytes", &C::maxLiveBytes,
                   "ZeRO-3: cap on gathered parameter bytes alive at once")

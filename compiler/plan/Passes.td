@@ -113,6 +113,61 @@ def ZplanFuse : Pass<"zplan-fuse", "mlir::ModuleOp"> {
   ];
 }
 
+def ZplanPrefetchGathers : Pass<"zplan-prefetch-gathers", "mlir::ModuleOp"> {
+  let summary = "Issue ZeRO-3 parameter gathers a window ahead of their use";
+  let description = [{
+    In every program (forward, generation, training step), moves each
+    `zd.gather_param` earlier in the block order, which is the plan's one
+    SPMD order: the gather goes to the first reader of an earlier gather
+    while the bytes gathered from there up to its own first reader, its own
+    included, fit window-bytes, and while the gathered bytes alive at every
+    position stay within max-live-bytes (0: no cap). The gathers keep their
+    order (the comm stream issues the one needed first, first), and no
+    gather moves above its operand's producer or above a write to the
+    persistent shard it reads (the training step updates shards in place).
+    `zd.release` stays after the last use. window-bytes = -1 (auto) is one
+    layer's parameters: the distinct gathered bytes over the number of
+    `zg.attention` ops, at least the largest single gather.
+
+    --zplan-schedule then puts the gather on the comm stream and makes its
+    first reader wait on its event, and --zplan-memory-plan sees the longer
+    life of the gathered buffer (and makes the gather wait for the compute
+    step that last touched the bytes it reuses), so the gather runs while
+    the compute stream works through the window, inside the planned peak.
+    Run after sharding and before --zplan-fuse (a norm's parameter gathered
+    earlier no longer blocks the residual-norm fusion).
+
+    Before (window-bytes = 2048):
+    ```mlir
+    %ga = zd.gather_param %sa : tensor<128xf32> -> tensor<16x16xf32>
+    %h1 = zg.linear %x, %ga : ...
+    zd.release %ga : tensor<16x16xf32>
+    %gb = zd.gather_param %sb : tensor<128xf32> -> tensor<16x16xf32>
+    %h2 = zg.linear %h1, %gb : ...
+    ```
+    After:
+    ```mlir
+    %ga = zd.gather_param %sa : tensor<128xf32> -> tensor<16x16xf32>
+    %gb = zd.gather_param %sb : tensor<128xf32> -> tensor<16x16xf32>
+    %h1 = zg.linear %x, %ga : ...
+    zd.release %ga : tensor<16x16xf32>
+    %h2 = zg.linear %h1, %gb : ...
+    ```
+  }];
+  let dependentDialects = ["zplan::graph::GraphDialect"];
+  let options = [
+    Option<"windowBytes", "window-bytes", "int64_t", "-1",
+           "bytes of parameters gathered ahead of their first use (-1: one "
+           "layer's parameters, 0: none)">,
+    Option<"maxLiveBytes", "max-live-bytes", "int64_t", "0",
+           "cap on gathered parameter bytes alive at once (0 = none)">,
+  ];
+  let statistics = [
+    Statistic<"numGathers", "gathers", "zd.gather_param ops seen">,
+    Statistic<"numHoisted", "hoisted", "Gathers issued ahead of their place">,
+  ];
+}
+
 def ZplanSchedule : Pass<"zplan-schedule", "mlir::ModuleOp"> {
   let summary = "Fix the instruction order, streams, events and collective hash";
   let description = [{
@@ -121,7 +176,7 @@ def ZplanSchedule : Pass<"zplan-schedule", "mlir::ModuleOp"> {
     function as `zplan.num_events` / `zplan.collective_hash`). Within a
     program, takes the block order as the one SPMD order (it is
     topological by SSA dominance, and it keeps the placement of gathers and
-    prefetches that the ZeRO and offload passes chose), and gives every
+    prefetches that --zplan-prefetch-gathers and the offload pass chose), and gives every
     instruction a stream: `comm` for collectives and `zd.gather_param`, `copy`
     for `zd.prefetch` / `zd.evict`, `compute` for the rest. Storage ops
     (`zg.weight`, `zd.weight_shard`, `zg.state`, `zg.constant`) run no
