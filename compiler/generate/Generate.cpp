@@ -321,6 +321,30 @@ Value addLengthArgument(func::FuncOp func, int64_t batch, StringRef name) {
   return func.getArgument(n);
 }
 
+/// Replaces each transpose that moves only dims of size 1 by a reshape: the
+/// elements keep their order, so the result is a view of the input rather
+/// than a copy. A decode step has one query row, so its per-head transposes
+/// ([B, 1, H, D] <-> [B, H, 1, D]) are all of this kind: four copy kernels per
+/// layer that the step no longer launches.
+void unitTransposesToViews(func::FuncOp func) {
+  SmallVector<zg::TransposeOp> unit;
+  func.walk([&](zg::TransposeOp t) {
+    auto in = rtt(t.getInput()).getShape();
+    SmallVector<int64_t> kept;
+    for (int64_t d : t.getPerm())
+      if (in[d] != 1)
+        kept.push_back(d);
+    if (llvm::is_sorted(kept))
+      unit.push_back(t);
+  });
+  for (zg::TransposeOp t : unit) {
+    OpBuilder b(t);
+    Value view = zg::ReshapeOp::create(b, t.getLoc(), t.getType(), t.getInput());
+    t.getResult().replaceAllUsesWith(view);
+    t->erase();
+  }
+}
+
 } // namespace
 
 LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
@@ -400,6 +424,7 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
     a->erase();
   }
   refreshTypes(decode);
+  unitTransposesToViews(decode);
   {
     Operation *ret = b1.getTerminator();
     Value logits = ret->getOperand(0);

@@ -184,6 +184,11 @@ uint64_t kernelWorkspaceBytes(ArrayRef<func::FuncOp> funcs) {
         b = normRows(r.getInput(), int64_t(shapeOf(r.getInput()).size()) - 1);
       } else if (isa<graph::SumSquaresOp>(op)) {
         b = ws::sum_squares();
+      } else if (auto c = dyn_cast<graph::CachedAttentionOp>(op)) {
+        // The decode attention's per-chunk partial results.
+        ArrayRef<int64_t> q = shapeOf(c.getQ()), k = shapeOf(c.getK());
+        if (q.size() == 4 && k.size() == 4)
+          b = ws::cached_attention(q[0], q[1], q[2], q[3], k[1], k[2]);
       }
       most = std::max(most, b);
     });

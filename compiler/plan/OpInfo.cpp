@@ -98,6 +98,12 @@ std::optional<PlanDType> planDTypeOfValue(Value value, PlanDType floatDType) {
   if (!def)
     return cast<ShapedType>(value.getType()).getRank() == 0 ? own()
                                                             : floatDType;
+  // A generation KV cache holds the keys and values the attention computes:
+  // it is planned in the compute dtype, so that kv_write stores them as they
+  // are (half the bytes of an fp32 cache under bf16, and the decode step
+  // reads them at that size).
+  if (auto st = dyn_cast<graph::StateOp>(def); st && st.getKind() == "kv_cache")
+    return floatDType;
   // Mixed precision keeps the optimizer's side in fp32: master parts, and the
   // ops ZeRO marks `zplan.own_dtype` (the gradient's fp32 reduction chain).
   if (isa<graph::StateOp, graph::SumSquaresOp>(def) || isMasterShard(value) ||

@@ -6,6 +6,7 @@
 #   static cache + torch.compile, timed the same way -> one table with the batch-1 memory-bandwidth floor.
 #
 #   bash tests/cuda/generate_bench.sh [--batches "1 8 64"] [--modes "zrun eager compile"] [--no-test] [--model llama-1b]
+#                                     [--profile]
 # --modes picks the rows (zrun; Hugging Face eager; Hugging Face static cache + torch.compile), so that a call
 # that would outlast the 10-minute limit can be split in two (the table joins what each call measured only
 # within one call: run the modes to compare in the same call).
@@ -27,13 +28,14 @@
 # floor / measured step time (the issue's bar: >= 0.6).
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-batches="1 8 64" modes="zrun eager compile" test=1 model=llama-1b
+batches="1 8 64" modes="zrun eager compile" test=1 model=llama-1b profile=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --batches) batches=$2; shift ;;
     --modes) modes=$2; shift ;;
     --no-test) test=0 ;;
     --model) model=$2; shift ;;
+    --profile) profile=1 ;;
     *) echo "generate_bench: unknown flag $1" >&2; exit 2 ;;
   esac
   shift
@@ -62,11 +64,13 @@ step configure cmake -S . -B "$b" -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DCMAKE_PO
   -DZPLAN_FLATBUFFERS_ROOT="$top/.gpu-deps" -DZPLAN_GTEST_SOURCE_DIR="$top/.gpu-deps/googletest-src" ||
   { tail -30 "$out/configure.log"; exit 1; }
 targets=(zrun)
-[[ $test == 1 ]] && targets+=(zplan_cuda_sample_test)
+[[ $test == 1 ]] && targets+=(zplan_cuda_sample_test zplan_cuda_generate_kernels_test)
 step build ninja -C "$b" -j"$(nproc)" "${targets[@]}" || { grep -B2 -A12 -E "error|FAILED" "$out/build.log" | head -60; exit 1; }
 if [[ $test == 1 ]]; then
   step sample_test "$b/bin/zplan_cuda_sample_test"
   grep -E "^\[  (PASSED|FAILED) |Failure|row " "$out/sample_test.log" | head -20
+  step generate_kernels "$b/bin/zplan_cuda_generate_kernels_test"
+  grep -E "^\[  (PASSED|FAILED) |Failure|error|decode attention|splits" "$out/generate_kernels.log" | head -30
 fi
 
 # The device copy rate and the model's byte counts (weights without the embedding table; K/V bytes per cached
@@ -119,7 +123,7 @@ for bs in $batches; do
   plan=.gpu-gen/$model-b$bs.zplan
   [[ -f $plan ]] || { echo "zrun b$bs: $plan missing"; continue; }
   left $((budget - 60)) || { echo "zrun b$bs: skipped (call budget)"; continue; }
-  step zrun-b$bs timeout 240 "$b/bin/zrun" "$plan" --backend cuda --init random --generate \
+  step zrun-b$bs timeout 240 "$b/bin/zrun" "$plan" --backend cuda --init random --generate --warmup 1 \
     --prompt "$out/prompt-b$bs.npy" --max-new-tokens 256 --tokens-out "$out/tokens-b$bs.npy"
   grep -iE "first token|tokens/s|error" "$out/zrun-b$bs.log" | head -6
   python3 - "$out/zrun-b$bs.log" "$bs" "$out/tokens-b$bs.npy" >> "$out/zrun.jsonl" <<'PY'
@@ -143,6 +147,16 @@ print(json.dumps(r))
 PY
 done
 cat "$out/zrun.jsonl"
+# --profile: where a decode step's time goes, per op (CUDA graphs off, which ZRT_CUDA_PROFILE needs; 32 new
+# tokens), at each batch size.
+for bs in $batches; do
+  [[ $profile == 1 ]] || break
+  left $((budget - 90)) || { echo "profile b$bs: skipped (call budget)"; continue; }
+  step profile-b$bs env ZRT_CUDA_GRAPH=0 ZRT_CUDA_PROFILE=1 ZRT_CUDA_PROFILE_TOP=14 timeout 120 "$b/bin/zrun" \
+    .gpu-gen/$model-b$bs.zplan --backend cuda --init random --generate --prompt "$out/prompt-b$bs.npy" \
+    --max-new-tokens 32
+  grep -E "zrt cuda: profile|decode" "$out/profile-b$bs.log" | head -20
+done
 
 # Hugging Face generate, eager then static cache + torch.compile, in this call.
 : > "$out/hf.jsonl"

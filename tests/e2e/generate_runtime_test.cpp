@@ -4,7 +4,11 @@
 //    session that never decodes) within 1e-4, and the greedy tokens equal Hugging Face generate's
 //    (tests/models/<model>/expected_generate.npy);
 //  - prompts of different lengths in one batch give each sequence the tokens it gets alone (batch 1);
-//  - the C API's prefill and decode step give the C++ API's tokens.
+//  - the C API's prefill and decode step give the C++ API's tokens;
+//  - a bf16 plan (cache in bf16) generates what the fp32 model would within bf16's error: at every step its
+//    logits are within 5% of the fp32 logits' RMS of an fp32 prefill over the same tokens, the token it
+//    picks is within twice that step's difference of the fp32 best, and wherever the fp32 margin between the
+//    best and second-best token exceeds twice the difference, the token is Hugging Face's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,11 +40,12 @@ bool read_i64_npy(const std::string& path, std::vector<int64_t>* out) {
   return true;
 }
 
-std::string compile(const std::string& model) {
+std::string compile(const std::string& model, const std::string& dtype = "fp32") {
   const std::string dir = std::string(ZPLAN_MODELS_DIR) + "/" + model;
-  const std::string plan = std::string(ZPLAN_WORK_DIR) + "/generate-" + model + ".zplan";
+  const std::string plan = std::string(ZPLAN_WORK_DIR) + "/generate-" + model + "-" + dtype + ".zplan";
   const std::string cmd = std::string(ZPLAN_BIN_DIR) + "/zplan " + dir + "/model.onnx --generate --max-seq " +
-                          std::to_string(kMaxSeq) + " --batch " + std::to_string(kBatch) + " -o " + plan;
+                          std::to_string(kMaxSeq) + " --batch " + std::to_string(kBatch) + " --dtype " + dtype +
+                          " -o " + plan;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   return plan;
 }
@@ -56,6 +61,19 @@ std::vector<float> logits(zrt::Session& s) {
   std::vector<float> l(static_cast<size_t>(kBatch * kVocab));
   zrt::Status st = s.read_output("logits", l.data(), l.size() * 4);
   EXPECT_TRUE(st.ok()) << st.message();
+  return l;
+}
+
+/// The logits of a bf16 plan, widened to float.
+std::vector<float> logits_bf16(zrt::Session& s) {
+  std::vector<uint16_t> h(static_cast<size_t>(kBatch * kVocab));
+  zrt::Status st = s.read_output("logits", h.data(), h.size() * 2);
+  EXPECT_TRUE(st.ok()) << st.message();
+  std::vector<float> l(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    const uint32_t bits = static_cast<uint32_t>(h[i]) << 16;
+    std::memcpy(&l[i], &bits, 4);
+  }
   return l;
 }
 
@@ -118,6 +136,81 @@ void decode_matches_prefill(const std::string& model) {
 }
 
 TEST(GenerateRuntime, GptDecodeLogitsEqualPrefill) { decode_matches_prefill("gpt2"); }
+
+// The bf16 plan against the fp32 model, teacher-forced: after each of its steps (the prefill, then every
+// decode step over its bf16 cache) an fp32 session prefills the same tokens and gives the reference logits.
+void bf16_follows_fp32(const std::string& model) {
+  const std::string plan16 = compile(model, "bf16"), plan32 = compile(model);
+  std::vector<int64_t> ids, expected;
+  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/" + model + "/input_ids.npy", &ids));
+  ASSERT_TRUE(
+      read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/" + model + "/expected_generate.npy", &expected));
+  auto half = open(plan16), full = open(plan32);
+  ASSERT_TRUE(half && full);
+  std::vector<std::vector<int64_t>> seq(kBatch);
+  for (int64_t r = 0; r < kBatch; ++r)
+    seq[r].assign(ids.begin() + r * kPrompt, ids.begin() + (r + 1) * kPrompt);
+  std::vector<int64_t> lengths(kBatch, kPrompt), next(kBatch);
+  zrt::Status st = half->prefill(ids.data(), kBatch, kPrompt, lengths.data(), next.data());
+  ASSERT_TRUE(st.ok()) << st.message();
+  std::vector<bool> same_as_hf(kBatch, true);
+  double worst = 0;
+  int64_t forced = 0, agreed = 0;
+  for (int64_t k = 0; k < kNew; ++k) {
+    if (k > 0) {
+      std::vector<int64_t> tok(kBatch), pos(kBatch);
+      for (int64_t r = 0; r < kBatch; ++r) {
+        tok[r] = seq[r].back();
+        pos[r] = static_cast<int64_t>(seq[r].size()) - 1;
+      }
+      st = half->decode_step(tok.data(), pos.data(), kBatch, next.data());
+      ASSERT_TRUE(st.ok()) << "step " << k << ": " << st.message();
+    }
+    const std::vector<float> got = logits_bf16(*half);
+    const int64_t n = static_cast<int64_t>(seq[0].size());
+    std::vector<int64_t> all, lens(kBatch, n), ignored(kBatch);
+    for (int64_t r = 0; r < kBatch; ++r) all.insert(all.end(), seq[r].begin(), seq[r].end());
+    st = full->prefill(all.data(), kBatch, n, lens.data(), ignored.data());
+    ASSERT_TRUE(st.ok()) << st.message();
+    const std::vector<float> want = logits(*full);
+    for (int64_t r = 0; r < kBatch; ++r) {
+      const float* g = got.data() + r * kVocab;
+      const float* w = want.data() + r * kVocab;
+      double ss = 0, diff = 0;
+      for (int64_t v = 0; v < kVocab; ++v) {
+        ss += static_cast<double>(w[v]) * w[v];
+        diff = std::max(diff, std::fabs(static_cast<double>(g[v]) - w[v]));
+      }
+      const double rms = std::sqrt(ss / kVocab);
+      EXPECT_LE(diff, 0.05 * rms) << model << " step " << k << " row " << r;
+      worst = std::max(worst, diff / rms);
+      // The fp32 best and second best.
+      int64_t best = 0;
+      for (int64_t v = 1; v < kVocab; ++v)
+        if (w[v] > w[best]) best = v;
+      float second = -INFINITY;
+      for (int64_t v = 0; v < kVocab; ++v)
+        if (v != best) second = std::max(second, w[v]);
+      EXPECT_GE(w[next[r]], w[best] - 2 * diff) << model << " step " << k << " row " << r << ": token " << next[r];
+      const int64_t hf = expected[r * (kPrompt + kNew) + kPrompt + k];
+      if (same_as_hf[r] && w[best] - second > 2 * diff) {
+        ++forced;
+        EXPECT_EQ(next[r], hf) << model << " step " << k << " row " << r << " (fp32 margin " << w[best] - second
+                               << ", bf16 difference " << diff << ")";
+      }
+      agreed += same_as_hf[r] && next[r] == hf;
+      same_as_hf[r] = same_as_hf[r] && next[r] == hf;
+      seq[r].push_back(next[r]);
+    }
+  }
+  std::printf("%s bf16: largest |bf16 - fp32| logit difference %.3g of the logits' RMS; %lld of %lld tokens equal "
+              "Hugging Face's before any divergence, %lld of them where the margin required it\n",
+              model.c_str(), worst, static_cast<long long>(agreed), static_cast<long long>(kBatch * kNew),
+              static_cast<long long>(forced));
+}
+
+TEST(GenerateRuntime, GptBf16FollowsFp32) { bf16_follows_fp32("gpt2"); }
+TEST(GenerateRuntime, LlamaBf16FollowsFp32) { bf16_follows_fp32("llama"); }
 TEST(GenerateRuntime, LlamaDecodeLogitsEqualPrefill) { decode_matches_prefill("llama"); }
 
 // Greedy tokens of `prompts` (row-major [batch, width], row r its first lengths[r] ids), `steps` new each.

@@ -15,10 +15,12 @@
 // backend is destroyed. With several streams busy at once the classes overlap, so their sum can exceed the
 // run's time.
 //
-// CUDA graphs (ZRT_CUDA_GRAPH=1, what zrun's --cuda-graph sets): the second run is captured from the compute
-// stream, forking into the comm and copy streams through the plan's own events, NCCL's collectives
+// CUDA graphs (ZRT_CUDA_GRAPH=1, what zrun's --cuda-graph and --generate set): the second run of each program
+// is captured from the compute stream, forking into the comm and copy streams through the plan's own events, NCCL's collectives
 // included (NCCL supports stream capture; its connections were set up by the first run), and later runs
-// replay it. A plan with a host barrier is not captured (a barrier waits on the host).
+// replay it. A program with a host barrier is not captured (a barrier waits on the host). Each program has
+// its own graph: a generation plan's decode program is captured on its second step and replayed for every
+// later token, while its prefill, run once, is not.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,8 +35,10 @@
 
 #include "cuda_hooks.h"
 #include "cuda_status.h"
+#include "zk/cuda_decode.h"
 #include "zk/cuda_kernels.h"
 #include "zk/cuda_train_kernels.h"
+#include "zk/cuda_workspace.h"
 #include "zrt/backend.h"
 #include "zrt/ops.h"
 #include "zrt/plan_generated.h"
@@ -124,6 +128,12 @@ size_t kernel_workspace(const Step &s) {
     case Op::rms_norm_grad: return zk::cuda::rms_norm_grad_workspace(in_of(s.inputs[0]));
     case Op::embedding_grad: return zk::cuda::embedding_grad_workspace(out_of(s.outputs[0]));
     case Op::sum_squares: return zk::cuda::sum_squares_workspace();
+    case Op::cached_attention: {
+      const zk::In q = in_of(s.inputs[0]), k = in_of(s.inputs[1]);
+      if (q.shape.rank != 4 || k.shape.rank != 4) return 0;
+      return zk::cuda::workspace::cached_attention(q.shape.d[0], q.shape.d[1], q.shape.d[2], q.shape.d[3],
+                                                   k.shape.d[1], k.shape.d[2]);
+    }
     default: return 0;
   }
 }
@@ -201,8 +211,10 @@ class CudaBackend final : public Backend {
                    "workspace allocated by zrt %.1f MiB\n",
                    peak_used_ / 1048576.0, base_used_ / 1048576.0, allocated_ / 1048576.0);
     }
-    if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
-    if (graph_) cudaGraphDestroy(graph_);
+    for (Captured &c : captured_) {
+      if (c.exec) cudaGraphExecDestroy(c.exec);
+      if (c.graph) cudaGraphDestroy(c.graph);
+    }
     if (workspace_) cudaFree(workspace_);
     if (kernel_ws_) cudaFree(kernel_ws_);
     blas_.reset();
@@ -325,12 +337,17 @@ class CudaBackend final : public Backend {
 
   Status begin_run(int program, bool *replayed) override {
     ZRT_RETURN_IF_ERROR(init());
-    // A captured graph holds one program's run: only the first program is captured and replayed.
-    *replayed = graph_exec_ != nullptr && program == 0;
+    // A captured graph holds one program's run; each program has its own.
+    if (program < 0) return error(Code::backend_error, "cuda backend: program " + std::to_string(program));
+    if (captured_.size() <= static_cast<size_t>(program)) captured_.resize(static_cast<size_t>(program) + 1);
+    program_ = program;
+    Captured &c = captured_[static_cast<size_t>(program)];
+    *replayed = c.exec != nullptr;
+    in_run_ = true;
     if (*replayed) return {};
     // The second run is captured: the first one has loaded modules, chosen GEMM algorithms and let NCCL
     // connect its peers, none of which may happen inside a capture.
-    if (graph_ok_ && program == 0 && !saw_barrier_ && runs_ == 1) {
+    if (graph_ok_ && !c.barrier && c.runs == 1) {
       ZRT_CUDA_CHECK(cudaStreamBeginCapture(streams_[0], cudaStreamCaptureModeThreadLocal));
       capturing_ = true;
     }
@@ -346,7 +363,7 @@ class CudaBackend final : public Backend {
     if (s.stream > 2) return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) +
                                                             " names stream " + std::to_string(s.stream));
     if (s.op == Op::barrier) {
-      saw_barrier_ = true;
+      if (program_ < static_cast<int>(captured_.size())) captured_[static_cast<size_t>(program_)].barrier = true;
       if (capturing_)
         return error(Code::backend_error, "cuda backend: a host barrier cannot be captured in a CUDA graph");
     }
@@ -379,7 +396,9 @@ class CudaBackend final : public Backend {
 
   Status synchronize() override {
     ZRT_RETURN_IF_ERROR(init());
-    if (!graph_exec_ || capturing_) {
+    if (captured_.size() <= static_cast<size_t>(program_)) captured_.resize(static_cast<size_t>(program_) + 1);
+    Captured &c = captured_[static_cast<size_t>(program_)];
+    if (!c.exec || capturing_) {
       // The run's closing edge: the compute stream follows comm and copy (this also joins a capture's forks).
       ZRT_CUDA_CHECK(cudaEventRecord(edge_events_[1], streams_[1]));
       ZRT_CUDA_CHECK(cudaEventRecord(edge_events_[2], streams_[2]));
@@ -390,15 +409,16 @@ class CudaBackend final : public Backend {
       capturing_ = false;
       cudaGraph_t g = nullptr;
       ZRT_CUDA_CHECK(cudaStreamEndCapture(streams_[0], &g));
-      graph_ = g;
-      ZRT_CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
+      c.graph = g;
+      ZRT_CUDA_CHECK(cudaGraphInstantiate(&c.exec, c.graph, 0));
       if (report_) {
         size_t nodes = 0;
-        cudaGraphGetNodes(graph_, nullptr, &nodes);
-        std::fprintf(stderr, "zrt cuda: captured the run as a CUDA graph of %zu nodes\n", nodes);
+        cudaGraphGetNodes(c.graph, nullptr, &nodes);
+        std::fprintf(stderr, "zrt cuda: captured program %d's run as a CUDA graph of %zu nodes\n", program_, nodes);
       }
     }
-    if (graph_exec_) ZRT_CUDA_CHECK(cudaGraphLaunch(graph_exec_, streams_[0]));
+    // A replay is launched by the run it stands for; a synchronize() outside a run (reading state) only waits.
+    if (c.exec && in_run_) ZRT_CUDA_CHECK(cudaGraphLaunch(c.exec, streams_[0]));
     ZRT_RETURN_IF_ERROR(wait_stream(streams_[0]));
     ZRT_CUDA_CHECK(cudaGetLastError());
     if (prof_next_ > 0) {
@@ -416,6 +436,8 @@ class CudaBackend final : public Backend {
       prof_next_ = 0;
     }
     ++runs_;
+    if (in_run_) ++c.runs;
+    in_run_ = false;
     note_memory();
     return {};
   }
@@ -698,6 +720,14 @@ class CudaBackend final : public Backend {
         ZRT_GPU_CHECK(zc::kv_write(out_of(s.outputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), st));
         return {};
       case Op::cached_attention:
+        // The decode kernel (kernels/cuda/decode_attention.cu) where it applies, else the simple exact one.
+        if (zc::decode_attention_supported(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
+                                           in_of(s.inputs[3]), out_of(s.outputs[0]))) {
+          ZRT_GPU_CHECK(zc::decode_attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
+                                             in_of(s.inputs[3]), out_of(s.outputs[0]),
+                                             static_cast<float>(s.floats[0]), kernel_ws_, st));
+          return {};
+        }
         ZRT_GPU_CHECK(zc::cached_attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
                                            in_of(s.inputs[3]), out_of(s.outputs[0]), static_cast<float>(s.floats[0]),
                                            st));
@@ -722,10 +752,18 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes_ = 0;
   void *kernel_ws_ = nullptr;  // the training kernels' workspace (kernel_workspace), sized in prepare()
   // CUDA graph state.
-  bool graph_wanted_ = false, graph_ok_ = false, capturing_ = false, saw_barrier_ = false;
+  bool graph_wanted_ = false, graph_ok_ = false, capturing_ = false;
   int runs_ = 0;
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t graph_exec_ = nullptr;
+  /// Per program: its captured graph, its runs, whether it holds a host barrier (then it is never captured).
+  struct Captured {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    int runs = 0;
+    bool barrier = false;
+  };
+  std::vector<Captured> captured_;
+  int program_ = 0;
+  bool in_run_ = false;
   // Profiling.
   bool profile_ = false;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> prof_events_;

@@ -1,0 +1,325 @@
+// Decode attention (cached_attention on the decode path, docs/generation.md): the new queries of each
+// sequence attend over its KV cache. A decode step reads the whole cache written so far and does little
+// arithmetic on it, so the kernel is built to read the cache once, at the memory's rate:
+//
+// - Grouped-query attention: one block serves one K/V head and every query head that shares it (and every
+//   query row, when a step brings more than one), so each key and value is read once per step, not once per
+//   query head.
+// - Flash-decoding: one block covers one chunk of the cache (whole 128-key tiles), so that a batch of one
+//   still puts a few hundred blocks on the GPU; each block keeps a running maximum and sum (the online
+//   softmax) and leaves its unnormalised output, maximum and sum in the workspace, and a second kernel
+//   combines the chunks. When one chunk covers the cache (large batches), the block writes the output
+//   itself. The split is a function of the shapes alone (zk/cuda_workspace.h), so the plan sizes the
+//   workspace; chunks past a sequence's cached length exit at once.
+// - Loads are 16-byte vectors of a key row (a thread per key) for the scores and 2-element vectors of a value
+//   row (a warp per row segment) for the weighted sum; the softmax runs in the base-2 domain with the scale
+//   folded into the queries; all sums are fp32.
+//
+// The oracle is the CPU reference kernel (kernels/cpu/generate.cpp), tests/cuda/generate_kernels_test.cpp.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "common.cuh"
+#include "zk/cuda_decode.h"
+#include "zk/cuda_workspace.h"
+
+namespace zk {
+namespace cuda {
+namespace {
+
+using detail::from_f32;
+using detail::launched;
+using detail::to_f32;
+using detail::warp_max;
+using detail::warp_sum;
+
+constexpr int kThreadsPerBlock = 128;
+constexpr int kTile = static_cast<int>(workspace::kDecodeTile);
+static_assert(kTile == kThreadsPerBlock, "one key of a tile per thread");
+constexpr int kMaxRows = 8;  // query rows per K/V head a block serves
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Eight consecutive elements of a row as floats (16 bytes of bf16/f16, 32 of f32).
+__device__ __forceinline__ void load8(const float *p, float (&x)[8]) {
+  const float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16 *p, float (&x)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4 *>(p);
+  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = __bfloat1622float2(h[k]);
+    x[2 * k] = f.x, x[2 * k + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void load8(const __half *p, float (&x)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4 *>(p);
+  const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = __half22float2(h[k]);
+    x[2 * k] = f.x, x[2 * k + 1] = f.y;
+  }
+}
+
+// Two consecutive elements as floats.
+__device__ __forceinline__ float2 load2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
+__device__ __forceinline__ float2 load2(const __nv_bfloat16 *p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p));
+}
+__device__ __forceinline__ float2 load2(const __half *p) {
+  return __half22float2(*reinterpret_cast<const __half2 *>(p));
+}
+
+// Grid (chunk, K/V head, sequence). R = (Hq / Hkv) * S query rows share the K/V head; row r is query head
+// kh * G + r / S, query row r % S.
+template <class T, int DH>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    decode_attention_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+                            const int64_t *__restrict__ pos, T *__restrict__ out, float *__restrict__ part_o,
+                            float *__restrict__ part_ml, int Hq, int Hkv, int S, int L, int chunk, int splits,
+                            float scale) {
+  constexpr int kPairs = DH / 2;  // value pairs per row
+  __shared__ __align__(16) float qs[kMaxRows][DH];
+  __shared__ float sc[kMaxRows][kTile];
+  __shared__ float row_m[kMaxRows], row_l[kMaxRows], row_alpha[kMaxRows];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int split = blockIdx.x, kh = blockIdx.y, b = blockIdx.z;
+  const int G = Hq / Hkv, R = G * S;
+  int64_t p = pos[b];
+  p = p < 0 ? 0 : (p >= L ? L - 1 : p);  // the launcher cannot read device positions; stay in bounds
+  const int t_max = static_cast<int>(min(p + S, static_cast<int64_t>(L)));
+  const int start = split * chunk;
+  if (start >= t_max) return;  // past this sequence's cache: the combine leaves this chunk out
+  const int end = min(start + chunk, t_max);
+
+  // The queries, pre-multiplied by scale * log2(e): scores come out in the base-2 domain.
+  const float qscale = scale * kLog2e;
+  for (int e = tid; e < R * DH; e += kThreadsPerBlock) {
+    const int r = e / DH, d = e % DH, h = kh * G + r / S, i = r % S;
+    qs[r][d] = static_cast<float>(to_f32(q[((static_cast<int64_t>(b) * Hq + h) * S + i) * DH + d])) * qscale;
+  }
+  if (tid < R) {
+    row_m[tid] = -INFINITY;
+    row_l[tid] = 0.0f;
+  }
+  const int64_t base = ((static_cast<int64_t>(b) * Hkv + kh) * L) * DH;
+  const T *kb = k + base, *vb = v + base;
+
+  // The weighted sum: the block's threads split into `groups` sets that each cover every (row, value pair)
+  // once; set g takes the keys g, g + groups, ... of each tile (summed across sets at the end).
+  const int pairs = R * kPairs;
+  const int groups = pairs >= kThreadsPerBlock ? 1 : kThreadsPerBlock / pairs;
+  const int set = tid / pairs < groups ? tid / pairs : groups;  // == groups: idle in the sum when pairs > 128 / groups
+  constexpr int kOwn = (kMaxRows * kPairs + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  float2 acc[kOwn];
+#pragma unroll
+  for (int u = 0; u < kOwn; ++u) acc[u] = make_float2(0.0f, 0.0f);
+  __syncthreads();
+
+  for (int tile = start; tile < end; tile += kTile) {
+    const int j = tile + tid, n = min(kTile, end - tile);
+    float s[kMaxRows];
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r) s[r] = 0.0f;
+    if (tid < n) {
+      const T *kr = kb + static_cast<int64_t>(j) * DH;
+#pragma unroll
+      for (int d = 0; d < DH; d += 8) {
+        float x[8];
+        load8(kr + d, x);
+#pragma unroll
+        for (int r = 0; r < kMaxRows; ++r) {
+          if (r < R) {
+            const float4 a = *reinterpret_cast<const float4 *>(&qs[r][d]);
+            const float4 c = *reinterpret_cast<const float4 *>(&qs[r][d + 4]);
+            s[r] += a.x * x[0] + a.y * x[1] + a.z * x[2] + a.w * x[3] + c.x * x[4] + c.y * x[5] + c.z * x[6] +
+                    c.w * x[7];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r)
+      if (r < R) {
+        // Row r sees the keys 0 .. p + (r % S).
+        const bool seen = tid < n && j <= p + r % S;
+        sc[r][tid] = seen ? s[r] : -INFINITY;
+      }
+    __syncthreads();
+
+    // The online softmax, one warp per row: the tile's maximum, the rescale of what came before, the weights.
+    for (int r = warp; r < R; r += kThreadsPerBlock / 32) {
+      float m = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < kTile / 32; ++c) m = fmaxf(m, sc[r][lane + 32 * c]);
+      m = warp_max(m);
+      const float m_old = row_m[r], m_new = fmaxf(m_old, m);
+      float sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kTile / 32; ++c) {
+        const float x = sc[r][lane + 32 * c];
+        const float w = m_new == -INFINITY ? 0.0f : exp2f(x - m_new);
+        sc[r][lane + 32 * c] = w;
+        sum += w;
+      }
+      sum = warp_sum(sum);
+      if (lane == 0) {
+        const float alpha = m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
+        row_alpha[r] = alpha;
+        row_l[r] = row_l[r] * alpha + sum;
+        row_m[r] = m_new;
+      }
+    }
+    __syncthreads();
+
+    if (set < groups) {
+#pragma unroll
+      for (int u = 0; u < kOwn; ++u) {
+        const int pi = tid % pairs + u * kThreadsPerBlock;
+        if (u * kThreadsPerBlock >= pairs || pi >= pairs) break;
+        const int r = pi / kPairs, d = 2 * (pi % kPairs);
+        const float alpha = row_alpha[r];
+        float2 a = make_float2(acc[u].x * alpha, acc[u].y * alpha);
+#pragma unroll 8
+        for (int jj = set; jj < n; jj += groups) {
+          const float w = sc[r][jj];
+          const float2 x = load2(vb + static_cast<int64_t>(tile + jj) * DH + d);
+          a.x += w * x.x;
+          a.y += w * x.y;
+        }
+        acc[u] = a;
+      }
+    }
+    __syncthreads();  // sc is rewritten by the next tile
+  }
+
+  // Sum the sets' partial outputs (through sc, now free), then normalise or leave the chunk's partials.
+  float *red = &sc[0][0];
+  if (groups > 1) {
+    if (set < groups) red[2 * tid] = acc[0].x, red[2 * tid + 1] = acc[0].y;
+    __syncthreads();
+    if (tid < pairs) {
+      float2 a = make_float2(0.0f, 0.0f);
+      for (int g = 0; g < groups; ++g) a.x += red[2 * (g * pairs + tid)], a.y += red[2 * (g * pairs + tid) + 1];
+      acc[0] = a;
+    }
+  }
+  if (tid >= pairs && groups > 1) return;
+#pragma unroll
+  for (int u = 0; u < kOwn; ++u) {
+    const int pi = tid + u * kThreadsPerBlock;
+    if (pi >= pairs) break;
+    const int r = pi / kPairs, d = 2 * (pi % kPairs), h = kh * G + r / S, i = r % S;
+    const int64_t row = (static_cast<int64_t>(b) * Hq + h) * S + i;
+    if (splits == 1) {
+      const float l = row_l[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
+      out[row * DH + d] = from_f32<T>(acc[u].x * inv);
+      out[row * DH + d + 1] = from_f32<T>(acc[u].y * inv);
+    } else {
+      float *o = part_o + (row * splits + split) * DH;
+      o[d] = acc[u].x;
+      o[d + 1] = acc[u].y;
+      if (d == 0) {
+        part_ml[(row * splits + split) * 2] = row_m[r];
+        part_ml[(row * splits + split) * 2 + 1] = row_l[r];
+      }
+    }
+  }
+}
+
+// One block per query row, a thread per output element: the chunks' outputs weighted by 2^(m_c - max m).
+template <class T>
+__global__ void decode_combine_kernel(const float *__restrict__ part_o, const float *__restrict__ part_ml,
+                                      const int64_t *__restrict__ pos, T *__restrict__ out, int Hq, int S, int L,
+                                      int chunk, int splits, int DH) {
+  const int64_t row = blockIdx.x;
+  const int i = static_cast<int>(row % S);
+  const int64_t b = row / (static_cast<int64_t>(S) * Hq);
+  int64_t p = pos[b];
+  p = p < 0 ? 0 : (p >= L ? L - 1 : p);
+  const int t_max = static_cast<int>(min(p + S, static_cast<int64_t>(L)));
+  const int used = min(splits, (t_max + chunk - 1) / chunk);
+  (void)i;
+  const float *ml = part_ml + row * splits * 2;
+  float m = -INFINITY;
+  for (int c = 0; c < used; ++c) m = fmaxf(m, ml[2 * c]);
+  for (int d = threadIdx.x; d < DH; d += blockDim.x) {
+    float num = 0.0f, den = 0.0f;
+    for (int c = 0; c < used; ++c) {
+      const float mc = ml[2 * c];
+      const float w = mc == -INFINITY ? 0.0f : exp2f(mc - m);
+      num += w * part_o[(row * splits + c) * DH + d];
+      den += w * ml[2 * c + 1];
+    }
+    out[row * DH + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
+  }
+}
+
+template <class T, int DH>
+cudaError_t launch_decode(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
+                          void *workspace, cudaStream_t s) {
+  const int64_t B = q.shape.d[0], Hq = q.shape.d[1], S = q.shape.d[2], Hkv = k.shape.d[1], L = k.shape.d[2];
+  const int64_t chunk = workspace::decode_attention_chunk(B, Hkv, L);
+  const int64_t splits = workspace::decode_attention_splits(B, Hkv, L);
+  float *part_o = static_cast<float *>(workspace);
+  float *part_ml = splits > 1 ? part_o + B * Hq * S * splits * DH : nullptr;
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(Hkv), static_cast<unsigned>(B));
+  decode_attention_kernel<T, DH><<<grid, kThreadsPerBlock, 0, s>>>(
+      static_cast<const T *>(q.data), static_cast<const T *>(k.data), static_cast<const T *>(v.data),
+      static_cast<const int64_t *>(pos.data), static_cast<T *>(out.data), part_o, part_ml, static_cast<int>(Hq),
+      static_cast<int>(Hkv), static_cast<int>(S), static_cast<int>(L), static_cast<int>(chunk),
+      static_cast<int>(splits), scale);
+  if (splits > 1)
+    decode_combine_kernel<T><<<static_cast<unsigned>(B * Hq * S), DH, 0, s>>>(
+        part_o, part_ml, static_cast<const int64_t *>(pos.data), static_cast<T *>(out.data), static_cast<int>(Hq),
+        static_cast<int>(S), static_cast<int>(L), static_cast<int>(chunk), static_cast<int>(splits), DH);
+  return launched();
+}
+
+template <class T>
+cudaError_t launch_typed(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
+                         void *workspace, cudaStream_t s) {
+  return q.shape.d[3] == 64 ? launch_decode<T, 64>(q, k, v, pos, out, scale, workspace, s)
+                            : launch_decode<T, 128>(q, k, v, pos, out, scale, workspace, s);
+}
+
+}  // namespace
+
+bool decode_attention_supported(const In &q, const In &k, const In &v, const In &pos, const Out &out) {
+  if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape != k.shape || out.shape != q.shape) return false;
+  if (k.dtype != q.dtype || v.dtype != q.dtype || out.dtype != q.dtype || !is_float(q.dtype)) return false;
+  if (pos.dtype != DType::i64) return false;
+  const int64_t Hq = q.shape.d[1], S = q.shape.d[2], Dh = q.shape.d[3], Hkv = k.shape.d[1];
+  if (Dh != 64 && Dh != 128) return false;
+  if (Hkv <= 0 || Hq % Hkv != 0 || (Hq / Hkv) * S > kMaxRows) return false;
+  // 16-byte row loads.
+  for (const void *p : {q.data, k.data, v.data, const_cast<const void *>(out.data)})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return k.shape.d[2] < (int64_t{1} << 30) && q.shape.d[0] <= 65535 && Hkv <= 65535;
+}
+
+GpuStatus decode_attention(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
+                           void *workspace, cudaStream_t s) {
+  if (!decode_attention_supported(q, k, v, pos, out))
+    return kernel_failure("decode_attention: operands outside the kernel's cases (see decode_attention_supported)");
+  const int64_t B = q.shape.d[0], Hq = q.shape.d[1], S = q.shape.d[2], Dh = q.shape.d[3], L = k.shape.d[2];
+  if (k.shape.d[0] != B || k.shape.d[3] != Dh || S > L) return kernel_failure("decode_attention: the caches do not fit q");
+  if (pos.shape != Dims{B}) return kernel_failure("decode_attention: pos must be i64 [B]");
+  if (B * Hq * S == 0) return {};
+  if (workspace::cached_attention(B, Hq, S, Dh, k.shape.d[1], L) > 0 && !workspace)
+    return kernel_failure("decode_attention: no workspace for the chunks' partial results");
+  switch (q.dtype) {
+    case DType::bf16: ZK_CUDA_TRY(launch_typed<__nv_bfloat16>(q, k, v, pos, out, scale, workspace, s)); break;
+    case DType::f16: ZK_CUDA_TRY(launch_typed<__half>(q, k, v, pos, out, scale, workspace, s)); break;
+    default: ZK_CUDA_TRY(launch_typed<float>(q, k, v, pos, out, scale, workspace, s)); break;
+  }
+  return {};
+}
+
+}  // namespace cuda
+}  // namespace zk

@@ -1,0 +1,28 @@
+// zk/cuda_decode.h - the decode attention kernel (kernels/cuda/decode_attention.cu).
+#ifndef ZK_CUDA_DECODE_H
+#define ZK_CUDA_DECODE_H
+
+#include <cuda_runtime.h>
+
+#include "zk/cuda_kernels.h"
+
+namespace zk {
+namespace cuda {
+
+/// Whether decode_attention takes these operands: q, the caches and out of one float dtype, a head dim of 64
+/// or 128, at most 8 query rows per K/V head (query heads per K/V head x rows), pos i64. Otherwise the caller
+/// uses cached_attention (cuda_train_kernels.h), the simple exact kernel.
+bool decode_attention_supported(const In &q, const In &k, const In &v, const In &pos, const Out &out);
+
+/// Query row i of sequence b attends to the cached keys 0 .. pos[b] + i, like cached_attention, split over
+/// the cache length (flash-decoding): each block reads one chunk of one K/V head's cache once for all the
+/// query heads that share it (grouped-query attention), keeps a running softmax, and a second kernel combines
+/// the chunks. `workspace` holds zk::cuda::workspace::cached_attention(...) bytes (zk/cuda_workspace.h); it
+/// may be null when that is 0.
+GpuStatus decode_attention(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
+                           void *workspace, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace zk
+
+#endif  // ZK_CUDA_DECODE_H
