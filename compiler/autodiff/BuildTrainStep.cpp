@@ -103,9 +103,13 @@ LogicalResult BuildTrainStepPass::checkOptions(ModuleOp module) {
   if (lossOutput.empty() && loss != "causal-lm")
     return bad("unknown loss '" + loss + "' (expected causal-lm, or "
                                          "loss-output=NAME)");
-  if (lrSchedule != "constant" && lrSchedule != "warmup-decay")
+  if (lrSchedule != "constant" && lrSchedule != "warmup" &&
+      lrSchedule != "warmup-decay")
     return bad("unknown lr-schedule '" + lrSchedule +
-               "' (expected constant or warmup-decay)");
+               "' (expected constant, warmup or warmup-decay)");
+  if (lrSchedule == "warmup" && (warmupSteps < 0 || totalSteps != 0))
+    return bad("warmup needs warmup-steps >= 0 and no total-steps (got " +
+               Twine(warmupSteps) + " and " + Twine(totalSteps) + ")");
   if (lrSchedule == "warmup-decay" &&
       (warmupSteps < 0 || totalSteps <= warmupSteps))
     return bad("warmup-decay needs 0 <= warmup-steps < total-steps (got " +
@@ -413,30 +417,34 @@ FailureOr<autodiff::Loss> BuildTrainStepPass::buildLoss(OpBuilder &b,
   return autodiff::buildCausalLmLoss(b, loc, logits, ids, ignoreIndex);
 }
 
-/// lr * factor(step): the constant schedule, or a linear warmup over
+/// lr * factor(step): the constant schedule; a linear warmup over
 /// warmup-steps followed by a linear decay reaching 0 at total-steps (the
 /// linear form of DeepSpeed's WarmupDecayLR with a warmup floor of 0):
 ///   factor(t) = t / W                      for t < W
-///             = max(0, (T - t) / (T - W))  otherwise.
+///             = max(0, (T - t) / (T - W))  otherwise;
+/// or the same warmup followed by the constant rate (the linear form of
+/// DeepSpeed's WarmupLR): factor(t) = t / W for t < W, else 1.
 Value BuildTrainStepPass::learningRate(OpBuilder &b, Location loc, Value lr,
                                        Value step) {
-  if (lrSchedule == "constant")
+  if (lrSchedule == "constant" || (lrSchedule == "warmup" && warmupSteps == 0))
     return lr;
   Type f32 = b.getF32Type();
   Value t = zg::CastOp::create(b, loc, RankedTensorType::get({}, f32), step);
   double w = double(warmupSteps), total = double(totalSteps);
-  Value decay = scalarOp<zg::DivOp>(
-      b, loc, scalarOp<zg::SubOp>(b, loc, scalar(b, loc, f32, total), t),
-      scalar(b, loc, f32, total - w));
-  decay = scalarOp<zg::MaxOp>(b, loc, decay, scalar(b, loc, f32, 0.0));
-  Value factor = decay;
+  // The factor after the warmup: 1 (warmup), or the linear decay.
+  Value factor = scalar(b, loc, f32, 1.0);
+  if (lrSchedule == "warmup-decay") {
+    Value decay = scalarOp<zg::DivOp>(
+        b, loc, scalarOp<zg::SubOp>(b, loc, scalar(b, loc, f32, total), t),
+        scalar(b, loc, f32, total - w));
+    factor = scalarOp<zg::MaxOp>(b, loc, decay, scalar(b, loc, f32, 0.0));
+  }
   if (warmupSteps > 0) {
-    Value warm =
-        scalarOp<zg::DivOp>(b, loc, t, scalar(b, loc, f32, w));
+    Value warm = scalarOp<zg::DivOp>(b, loc, t, scalar(b, loc, f32, w));
     Value warming = zg::LessOp::create(
         b, loc, RankedTensorType::get({}, b.getI1Type()), t,
         scalar(b, loc, f32, w));
-    factor = zg::WhereOp::create(b, loc, t.getType(), warming, warm, decay);
+    factor = zg::WhereOp::create(b, loc, t.getType(), warming, warm, factor);
   }
   return scalarOp<zg::MulOp>(b, loc, lr, factor);
 }

@@ -100,9 +100,10 @@ def BuildTrainStep : Pass<"zg-build-train-step", "mlir::ModuleOp"> {
     Option<"lr", "lr", "double", "1e-3",
            "Default learning rate (the lr run input's default)">,
     Option<"lrSchedule", "lr-schedule", "std::string", "\"constant\"",
-           "constant, or warmup-decay (linear warmup, then linear decay to 0)">,
+           "constant, warmup (linear warmup, then constant) or warmup-decay "
+           "(linear warmup, then linear decay to 0)">,
     Option<"warmupSteps", "warmup-steps", "int64_t", "0",
-           "warmup-decay: steps of linear warmup">,
+           "warmup, warmup-decay: steps of linear warmup">,
     Option<"totalSteps", "total-steps", "int64_t", "0",
            "warmup-decay: the step at which the rate reaches 0">,
     Option<"weightDecay", "weight-decay", "double", "0.01",

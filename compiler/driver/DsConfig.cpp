@@ -250,6 +250,7 @@ private:
   void readPrecision(const Value &v, const std::string &p, bool fp16);
   void readOptimizer(const Value &v, const std::string &p);
   void readScheduler(const Value &v, const std::string &p);
+  void readCheckpointing(const Value &v, const std::string &p);
   void resolveBatch();
 
   CompileConfig &c;
@@ -524,39 +525,121 @@ void Reader::readPrecision(const Value &v, const std::string &p, bool fp16) {
     return;
   (fp16 ? fp16Enabled : bf16Enabled) = enabled;
   (fp16 ? fp16Path : bf16Path) = join(p, "enabled");
-  const std::string lossScaleReason =
-      "zplan's fp16 training has no loss scaling yet";
-  auto lossScale = [&](const Value &, const std::string &path) {
-    if (!enabled)
-      return;
-    if (!c.train)
+  // The loss scaler's fields (fp16 only): DeepSpeed's dynamic scaler maps onto
+  // --loss-scale (0 = dynamic), --initial-loss-scale (2^initial_scale_power),
+  // --loss-scale-window and --loss-scale-min. "enabled" sorts before them, so
+  // --dtype is decided when they are read.
+  auto scalerUsed = [&](const std::string &path) {
+    if (!fp16 || !enabled)
+      return false;
+    if (!c.train) {
       warn(path, "ignored without --train (loss scaling is a training "
                  "setting)");
-    else
-      warn(path, "ignored: " + lossScaleReason);
+      return false;
+    }
+    if (c.dtype != "fp16") {
+      warn(path, "ignored: --dtype " + c.dtype +
+                     " on the command line has no loss scaling");
+      return false;
+    }
+    return true;
+  };
+  auto scaleNumber = [&](StringRef flag) {
+    return [this, flag, scalerUsed](const Value &val, const std::string &path) {
+      if (!scalerUsed(path))
+        return;
+      if (isAuto(val))
+        return keepForAuto(flag, path);
+      if (std::optional<double> d = number(val, path))
+        assignNumber(flag, path, *d);
+    };
   };
   std::vector<Rule> rules = {
       {"enabled",
        [&](const Value &val, const std::string &path) {
          if (!enabled || isAuto(val))
            return;
-         if (fp16 && c.train && !flagGiven("--dtype")) {
-           fail(path, "fp16 training is not supported yet: it needs dynamic "
-                      "loss scaling, which zplan does not build (bf16 trains "
-                      "with fp32 master weights and needs none)");
-           return;
-         }
          assignText("--dtype", path, fp16 ? "fp16" : "bf16");
        }},
       {"auto_cast",
        ignored("zplan casts the whole graph to --dtype (the plan's storage "
                "dtype)")},
-      {"loss_scale", lossScale},
-      {"initial_scale_power", lossScale},
-      {"loss_scale_window", lossScale},
-      {"hysteresis", lossScale},
-      {"consecutive_hysteresis", lossScale},
-      {"min_loss_scale", lossScale},
+      // 0 is DeepSpeed's dynamic scaling, as zplan's --loss-scale 0.
+      {"loss_scale",
+       [&](const Value &val, const std::string &path) {
+         if (!scalerUsed(path))
+           return;
+         if (isAuto(val))
+           return keepForAuto("--loss-scale", path);
+         std::optional<double> d = number(val, path);
+         if (!d)
+           return;
+         if (*d < 0 || !std::isfinite(*d)) {
+           fail(path, numberText(*d) + " must be 0 (dynamic) or a positive "
+                                       "scale");
+           return;
+         }
+         assignNumber("--loss-scale", path, *d);
+       }},
+      {"initial_scale_power",
+       [&](const Value &val, const std::string &path) {
+         if (!scalerUsed(path))
+           return;
+         if (isAuto(val))
+           return keepForAuto("--initial-loss-scale", path);
+         std::optional<int64_t> n = integer(val, path);
+         if (!n)
+           return;
+         if (*n < 0 || *n > 127) {
+           fail(path, std::to_string(*n) +
+                          " is out of range: the scale 2^power must be a "
+                          "finite fp32 number (0 <= power <= 127)");
+           return;
+         }
+         assign(
+             "--initial-loss-scale", path,
+             [&](CompileConfig &cfg, const Origin &o) {
+               setNumber(cfg, "--initial-loss-scale", std::ldexp(1.0, *n), o);
+             },
+             "2^" + std::to_string(*n));
+       }},
+      {"loss_scale_window",
+       [&](const Value &val, const std::string &path) {
+         if (!scalerUsed(path))
+           return;
+         if (isAuto(val))
+           return keepForAuto("--loss-scale-window", path);
+         if (std::optional<int64_t> n = integer(val, path))
+           assignInteger("--loss-scale-window", path, *n, std::to_string(*n));
+       }},
+      {"min_loss_scale", scaleNumber("--loss-scale-min")},
+      // DeepSpeed's hysteresis H lowers the scale on the H-th overflow (an
+      // overflow before that only skips the step); zplan's scaler lowers it
+      // on every overflow, which is DeepSpeed's hysteresis 1.
+      {"hysteresis",
+       [&](const Value &val, const std::string &path) {
+         if (!scalerUsed(path) || isAuto(val))
+           return;
+         std::optional<int64_t> n = integer(val, path);
+         if (n && *n != 1)
+           warn(path, std::to_string(*n) +
+                          " is not built: zplan halves the scale on every "
+                          "overflow (hysteresis 1), so it drops sooner than "
+                          "DeepSpeed's; overflowing steps are skipped either "
+                          "way");
+       }},
+      {"consecutive_hysteresis",
+       [&](const Value &val, const std::string &path) {
+         if (!scalerUsed(path))
+           return;
+         std::optional<bool> b = boolean(val, path);
+         if (b && *b)
+           warn(path, "ignored: it resets a hysteresis above 1, and zplan's "
+                      "is 1");
+       }},
+      {"raise_error_at_min_scale",
+       ignored("zplan keeps training at --loss-scale-min, skipping the "
+               "steps that overflow")},
       {"fp16_master_weights_and_grads",
        refusedWhenTrue("zplan keeps fp32 master weights and reduces "
                        "gradients in fp32")},
@@ -568,9 +651,16 @@ void Reader::readPrecision(const Value &v, const std::string &p, bool fp16) {
       {"immediate_grad_update",
        ignored("the schedule places each gradient's reduction")},
       {"check_grad_overflow",
-       ignored("bf16 needs no overflow check; zplan has no loss scaling")},
+       ignored("bf16 needs no overflow check; zplan checks fp16 gradients "
+               "for overflow whenever it scales the loss")},
   };
   apply(*obj, p, rules);
+  // DeepSpeed's default hysteresis is 2 when the block does not name it.
+  if (!failed() && fp16 && enabled && c.train && c.dtype == "fp16" &&
+      !obj->get("hysteresis") && c.lossScale == 0)
+    warn(join(p, "hysteresis"),
+         "absent, DeepSpeed's default 2: zplan halves the scale on every "
+         "overflow (hysteresis 1), so it drops sooner than DeepSpeed's");
 }
 
 // ---- optimizer and scheduler ----------------------------------------------
@@ -681,21 +771,16 @@ void Reader::readScheduler(const Value &v, const std::string &p) {
       type = *s;
   if (failed())
     return;
-  if (type == "WarmupLR") {
-    fail(join(p, "type"),
-         "\"WarmupLR\" (warm up, then hold the rate) is not supported: "
-         "zplan's schedules are constant and warmup-decay (DeepSpeed's "
-         "WarmupDecayLR with a linear warmup from 0); give --lr-schedule on "
-         "the command line to choose one");
-    return;
-  }
-  if (type != "WarmupDecayLR") {
+  if (type != "WarmupDecayLR" && type != "WarmupLR") {
     fail(join(p, "type"),
          "\"" + type +
-             "\" is not supported: zplan's schedules are constant "
-             "and warmup-decay (WarmupDecayLR)");
+             "\" is not supported: zplan's schedules are constant, warmup "
+             "(WarmupLR) and warmup-decay (WarmupDecayLR)");
     return;
   }
+  // WarmupLR warms up and then holds the rate; WarmupDecayLR then decays it
+  // to 0 at total_num_steps. Both take the same warmup fields.
+  const bool decays = type == "WarmupDecayLR";
   const Object *params = nullptr;
   if (const Value *pv = obj->get("params"))
     params = object(*pv, join(p, "params"));
@@ -717,7 +802,8 @@ void Reader::readScheduler(const Value &v, const std::string &p) {
              "warms up linearly; set \"warmup_type\": \"linear\"");
     return;
   }
-  assignText("--lr-schedule", join(p, "type"), "warmup-decay");
+  assignText("--lr-schedule", join(p, "type"),
+             decays ? "warmup-decay" : "warmup");
   bool haveTotal = false;
   std::vector<Rule> rules = {
       {"warmup_type", [](const Value &, const std::string &) {}},
@@ -749,6 +835,11 @@ void Reader::readScheduler(const Value &v, const std::string &p) {
        }},
       {"total_num_steps",
        [&](const Value &val, const std::string &path) {
+         if (!decays) {
+           warn(path, "ignored: WarmupLR holds the rate after the warmup "
+                      "(only WarmupDecayLR reads it)");
+           return;
+         }
          haveTotal = true;
          if (isAuto(val))
            return keepForAuto("--total-steps", path);
@@ -767,8 +858,8 @@ void Reader::readScheduler(const Value &v, const std::string &p) {
     apply(*params, pp, rules);
   if (failed())
     return;
-  // WarmupDecayLR passes its own default peak rate (0.001) to the
-  // optimizer, whatever the optimizer block said.
+  // WarmupLR and WarmupDecayLR pass their own default peak rate (0.001) to
+  // the optimizer, whatever the optimizer block said.
   if (!params || !params->get("warmup_max_lr"))
     assign(
         "--lr", join(pp, "warmup_max_lr") + " (absent: DeepSpeed's default)",
@@ -781,7 +872,7 @@ void Reader::readScheduler(const Value &v, const std::string &p) {
                   join(pp, "warmup_num_steps") +
                       " (absent: DeepSpeed's default)",
                   1000, "1000 (DeepSpeed's default)");
-  if (!haveTotal && !flagGiven("--total-steps"))
+  if (decays && !haveTotal && !flagGiven("--total-steps"))
     fail(join(pp, "total_num_steps"),
          "missing: WarmupDecayLR needs the step at which the rate reaches 0");
   if (failed())
@@ -789,10 +880,59 @@ void Reader::readScheduler(const Value &v, const std::string &p) {
   // DeepSpeed's engine steps the scheduler after each optimizer step, from
   // an initial rate of warmup_min_lr: its step k (1-based) runs at
   // factor(k - 2). zplan's step k runs at factor(k).
-  warn(p, "zplan's step k (1-based) runs at lr x min(k / warmup, (total - k) "
-          "/ (total - warmup)); DeepSpeed's engine steps its scheduler after "
-          "each update, so its step k runs at the factor of k - 2: zplan's "
-          "rates lead DeepSpeed's by two steps");
+  warn(p, std::string("zplan's step k (1-based) runs at lr x ") +
+              (decays ? "min(k / warmup, (total - k) / (total - warmup))"
+                      : "min(k / warmup, 1)") +
+              "; DeepSpeed's engine steps its scheduler after each update, "
+              "so its step k runs at the factor of k - 2: zplan's rates lead "
+              "DeepSpeed's by two steps");
+}
+
+// ---- activation_checkpointing ----------------------------------------------
+
+/// DeepSpeed's block configures deepspeed.checkpointing.checkpoint(), which
+/// a model calls around each layer it wants recomputed (Megatron and the
+/// Hugging Face models wrap every transformer layer). zplan has no calls to
+/// wrap: the block's presence maps to --recompute full, each layer
+/// recomputed from its input in the backward. Its fields tune where the kept
+/// inputs live; zplan plans them in the device arena.
+void Reader::readCheckpointing(const Value &v, const std::string &p) {
+  const Object *obj = object(v, p);
+  if (!obj || !needsTrain(p))
+    return;
+  assign(
+      "--recompute", p,
+      [&](CompileConfig &cfg, const Origin &o) {
+        setText(cfg, "--recompute", "full", o);
+      },
+      "\"full\" (each layer recomputed from its input)");
+  std::vector<Rule> rules = {
+      {"partition_activations",
+       [&](const Value &val, const std::string &path) {
+         std::optional<bool> b = boolean(val, path);
+         if (b && *b)
+           warn(path, "ignored: zplan keeps each layer's input whole on "
+                      "every tp rank (not split over the tp ranks)");
+       }},
+      {"cpu_checkpointing",
+       [&](const Value &val, const std::string &path) {
+         std::optional<bool> b = boolean(val, path);
+         if (b && *b)
+           warn(path, "ignored: the kept layer inputs stay in device memory "
+                      "(moving them to the host is not built)");
+       }},
+      {"contiguous_memory_optimization",
+       alwaysOn(true, "the memory plan places the kept inputs at planned "
+                      "offsets of one arena")},
+      {"number_checkpoints",
+       ignored("zplan recomputes every layer (found from the graph), not a "
+               "given number of them")},
+      {"synchronize_checkpoint_boundary",
+       ignored("the plan's stream order decides; there is no host "
+               "synchronisation to add")},
+      {"profile", ignored("monitoring and logging are zrun's")},
+  };
+  apply(*obj, p, rules);
 }
 
 // ---- the batch arithmetic -------------------------------------------------
@@ -1007,8 +1147,9 @@ void Reader::run(const Object &top) {
        }},
       {"data_types", ignored("zplan accumulates gradients in fp32")},
       {"activation_checkpointing",
-       ignored("it configures deepspeed.checkpointing for models that call "
-               "it; zplan's recomputation is --recompute selective")},
+       [&](const Value &v, const std::string &p) {
+         readCheckpointing(v, p);
+       }},
       {"sparse_gradients", ignored("zplan's gradients are dense")},
       {"checkpoint", ignored("checkpoints are not read through the "
                              "ds-config")},

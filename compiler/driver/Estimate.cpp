@@ -6,16 +6,24 @@
 //
 // Every row is a real compile (compilePlan, the pipeline of `zplan`), in
 // this process, of one configuration: each tp that divides --world, ZeRO
-// stage 0-3, the offload placements, and with --train both recompute
-// modes. The model is imported once per batch a rank sees and cloned for
+// stage 0-3, the offload placements, and with --train the recompute
+// modes none, selective and full. The model is imported once per batch a rank sees and cloned for
 // each row. A row the compiler refuses shows the compiler's reason; NVMe
 // rows say NVMe offload is not supported yet. --gpu-mem and --host-mem only
 // decide the "fits" column: every row is planned without them, so that a
 // row that does not fit still shows by how much.
 //
+// --ds-config applies a DeepSpeed config to every row as `zplan --ds-config`
+// would (the swept tp, stage, offload and recompute act as flags, so they
+// win over the config's), and marks the row of the config's own choice. The
+// config's batch arithmetic depends on dp, so it is applied per row: a row
+// whose dp the config's batch does not split into is refused with the
+// config's message.
+//
 //===----------------------------------------------------------------------===//
 
 #include "compiler/driver/Estimate.h"
+#include "compiler/driver/DsConfig.h"
 
 #include "compiler/plan/Report.h"
 
@@ -47,6 +55,8 @@ struct Row {
   int64_t tp = 1, dp = 1, zero = 0;
   std::string offloadParam = "none", offloadOptimizer = "none";
   std::string recompute = "none";
+  /// The configuration --ds-config (with the command line) chose.
+  bool configRow = false;
   enum class Status { Ok, Refused, NotSupported } status = Status::Ok;
   std::string reason;
   std::vector<std::string> args;
@@ -210,8 +220,10 @@ std::vector<Row> configurations(const EstimateOptions &opts) {
                                      {"cpu", "none", false, true},
                                      {"nvme", "none", true, false}};
   std::vector<std::string> recomputes = {"none"};
-  if (train)
+  if (train) {
     recomputes.push_back("selective");
+    recomputes.push_back("full");
+  }
   for (int64_t tp = 1; tp <= opts.world; ++tp) {
     if (opts.world % tp != 0)
       continue;
@@ -308,6 +320,8 @@ std::string formatTable(const std::vector<Row> &rows,
                                                     : "refused";
       line += " [" + std::to_string(n + 1) + "]";
     }
+    if (r.configRow)
+      line += " <- --ds-config";
     while (!line.empty() && line.back() == ' ')
       line.pop_back();
     os << line << "\n";
@@ -333,6 +347,7 @@ std::string formatJson(const std::vector<Row> &rows,
                {"offload_param", r.offloadParam},
                {"offload_optimizer", r.offloadOptimizer},
                {"recompute", r.recompute},
+               {"ds_config_row", r.configRow},
                {"args", llvm::json::Value(r.args)}};
     switch (r.status) {
     case Row::Status::Ok:
@@ -398,6 +413,7 @@ std::string formatJson(const std::vector<Row> &rows,
              {"gpus_per_node", perNode},   {"batch", common.import.batch},
              {"seq", common.import.seq},   {"dtype", opts.base.dtype},
              {"target", opts.base.target}, {"train", opts.base.train},
+             {"ds_config", opts.base.dsConfig},
              {"gpu_mem", limits.gpuMem},   {"host_mem", limits.hostMem},
              {"rows", std::move(out)}};
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(top))).str() + "\n";
@@ -419,6 +435,15 @@ void addEstimateFlags(CLI::App &cmd, EstimateOptions &options,
   cmd.add_option("--progress", options.progress,
                  "Progress on stderr: auto (on a terminal), on or off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  // The rows sweep tp; --tp names the one a config is meant for (its batch
+  // check and its marked row), as DeepSpeed's config leaves tp to the model.
+  cmd.add_option("--tp", options.base.tp,
+                 "With --ds-config: the tp of the config's own row (default "
+                 "1); every tp is still estimated");
+  cmd.add_option("--ds-config", options.base.dsConfig,
+                 "Apply a DeepSpeed JSON config to every row (the swept "
+                 "settings win) and mark the config's own row "
+                 "(docs/ds-config.md)");
   flags.addTo(cmd, options.base, kPlan);
 }
 
@@ -441,10 +466,30 @@ int estimateCommand(MLIRContext &context, const CommonOptions &commonIn,
   }
   opts.base.world = opts.world;
 
+  // The config once, with the command line alone: its messages are printed
+  // here (not once per row), an error stops the estimate as it stops zplan,
+  // and the result names the config's own row.
+  CompileConfig chosen = opts.base;
+  const CommonOptions userCommon = common;
+  if (!opts.base.dsConfig.empty()) {
+    DsConfigResult ds = applyDsConfig(chosen, common);
+    for (const std::string &n : ds.notes)
+      std::cerr << "zplan: note: " << n << "\n";
+    for (const std::string &w : ds.warnings)
+      std::cerr << "zplan: warning: " << w << "\n";
+    if (!ds.error.empty()) {
+      std::cerr << "zplan: error: " << ds.error << "\n";
+      return 2;
+    }
+    // The table's heading names the dtype every row has; each row sets it
+    // again from the config (with the same origin rules).
+    opts.base.dtype = chosen.dtype;
+  }
+
   // The shared settings must be valid on their own (checked at tp 1).
   ByteLimits limits;
   {
-    CompileConfig probe = opts.base;
+    CompileConfig probe = chosen;
     std::string err = validateConfig(probe, common, limits,
                                      /*needOutput=*/false);
     if (!err.empty()) {
@@ -470,6 +515,13 @@ int estimateCommand(MLIRContext &context, const CommonOptions &commonIn,
   }
 
   std::vector<Row> rows = configurations(opts);
+  if (!opts.base.dsConfig.empty())
+    for (Row &r : rows)
+      r.configRow = r.tp == chosen.tp && r.zero == chosen.zero &&
+                    r.offloadParam == chosen.offloadParam &&
+                    (!chosen.train ||
+                     (r.offloadOptimizer == chosen.offloadOptimizer &&
+                      r.recompute == chosen.recompute));
   bool showProgress =
       opts.progress == "on" ||
       (opts.progress == "auto" && llvm::sys::Process::StandardErrIsDisplayed());
@@ -489,11 +541,33 @@ int estimateCommand(MLIRContext &context, const CommonOptions &commonIn,
       setText(c, "--offload-optimizer", r.offloadOptimizer, swept);
       setText(c, "--recompute", r.recompute, swept);
     }
-    r.args = rowArgs(c, common);
+    // The config for this row's dp; its messages were printed above.
+    CommonOptions rowCommon = common;
+    if (!c.dsConfig.empty()) {
+      CompileConfig withConfig = c;
+      std::string configError = applyDsConfig(withConfig, rowCommon).error;
+      if (!configError.empty()) {
+        // The command line that repeats the refusal: the row's flags and
+        // the user's, and the config.
+        r.args = rowArgs(c, userCommon);
+        r.args.push_back("--ds-config");
+        r.args.push_back(c.dsConfig);
+        if (r.status == Row::Status::Ok) {
+          r.status = Row::Status::Refused;
+          r.reason = configError;
+        }
+        continue;
+      }
+      // The row's flags state every setting, so the plain compile that
+      // reproduces it needs no config.
+      c = std::move(withConfig);
+      c.dsConfig.clear();
+    }
+    r.args = rowArgs(c, rowCommon);
     if (r.status != Row::Status::Ok)
       continue;
     ByteLimits ignored;
-    std::string err = validateConfig(c, common, ignored,
+    std::string err = validateConfig(c, rowCommon, ignored,
                                      /*needOutput=*/false);
     if (!err.empty()) {
       r.status = Row::Status::Refused;
@@ -501,7 +575,7 @@ int estimateCommand(MLIRContext &context, const CommonOptions &commonIn,
       continue;
     }
     FailureOr<CompiledPlan> plan =
-        compilePlan(context, common, c, planLimits, &cache,
+        compilePlan(context, rowCommon, c, planLimits, &cache,
                     /*figuresOnly=*/true);
     ++compiled;
     std::string diag = capture.take();

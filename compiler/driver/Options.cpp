@@ -175,11 +175,14 @@ std::vector<OptionRow> buildTable() {
                   .needsTrain()
                   .checked(Check::NonNegative));
   t.push_back(
-      row("--lr-schedule", &C::lrSchedule, "--train: constant or warmup-decay")
+      row("--lr-schedule", &C::lrSchedule,
+          "--train: constant, warmup (linear warmup, then constant: "
+          "DeepSpeed's WarmupLR) or warmup-decay (linear warmup, then linear "
+          "decay to 0: WarmupDecayLR)")
           .needsTrain()
-          .oneOf({"constant", "warmup-decay"}));
+          .oneOf({"constant", "warmup", "warmup-decay"}));
   t.push_back(row("--warmup-steps", &C::warmupSteps,
-                  "--train, warmup-decay: steps of linear warmup")
+                  "--train, warmup or warmup-decay: steps of linear warmup")
                   .needsTrain());
   t.push_back(row("--total-steps", &C::totalSteps,
                   "--train, warmup-decay: step at which the rate reaches 0")
@@ -600,7 +603,11 @@ std::string validateConfig(const CompileConfig &f, const CommonOptions &o,
            "parameters on the device; --offload-optimizer cpu moves the "
            "optimizer state to the host)";
   if ((f.warmupSteps != 0 || f.totalSteps != 0) && f.lrSchedule == "constant")
-    return "--warmup-steps and --total-steps need --lr-schedule warmup-decay";
+    return "--warmup-steps and --total-steps need --lr-schedule warmup or "
+           "warmup-decay";
+  if (f.lrSchedule == "warmup" && (f.warmupSteps < 0 || f.totalSteps != 0))
+    return "--lr-schedule warmup needs --warmup-steps >= 0 and no "
+           "--total-steps (the rate stays at --lr after the warmup)";
   if (f.lrSchedule == "warmup-decay" &&
       (f.warmupSteps < 0 || f.totalSteps <= f.warmupSteps))
     return "--lr-schedule warmup-decay needs 0 <= --warmup-steps < "

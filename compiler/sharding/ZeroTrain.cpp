@@ -257,6 +257,12 @@ void TrainZero::reduceLoss() {
     Value mean =
         scaleByInverse(b, loss.getLoc(), allReduce(b, loss.getLoc(), loss, "dp"),
                        dp);
+    // A loss stored in its own dtype (fp32 under mixed precision: the mean
+    // of the accumulated loss_sum in @optimizer_step) is averaged in it too:
+    // the all-reduce moves the bytes it is given.
+    Operation *def = loss.getDefiningOp();
+    if (def && (def->hasAttr("zplan.own_dtype") || isa<zg::StateOp>(def)))
+      keepChainOwnDType(mean, loss);
     ret->setOperand(r, mean);
   }
 }
@@ -271,8 +277,22 @@ Value TrainZero::reduceGradWhole(ParamUpdate &u) {
   Value mean = scaleByInverse(b, loc, summed, dp);
   if (mixed)
     keepChainOwnDType(mean, grad);
-  u.grad.replaceAllUsesExcept(mean, grad == u.grad ? summed.getDefiningOp()
-                                                   : grad.getDefiningOp());
+  // Every read of the gradient takes the mean; a write to it does not. With
+  // gradient accumulation the gradient is the persistent sum (zg.state
+  // <param>.grad), which @optimizer_step clears after the update: that
+  // zg.assign (and a zg.accumulate) must keep the state as its target.
+  Operation *widen = grad == u.grad ? summed.getDefiningOp()
+                                    : grad.getDefiningOp();
+  u.grad.replaceUsesWithIf(mean, [&](OpOperand &use) {
+    Operation *owner = use.getOwner();
+    if (owner == widen)
+      return false;
+    if (auto assign = dyn_cast<zg::AssignOp>(owner))
+      return assign.getTarget() != u.grad;
+    if (auto acc = dyn_cast<zg::AccumulateOp>(owner))
+      return acc.getTarget() != u.grad;
+    return true;
+  });
   ++numReduced;
   return mean;
 }

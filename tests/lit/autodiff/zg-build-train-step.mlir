@@ -1,5 +1,7 @@
 // RUN: zplan-opt %s --split-input-file --zg-build-train-step="clip-grad=1.0 lr=0.002" | FileCheck %s
 // RUN: zplan-opt %s --split-input-file --zg-build-train-step="lr-schedule=warmup-decay warmup-steps=2 total-steps=10" | FileCheck %s --check-prefix=SCHED
+// RUN: zplan-opt %s --split-input-file --zg-build-train-step="lr-schedule=warmup warmup-steps=3" | FileCheck %s --check-prefix=WARM
+// RUN: zplan-opt %s --split-input-file --zg-build-train-step="lr-schedule=warmup warmup-steps=0" | FileCheck %s --check-prefix=WARM0
 
 // Tests that a small causal LM becomes @init and @train_step: the composed
 // cross-entropy, the backward through the linear head and the embedding, the
@@ -36,6 +38,22 @@
 // SCHED: %[[LR:.*]] = zg.mul %{{.*}}, %[[F]]
 // SCHED-NOT: zg.min
 // SCHED: zg.adamw {{.*}}, %[[LR]],
+// warmup (WarmupLR): lr x (t < 3 ? t / 3 : 1), no decay.
+// WARM-LABEL: func.func @train_step
+// WARM: %[[T:.*]] = zg.cast %{{.*}} : (tensor<i64>) -> tensor<f32>
+// WARM: %[[ONE:.*]] = zg.constant {value = dense<1.000000e+00> : tensor<f32>
+// WARM-NOT: zg.sub
+// WARM: %[[W:.*]] = zg.constant {value = dense<3.000000e+00> : tensor<f32>
+// WARM: %[[UP:.*]] = zg.div %[[T]], %[[W]]
+// WARM: %[[LESS:.*]] = zg.less %[[T]]
+// WARM: %[[F:.*]] = zg.where %[[LESS]], %[[UP]], %[[ONE]]
+// WARM: %[[LR:.*]] = zg.mul %{{.*}}, %[[F]]
+// WARM-NOT: zg.max
+// WARM: zg.adamw {{.*}}, %[[LR]],
+// A warmup of 0 steps is the constant rate: AdamW reads the lr argument.
+// WARM0-LABEL: func.func @train_step
+// WARM0-SAME: %[[LR:[^:]*]]: tensor<f32> {zg.default = 1.000000e-03 : f64, zg.name = "lr"}
+// WARM0: zg.adamw {{.*}}, %[[LR]],
 func.func @main(%ids: tensor<2x3xi64> {zg.name = "input_ids"}) -> (tensor<2x3x8xf32> {zg.name = "logits"}) {
   %e = zg.weight {file = "", length = 128 : i64, name = "emb", offset = 0 : i64, value = dense<0.5> : tensor<8x4xf32>} : () -> tensor<8x4xf32>
   %w = zg.weight {file = "", length = 128 : i64, name = "head", offset = 0 : i64, value = dense<0.25> : tensor<4x8xf32>} : () -> tensor<4x8xf32>

@@ -5,7 +5,9 @@ For a spread of the estimate's rows that compiled, runs `zplan MODEL <row args> 
 every figure of the row with the report of that plan, field by field (device parts are the report's totals minus
 its host parts). Rows the estimator marks refused must be refused by `zplan` too, with the same message. Also
 checks the estimate's own bookkeeping: one row per (tp dividing world) x ZeRO stage x placement x recompute, NVMe
-rows marked not supported yet, and "fits" equal to planned peak <= --gpu-mem.
+rows marked not supported yet, and "fits" equal to planned peak <= --gpu-mem. With --config-args (the flags of a
+plain `zplan --ds-config FILE ...` compile), the one row the estimate marks as the config's own must hold that
+plan's figures, and is always among the compared rows.
 
 Prints "compare_estimate: OK" when everything agrees; each disagreement is a "MISMATCH ..." line.
 """
@@ -30,14 +32,14 @@ def expected_row_count(est):
     # Placements below stage 3 (none, cpu) and at stage 3 (those, plus cpu/cpu for training and nvme).
     if est["train"]:
         per_tp = 3 * 2 + 4
-        recompute = 2
+        recompute = 3  # none, selective, full
     else:
         per_tp = 3 * 2 + 3
         recompute = 1
     return len(tps) * per_tp * recompute
 
 
-def compare(row, report, problems):
+def compare(row, report, problems, swept_from_flags=True):
     r = report["ranks"][0]
     dev, host, comm = row["device"], row["host"], row["comm"]
     pairs = {
@@ -79,7 +81,7 @@ def compare(row, report, problems):
             problems.append(f"MISMATCH [{name}] {field}: estimate {mine}, zplan report {theirs}")
     # The swept settings came from the command line the estimator built.
     sources = {s["flag"]: s["source"] for s in report.get("settings", [])}
-    for flag in ("--tp", "--zero", "--world"):
+    for flag in ("--tp", "--zero", "--world") if swept_from_flags else ():
         if sources.get(flag) != "flag":
             problems.append(f"MISMATCH [{name}] settings: {flag} source {sources.get(flag)}, expected flag")
 
@@ -90,6 +92,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--max-rows", type=int, default=8, help="compiled rows to check with plain zplan")
     ap.add_argument("--perturb", help="add 1 to this device field of each compared row (the script must fail)")
+    ap.add_argument("--config-args", help="flags of `zplan MODEL --ds-config FILE ...` whose plan is the marked row")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     with open(args.estimate) as f:
@@ -116,6 +119,14 @@ def main():
     step = max(1, (len(ok) - 1) // max(1, args.max_rows - 1))
     indices = sorted(set(list(range(0, len(ok), step))[: args.max_rows - 1] + [len(ok) - 1]))
     picked = [ok[i] for i in indices]
+    marked = [r for r in rows if r.get("ds_config_row")]
+    if est.get("ds_config") and len(marked) != 1:
+        problems.append(f"MISMATCH {len(marked)} rows marked as the config's, expected 1")
+    if not est.get("ds_config") and marked:
+        problems.append("MISMATCH a row is marked as the config's without --ds-config")
+    for row in marked:
+        if row["status"] == "ok" and row not in picked:
+            picked.append(row)
     if args.perturb:
         # The check of the check: one figure off by one byte in every compared row must be caught.
         for row in picked:
@@ -127,6 +138,16 @@ def main():
             continue
         with open(report_path) as f:
             compare(row, json.load(f), problems)
+
+    if args.config_args:
+        # The config's own row against `zplan --ds-config`: the same figures.
+        proc, report_path = run_zplan(est["model"], args.config_args.split(), args.work, "config")
+        if proc.returncode != 0 or len(marked) != 1:
+            problems.append(f"MISMATCH zplan {args.config_args}: rc {proc.returncode}, {proc.stderr.strip()}")
+        else:
+            with open(report_path) as f:
+                report = json.load(f)
+            compare(marked[0], report, problems, swept_from_flags=False)
 
     refused = [r for r in rows if r["status"] == "refused"]
     for i, row in enumerate(refused[:2]):
