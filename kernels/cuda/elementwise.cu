@@ -4,6 +4,7 @@
 // Tier 1 is the __global__ kernels, tier 2 the launchers in namespace `launch` (raw pointers, sizes,
 // index maps and a stream, returning cudaError_t), tier 3 the zk::cuda entry points that check dtypes and
 // shapes exactly as the CPU reference does.
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <type_traits>
@@ -153,6 +154,24 @@ __global__ void cast_kernel(const void *x, DType xt, void *y, DType yt, int64_t 
   }
 }
 
+/// cast_kernel between two float storage types with whole 8-element groups: 8 elements per thread and step,
+/// moved as 16- or 32-byte vectors (the casts of the bf16 step, fp32 master weights to bf16 parameters and
+/// bf16 gradients to fp32, ran at half the device's bandwidth one element at a time). Same rounding.
+template <class T>
+struct alignas(16) Group8 {
+  T v[8];
+};
+template <class S, class D>
+__global__ void cast_vec_kernel(const Group8<S> *__restrict__ x, Group8<D> *__restrict__ y, int64_t groups) {
+  ZK_GRID_STRIDE(i, groups) {
+    const Group8<S> a = x[i];
+    Group8<D> b;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) b.v[j] = from_f32<D>(to_f32(a.v[j]));
+    y[i] = b;
+  }
+}
+
 template <bool Dense>
 __global__ void binary_kernel(Binary op, bool as_float, const void *a, DType at, const void *b, DType bt, void *y,
                               DType yt, int64_t n, IndexMap<2> map) {
@@ -162,6 +181,56 @@ __global__ void binary_kernel(Binary op, bool as_float, const void *a, DType at,
     if (as_float) store_f(y, yt, i, apply_binary(op, load_f(a, at, off[0]), load_f(b, bt, off[1])));
     else store_i(y, yt, i, apply_binary_int(op, load_i(a, at, off[0]), load_i(b, bt, off[1])));
   }
+}
+
+/// One operand dense, the other one value per row of `inner` elements (x - max over the logits' rows in
+/// the loss: [rows, V] and [rows, 1]), in whole packs that never straddle a row: one division per pack
+/// instead of the index map's per-element decomposition. FullFirst: the dense operand is the left one.
+template <class T, bool FullFirst>
+__global__ void binary_rows_kernel(Binary op, const T *__restrict__ full, const T *__restrict__ row, T *__restrict__ y,
+                                   int64_t m, int64_t inner_packs) {
+  ZK_GRID_STRIDE(i, m) {
+    Pack<T> p = reinterpret_cast<const Pack<T> *>(full)[i];
+    const float r = to_f32(row[i / inner_packs]);
+#pragma unroll
+    for (int j = 0; j < Pack<T>::N; ++j)
+      p.v[j] = from_f32<T>(FullFirst ? apply_binary(op, to_f32(p.v[j]), r) : apply_binary(op, r, to_f32(p.v[j])));
+    reinterpret_cast<Pack<T> *>(y)[i] = p;
+  }
+}
+
+/// binary_rows_kernel for rows that packs do not fit (gpt2's vocabulary of 50257): rows over blockIdx.y,
+/// columns over the threads, so no element needs a division either.
+template <class T, bool FullFirst>
+__global__ void binary_rows2d_kernel(Binary op, const T *__restrict__ full, const T *__restrict__ row,
+                                     T *__restrict__ y, int64_t rows, int64_t inner) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float v = to_f32(row[r]);
+    for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < inner;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const float f = to_f32(full[r * inner + j]);
+      y[r * inner + j] = from_f32<T>(FullFirst ? apply_binary(op, f, v) : apply_binary(op, v, f));
+    }
+  }
+}
+
+/// Expand of one value per row to rows of `inner` elements of E (the loss backward's [rows, 1] ->
+/// [rows, V]): rows over blockIdx.y, columns over the threads; the strided copy's per-element index
+/// decomposition ran far below the device's bandwidth there.
+template <class E>
+__global__ void expand_rows_kernel(const E *__restrict__ x, E *__restrict__ y, int64_t rows, int64_t inner) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const E v = x[r];
+    for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < inner;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      y[r * inner + j] = v;
+  }
+}
+
+/// Grid of the row kernels: enough column blocks for one row, rows over y.
+inline dim3 rows_grid(int64_t rows, int64_t inner) {
+  return dim3(static_cast<unsigned>(std::min<int64_t>((inner + kThreads - 1) / kThreads, 64)),
+              static_cast<unsigned>(std::min<int64_t>(rows, 4096)));
 }
 
 /// The hot path of residual adds and scalings: one storage type, equal shapes, no index math.
@@ -208,15 +277,6 @@ __global__ void where_kernel(const void *c, DType ct, const void *a, DType at, c
     const bool cond = load_i(c, ct, off[0]) != 0;
     if (as_float) store_f(y, yt, i, cond ? load_f(a, at, off[1]) : load_f(b, bt, off[2]));
     else store_i(y, yt, i, cond ? load_i(a, at, off[1]) : load_i(b, bt, off[2]));
-  }
-}
-
-template <class E>
-__global__ void expand_kernel(const E *__restrict__ x, E *__restrict__ y, int64_t n, IndexMap<1> map) {
-  ZK_GRID_STRIDE(i, n) {
-    int64_t off[1];
-    map.offsets(i, off);
-    y[i] = x[off[0]];
   }
 }
 
@@ -276,8 +336,24 @@ cudaError_t unary(Unary op, const T *x, T *y, int64_t n, cudaStream_t s) {
   return detail::launched();
 }
 
+template <class S, class D>
+cudaError_t cast_vec(const void *x, void *y, int64_t n, cudaStream_t s) {
+  const int64_t groups = n / 8;
+  cast_vec_kernel<S, D><<<detail::grid_for(groups), kThreads, 0, s>>>(static_cast<const Group8<S> *>(x),
+                                                                      static_cast<Group8<D> *>(y), groups);
+  return detail::launched();
+}
+
 cudaError_t cast(const void *x, DType xt, void *y, DType yt, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
+  const bool vec = is_float(xt) && is_float(yt) && n % 8 == 0 &&
+                   (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
+  if (vec) {
+    if (xt == DType::f32 && yt == DType::bf16) return cast_vec<float, __nv_bfloat16>(x, y, n, s);
+    if (xt == DType::bf16 && yt == DType::f32) return cast_vec<__nv_bfloat16, float>(x, y, n, s);
+    if (xt == DType::f32 && yt == DType::f16) return cast_vec<float, __half>(x, y, n, s);
+    if (xt == DType::f16 && yt == DType::f32) return cast_vec<__half, float>(x, y, n, s);
+  }
   cast_kernel<<<detail::grid_for(n), kThreads, 0, s>>>(x, xt, y, yt, n, is_float(xt));
   return detail::launched();
 }
@@ -311,18 +387,6 @@ cudaError_t binary_suffix(Binary op, const T *a, int64_t na, const T *b, int64_t
     binary_suffix_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(op, a, na / V, b, nb / V, y, m);
   } else {
     binary_suffix_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(op, a, na, b, nb, y, n);
-  }
-  return detail::launched();
-}
-
-cudaError_t expand(const void *x, void *y, size_t elem, int64_t n, const IndexMap<1> &map, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  const unsigned g = detail::grid_for(n);
-  switch (elem) {
-    case 1: expand_kernel<uint8_t><<<g, kThreads, 0, s>>>(static_cast<const uint8_t *>(x), static_cast<uint8_t *>(y), n, map); break;
-    case 2: expand_kernel<uint16_t><<<g, kThreads, 0, s>>>(static_cast<const uint16_t *>(x), static_cast<uint16_t *>(y), n, map); break;
-    case 4: expand_kernel<uint32_t><<<g, kThreads, 0, s>>>(static_cast<const uint32_t *>(x), static_cast<uint32_t *>(y), n, map); break;
-    default: expand_kernel<uint64_t><<<g, kThreads, 0, s>>>(static_cast<const uint64_t *>(x), static_cast<uint64_t *>(y), n, map); break;
   }
   return detail::launched();
 }
@@ -446,6 +510,48 @@ GpuStatus binary(Binary op, const In &a, const In &b, const Out &out, cudaStream
     }
     return len;
   };
+  // An operand that is the output's leading dims followed by ones (same rank): one value per row of the
+  // returned number of elements (-1 otherwise).
+  auto per_row = [&](const Dims &x) -> int64_t {
+    if (x.rank != out.shape.rank || x.rank == 0) return -1;
+    int k = x.rank - 1;
+    while (k >= 0 && x.d[k] == 1) --k;
+    int64_t inner = 1;
+    for (int i = 0; i <= k; ++i)
+      if (x.d[i] != out.shape.d[i]) return -1;
+    for (int i = k + 1; i < x.rank; ++i) inner *= out.shape.d[i];
+    return k >= 0 ? inner : -1;
+  };
+  if (as_float && is_float(out.dtype) && a.dtype == out.dtype && b.dtype == out.dtype) {
+    const bool a_full = a.shape == out.shape, b_full = b.shape == out.shape;
+    const int64_t inner = a_full ? per_row(b.shape) : b_full ? per_row(a.shape) : -1;
+    bool done = false;
+    if (inner > 1)
+      ZK_CUDA_TRY(with_float_type(out.dtype, [&](auto *tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        constexpr int V = Pack<T>::N;
+        const T *full = static_cast<const T *>(a_full ? a.data : b.data);
+        const T *row = static_cast<const T *>(a_full ? b.data : a.data);
+        T *y = static_cast<T *>(out.data);
+        if (inner % V != 0 || !packable<T>(n, {full, out.data})) {
+          const int64_t rows = n / inner;
+          if (a_full)
+            binary_rows2d_kernel<T, true><<<rows_grid(rows, inner), kThreads, 0, s>>>(op, full, row, y, rows, inner);
+          else
+            binary_rows2d_kernel<T, false><<<rows_grid(rows, inner), kThreads, 0, s>>>(op, full, row, y, rows, inner);
+          done = true;
+          return detail::launched();
+        }
+        const int64_t m = n / V;
+        if (a_full)
+          binary_rows_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(op, full, row, y, m, inner / V);
+        else
+          binary_rows_kernel<T, false><<<detail::grid_for(m), kThreads, 0, s>>>(op, full, row, y, m, inner / V);
+        done = true;
+        return detail::launched();
+      }));
+    if (done) return {};
+  }
   const int64_t na = suffix(a.shape), nb = suffix(b.shape);
   if (as_float && na > 0 && nb > 0 && a.dtype == out.dtype && b.dtype == out.dtype && is_float(out.dtype)) {
     ZK_CUDA_TRY(with_float_type(out.dtype, [&](auto *tag) {
@@ -482,14 +588,48 @@ GpuStatus where(const In &c, const In &a, const In &b, const Out &out, cudaStrea
   return {};
 }
 
+namespace launch {
+/// movement.cu: y[i] = x[base + map.offsets(i)], widened to 16-, 8- or 4-byte moves where the innermost dim
+/// is contiguous in x (strides may be 0: a broadcast).
+cudaError_t strided_copy(const void *x, void *y, size_t es, int64_t n, int64_t base, IndexMap<1> map, cudaStream_t s);
+}  // namespace launch
+
 GpuStatus expand(const In &x, const Out &out, cudaStream_t s) {
   if (!broadcastable(x.shape, out.shape)) return kernel_failure("expand: input does not broadcast to the output shape");
   if (x.dtype != out.dtype) return kernel_failure("expand: input and output dtypes differ");
+  // One value per row: x is the output's leading dims followed by ones, at the same rank.
+  if (x.shape.rank == out.shape.rank && x.shape.rank > 0 && out.shape.numel() > 0) {
+    int k = x.shape.rank - 1;
+    while (k >= 0 && x.shape.d[k] == 1) --k;
+    bool lead = k >= 0 && k < x.shape.rank - 1;
+    for (int i = 0; lead && i <= k; ++i) lead = x.shape.d[i] == out.shape.d[i];
+    const size_t es = dtype_size(x.dtype);
+    if (lead && (es == 2 || es == 4 || es == 8)) {
+      int64_t inner = 1;
+      for (int i = k + 1; i < out.shape.rank; ++i) inner *= out.shape.d[i];
+      const int64_t rows = out.shape.numel() / inner;
+      const dim3 g = rows_grid(rows, inner);
+      if (es == 2)
+        expand_rows_kernel<uint16_t><<<g, kThreads, 0, s>>>(static_cast<const uint16_t *>(x.data),
+                                                           static_cast<uint16_t *>(out.data), rows, inner);
+      else if (es == 4)
+        expand_rows_kernel<uint32_t><<<g, kThreads, 0, s>>>(static_cast<const uint32_t *>(x.data),
+                                                           static_cast<uint32_t *>(out.data), rows, inner);
+      else
+        expand_rows_kernel<uint64_t><<<g, kThreads, 0, s>>>(static_cast<const uint64_t *>(x.data),
+                                                           static_cast<uint64_t *>(out.data), rows, inner);
+      ZK_CUDA_TRY(detail::launched());
+      return {};
+    }
+  }
   IndexMap<1> map;
   map.rank = out.shape.rank;
   for (int i = 0; i < out.shape.rank; ++i) map.dims[i] = out.shape.d[i];
   detail::broadcast_strides(x.shape, out.shape, map.st[0]);
-  ZK_CUDA_TRY(launch::expand(x.data, out.data, dtype_size(x.dtype), out.shape.numel(), map, s));
+  // A broadcast is a strided copy with stride 0 along the broadcast dims: the copy widens its moves to 16
+  // bytes when the innermost dim is not broadcast (one element at a time, bf16 expands ran far below the
+  // device's bandwidth).
+  ZK_CUDA_TRY(launch::strided_copy(x.data, out.data, dtype_size(x.dtype), out.shape.numel(), 0, map, s));
   return {};
 }
 

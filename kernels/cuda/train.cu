@@ -3,6 +3,7 @@
 // CPU reference kernel of the same name (zk/cpu_kernels.h), which the tests compare it with. Operands are
 // read through run-time dtype tags (uniform across a launch, so the switch never diverges): these kernels
 // are memory-bound and one instantiation per op keeps the build small.
+#include <algorithm>
 #include <cstdint>
 
 #include "common.cuh"
@@ -49,6 +50,26 @@ __global__ void act_grad_kernel(int act, const void *x, DType xt, const void *dy
     store_f(dx, ot, i, load_f(dy, gt, i) * act_deriv(act, load_f(x, xt, i)));
 }
 
+/// act_grad_kernel when x, dy and dx share one dtype T and come in whole 16-byte vectors: 16 bytes of each
+/// per thread and step instead of one element through the run-time dtype switch (the MLP's activation
+/// backward over [tokens, ffn] ran at a third of the device's bandwidth). The same fp32 math per element.
+template <class T>
+__global__ void act_grad_vec_kernel(int act, const uint4 *__restrict__ x, const uint4 *__restrict__ dy,
+                                    uint4 *__restrict__ dx, int64_t nvec) {
+  constexpr int V = 16 / sizeof(T);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < nvec;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint4 xv = x[i], gv = dy[i];
+    uint4 ov;
+    const T *xe = reinterpret_cast<const T *>(&xv), *ge = reinterpret_cast<const T *>(&gv);
+    T *oe = reinterpret_cast<T *>(&ov);
+#pragma unroll
+    for (int u = 0; u < V; ++u)
+      oe[u] = detail::from_f32<T>(detail::to_f32(ge[u]) * act_deriv(act, detail::to_f32(xe[u])));
+    dx[i] = ov;
+  }
+}
+
 /// One block per row of n elements at stride `inner`.
 __global__ void softmax_grad_kernel(const void *y, DType yt, const void *dy, DType gt, void *dx, DType ot, int64_t n,
                                     int64_t inner) {
@@ -63,34 +84,49 @@ __global__ void softmax_grad_kernel(const void *y, DType yt, const void *dy, DTy
   }
 }
 
+/// Sums of K values over the block at once (one pair of barriers for all K); every thread gets the sums.
+/// `red` is K * 32 floats of shared memory.
+template <int K>
+__device__ __forceinline__ void block_sums(float (&v)[K], float *red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = detail::warp_sum(v[k]);
+  __syncthreads();  // `red` may still be read by a previous reduction
+  if (lane == 0)
+#pragma unroll
+    for (int k = 0; k < K; ++k) red[k * 32 + warp] = v[k];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = detail::warp_sum(lane < nw ? red[k * 32 + lane] : 0.0f);
+}
+
 /// dx of one row of layer norm (Rms = false) or RMS norm; the row's mean and inverse deviation go to
-/// stats[2 * row] and stats[2 * row + 1] for the column sums.
+/// stats[2 * row] and stats[2 * row + 1] for the column sums. With c = x - mean: var = mean(c^2),
+/// mean(g xhat) = inv mean(g c), so one pass and one reduction give var, mean(g) and mean(g c) together
+/// (layer norm needs the mean first: one more pass and reduction).
 template <bool Rms>
 __global__ void norm_grad_rows(const void *x, DType xt, const void *scale, DType st, const void *dy, DType gt, void *dx,
                                DType ot, int64_t n, float eps, float *stats) {
-  __shared__ float red[32];
+  __shared__ float red[3 * 32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * n;
   auto g_at = [&](int64_t j) { return load_f(dy, gt, base + j) * (scale ? load_f(scale, st, j) : 1.0f); };
   float mean = 0.0f;
   if (!Rms) {
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += load_f(x, xt, base + j);
-    mean = block_sum(s, red) / static_cast<float>(n);
+    float sx[1] = {0.0f};
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sx[0] += load_f(x, xt, base + j);
+    block_sums<1>(sx, red);
+    mean = sx[0] / static_cast<float>(n);
   }
-  float ss = 0.0f;
+  float acc[3] = {0.0f, 0.0f, 0.0f};  // sum c^2, sum g, sum g c
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float dv = load_f(x, xt, base + j) - mean;
-    ss += dv * dv;
+    const float c = load_f(x, xt, base + j) - mean, g = g_at(j);
+    acc[0] += c * c;
+    acc[1] += g;
+    acc[2] += g * c;
   }
-  const float inv = rsqrtf(block_sum(ss, red) / static_cast<float>(n) + eps);
-  float sg = 0.0f, sgx = 0.0f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float g = g_at(j), xh = (load_f(x, xt, base + j) - mean) * inv;
-    sg += g;
-    sgx += g * xh;
-  }
-  sg = block_sum(sg, red) / static_cast<float>(n);
-  sgx = block_sum(sgx, red) / static_cast<float>(n);
+  block_sums<3>(acc, red);
+  const float inv = rsqrtf(acc[0] / static_cast<float>(n) + eps);
+  const float sg = acc[1] / static_cast<float>(n), sgx = inv * acc[2] / static_cast<float>(n);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     const float g = g_at(j), xh = (load_f(x, xt, base + j) - mean) * inv;
     // layer norm: inv (g - mean(g) - xhat mean(g xhat)); RMS norm (mean 0): inv (g - xhat mean(g xhat)).
@@ -102,20 +138,38 @@ __global__ void norm_grad_rows(const void *x, DType xt, const void *scale, DType
   }
 }
 
-/// Partial column sums of dy * xhat (and of dy) over one chunk of rows: part[chunk * n + col].
-__global__ void norm_grad_cols(const void *x, DType xt, const void *dy, DType gt, const float *stats, int64_t rows,
-                               int64_t n, int64_t per_chunk, float *part_scale, float *part_bias) {
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (col >= n) return;
+/// Partial column sums of dy * xhat (and of dy) over one chunk of rows: part[chunk * n + col]. A block of
+/// kColLanes x 32 threads covers 32 columns: lane y walks rows y, y + kColLanes, .. of the chunk, and the
+/// lanes' sums are then added in lane order, so the result is the same on every run. Many row lanes keep
+/// enough loads in flight: with one thread per column (and so only n / 32 warps per chunk) the walk was
+/// latency-bound, 10x below the device's bandwidth at the benchmark shapes.
+constexpr int kColLanes = 8;
+__global__ void __launch_bounds__(32 * kColLanes)
+    norm_grad_cols(const void *x, DType xt, const void *dy, DType gt, const float *stats, int64_t rows, int64_t n,
+                   int64_t per_chunk, float *part_scale, float *part_bias) {
+  __shared__ float ss[kColLanes][33], sb[kColLanes][33];
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   const int64_t r0 = blockIdx.y * per_chunk, r1 = min(rows, r0 + per_chunk);
   float as = 0.0f, ab = 0.0f;
-  for (int64_t r = r0; r < r1; ++r) {
-    const float g = load_f(dy, gt, r * n + col);
-    as += g * ((load_f(x, xt, r * n + col) - stats[2 * r]) * stats[2 * r + 1]);
-    ab += g;
+  if (col < n) {
+#pragma unroll 4
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColLanes) {
+      const float g = load_f(dy, gt, r * n + col);
+      as += g * ((load_f(x, xt, r * n + col) - stats[2 * r]) * stats[2 * r + 1]);
+      ab += g;
+    }
   }
-  if (part_scale) part_scale[blockIdx.y * n + col] = as;
-  if (part_bias) part_bias[blockIdx.y * n + col] = ab;
+  ss[threadIdx.y][threadIdx.x] = as;
+  sb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < n) {
+    for (int k = 1; k < kColLanes; ++k) {
+      as += ss[k][threadIdx.x];
+      ab += sb[k][threadIdx.x];
+    }
+    if (part_scale) part_scale[blockIdx.y * n + col] = as;
+    if (part_bias) part_bias[blockIdx.y * n + col] = ab;
+  }
 }
 
 __global__ void column_finish(const float *part, int chunks, int64_t n, void *out, DType ot) {
@@ -175,14 +229,28 @@ __global__ void label_pick_kernel(const void *logits, DType lt, const void *labe
   store_f(out, ot, n, here ? load_f(logits, lt, n * V + (l - row_start)) : 0.0f);
 }
 
+/// dlogits of the label pick, one row per blockIdx.y step: the row's label and dy are read once, the row
+/// written with no index decomposition (per element, a 64-bit division and a label load ran at a third of
+/// the device's bandwidth over the loss's [tokens, vocabulary] logits). V4: fp32 rows in float4 stores.
+template <bool V4>
 __global__ void label_pick_grad_kernel(const void *labels, DType bt, const void *dy, DType gt, void *dl, DType ot, int64_t N,
                                        int64_t V, int64_t row_start, int64_t ignore) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * V;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t n = i / V, j = i % V;
+  for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
     const int64_t l = detail::load_i(labels, bt, n);
-    const bool hit = l != ignore && l - row_start == j;
-    store_f(dl, ot, i, hit ? load_f(dy, gt, n) : 0.0f);
+    const int64_t hit = l != ignore ? l - row_start : -1;  // the column that gets dy, if this rank holds it
+    const float g = load_f(dy, gt, n);
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    if (V4) {
+      float4 *row = reinterpret_cast<float4 *>(static_cast<float *>(dl) + n * V);
+      for (int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < V / 4; q += stride) {
+        const int64_t j = 4 * q;
+        row[q] = make_float4(j == hit ? g : 0.0f, j + 1 == hit ? g : 0.0f, j + 2 == hit ? g : 0.0f,
+                             j + 3 == hit ? g : 0.0f);
+      }
+    } else {
+      for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < V; j += stride)
+        store_f(dl, ot, n * V + j, j == hit ? g : 0.0f);
+    }
   }
 }
 
@@ -190,18 +258,15 @@ struct AdamWConst {
   double beta1, beta2, eps, wd;
 };
 
-/// AdamW. Thread 0 of each block derives the step's scalars from the device tensors exactly as
-/// cpu::AdamWStep::from does (in double, rounded to fp32 once); the element update uses _rn intrinsics,
-/// which nvcc never contracts into multiply-adds, in the reference's order.
-__global__ void adamw_kernel(void *param, DType pt, const void *grad, DType gt, void *m, DType mt, void *v, DType vt,
-                             int64_t n, const void *lr, DType lrt, const void *step, DType stt, const void *gsc, DType gst,
-                             AdamWConst c) {
-  __shared__ float sc[7];
-  __shared__ bool skip;
+/// The step's scalars, derived by thread 0 of each block from the device tensors exactly as
+/// cpu::AdamWStep::from does (in double, rounded to fp32 once): decay, 1 - beta1, beta2, 1 - beta2,
+/// step size, sqrt of the second bias correction, gradient scale. `skip` (shared): step 0 is a skipped step
+/// (fp16 dynamic loss scaling saw an overflow), in which nothing is written.
+__device__ __forceinline__ void adamw_scalars(float *sc, bool &skip, const void *lr, DType lrt, const void *step,
+                                              DType stt, const void *gsc, DType gst, const AdamWConst &c) {
   if (threadIdx.x == 0) {
     const double l = load_f(lr, lrt, 0);
     const double t = static_cast<double>(detail::load_i(step, stt, 0));
-    // Step 0 is a skipped step (fp16 dynamic loss scaling saw an overflow): nothing is written.
     skip = t < 1.0;
     // _rn intrinsics here too: a contracted fma(-l, wd, 1) could round differently from the host's code.
     sc[0] = static_cast<float>(__dsub_rn(1.0, __dmul_rn(l, c.wd)));
@@ -213,21 +278,62 @@ __global__ void adamw_kernel(void *param, DType pt, const void *grad, DType gt, 
     sc[6] = load_f(gsc, gst, 0);
   }
   __syncthreads();
+}
+
+/// One element's update in the reference's order, with _rn intrinsics, which nvcc never contracts into
+/// multiply-adds: bit-identical to the CPU reference.
+__device__ __forceinline__ void adamw_update(const float *sc, float eps, float graw, float &p, float &m, float &v) {
+  const float g = __fmul_rn(graw, sc[6]);
+  p = __fmul_rn(p, sc[0]);
+  const float mm = __fadd_rn(m, __fmul_rn(sc[1], __fsub_rn(g, m)));
+  const float vv = __fadd_rn(__fmul_rn(v, sc[2]), __fmul_rn(__fmul_rn(sc[3], g), g));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv), sc[5]), eps);
+  p = __fadd_rn(p, __fdiv_rn(__fmul_rn(-sc[4], mm), denom));
+  m = mm;
+  v = vv;
+}
+
+/// AdamW, any float storage; the element update is adamw_update, bit-identical to the CPU reference.
+__global__ void adamw_kernel(void *param, DType pt, const void *grad, DType gt, void *m, DType mt, void *v, DType vt,
+                             int64_t n, const void *lr, DType lrt, const void *step, DType stt, const void *gsc, DType gst,
+                             AdamWConst c) {
+  __shared__ float sc[7];
+  __shared__ bool skip;
+  adamw_scalars(sc, skip, lr, lrt, step, stt, gsc, gst, c);
   if (skip) return;
-  const float decay = sc[0], omb1 = sc[1], b2 = sc[2], omb2 = sc[3], step_size = sc[4], bc2 = sc[5], gs = sc[6];
   const float eps = static_cast<float>(c.eps);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = __fmul_rn(load_f(grad, gt, i), gs);
-    float p = __fmul_rn(load_f(param, pt, i), decay);
-    const float m0 = load_f(m, mt, i), v0 = load_f(v, vt, i);
-    const float mm = __fadd_rn(m0, __fmul_rn(omb1, __fsub_rn(g, m0)));
-    const float vv = __fadd_rn(__fmul_rn(v0, b2), __fmul_rn(__fmul_rn(omb2, g), g));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv), bc2), eps);
-    p = __fadd_rn(p, __fdiv_rn(__fmul_rn(-step_size, mm), denom));
+    float p = load_f(param, pt, i), mm = load_f(m, mt, i), vv = load_f(v, vt, i);
+    adamw_update(sc, eps, load_f(grad, gt, i), p, mm, vv);
     store_f(param, pt, i, p);
     store_f(m, mt, i, mm);
     store_f(v, vt, i, vv);
+  }
+}
+
+/// adamw_kernel for the mixed-precision step's layout, fp32 master weights, gradients and moments, in
+/// whole float4 vectors: 16-byte loads and stores instead of one element through the dtype switch (it ran
+/// at 60% of the device's bandwidth). The same adamw_update per element.
+__global__ void adamw_f32x4_kernel(float4 *param, const float4 *__restrict__ grad, float4 *m, float4 *v, int64_t n4,
+                                   const void *lr, DType lrt, const void *step, DType stt, const void *gsc, DType gst,
+                                   AdamWConst c) {
+  __shared__ float sc[7];
+  __shared__ bool skip;
+  adamw_scalars(sc, skip, lr, lrt, step, stt, gsc, gst, c);
+  if (skip) return;
+  const float eps = static_cast<float>(c.eps);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float4 p = param[i], mm = m[i], vv = v[i];
+    const float4 g = grad[i];
+    adamw_update(sc, eps, g.x, p.x, mm.x, vv.x);
+    adamw_update(sc, eps, g.y, p.y, mm.y, vv.y);
+    adamw_update(sc, eps, g.z, p.z, mm.z, vv.z);
+    adamw_update(sc, eps, g.w, p.w, mm.w, vv.w);
+    param[i] = p;
+    m[i] = mm;
+    v[i] = vv;
   }
 }
 
@@ -265,6 +371,21 @@ __global__ void sum_squares_part(const void *x, DType xt, int64_t n, double *par
   if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
+/// sum_squares_part over fp32 in whole float4 vectors (the gradients of the bf16 step are fp32): 16-byte
+/// loads instead of one element through the dtype switch. Each block's partial is still one double.
+__global__ void sum_squares_part_f32x4(const float4 *__restrict__ x, int64_t n4, double *part) {
+  __shared__ double red[32];
+  double acc = 0.0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float4 v = x[i];
+    acc += static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y;
+    acc += static_cast<double>(v.z) * v.z + static_cast<double>(v.w) * v.w;
+  }
+  acc = block_sum_d(acc, red);
+  if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
 __global__ void sum_squares_finish(const double *part, int parts, float *out) {
   __shared__ double red[32];
   double acc = 0.0;
@@ -290,8 +411,8 @@ cudaError_t norm_grad(bool rms, const void *x, DType xt, const void *scale, DTyp
     const int chunks = static_cast<int>(rows < kChunks ? rows : kChunks);
     const int64_t per = (rows + chunks - 1) / chunks;
     const unsigned cb = static_cast<unsigned>((n + 255) / 256);
-    norm_grad_cols<<<dim3(cb, chunks), 256, 0, s>>>(x, xt, dy, gt, stats, rows, n, per, dscale ? ps : nullptr,
-                                                    dbias ? pb : nullptr);
+    norm_grad_cols<<<dim3(static_cast<unsigned>((n + 31) / 32), chunks), dim3(32, kColLanes), 0, s>>>(
+        x, xt, dy, gt, stats, rows, n, per, dscale ? ps : nullptr, dbias ? pb : nullptr);
     if (dscale) column_finish<<<cb, 256, 0, s>>>(ps, chunks, n, dscale, dst);
     if (dbias) column_finish<<<cb, 256, 0, s>>>(pb, chunks, n, dbias, dbt);
   }
@@ -308,8 +429,30 @@ GpuStatus act_grad(cpu::Unary act, const In &x, const In &dy, const Out &dx, cud
     return kernel_failure("act_grad: the activation must be gelu_tanh, gelu_erf or silu");
   const int64_t n = dx.shape.numel();
   if (n == 0) return {};
-  act_grad_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(static_cast<int>(act), x.data, x.dtype, dy.data, dy.dtype,
-                                                           dx.data, dx.dtype, n);
+  const size_t es = dtype_size(dx.dtype);
+  const bool vec = x.dtype == dx.dtype && dy.dtype == dx.dtype && (n * static_cast<int64_t>(es)) % 16 == 0 &&
+                   (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(dy.data) |
+                    reinterpret_cast<uintptr_t>(dx.data)) % 16 == 0;
+  if (vec) {
+    const int64_t nvec = n * static_cast<int64_t>(es) / 16;
+    auto *xv = static_cast<const uint4 *>(x.data), *gv = static_cast<const uint4 *>(dy.data);
+    auto *ov = static_cast<uint4 *>(dx.data);
+    const int a = static_cast<int>(act);
+    switch (dx.dtype) {
+      case DType::bf16:
+        act_grad_vec_kernel<__nv_bfloat16><<<grid_for(nvec), detail::kThreads, 0, s>>>(a, xv, gv, ov, nvec);
+        break;
+      case DType::f16:
+        act_grad_vec_kernel<__half><<<grid_for(nvec), detail::kThreads, 0, s>>>(a, xv, gv, ov, nvec);
+        break;
+      default:
+        act_grad_vec_kernel<float><<<grid_for(nvec), detail::kThreads, 0, s>>>(a, xv, gv, ov, nvec);
+        break;
+    }
+  } else {
+    act_grad_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(static_cast<int>(act), x.data, x.dtype, dy.data, dy.dtype,
+                                                             dx.data, dx.dtype, n);
+  }
   ZK_CUDA_TRY(detail::launched());
   return {};
 }
@@ -432,8 +575,16 @@ GpuStatus label_pick_grad(const In &labels, const In &dy, const Out &dl, int64_t
   const int64_t N = dl.shape.d[0], V = dl.shape.d[1];
   if (labels.shape.numel() != N || dy.shape.numel() != N) return kernel_failure("label_pick_grad: labels and dy must have N elements");
   if (N * V == 0) return {};
-  label_pick_grad_kernel<<<grid_for(N * V), detail::kThreads, 0, s>>>(labels.data, labels.dtype, dy.data, dy.dtype, dl.data,
-                                                                      dl.dtype, N, V, row_start, ignore);
+  const bool v4 = dl.dtype == DType::f32 && V % 4 == 0 && reinterpret_cast<uintptr_t>(dl.data) % 16 == 0;
+  const int64_t per_row = v4 ? V / 4 : V;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((per_row + detail::kThreads - 1) / detail::kThreads, 64)),
+                  static_cast<unsigned>(std::min<int64_t>(N, 4096)));
+  if (v4)
+    label_pick_grad_kernel<true><<<grid, detail::kThreads, 0, s>>>(labels.data, labels.dtype, dy.data, dy.dtype, dl.data,
+                                                                    dl.dtype, N, V, row_start, ignore);
+  else
+    label_pick_grad_kernel<false><<<grid, detail::kThreads, 0, s>>>(labels.data, labels.dtype, dy.data, dy.dtype, dl.data,
+                                                                     dl.dtype, N, V, row_start, ignore);
   ZK_CUDA_TRY(detail::launched());
   return {};
 }
@@ -450,6 +601,18 @@ GpuStatus adamw(const Out &param, const In &grad, const Out &m, const Out &v, co
     return kernel_failure("adamw: lr and grad_scale must be float, step an integer");
   const int64_t n = param.shape.numel();
   if (n == 0) return {};
+  const bool f32x4 = param.dtype == DType::f32 && grad.dtype == DType::f32 && m.dtype == DType::f32 &&
+                     v.dtype == DType::f32 && n % 4 == 0 &&
+                     (reinterpret_cast<uintptr_t>(param.data) | reinterpret_cast<uintptr_t>(grad.data) |
+                      reinterpret_cast<uintptr_t>(m.data) | reinterpret_cast<uintptr_t>(v.data)) % 16 == 0;
+  if (f32x4) {
+    adamw_f32x4_kernel<<<grid_for(n / 4), detail::kThreads, 0, s>>>(
+        static_cast<float4 *>(param.data), static_cast<const float4 *>(grad.data), static_cast<float4 *>(m.data),
+        static_cast<float4 *>(v.data), n / 4, lr.data, lr.dtype, step.data, step.dtype, grad_scale.data,
+        grad_scale.dtype, AdamWConst{p.beta1, p.beta2, p.eps, p.weight_decay});
+    ZK_CUDA_TRY(detail::launched());
+    return {};
+  }
   adamw_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(param.data, param.dtype, grad.data, grad.dtype, m.data, m.dtype,
                                                         v.data, v.dtype, n, lr.data, lr.dtype, step.data, step.dtype,
                                                         grad_scale.data, grad_scale.dtype,
@@ -479,7 +642,11 @@ GpuStatus sum_squares(const In &x, const Out &out, void *ws, cudaStream_t s) {
   if (out.shape.numel() != 1 || out.dtype != DType::f32) return kernel_failure("sum_squares: out must be one f32 element");
   if (!ws) return kernel_failure("sum_squares: workspace missing");
   const int64_t n = x.shape.numel();
-  sum_squares_part<<<kSsBlocks, 256, 0, s>>>(x.data, x.dtype, n, static_cast<double *>(ws));
+  if (x.dtype == DType::f32 && n % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0)
+    sum_squares_part_f32x4<<<kSsBlocks, 256, 0, s>>>(static_cast<const float4 *>(x.data), n / 4,
+                                                      static_cast<double *>(ws));
+  else
+    sum_squares_part<<<kSsBlocks, 256, 0, s>>>(x.data, x.dtype, n, static_cast<double *>(ws));
   sum_squares_finish<<<1, 256, 0, s>>>(static_cast<const double *>(ws), kSsBlocks, static_cast<float *>(out.data));
   ZK_CUDA_TRY(detail::launched());
   return {};

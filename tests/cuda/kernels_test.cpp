@@ -2,6 +2,7 @@
 // ones included: sizes that are not multiples of any tile or block) and for each storage dtype. Outputs are
 // poisoned with NaN before each launch, so an element the kernel never writes fails the comparison.
 #include <cmath>
+#include <memory>
 #include <cstdlib>
 #include <limits>
 
@@ -60,13 +61,16 @@ TEST(CudaElementwise, CastMatchesReference) {
   const DType all[] = {DType::f32, DType::bf16, DType::f16, DType::i64, DType::i32, DType::bool8};
   for (DType from : all)
     for (DType to : all) {
-      SCOPED_TRACE(std::string(zk::dtype_name(from)) + " -> " + zk::dtype_name(to));
-      HostT x = random_tensor(from, Dims{3, 37}, -300.0f, 300.0f);
-      HostT ref(to, x.shape);
-      ZT_CPU_OK(zk::cpu::cast(x.in(), ref.out()));
-      DevT dx(x), dy(to, x.shape);
-      ZT_GPU_OK(zc::cast(dx.in(), dy.out(), nullptr));
-      EXPECT_TRUE(close(dy.download(), ref, 0));  // conversions are exact or identically rounded
+      // [3, 37]: one element at a time; [4, 40]: whole 8-element groups (the vector path between floats).
+      for (const Dims &shape : {Dims{3, 37}, Dims{4, 40}}) {
+        SCOPED_TRACE(std::string(zk::dtype_name(from)) + " -> " + zk::dtype_name(to) + " " + dims_str(shape));
+        HostT x = random_tensor(from, shape, -300.0f, 300.0f);
+        HostT ref(to, x.shape);
+        ZT_CPU_OK(zk::cpu::cast(x.in(), ref.out()));
+        DevT dx(x), dy(to, x.shape);
+        ZT_GPU_OK(zc::cast(dx.in(), dy.out(), nullptr));
+        EXPECT_TRUE(close(dy.download(), ref, 0));  // conversions are exact or identically rounded
+      }
     }
 }
 
@@ -79,6 +83,10 @@ TEST(CudaElementwise, BinaryBroadcastMatchesReference) {
                         {Dims{2, 3, 16, 64}, Dims{1, 1, 16, 64}, Dims{2, 3, 16, 64}},  // suffix broadcast, packed
                         {Dims{1, 3, 64}, Dims{2, 3, 64}, Dims{2, 3, 64}},              // suffix on the left
                         {Dims{}, Dims{2, 5}, Dims{2, 5}},
+                        {Dims{6, 64}, Dims{6, 1}, Dims{6, 64}},                    // one value per row, packed
+                        {Dims{3, 1, 1}, Dims{3, 4, 16}, Dims{3, 4, 16}},           // per row on the left
+                        {Dims{5, 3}, Dims{5, 1}, Dims{5, 3}},                      // per row, not packable
+                        {Dims{5, 1}, Dims{5, 3}, Dims{5, 3}},                      // the same on the left
                         {Dims{2, 1, 3, 1, 2, 1}, Dims{1, 4, 1, 5, 1, 3}, Dims{2, 4, 3, 5, 2, 3}}};
   const Binary ops[] = {Binary::add, Binary::sub,  Binary::mul,     Binary::div,        Binary::pow,
                         Binary::max, Binary::min,  Binary::equal,   Binary::less,       Binary::greater,
@@ -127,12 +135,22 @@ TEST(CudaElementwise, WhereExpandFill) {
     ZT_GPU_OK(zc::where(dc.in(), da.in(), db.in(), dy.out(), nullptr));
     EXPECT_TRUE(close(dy.download(), ref, 0));
 
-    HostT x = random_tensor(t, Dims{3, 1, 7});
-    HostT eref(t, Dims{2, 3, 5, 7});
-    ZT_CPU_OK(zk::cpu::expand(x.in(), eref.out()));
-    DevT dx(x), de(t, Dims{2, 3, 5, 7});
-    ZT_GPU_OK(zc::expand(dx.in(), de.out(), nullptr));
-    EXPECT_TRUE(close(de.download(), eref, 0));
+    // Element by element ([.., 7]); widened moves ([.., 32] contiguous: 16-byte units for every dtype
+    // here); the innermost dim itself broadcast (no widening).
+    struct ECase { Dims in, out; };
+    // One value per row (the loss backward's [rows, 1] -> [rows, V]): [4, 1] and [3, 5, 1]; [1, 5, 1] is not
+    // (its first dim broadcasts too).
+    for (const ECase &e : {ECase{Dims{3, 1, 7}, Dims{2, 3, 5, 7}}, ECase{Dims{3, 1, 32}, Dims{2, 3, 5, 32}},
+                           ECase{Dims{4, 1}, Dims{4, 24}}, ECase{Dims{3, 5, 1}, Dims{3, 5, 33}},
+                           ECase{Dims{1, 5, 1}, Dims{3, 5, 4}}}) {
+      SCOPED_TRACE(std::string(zk::dtype_name(t)) + " expand " + dims_str(e.in) + " -> " + dims_str(e.out));
+      HostT x = random_tensor(t, e.in);
+      HostT eref(t, e.out);
+      ZT_CPU_OK(zk::cpu::expand(x.in(), eref.out()));
+      DevT dx(x), de(t, e.out);
+      ZT_GPU_OK(zc::expand(dx.in(), de.out(), nullptr));
+      EXPECT_TRUE(close(de.download(), eref, 0));
+    }
 
     HostT fref(t, Dims{33, 3});
     ZT_CPU_OK(zk::cpu::fill(-1.25, fref.out()));
@@ -264,7 +282,9 @@ TEST(CudaRows, LayerNormRmsNormAndResidualFusion) {
 TEST(CudaRows, Reductions) {
   struct Case { Dims s; std::vector<int64_t> axes; };
   const Case cases[] = {{Dims{4, 1000}, {1}}, {Dims{3, 7, 5}, {0, 2}}, {Dims{2, 3, 33}, {0}}, {Dims{5, 6}, {0, 1}},
-                        {Dims{2, 3, 4, 5, 6}, {1, 3}}};
+                        {Dims{2, 3, 4, 5, 6}, {1, 3}},
+                        // Trailing dense rows (the row kernel): one long axis, and two trailing axes.
+                        {Dims{3, 5, 777}, {2}}, {Dims{2, 3, 130}, {1, 2}}};
   for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i64})
     for (const Case &c : cases)
       for (Reduce op : {Reduce::sum, Reduce::mean, Reduce::max})
@@ -321,6 +341,30 @@ TEST(CudaMovement, TransposeConcatSlice) {
       ZT_GPU_OK(zc::concat(ds, 3, dy.out(), axis, nullptr));
       EXPECT_TRUE(close(dy.download(), ref, 0));
     }
+  // 16-byte units (the rotary embedding's two [.., 32] bf16 halves), 8-byte units, and more operands than
+  // one kernel takes (the per-operand 2-D copies).
+  for (const std::vector<int64_t> &widths : {std::vector<int64_t>{32, 32}, std::vector<int64_t>{4, 12, 8},
+                                             std::vector<int64_t>(9, 8)}) {
+    SCOPED_TRACE("bf16 concat of " + std::to_string(widths.size()) + " operands, first width " + std::to_string(widths[0]));
+    std::vector<HostT> hs;
+    std::vector<std::unique_ptr<DevT>> ds;  // DevT owns device memory and does not move
+    std::vector<zk::In> hin, din;
+    int64_t total = 0;
+    for (int64_t w : widths) {
+      hs.push_back(random_tensor(DType::bf16, Dims{2, 3, 17, w}));
+      total += w;
+    }
+    for (const HostT &h : hs) ds.push_back(std::make_unique<DevT>(h));
+    for (size_t k = 0; k < hs.size(); ++k) {
+      hin.push_back(hs[k].in());
+      din.push_back(ds[k]->in());
+    }
+    HostT ref(DType::bf16, Dims{2, 3, 17, total});
+    ZT_CPU_OK(zk::cpu::concat(hin.data(), static_cast<int>(hin.size()), ref.out(), 3));
+    DevT dy(DType::bf16, Dims{2, 3, 17, total});
+    ZT_GPU_OK(zc::concat(din.data(), static_cast<int>(din.size()), dy.out(), 3, nullptr));
+    EXPECT_TRUE(close(dy.download(), ref, 0));
+  }
   {
     HostT x = random_tensor(DType::bf16, Dims{6, 10, 7});
     const int64_t starts[] = {1, 9, 0}, steps[] = {2, -3, 1};

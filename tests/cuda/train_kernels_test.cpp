@@ -33,13 +33,15 @@ float grad_tol(DType t) { return t == DType::f32 ? 5e-5f : tol_for(t); }
 
 TEST(CudaTrain, ActivationAndSoftmaxGrads) {
   for (DType t : kFloats) {
-    for (Unary act : {Unary::gelu_tanh, Unary::gelu_erf, Unary::silu}) {
-      HostT x = random_tensor(t, Dims{7, 129}, -4, 4), dy = random_tensor(t, Dims{7, 129}), ref(t, x.shape);
-      ZT_CPU_OK(zk::cpu::act_grad(act, x.in(), dy.in(), ref.out()));
-      DevT dx(x), ddy(dy), out(t, x.shape);
-      ZT_GPU_OK(zc::act_grad(act, dx.in(), ddy.in(), out.out(), nullptr));
-      EXPECT_TRUE(close(out.download(), ref, grad_tol(t))) << zk::dtype_name(t);
-    }
+    // [7, 129]: the element-wise kernel; [6, 128]: whole 16-byte vectors, the vector kernel.
+    for (const Dims &shape : {Dims{7, 129}, Dims{6, 128}})
+      for (Unary act : {Unary::gelu_tanh, Unary::gelu_erf, Unary::silu}) {
+        HostT x = random_tensor(t, shape, -4, 4), dy = random_tensor(t, shape), ref(t, x.shape);
+        ZT_CPU_OK(zk::cpu::act_grad(act, x.in(), dy.in(), ref.out()));
+        DevT dx(x), ddy(dy), out(t, x.shape);
+        ZT_GPU_OK(zc::act_grad(act, dx.in(), ddy.in(), out.out(), nullptr));
+        EXPECT_TRUE(close(out.download(), ref, grad_tol(t))) << zk::dtype_name(t) << " " << dims_str(shape);
+      }
     for (int axis : {-1, 1}) {
       HostT x = random_tensor(t, Dims{3, 37, 300}), y(t, x.shape), dy = random_tensor(t, x.shape), ref(t, x.shape);
       ZT_CPU_OK(zk::cpu::softmax(x.in(), y.out(), axis));
@@ -243,7 +245,10 @@ TEST(CudaTrain, EmbeddingAndLabelPick) {
     // The same fp32 additions in the same order as the reference: exact.
     EXPECT_TRUE(close(gt.download(), ref, 0)) << "embedding_grad " << zk::dtype_name(t);
 
-    const int64_t N = 37, Vl = 33;
+    // Vl 33: element by element; 36: whole float4 rows for f32 (the vector path).
+    for (const int64_t Vl : {int64_t{33}, int64_t{36}}) {
+    const int64_t N = 37;
+    SCOPED_TRACE("label pick over " + std::to_string(Vl) + " columns");
     HostT logits = random_tensor(t, Dims{N, Vl}), labels = ids_tensor(DType::i64, Dims{N}, -1, 100);
     zk::store_i64(labels.bytes.data(), DType::i64, 3, -100);
     HostT rp(t, Dims{N}), rg(t, Dims{N, Vl}), g = random_tensor(t, Dims{N});
@@ -254,6 +259,7 @@ TEST(CudaTrain, EmbeddingAndLabelPick) {
     ZT_GPU_OK(zc::label_pick_grad(glb.in(), gg.in(), ggr.out(), 33, -100, nullptr));
     EXPECT_TRUE(close(gp.download(), rp, 0)) << "label_pick";
     EXPECT_TRUE(close(ggr.download(), rg, 0)) << "label_pick_grad";
+    }
   }
 }
 
@@ -335,12 +341,15 @@ TEST(CudaTrain, AdamWAccumulateSumSquares) {
     ZT_GPU_OK(zc::accumulate(gt.out(), gval.in(), nullptr));
     EXPECT_TRUE(close(gt.download(), target, t == DType::f32 ? 0.0f : tol_for(t))) << "accumulate";
 
-    HostT x = random_tensor(t, Dims{3, 100003}), ref(DType::f32, Dims{});
-    ZT_CPU_OK(zk::cpu::sum_squares(x.in(), ref.out()));
-    DevT gx(x), go(DType::f32, Dims{});
-    DevBytes ws(zc::sum_squares_workspace());
-    ZT_GPU_OK(zc::sum_squares(gx.in(), go.out(), ws.ptr, nullptr));
-    EXPECT_TRUE(close(go.download(), ref, 1e-6f)) << "sum_squares";
+    // [3, 100003]: element by element; [4, 100000]: float4 vectors for f32.
+    for (const Dims &xs : {Dims{3, 100003}, Dims{4, 100000}}) {
+      HostT x = random_tensor(t, xs), ref(DType::f32, Dims{});
+      ZT_CPU_OK(zk::cpu::sum_squares(x.in(), ref.out()));
+      DevT gx(x), go(DType::f32, Dims{});
+      DevBytes ws(zc::sum_squares_workspace());
+      ZT_GPU_OK(zc::sum_squares(gx.in(), go.out(), ws.ptr, nullptr));
+      EXPECT_TRUE(close(go.download(), ref, 1e-6f)) << "sum_squares " << dims_str(xs);
+    }
   }
 }
 

@@ -503,6 +503,8 @@ class CudaBackend final : public Backend {
     // communicator (collectives and ZeRO gathers); release only ends a lifetime.
     const OpInfo *info = op_info(static_cast<uint16_t>(v));
     const bool known = info && !info->on_communicator();
+    if (!known) return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
+                                                      "'): opcode " + std::to_string(v) + " is not a compute op");
     for (const TensorRef &t : s.inputs)
       if (t.data && t.space == MemSpace::host && op != Op::prefetch)
         return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
