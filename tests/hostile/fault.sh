@@ -40,7 +40,8 @@ zrun_ranks() {
 }
 wait_for_ranks() {  # wait_for_ranks JOB N: prints the ids once N zrun ranks run
   local ids
-  for _ in $(seq 1 200); do
+  # Up to 30 s: on a loaded 2-core CI machine two MPI ranks can take seconds to start.
+  for _ in $(seq 1 600); do
     ids=$(zrun_ranks "$1")
     if [ "$(wc -w <<<"$ids")" -ge "$2" ]; then echo "$ids"; return 0; fi
     sleep 0.05
@@ -77,7 +78,18 @@ case $case_name in
 esac
 job=$!
 
-ranks=$(wait_for_ranks "$job" 2) || { echo "FAIL: the two zrun ranks did not appear"; kill -9 "$job"; cat "$log"; exit 1; }
+# rank_exits' second rank ends itself after 1.5 s, possibly before the first one has started on a loaded
+# machine: one running rank is enough to know the job is up there.
+want_ranks=2
+[ "$case_name" = rank_exits ] && want_ranks=1
+if ! ranks=$(wait_for_ranks "$job" "$want_ranks"); then
+  # A job that has already ended (rank_exits on a slow start) is judged by its exit and message below.
+  if kill -0 "$job" 2>/dev/null; then
+    echo "FAIL: the zrun ranks did not appear"; kill -9 "$job"; cat "$log"; exit 1
+  fi
+  echo "the job ended before its ranks were seen"
+  ranks=""
+fi
 echo "rank processes: $(tr '\n' ' ' <<<"$ranks")"
 if [ "$case_name" = rank_stalls ] || [ "$case_name" = rank_killed ]; then
   sleep 1.5
