@@ -183,6 +183,8 @@ std::string commandLine(const CompileConfig &f, const CommonOptions &o) {
     os << " --offload-param " << f.offloadParam;
   if (f.offloadOptimizer != "none")
     os << " --offload-optimizer " << f.offloadOptimizer;
+  if (!f.nvmePath.empty())
+    os << " --nvme-path " << f.nvmePath;
   if (f.train)
     os << " --train";
   if (f.generate)
@@ -299,14 +301,17 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     // right before its first use.
     sharding.prefetchBytes = 0;
     sharding.maxLiveBytes = f.maxLiveBytes;
-    sharding.offload = f.offloadParam == "cpu"
-                           ? sharding::ShardingOptions::Offload::Cpu
-                           : sharding::ShardingOptions::Offload::None;
+    auto placement = [](const std::string &where) {
+      using Offload = sharding::ShardingOptions::Offload;
+      return where == "cpu"    ? Offload::Cpu
+             : where == "nvme" ? Offload::Nvme
+                               : Offload::None;
+    };
+    sharding.offload = placement(f.offloadParam);
     sharding.mixedPrecision =
         f.train && (f.dtype == "bf16" || f.dtype == "fp16");
-    sharding.offloadOptimizer = f.offloadOptimizer == "cpu"
-                                    ? sharding::ShardingOptions::Offload::Cpu
-                                    : sharding::ShardingOptions::Offload::None;
+    sharding.offloadOptimizer = placement(f.offloadOptimizer);
+    sharding.nvmePath = f.nvmePath;
     sharding::buildShardingPipeline(pm, sharding);
     plan::ZplanScheduleOptions schedule;
     schedule.dtype = f.dtype;
@@ -394,6 +399,8 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     return failure();
   result.summary.generation.gpuMem = limits.gpuMem;
   result.summary.generation.linkBandwidth = double(limits.linkBandwidth);
+  result.summary.nvme.bandwidth = double(limits.nvmeBandwidth);
+  result.summary.nvme.microBatches = f.microBatches;
   auto done = Clock::now();
   result.importSeconds = seconds(start, imported);
   result.passSeconds = seconds(imported, planned);

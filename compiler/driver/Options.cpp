@@ -101,15 +101,18 @@ std::vector<OptionRow> buildTable() {
                   .inGroup(kSwept)
                   .oneOf({"0", "1", "2", "3"}));
   t.push_back(row("--offload-param", &C::offloadParam,
-                  "Parameter placement: none or cpu (pinned host memory)")
+                  "Parameter placement: none, cpu (pinned host memory) or "
+                  "nvme (files under --nvme-path, read ahead of use)")
                   .inGroup(kSwept)
-                  .oneOf({"none", "cpu"}));
+                  .oneOf({"none", "cpu", "nvme"}));
   t.push_back(row("--offload-optimizer", &C::offloadOptimizer,
-                  "--train: where the optimizer state lives: none (device) "
-                  "or cpu (master weights, moments and AdamW in host memory)")
+                  "--train: where the optimizer state lives: none (device), "
+                  "cpu (master weights, moments and AdamW in host memory) "
+                  "or nvme (kept in files under --nvme-path, updated on the "
+                  "host)")
                   .inGroup(kSwept)
                   .needsTrain("inference has no optimizer")
-                  .oneOf({"none", "cpu"}));
+                  .oneOf({"none", "cpu", "nvme"}));
   t.push_back(
       row("--recompute", &C::recompute,
           "--train: none; selective (norm and activation outputs "
@@ -241,6 +244,13 @@ std::vector<OptionRow> buildTable() {
                   "--generate: host link bytes/s for the report's "
                   "ZeRO-Inference floor (default 55000000000)")
                   .checked(Check::Bytes, "per second (e.g. 55G)"));
+  t.push_back(row("--nvme-path", &C::nvmePath,
+                  "Folder of the NVMe offload files (one per rank, created "
+                  "by zrun at load; zrun --nvme-path may name another)"));
+  t.push_back(row("--nvme-bandwidth", &C::nvmeBandwidth,
+                  "NVMe bytes/s per rank for the report's time floor of the "
+                  "offload traffic (default 3000000000)")
+                  .checked(Check::Bytes, "per second (e.g. 3G)"));
   // What the compile command writes and reads besides the plan.
   t.push_back(row("--report", &C::report,
                   "Print the per-rank memory and communication report")
@@ -541,6 +551,18 @@ std::string validateConfig(const CompileConfig &f, const CommonOptions &o,
     parseBytes(f.commReserveBytes, limits.commReserve);
   parseBytes(f.commBytesPerGroup, limits.commPerGroup);
   parseBytes(f.linkBandwidth, limits.linkBandwidth);
+  parseBytes(f.nvmeBandwidth, limits.nvmeBandwidth);
+  const bool nvme = f.offloadParam == "nvme" || f.offloadOptimizer == "nvme";
+  if (nvme && f.nvmePath.empty())
+    return describeSetting(f, o,
+                           f.offloadParam == "nvme" ? "--offload-param"
+                                                    : "--offload-optimizer") +
+           " needs --nvme-path DIR: the folder of the NVMe files";
+  if (!nvme && !f.nvmePath.empty())
+    return describeSetting(f, o, "--nvme-path") +
+           " needs --offload-param nvme or --offload-optimizer nvme";
+  if (limits.nvmeBandwidth == 0)
+    return "--nvme-bandwidth must be more than 0 bytes per second";
 
   int64_t dp = world / f.tp;
   int64_t batch = o.import.batch;
@@ -594,9 +616,21 @@ std::string validateConfig(const CompileConfig &f, const CommonOptions &o,
   if (f.recompute == "auto" && f.gpuMem.empty())
     return "--recompute auto picks the least recomputation that fits "
            "--gpu-mem: pass --gpu-mem";
-  if (f.offloadOptimizer == "cpu" && f.zero == 0 && dp > 1)
-    return "--offload-optimizer cpu over dp = " + std::to_string(dp) +
+  if (f.offloadOptimizer != "none" && f.zero == 0 && dp > 1)
+    return "--offload-optimizer " + f.offloadOptimizer + " over dp = " +
+           std::to_string(dp) +
            " needs --zero 1 or more (each rank updates its part on its host)";
+  if (f.offloadParam == "nvme" &&
+      (f.zero != 3 || dp < 2 || f.offloadOptimizer == "none"))
+    return describeSetting(f, o, "--offload-param") +
+           " with --train needs --zero 3 over dp > 1 (the parameters kept "
+           "on NVMe are the ZeRO-3 shards) and --offload-optimizer cpu or "
+           "nvme (the shards are updated on the host)";
+  if (nvme && f.dtype != "fp32")
+    return describeSetting(f, o, "--dtype") +
+           " with NVMe offload of a training step is not planned yet (the "
+           "fp32 master parts would be converted on their way to the files); "
+           "use --dtype fp32";
   if (f.offloadParam == "cpu")
     return describeSetting(f, o, "--offload-param") +
            " with --train is not built yet (the training step keeps "

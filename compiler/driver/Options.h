@@ -88,6 +88,11 @@ struct CompileConfig {
   // default is the rate docs/gpu-plan-runs.md assumed for PCIe 5 x16; give
   // the measured one.
   std::string linkBandwidth = "55000000000";
+  // NVMe offload (docs/nvme.md): the folder of the rank files, and the disk's
+  // rate for the report's time floor (bytes/s; 3 GB/s, a PCIe 3 x4 drive's
+  // sequential read, until a measured figure is given).
+  std::string nvmePath;
+  std::string nvmeBandwidth = "3000000000";
   /// --ds-config: a DeepSpeed JSON config read after the flags.
   std::string dsConfig;
 
@@ -104,7 +109,7 @@ struct CompileConfig {
 /// Byte counts parsed from the config's text fields.
 struct ByteLimits {
   uint64_t gpuMem = 0, hostMem = 0, cudaContext = 0, commReserve = 0,
-           commPerGroup = 0, linkBandwidth = 0;
+           commPerGroup = 0, linkBandwidth = 0, nvmeBandwidth = 0;
   bool commOverride = false;
 };
 

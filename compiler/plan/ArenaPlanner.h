@@ -21,8 +21,9 @@ namespace zplan::plan {
 constexpr uint64_t kArenaAlignment = 256;
 
 /// Memory spaces, numbered as plan.fbs's MemSpace enum.
-enum class Space : unsigned { Device = 0, Host = 1 };
-constexpr unsigned kNumSpaces = 2;
+/// Nvme (plan 2.3) is the rank's NVMe file: its "arena" is the file layout.
+enum class Space : unsigned { Device = 0, Host = 1, Nvme = 2 };
+constexpr unsigned kNumSpaces = 3;
 
 /// One buffer to place. It is live in the closed interval [begin, end] of
 /// schedule steps; two buffers may share bytes only when their intervals are
@@ -40,8 +41,8 @@ struct BufferRequest {
 struct ArenaPlan {
   std::vector<uint64_t> offsets;
   std::vector<uint64_t> alignedBytes;
-  uint64_t arenaBytes[kNumSpaces] = {0, 0};
-  uint64_t peakLiveBytes[kNumSpaces] = {0, 0};
+  uint64_t arenaBytes[kNumSpaces] = {0, 0, 0};
+  uint64_t peakLiveBytes[kNumSpaces] = {0, 0, 0};
 };
 
 /// Rounds `bytes` up to a multiple of kArenaAlignment (0 stays 0).

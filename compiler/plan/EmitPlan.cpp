@@ -335,7 +335,7 @@ struct Emitter {
           fbb, fbb.CreateString(tensorName(t, int(i))),
           static_cast<fb::DType>(t.dtype), fbb.CreateVector(shape),
           static_cast<fb::MemSpace>(lv.tensors[r].space), offsets[r],
-          alignArena(lv.tensors[r].bytes), static_cast<fb::TensorKind>(t.kind),
+          lv.tensors[r].reservedBytes(), static_cast<fb::TensorKind>(t.kind),
           constantOf[i], t.aliasOf >= 0 ? r : -1));
     }
     summary.numTensors = tensors.size();
@@ -762,6 +762,7 @@ struct Emitter {
              << "zplan-emit: op has no zplan.stream (run --zplan-schedule)";
     uint8_t stream = streamAttr.getValue() == "comm"   ? 1
                      : streamAttr.getValue() == "copy" ? 2
+                     : streamAttr.getValue() == "io"   ? 3
                                                        : 0;
     std::vector<int32_t> waits;
     if (auto w = op->getAttrOfType<DenseI64ArrayAttr>(attr::kWaits))
@@ -915,6 +916,14 @@ struct Emitter {
     if (failed(ok))
       return failure();
 
+    if (isa<dist::NvmeReadOp, dist::NvmeWriteOp>(op)) {
+      // Whole aligned ranges move, padding included: the figure is what the
+      // runtime asks the disk for.
+      const TensorInfo &file = lv.tensors[indexOf(op->getOperand(0))];
+      auto &perProgram = isa<dist::NvmeReadOp>(op) ? summary.nvme.readBytes
+                                                   : summary.nvme.writeBytes;
+      perProgram[func.getName().str()] += file.reservedBytes();
+    }
     if (isCollectiveOp(op)) {
       axis = axisOf(op);
       const TensorInfo &in = lv.tensors[indexOf(op->getOperand(0))];
@@ -1047,6 +1056,7 @@ struct Emitter {
     if (failed(emitIO(ins, outs, scalars)))
       return failure();
     summary.programs.push_back(func.getName().str());
+    summary.nvme.programs.push_back(func.getName().str());
     return fb::CreateProgram(
         fbb, fbb.CreateString(func.getName().str()), fbb.CreateVector(ins),
         fbb.CreateVector(outs), fbb.CreateVector(scalars),
@@ -1057,7 +1067,8 @@ struct Emitter {
     auto dtypeAttr = module->getAttrOfType<StringAttr>(attr::kDType);
     auto arenaAttr =
         module->getAttrOfType<DenseI64ArrayAttr>(attr::kArenaBytes);
-    if (!dtypeAttr || !arenaAttr || arenaAttr.size() != 2)
+    if (!dtypeAttr || !arenaAttr || arenaAttr.size() < 2 ||
+        arenaAttr.size() > 3)
       return module.emitError() << "zplan-emit: the module lacks the "
                                    "schedule or the memory plan (run "
                                    "--zplan-schedule and --zplan-memory-plan)";
@@ -1082,8 +1093,9 @@ struct Emitter {
       programs.push_back(*prog);
     }
 
-    uint64_t arena[kNumSpaces] = {uint64_t(arenaAttr[0]),
-                                  uint64_t(arenaAttr[1])};
+    uint64_t arena[kNumSpaces] = {
+        uint64_t(arenaAttr[0]), uint64_t(arenaAttr[1]),
+        arenaAttr.size() > 2 ? uint64_t(arenaAttr[2]) : 0};
     summary.memory = computeMemoryFigures(lv, arena);
     summary.memory.workspaceBytes += options.reserve.workspaceBytes;
     // The cuda runtime allocates exactly the plan's workspace: the GEMM workspace, then the collective
@@ -1100,7 +1112,10 @@ struct Emitter {
     const MemoryFigures &m = summary.memory;
     std::vector<flatbuffers::Offset<fb::RankMemory>> memory;
     for (int r = 0; r < summary.world; ++r) {
-      auto arenas = fbb.CreateVector(std::vector<uint64_t>{arena[0], arena[1]});
+      std::vector<uint64_t> spaces = {arena[0], arena[1]};
+      if (arena[2])
+        spaces.push_back(arena[2]);
+      auto arenas = fbb.CreateVector(spaces);
       fb::RankMemoryBuilder b(fbb);
       b.add_rank(r);
       b.add_arena_bytes(arenas);
@@ -1125,6 +1140,18 @@ struct Emitter {
         fb::CreateFingerprint(fbb, summary.world, summary.tp, summary.dp,
                               static_cast<fb::Backend>(options.backend),
                               static_cast<fb::DType>(floatDType));
+    // Plan 2.3: the NVMe store, when a tensor lives there.
+    flatbuffers::Offset<fb::NvmeStore> nvme = 0;
+    if (arena[2]) {
+      auto path = module->getAttrOfType<StringAttr>("zplan.nvme_path");
+      auto align = module->getAttrOfType<IntegerAttr>("zplan.nvme_alignment");
+      summary.nvme.present = true;
+      summary.nvme.fileBytes = arena[2];
+      summary.nvme.alignment = align ? uint32_t(align.getInt()) : 4096;
+      summary.nvme.path = path ? path.getValue().str() : "";
+      nvme = fb::CreateNvmeStore(fbb, fbb.CreateString(summary.nvme.path),
+                                 summary.nvme.alignment);
+    }
     // Format 2: the 1.x single-stream fields stay empty; every program
     // carries its own.
     auto plan = fb::CreatePlan(
@@ -1133,7 +1160,7 @@ struct Emitter {
         fbb.CreateVector(constants), fbb.CreateVector(weights),
         fbb.CreateVector(bindings), 0, 0, 0, 0,
         fbb.CreateVector(memory), 0, options.zeroStage,
-        fbb.CreateVector(programs), fbb.CreateVector(stateEntries));
+        fbb.CreateVector(programs), fbb.CreateVector(stateEntries), nvme);
     fb::FinishPlanBuffer(fbb, plan);
     payload.assign(fbb.GetBufferPointer(),
                    fbb.GetBufferPointer() + fbb.GetSize());

@@ -104,6 +104,40 @@ struct GenerationFigures {
   double linkBandwidth = 0;
 };
 
+/// NVMe offload figures (docs/nvme.md), per rank.
+struct NvmeFigures {
+  bool present = false;
+  /// The rank's file: every nvme tensor at its planned offset.
+  uint64_t fileBytes = 0;
+  uint32_t alignment = 0;
+  std::string path;
+  /// Per program run: bytes read from the file (nvme_read) and written back
+  /// (nvme_write), by program name.
+  std::map<std::string, uint64_t> readBytes, writeBytes;
+  /// Set by the driver: the disk's rate in bytes per second
+  /// (--nvme-bandwidth) for the time floor, and the micro-batches of a
+  /// training step (@micro_step runs that often per step).
+  double bandwidth = 0;
+  int64_t microBatches = 1;
+  /// One step's traffic: @train_step, or the micro-steps and @optimizer_step,
+  /// or one @decode step, or one @main run; `step` names what was counted.
+  uint64_t stepReadBytes() const { return stepBytes(readBytes); }
+  uint64_t stepWriteBytes() const { return stepBytes(writeBytes); }
+  std::string step() const;
+  /// (read + written) / bandwidth: reads and writes share the drive.
+  double floorSeconds() const {
+    return bandwidth > 0 ? double(stepReadBytes() + stepWriteBytes()) /
+                               bandwidth
+                         : 0;
+  }
+
+private:
+  uint64_t stepBytes(const std::map<std::string, uint64_t> &perRun) const;
+
+public:
+  /// Programs of the plan (set by the emitter), to tell which step applies.
+  std::vector<std::string> programs;
+};
 struct PlanSummary {
   int world = 1, tp = 1, dp = 1;
   PlanDType dtype = PlanDType::F32;
@@ -116,6 +150,7 @@ struct PlanSummary {
   /// The plan's programs, in order.
   std::vector<std::string> programs;
   GenerationFigures generation;
+  NvmeFigures nvme;
 };
 
 /// Builds the plan FlatBuffer (without the 24-byte file header) into

@@ -94,10 +94,13 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
         return signalPassFailure();
     }
 
-    module->setAttr(
-        attr::kArenaBytes,
-        DenseI64ArrayAttr::get(ctx, {int64_t(placed.arenaBytes[0]),
-                                     int64_t(placed.arenaBytes[1])}));
+    // The nvme space's size (the rank's file) follows only when it is used,
+    // so that plans without NVMe keep their two arenas.
+    SmallVector<int64_t> arenas = {int64_t(placed.arenaBytes[0]),
+                                   int64_t(placed.arenaBytes[1])};
+    if (placed.arenaBytes[2])
+      arenas.push_back(int64_t(placed.arenaBytes[2]));
+    module->setAttr(attr::kArenaBytes, DenseI64ArrayAttr::get(ctx, arenas));
     module->setAttr(
         attr::kPeakLiveBytes,
         DenseI64ArrayAttr::get(ctx, {int64_t(placed.peakLiveBytes[0]),
@@ -148,10 +151,10 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
     };
     // freed[t]: storage whose last touch on stream t has happened, pending
     // until every other stream is ordered after that touch.
-    std::vector<Freed> freed[3];
+    std::vector<Freed> freed[kNumStreams];
     // synced[s][t]: the latest step of stream t that stream s is ordered
     // after, through waits this pass or the schedule added.
-    int64_t synced[3][3];
+    int64_t synced[kNumStreams][kNumStreams];
     for (auto &row : synced)
       for (int64_t &v : row)
         v = -1;
@@ -183,10 +186,10 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
         add(v);
     };
     // lastTouch[tensor][stream]
-    std::vector<std::array<int64_t, 3>> lastTouch(
-        lv.tensors.size(), std::array<int64_t, 3>{-1, -1, -1});
-    bool used[3] = {false, false, false};
-    size_t prunedSize[3] = {0, 0, 0};
+    std::vector<std::array<int64_t, kNumStreams>> lastTouch(
+        lv.tensors.size(), std::array<int64_t, kNumStreams>{-1, -1, -1, -1});
+    bool used[kNumStreams] = {false, false, false, false};
+    size_t prunedSize[kNumStreams] = {0, 0, 0, 0};
     for (Operation *op : lv.steps) {
       used[unsigned(streamOf(op))] = true;
       llvm::SmallVector<int> roots;
@@ -198,7 +201,7 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
     }
 
     // With one stream in use, stream order alone makes reuse safe.
-    if (int(used[0]) + int(used[1]) + int(used[2]) <= 1)
+    if (int(used[0]) + int(used[1]) + int(used[2]) + int(used[3]) <= 1)
       return success();
 
     auto eventOfStep = [&](int64_t step) -> int64_t {
@@ -234,7 +237,7 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
         if (t.aliasOf >= 0 || t.bytes == 0)
           continue;
         uint64_t b = placed.offsets[i], e = b + placed.alignedBytes[i];
-        for (unsigned other = 0; other < 3; ++other) {
+        for (unsigned other = 0; other < kNumStreams; ++other) {
           if (other == s)
             continue;
           int64_t latest = -1;
@@ -260,7 +263,7 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
       if (ending != endingAt.end()) {
         for (int i : ending->second) {
           const TensorInfo &t = lv.tensors[i];
-          for (unsigned str = 0; str < 3; ++str)
+          for (unsigned str = 0; str < kNumStreams; ++str)
             if (lastTouch[i][str] >= 0)
               freed[str].push_back({t.space, placed.offsets[i],
                                     placed.offsets[i] + placed.alignedBytes[i],
@@ -269,11 +272,11 @@ struct MemoryPlanPass : impl::ZplanMemoryPlanBase<MemoryPlanPass> {
       }
       // Drop entries every other used stream is already ordered after;
       // only when a list has doubled, to keep this linear overall.
-      for (unsigned str = 0; str < 3; ++str) {
+      for (unsigned str = 0; str < kNumStreams; ++str) {
         if (freed[str].size() <= std::max<size_t>(64, 2 * prunedSize[str]))
           continue;
         int64_t covered = std::numeric_limits<int64_t>::max();
-        for (unsigned o = 0; o < 3; ++o)
+        for (unsigned o = 0; o < kNumStreams; ++o)
           if (o != str && used[o])
             covered = std::min(covered, synced[o][str]);
         llvm::erase_if(freed[str],

@@ -35,6 +35,13 @@ FailureOr<SmallVector<func::FuncOp>> getPrograms(ModuleOp module) {
 
 FailureOr<Liveness> Liveness::build(func::FuncOp func, PlanDType floatDType) {
   Liveness lv;
+  // A plan with NVMe storage moves host staging buffers with direct I/O:
+  // every host and nvme buffer is a whole number of the alignment
+  // (--zplan-nvme), so that every offset placed in those spaces is one too.
+  uint64_t ioAlign = 0;
+  if (auto module = func->getParentOfType<ModuleOp>())
+    if (auto a = module->getAttrOfType<IntegerAttr>("zplan.nvme_alignment"))
+      ioAlign = uint64_t(a.getInt());
   Block &body = func.getBody().front();
   for (Operation &op : body.without_terminator()) {
     if (isStorageOp(&op))
@@ -63,6 +70,8 @@ FailureOr<Liveness> Liveness::build(func::FuncOp func, PlanDType floatDType) {
     t.dtype = *dt;
     t.space = spaceOf(v);
     t.bytes = elementCount(v) * dtypeBytes(*dt);
+    if (ioAlign && t.space != unsigned(Space::Device))
+      t.reserved = (t.bytes + ioAlign - 1) / ioAlign * ioAlign;
     lv.indexOf[v] = int(lv.tensors.size());
     lv.tensors.push_back(t);
     return success();
@@ -259,7 +268,8 @@ std::vector<BufferRequest> ModuleLiveness::requests() const {
   std::vector<BufferRequest> reqs;
   reqs.reserve(tensors.size());
   for (const TensorInfo &t : tensors)
-    reqs.push_back({t.aliasOf >= 0 ? 0 : t.bytes, static_cast<Space>(t.space),
+    reqs.push_back({t.aliasOf >= 0 ? 0 : t.reservedBytes(),
+                    static_cast<Space>(t.space),
                     t.begin, t.end});
   return reqs;
 }

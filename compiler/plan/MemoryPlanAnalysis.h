@@ -64,6 +64,13 @@ struct TensorInfo {
   bool gradientBucket = false;
   /// For persistent storage: persistentKey() (one tensor across programs).
   std::string key;
+  /// Bytes the arena reserves when more than alignArena(bytes): a host or
+  /// nvme buffer of a plan with NVMe storage is a whole number of the
+  /// direct-I/O alignment (--zplan-nvme), so that its offset is one too.
+  uint64_t reserved = 0;
+  uint64_t reservedBytes() const {
+    return reserved ? reserved : alignArena(bytes);
+  }
 };
 
 /// The programs of the module: every public func.func with a body, in module
@@ -145,7 +152,7 @@ struct MemoryFigures {
   /// Device bytes the backend takes outside the arenas (CUDA context,
   /// communicator buffers); see RuntimeReserve in EmitPlan.h.
   uint64_t runtimeReserveBytes = 0;
-  uint64_t arenaBytes[kNumSpaces] = {0, 0};
+  uint64_t arenaBytes[kNumSpaces] = {0, 0, 0};
   /// What the whole process holds on the device at its peak, as planned.
   uint64_t plannedPeakBytes() const {
     return arenaBytes[0] + workspaceBytes + runtimeReserveBytes;

@@ -104,6 +104,9 @@ std::optional<PlanDType> planDTypeOfValue(Value value, PlanDType floatDType) {
   // reads them at that size).
   if (auto st = dyn_cast<graph::StateOp>(def); st && st.getKind() == "kv_cache")
     return floatDType;
+  // An NVMe staging buffer holds its file tensor's bytes.
+  if (isa<dist::NvmeReadOp>(def))
+    return planDTypeOfValue(def->getOperand(0), floatDType);
   // Mixed precision keeps the optimizer's side in fp32: master parts, and the
   // ops ZeRO marks `zplan.own_dtype` (the gradient's fp32 reduction chain).
   if (isa<graph::StateOp, graph::SumSquaresOp>(def) || isMasterShard(value) ||
@@ -144,13 +147,14 @@ bool isMasterShard(Value value) {
 
 bool isStateWriteOp(Operation *op) {
   return isa<graph::AssignOp, graph::AdamwOp, graph::AccumulateOp,
-             graph::KvWriteOp>(op);
+             graph::KvWriteOp, dist::NvmeWriteOp>(op);
 }
 
 llvm::SmallVector<Value, 3> writtenOperands(Operation *op) {
   if (auto a = dyn_cast<graph::AdamwOp>(op))
     return {a.getParam(), a.getM(), a.getV()};
-  if (isa<graph::AssignOp, graph::AccumulateOp, graph::KvWriteOp>(op))
+  if (isa<graph::AssignOp, graph::AccumulateOp, graph::KvWriteOp,
+          dist::NvmeWriteOp>(op))
     return {op->getOperand(0)};
   return {};
 }
@@ -198,6 +202,8 @@ StreamKind streamOf(Operation *op) {
     return StreamKind::Comm;
   if (isa<dist::PrefetchOp, dist::EvictOp>(op))
     return StreamKind::Copy;
+  if (isa<dist::NvmeReadOp, dist::NvmeWriteOp>(op))
+    return StreamKind::Io;
   return StreamKind::Compute;
 }
 
@@ -209,6 +215,8 @@ llvm::StringRef streamName(StreamKind stream) {
     return "comm";
   case StreamKind::Copy:
     return "copy";
+  case StreamKind::Io:
+    return "io";
   }
   return "?";
 }
@@ -254,13 +262,16 @@ unsigned spaceOf(Value value) {
   Operation *def = value.getDefiningOp();
   if (!def)
     return 0;
+  auto byName = [](StringRef space) -> unsigned {
+    return space == "host" ? 1 : space == "nvme" ? 2 : 0;
+  };
   if (auto shard = dyn_cast<dist::WeightShardOp>(def))
-    return shard.getSpace() == "host" ? 1 : 0;
+    return byName(shard.getSpace());
   if (isa<graph::WeightOp, graph::StateOp>(def)) {
     auto space = def->getAttrOfType<StringAttr>("zd.space");
-    return space && space.getValue() == "host" ? 1 : 0;
+    return space ? byName(space.getValue()) : 0;
   }
-  if (isa<dist::EvictOp>(def))
+  if (isa<dist::EvictOp, dist::NvmeReadOp>(def))
     return 1;
   return 0;
 }

@@ -36,7 +36,9 @@ enum class PlanDType : uint8_t {
 };
 
 /// plan.fbs Stream numbers.
-enum class StreamKind : uint8_t { Compute = 0, Comm = 1, Copy = 2 };
+enum class StreamKind : uint8_t { Compute = 0, Comm = 1, Copy = 2, Io = 3 };
+/// The number of streams (plan 2.3 added io for NVMe transfers).
+constexpr unsigned kNumStreams = 4;
 
 /// plan.fbs Axis numbers.
 enum class AxisKind : uint8_t { None = 0, Tp = 1, Dp = 2, World = 3 };
@@ -56,7 +58,9 @@ constexpr uint16_t kCopy = code(zrt::Op::copy), kCast = code(zrt::Op::cast),
                    kGatherParam = code(zrt::Op::gather_param),
                    kRelease = code(zrt::Op::release),
                    kPrefetch = code(zrt::Op::prefetch),
-                   kEvict = code(zrt::Op::evict);
+                   kEvict = code(zrt::Op::evict),
+                   kNvmeRead = code(zrt::Op::nvme_read),
+                   kNvmeWrite = code(zrt::Op::nvme_write);
 } // namespace opc
 
 /// Parses "fp32" | "bf16" | "fp16" into the plan dtype of float tensors.
@@ -94,7 +98,7 @@ std::string persistentKey(mlir::Value value);
 bool isMasterShard(mlir::Value value);
 
 /// The ops that write persistent state in place and have no results:
-/// zg.assign, zg.adamw, zg.accumulate.
+/// zg.assign, zg.adamw, zg.accumulate, zg.kv_write, zd.nvme_write.
 bool isStateWriteOp(mlir::Operation *op);
 
 /// The operands a state-write op overwrites (assign and accumulate: the
@@ -120,7 +124,8 @@ bool isCollectiveOp(mlir::Operation *op);
 bool isViewOp(mlir::Operation *op);
 
 /// The stream an instruction runs on: comm for collectives and gathers, copy
-/// for host/device transfers, compute for everything else.
+/// for host/device transfers, io for NVMe transfers, compute for everything
+/// else.
 StreamKind streamOf(mlir::Operation *op);
 llvm::StringRef streamName(StreamKind stream);
 
@@ -134,8 +139,9 @@ AxisKind axisOf(mlir::Operation *op);
 /// result and reported as kSlice).
 std::optional<uint16_t> opcodeOf(mlir::Operation *op);
 
-/// The memory space (0 device, 1 host) of a value: host for host-placed
-/// shards and weights and for evicted copies.
+/// The memory space (0 device, 1 host, 2 nvme) of a value: host for
+/// host-placed shards and weights, evicted copies and NVMe staging buffers;
+/// nvme for storage placed in the rank's NVMe file.
 unsigned spaceOf(mlir::Value value);
 
 /// Number of elements of a statically shaped tensor value.

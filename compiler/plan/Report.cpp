@@ -4,6 +4,7 @@
 #include "compiler/plan/Report.h"
 
 #include <nlohmann/json.hpp>
+#include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -141,6 +142,25 @@ std::string formatReport(const PlanSummary &s) {
   }
   if (s.generation.present)
     os << formatGeneration(s);
+  if (s.nvme.present) {
+    const NvmeFigures &n = s.nvme;
+    os << "NVMe offload (docs/nvme.md), per rank:\n";
+    os << "  file                       " << human(n.fileBytes) << " under '"
+       << n.path << "' (direct I/O, " << n.alignment << "-byte aligned)\n";
+    for (const std::string &p : n.programs) {
+      auto r = n.readBytes.find(p), w = n.writeBytes.find(p);
+      if (r == n.readBytes.end() && w == n.writeBytes.end())
+        continue;
+      os << "  @" << p << " run: read "
+         << human(r == n.readBytes.end() ? 0 : r->second) << ", written "
+         << human(w == n.writeBytes.end() ? 0 : w->second) << "\n";
+    }
+    char floor[64];
+    std::snprintf(floor, sizeof(floor), "%.3f ms", n.floorSeconds() * 1e3);
+    os << "  per step (" << n.step() << "): read " << human(n.stepReadBytes())
+       << ", written " << human(n.stepWriteBytes()) << "; time floor " << floor
+       << " at " << human(uint64_t(n.bandwidth)) << "/s (--nvme-bandwidth)\n";
+  }
   os << "communication per step, per rank (bytes sent, ring algorithms):\n";
   if (s.comm.empty())
     os << "  none\n";
@@ -154,6 +174,35 @@ std::string formatReport(const PlanSummary &s) {
                 static_cast<unsigned long long>(s.collectiveHash));
   os << "collective hash " << hash << "\n";
   return os.str();
+}
+
+std::string NvmeFigures::step() const {
+  auto has = [&](const char *p) { return llvm::is_contained(programs, p); };
+  if (has("train_step"))
+    return "@train_step";
+  if (has("micro_step") && has("optimizer_step"))
+    return std::to_string(microBatches) + " x @micro_step + @optimizer_step";
+  if (has("decode"))
+    return "@decode";
+  return has("main") ? "@main" : programs.empty() ? "" : "@" + programs[0];
+}
+
+uint64_t
+NvmeFigures::stepBytes(const std::map<std::string, uint64_t> &perRun) const {
+  auto of = [&](const char *p) -> uint64_t {
+    auto it = perRun.find(p);
+    return it == perRun.end() ? 0 : it->second;
+  };
+  auto has = [&](const char *p) { return llvm::is_contained(programs, p); };
+  if (has("train_step"))
+    return of("train_step");
+  if (has("micro_step") && has("optimizer_step"))
+    return uint64_t(microBatches) * of("micro_step") + of("optimizer_step");
+  if (has("decode"))
+    return of("decode");
+  if (has("main"))
+    return of("main");
+  return programs.empty() ? 0 : of(programs[0].c_str());
 }
 
 std::string formatReportJson(const PlanSummary &s) {
@@ -214,6 +263,18 @@ std::string formatReportJson(const PlanSummary &s) {
                   {"decode_prefetch_bytes", s.generation.decodePrefetchBytes},
                   {"decode_gather_bytes", s.generation.decodeGatherBytes}}
            : json(nullptr)},
+      {"nvme", s.nvme.present
+                   ? json{{"file_bytes", s.nvme.fileBytes},
+                          {"alignment", s.nvme.alignment},
+                          {"path", s.nvme.path},
+                          {"read_bytes_per_run", s.nvme.readBytes},
+                          {"write_bytes_per_run", s.nvme.writeBytes},
+                          {"step", s.nvme.step()},
+                          {"step_read_bytes", s.nvme.stepReadBytes()},
+                          {"step_write_bytes", s.nvme.stepWriteBytes()},
+                          {"bandwidth_bytes_per_second", s.nvme.bandwidth},
+                          {"step_floor_seconds", s.nvme.floorSeconds()}}
+                   : json(nullptr)},
       {"ranks", ranks}};
   return out.dump(2) + "\n";
 }

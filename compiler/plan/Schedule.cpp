@@ -70,7 +70,7 @@ struct SchedulePass : impl::ZplanScheduleBase<SchedulePass> {
     // Per stream pair: the latest producer position (in schedule order)
     // that the consumer stream already waits for; a later wait on an
     // earlier producer of the same stream is implied by stream order.
-    int64_t waited[3][3];
+    int64_t waited[kNumStreams][kNumStreams];
     for (auto &row : waited)
       for (int64_t &v : row)
         v = -1;
@@ -91,6 +91,10 @@ struct SchedulePass : impl::ZplanScheduleBase<SchedulePass> {
       llvm::SmallVector<Operation *> readersSinceWrite;
     };
     llvm::StringMap<Access> access;
+    // A transient value written in place after its definition (the host
+    // staging buffer of an NVMe-resident master part, updated by zg.adamw):
+    // its later readers depend on that writer, not only on the producer.
+    llvm::DenseMap<Value, Operation *> transientWriter;
 
     auto waitFor = [&](Operation *producer, StreamKind stream,
                        llvm::SmallVectorImpl<int64_t> &waits) {
@@ -145,11 +149,17 @@ struct SchedulePass : impl::ZplanScheduleBase<SchedulePass> {
           continue;
         }
         waitFor(producer, stream, waits);
+        if (Operation *writer = transientWriter.lookup(operand))
+          if (writer != &op)
+            waitFor(writer, stream, waits);
       }
       for (Value operand : op.getOperands()) {
         std::string key = persistentKey(operand);
-        if (key.empty())
+        if (key.empty()) {
+          if (llvm::is_contained(written, operand))
+            transientWriter[operand] = &op;
           continue;
+        }
         Access &a = access[key];
         if (llvm::is_contained(written, operand)) {
           a.lastWriter = &op;

@@ -13,6 +13,7 @@
 #include "dialects/graph/GraphOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
 
 namespace zplan::sharding {
 #define GEN_PASS_DEF_ZPLANOFFLOAD
@@ -47,9 +48,27 @@ struct ZplanOffloadPass
     }
     if (param == "none")
       return;
+    module.walk([&](zg::WeightOp w) {
+      for (Operation *user : w->getUsers())
+        if (writes(user, w.getResult()))
+          writtenWeights.insert(w.getName());
+    });
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal())
         offload(func);
+  }
+
+  /// Parameters a program writes (a training step's update): a resident
+  /// weight written anywhere stays on the device in every program, since a
+  /// persistent tensor has one placement.
+  llvm::DenseSet<StringRef> writtenWeights;
+
+  static bool writes(Operation *op, Value v) {
+    if (auto a = dyn_cast<zg::AdamwOp>(op))
+      return a.getParam() == v || a.getM() == v || a.getV() == v;
+    if (isa<zg::AssignOp, zg::AccumulateOp>(op))
+      return op->getOperand(0) == v;
+    return false;
   }
 
   void offload(func::FuncOp func) {
@@ -62,12 +81,19 @@ struct ZplanOffloadPass
     OpBuilder b(func.getContext());
     for (Operation &op : body) {
       if (auto shard = dyn_cast<dist::WeightShardOp>(op)) {
+        // A master part is optimizer state: --offload-optimizer places it.
+        auto role = shard->getAttrOfType<StringAttr>("zd.role");
+        if (role && role.getValue() == "master")
+          continue;
         shard.setSpace("host");
+        // The update writes the shard in place where it lives; only its
+        // reads get a device copy.
         for (Operation *user : shard->getUsers())
-          items.push_back(
-              {&op, user, index[body.findAncestorOpInBlock(*user)]});
+          if (!writes(user, shard.getResult()))
+            items.push_back(
+                {&op, user, index[body.findAncestorOpInBlock(*user)]});
       } else if (auto w = dyn_cast<zg::WeightOp>(op)) {
-        if (w->use_empty())
+        if (w->use_empty() || writtenWeights.contains(w.getName()))
           continue;
         w->setAttr(kSpace, b.getStringAttr("host"));
         int64_t first = INT64_MAX;

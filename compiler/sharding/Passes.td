@@ -217,4 +217,50 @@ def ZplanOffload : Pass<"zplan-offload", "mlir::ModuleOp"> {
   let dependentDialects = ["zplan::dist::ZdDialect"];
 }
 
+def ZplanNvme : Pass<"zplan-nvme", "mlir::ModuleOp"> {
+  let summary = "Keep offloaded parameters or optimizer state in NVMe files";
+  let description = [{
+    ZeRO-Infinity (docs/nvme.md). Runs after --zplan-zero-train and
+    --zplan-offload have placed the offloaded tensors in host memory. With
+    param=true every host-placed parameter (a ZeRO shard that is not a master
+    part, a resident weight) moves to space "nvme"; with optimizer=true every
+    host-placed master part and optimizer moment does. Then, in every
+    program, each use of an nvme tensor reads it into a host staging buffer
+    first (`zd.nvme_read`, issued where the previous NVMe-backed use runs, so
+    that one read is in flight while the previous buffer is consumed: two
+    staging buffers per stream of uses), a device use gets a `zd.prefetch` of
+    the staging buffer, and each write (`zg.assign`, the host `zg.adamw`)
+    goes to the staging buffer and back to the file (`zd.nvme_write`). A
+    value written to the file and read right after is taken from the staging
+    buffer instead of the disk. The module gets `zplan.nvme_path` and
+    `zplan.nvme_alignment`, by which the memory plan rounds every host and
+    nvme buffer to the direct-I/O alignment.
+
+    ```mlir
+    %s = zd.weight_shard {..., space = "host"} : tensor<2048xf32>
+    %d = zd.prefetch %s : tensor<2048xf32>
+    // becomes
+    %s = zd.weight_shard {..., space = "nvme"} : tensor<2048xf32>
+    %h = zd.nvme_read %s : tensor<2048xf32>
+    %d = zd.prefetch %h : tensor<2048xf32>
+    ```
+  }];
+  let options = [
+    Option<"param", "param", "bool", "false",
+           "move host-placed parameters to NVMe">,
+    Option<"optimizer", "optimizer", "bool", "false",
+           "move host-placed master parts and moments to NVMe">,
+    Option<"path", "path", "std::string", "\"\"",
+           "the folder of the NVMe files (recorded in the plan)">,
+    Option<"alignment", "alignment", "int64_t", "4096",
+           "direct-I/O alignment of offsets, sizes and staging buffers">,
+  ];
+  let statistics = [
+    Statistic<"numOnNvme", "on-nvme", "tensors placed on NVMe">,
+    Statistic<"numReads", "reads", "zd.nvme_read ops inserted">,
+    Statistic<"numWrites", "writes", "zd.nvme_write ops inserted">,
+  ];
+  let dependentDialects = ["zplan::dist::ZdDialect", "zplan::graph::GraphDialect"];
+}
+
 #endif // ZPLAN_COMPILER_SHARDING_PASSES_TD

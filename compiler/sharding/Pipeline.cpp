@@ -27,15 +27,22 @@ void zplan::sharding::buildShardingPipeline(OpPassManager &pm,
   ZplanZeroTrainOptions zeroTrain;
   zeroTrain.stage = options.zeroStage;
   zeroTrain.persistThreshold = options.persistThreshold;
+  using Offload = ShardingOptions::Offload;
   zeroTrain.offloadOptimizer =
-      options.offloadOptimizer == ShardingOptions::Offload::Cpu ? "cpu"
-                                                                : "none";
+      options.offloadOptimizer != Offload::None ? "cpu" : "none";
   zeroTrain.mixedPrecision = options.mixedPrecision;
   pm.addPass(createZplanZeroTrain(zeroTrain));
   ZplanOffloadOptions offload;
-  offload.param =
-      options.offload == ShardingOptions::Offload::Cpu ? "cpu" : "none";
+  offload.param = options.offload != Offload::None ? "cpu" : "none";
   pm.addPass(createZplanOffload(offload));
+  if (options.offload == Offload::Nvme ||
+      options.offloadOptimizer == Offload::Nvme) {
+    ZplanNvmeOptions nvme;
+    nvme.param = options.offload == Offload::Nvme;
+    nvme.optimizer = options.offloadOptimizer == Offload::Nvme;
+    nvme.path = options.nvmePath;
+    pm.addPass(createZplanNvme(nvme));
+  }
 }
 
 namespace {
@@ -50,6 +57,7 @@ struct PipelineCliOptions : public PassPipelineOptions<PipelineCliOptions> {
   Option<std::string> offload{*this, "offload-param", llvm::cl::init("none")};
   Option<std::string> offloadOptimizer{*this, "offload-optimizer",
                                        llvm::cl::init("none")};
+  Option<std::string> nvmePath{*this, "nvme-path", llvm::cl::init("")};
 };
 } // namespace
 
@@ -66,12 +74,14 @@ void zplan::sharding::registerShardingPipeline() {
         o.persistThreshold = cli.persist;
         o.prefetchBytes = cli.prefetch;
         o.maxLiveBytes = cli.maxLive;
-        o.offload = cli.offload.getValue() == "cpu"
-                        ? ShardingOptions::Offload::Cpu
-                        : ShardingOptions::Offload::None;
-        o.offloadOptimizer = cli.offloadOptimizer.getValue() == "cpu"
-                                 ? ShardingOptions::Offload::Cpu
-                                 : ShardingOptions::Offload::None;
+        auto place = [](StringRef v) {
+          return v == "cpu"    ? ShardingOptions::Offload::Cpu
+                 : v == "nvme" ? ShardingOptions::Offload::Nvme
+                               : ShardingOptions::Offload::None;
+        };
+        o.offload = place(cli.offload.getValue());
+        o.offloadOptimizer = place(cli.offloadOptimizer.getValue());
+        o.nvmePath = cli.nvmePath.getValue();
         buildShardingPipeline(pm, o);
       });
 }

@@ -11,6 +11,7 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <cstdint>
+#include <string>
 
 namespace zplan::sharding {
 
@@ -25,11 +26,15 @@ struct ShardingOptions {
   int64_t prefetchBytes = 0;
   /// Cap on gathered parameter bytes alive at once; 0 means no cap.
   int64_t maxLiveBytes = 0;
-  enum class Offload { None, Cpu } offload = Offload::None;
+  /// Nvme: in host memory first (--zplan-offload / --zplan-zero-train), then
+  /// in the rank's NVMe file (--zplan-nvme).
+  enum class Offload { None, Cpu, Nvme } offload = Offload::None;
   /// Training: where the optimizer's master parts and moments live.
   Offload offloadOptimizer = Offload::None;
   /// Training at --dtype bf16: fp32 master parts and gradient reduction.
   bool mixedPrecision = false;
+  /// The folder of the NVMe files (--nvme-path), recorded in the plan.
+  std::string nvmePath;
 };
 
 /// Adds set-mesh, tp-propagate, tp-partition, zero and offload to `pm`, which

@@ -135,8 +135,8 @@ LogicalResult WeightShardOp::verify() {
            << type.getRank();
   if (getDp() < 1)
     return emitOpError("dp must be at least 1, got ") << getDp();
-  if (getSpace() != "device" && getSpace() != "host")
-    return emitOpError("space must be \"device\" or \"host\", got \"")
+  if (getSpace() != "device" && getSpace() != "host" && getSpace() != "nvme")
+    return emitOpError("space must be \"device\", \"host\" or \"nvme\", got \"")
            << getSpace() << "\"";
   if (getSourceShape().size() != getLocalShape().size())
     return emitOpError("source_shape and local_shape ranks differ");
@@ -185,5 +185,15 @@ LogicalResult ReleaseOp::verify() {
   if (!def || !isa<GatherParamOp, PrefetchOp>(def))
     return emitOpError(
         "operand must be the result of zd.gather_param or zd.prefetch");
+  return success();
+}
+
+LogicalResult NvmeWriteOp::verify() {
+  // The write moves whole tensors byte for byte: the staging value must be
+  // the target's exact type.
+  if (getValue().getType() != getTarget().getType())
+    return emitOpError("value type ")
+           << getValue().getType() << " differs from the target's "
+           << getTarget().getType();
   return success();
 }

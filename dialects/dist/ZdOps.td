@@ -207,4 +207,38 @@ def Zd_EvictOp : Zd_Op<"evict", [SameOperandsAndResultType]> {
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
+def Zd_NvmeReadOp : Zd_Op<"nvme_read", [SameOperandsAndResultType]> {
+  let summary = "read a tensor kept on NVMe into a host staging buffer (io stream)";
+  let description = [{
+    The operand is a parameter shard, master part or moment that `--zplan-nvme`
+    placed in the rank's NVMe file (space "nvme"); the result is a transient
+    host tensor holding its bytes. The read is issued ahead of its use (the
+    prefetch window) and completes asynchronously.
+
+    ```mlir
+    %h = zd.nvme_read %f : tensor<2048xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Zd_NvmeWriteOp : Zd_Op<"nvme_write", []> {
+  let summary = "write a host tensor back to its place on NVMe (io stream)";
+  let description = [{
+    Overwrites the NVMe-resident `target` (space "nvme") with `value`, a host
+    tensor of the same type: the optimizer's updated master part and moments,
+    or a parameter shard after its update.
+
+    ```mlir
+    zd.nvme_write %f, %h : tensor<2048xf32>, tensor<2048xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$target, AnyRankedTensor:$value);
+  let assemblyFormat =
+      "$target `,` $value attr-dict `:` type($target) `,` type($value)";
+  let hasVerifier = 1;
+}
+
 #endif // ZPLAN_DIALECTS_DIST_ZDOPS_TD

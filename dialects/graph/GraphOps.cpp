@@ -463,8 +463,11 @@ LogicalResult WeightOp::verify() {
 /// recognised by name.
 static bool isPersistent(Value v) {
   Operation *def = v.getDefiningOp();
+  // zd.nvme_read's result is the host staging copy of NVMe-resident storage
+  // (--zplan-nvme): updated in place there, then written back to the file.
   return def && (isa<WeightOp, StateOp>(def) ||
-                 def->getName().getStringRef() == "zd.weight_shard");
+                 def->getName().getStringRef() == "zd.weight_shard" ||
+                 def->getName().getStringRef() == "zd.nvme_read");
 }
 
 static LogicalResult verifyPersistentTarget(Operation *op, Value target,

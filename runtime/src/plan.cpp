@@ -171,7 +171,10 @@ class Verifier {
   const Launch &l_;
   int tp_ = 1, dp_ = 1, world_ = 1;
   std::vector<TInfo> t_;
-  uint64_t arena_[kNumMemSpaces] = {};
+  // Per plan space: device and host arenas, and the nvme file (plan 2.3).
+  static constexpr int kPlanSpaces = 3;
+  uint64_t arena_[kPlanSpaces] = {};
+  uint64_t nvme_alignment_ = 4096;
   int num_events_ = 0;        // of the program being checked
   std::string program_;       // its name, for messages
 };
@@ -226,7 +229,14 @@ Status Verifier::run() {
   const fb::RankMemory *rm = mem->Get(l_.rank);
   if (!rm) return fail("Plan.memory has no entry for rank " + std::to_string(l_.rank));
   if (rm->arena_bytes())
-    for (size_t s = 0; s < rm->arena_bytes()->size() && s < kNumMemSpaces; ++s) arena_[s] = rm->arena_bytes()->Get(s);
+    for (size_t s = 0; s < rm->arena_bytes()->size() && s < kPlanSpaces; ++s) arena_[s] = rm->arena_bytes()->Get(s);
+  if (arena_[2]) {
+    const fb::NvmeStore *nv = p_.nvme();
+    if (!nv) return fail("the plan has an nvme space of " + std::to_string(arena_[2]) + " bytes but no Plan.nvme");
+    nvme_alignment_ = nv->alignment();
+    if (nvme_alignment_ < 512 || (nvme_alignment_ & (nvme_alignment_ - 1)) != 0)
+      return fail("Plan.nvme.alignment " + std::to_string(nvme_alignment_) + " is not a power of two of at least 512");
+  }
   ZRT_RETURN_IF_ERROR(check_tensors());
   ZRT_RETURN_IF_ERROR(check_constants_and_weights());
   ZRT_RETURN_IF_ERROR(check_programs());
@@ -395,10 +405,13 @@ Status Verifier::check_tensors() {
                   " bytes of rank " + std::to_string(l_.rank));
     if (ti.offset % 8 != 0 && dtype_size(ti.dtype) > 1 && ti.offset % dtype_size(ti.dtype) != 0)
       return fail(w + ": offset " + std::to_string(ti.offset) + " is not aligned to its element size");
+    if (ti.space == MemSpace::nvme && (ti.offset % nvme_alignment_ || ti.bytes % nvme_alignment_))
+      return fail(w + ": the nvme range [" + std::to_string(ti.offset) + ", " + std::to_string(ti.offset + ti.bytes) +
+                  ") is not aligned to " + std::to_string(nvme_alignment_));
   }
   // An arena far larger than the tensors placed in it is a corrupt or mistaken plan; refusing it keeps a
   // flipped bit from turning into a huge allocation.
-  for (int sp = 0; sp < kNumMemSpaces; ++sp) {
+  for (int sp = 0; sp < kPlanSpaces; ++sp) {
     uint64_t extent = 0;
     for (const TInfo &ti : t_)
       if (static_cast<int>(ti.space) == sp) extent = std::max(extent, ti.offset + ti.bytes);
@@ -598,6 +611,16 @@ Status Verifier::check_instr(int idx, const fb::Instr &in) {
   if (op == Op::gather_param && in.axis() != fb::Axis::dp && in.axis() != fb::Axis::none)
     return fail(where + ": gather_param runs over dp");
   if (in.stream() > fb::Stream::MAX) return fail(where + ": unknown stream");
+  // NVMe tensors are only ever moved whole by nvme_read / nvme_write, which run on the io stream: no kernel
+  // may be handed a file offset as a pointer.
+  const bool is_io = op == Op::nvme_read || op == Op::nvme_write;
+  if (is_io != (in.stream() == fb::Stream::io))
+    return fail(where + (is_io ? ": NVMe transfers run on the io stream" : ": only NVMe transfers run on the io stream"));
+  if (!is_io)
+    for (const auto *v : {&ins, &outs})
+      for (int t : *v)
+        if (t >= 0 && t_[t].space == MemSpace::nvme)
+          return fail(where + ": names " + tn(t) + ", an nvme tensor; only nvme_read and nvme_write may");
   if (in.waits())
     for (int e : *in.waits())
       if (e < 0 || e >= num_events_) return fail(where + ": waits on event " + std::to_string(e) + ", out of range");
@@ -1023,6 +1046,18 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
     case Op::evict:
       if (I(0).numel != O().numel || I(0).dtype != O().dtype) return bad("source and destination differ");
       return {};
+    case Op::nvme_read:
+    case Op::nvme_write: {
+      // Whole tensors of equal reserved bytes: the transfer moves the aligned range, padding included.
+      const TInfo &file = I(0), &host = op == Op::nvme_read ? O() : I(1);
+      if (file.space != MemSpace::nvme) return bad("operand 0 must be an nvme tensor");
+      if (host.space != MemSpace::host) return bad("the staging buffer must be a host tensor");
+      if (file.numel != host.numel || file.dtype != host.dtype || file.bytes != host.bytes)
+        return bad("the nvme tensor and its staging buffer differ in shape, dtype or bytes");
+      const uint64_t a = nvme_alignment_;
+      if (host.offset % a || host.bytes % a) return bad("the staging buffer is not aligned to " + std::to_string(a));
+      return {};
+    }
     default: return bad("no shape rule for this opcode");
   }
 }

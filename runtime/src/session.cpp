@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
 #include "checkpoint/session_checkpoint.h"
+#include "nvme/nvme_store.h"
 #include "plan.h"
 #include "step_decoder.h"
 #include "weights.h"
@@ -33,6 +35,7 @@ struct Session::Impl {
   struct Program {
     std::vector<Step> steps;
     std::vector<uint8_t> step_is_comm;
+    std::vector<uint8_t> step_is_io;  // nvme_read / nvme_write: run by the executor through the NVMe store
     // Per step, the arena high-water mark its outputs reach, per space (precomputed at load).
     std::vector<std::array<uint64_t, kNumMemSpaces>> step_extent;
     std::vector<int> input_tensor, output_tensor, scalar_tensor;
@@ -46,6 +49,16 @@ struct Session::Impl {
   std::vector<StateInfo> state;
   std::vector<int> state_tensor;
   MemoryReport report;
+  // NVMe offload (plan 2.3): the rank's file, and the transfers of the current run not yet waited for.
+  std::unique_ptr<NvmeStore> nvme;
+  struct PendingIo {
+    int signal = -1;
+    NvmeStore::Ticket ticket = 0;
+    bool write = false;
+    uint64_t file_begin = 0, file_end = 0;
+    const uint8_t *host_begin = nullptr, *host_end = nullptr;
+  };
+  std::vector<PendingIo> pending_io;
 
   ~Impl() {
     if (backend) {
@@ -57,6 +70,7 @@ struct Session::Impl {
 
   const fb::Plan &plan() const { return pf->plan(); }
   void note_write(const TensorRef &t, bool by_instr) {
+    if (t.space == MemSpace::nvme) return;
     const uint64_t end = static_cast<uint8_t *>(t.data) - static_cast<uint8_t *>(arena[static_cast<int>(t.space)]) + t.bytes;
     uint64_t &m = report.measured_arena_bytes[static_cast<int>(t.space)];
     m = std::max(m, end);
@@ -71,6 +85,11 @@ struct Session::Impl {
   Status load_weights();
   Status decode_steps();
   Status run_collective(const Step &s);
+  Status open_nvme(uint64_t file_bytes);
+  Status run_io(const Step &s);
+  Status wait_io_for(const Step &s);
+  Status finish_io();
+  Status nvme_transfer(const TensorRef &t, void *data, size_t bytes, bool write);
   /// For an integer input that indexes a table (embedding, gather): the number of rows of the whole table,
   /// and whether negative ids count from the end (gather). -1 when no instruction reads the input as ids.
   int64_t id_bound(int program, size_t input, bool *negative_ok) const;
@@ -164,8 +183,16 @@ Status Session::Impl::setup() {
     r.rank = t.shape() ? static_cast<int>(t.shape()->size()) : 0;
     for (int k = 0; k < r.rank; ++k) r.shape[k] = t.shape()->Get(k);
     r.bytes = t.bytes();
-    r.data = static_cast<uint8_t *>(arena[static_cast<int>(r.space)]) + t.offset();
+    if (r.space == MemSpace::nvme) {
+      r.file_offset = t.offset();
+      r.data = nullptr;
+    } else {
+      r.data = static_cast<uint8_t *>(arena[static_cast<int>(r.space)]) + t.offset();
+    }
   }
+  // The NVMe file: created before any weight is loaded, so that a bad path fails before anything runs.
+  const uint64_t nvme_bytes = rm.arena_bytes() && rm.arena_bytes()->size() > 2 ? rm.arena_bytes()->Get(2) : 0;
+  if (nvme_bytes) ZRT_RETURN_IF_ERROR(open_nvme(nvme_bytes));
   // Constants carried in the plan.
   for (size_t i = 0; i < nt; ++i) {
     const fb::Tensor &t = *ts->Get(i);
@@ -233,10 +260,122 @@ Status Session::Impl::load_weights() {
     Status s = assemble_weight(p, *b, ri.rank, pf->base_dir(), opts.init == InitMode::random, opts.seed, &files,
                                host.data(), t.dtype);
     if (!s.ok()) return s.with_context("loading weight '" + (src.name() ? src.name()->str() : std::string()) + "'");
+    if (t.space == MemSpace::nvme) {
+      ZRT_RETURN_IF_ERROR(nvme_transfer(t, host.data(), host.size(), true)
+                              .with_context("writing weight '" + (src.name() ? src.name()->str() : std::string()) +
+                                            "' to NVMe"));
+      continue;
+    }
     ZRT_RETURN_IF_ERROR(backend->write(t.space, t.data, host.data(), host.size()));
     note_write(t, false);
   }
   return {};
+}
+
+Status Session::Impl::open_nvme(uint64_t file_bytes) {
+  const fb::Plan &p = plan();
+  const fb::NvmeStore *cfg = p.nvme();
+  const std::string dir = !opts.nvme_path.empty() ? opts.nvme_path : cfg && cfg->path() ? cfg->path()->str() : "";
+  const uint32_t alignment = cfg && cfg->alignment() ? cfg->alignment() : 4096;
+  char hash[17];
+  std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(pf->file_hash()));
+  const std::string name = std::string("zplan-") + hash + "-rank" + std::to_string(ri.rank) + ".nvme";
+  std::string note;
+  ZRT_RETURN_IF_ERROR(NvmeStore::open(dir, name, file_bytes, alignment, opts.nvme_threads, &nvme, &note));
+  if (!note.empty() && ri.rank == 0) std::fprintf(stderr, "zrt: note: %s\n", note.c_str());
+  report.nvme_file = nvme->path();
+  report.nvme_file_bytes = file_bytes;
+  report.nvme_direct = nvme->direct();
+  backend->disallow_capture();
+  return {};
+}
+
+// A whole tensor of the nvme space to or from `data` (`bytes` of it; the rest of the tensor's aligned range
+// is zero on a write), through an aligned bounce buffer: load time and state access between runs.
+Status Session::Impl::nvme_transfer(const TensorRef &t, void *data, size_t bytes, bool write) {
+  if (!nvme) return error(Code::internal, "tensor " + std::to_string(t.index) + " is on NVMe but the plan has no file");
+  AlignedBuffer buf(t.bytes, nvme->alignment());
+  if (!buf.ok()) return error(Code::internal, "out of host memory for an NVMe bounce buffer");
+  if (write) {
+    std::memcpy(buf.data(), data, std::min<size_t>(bytes, t.bytes));
+    return nvme->write(t.file_offset, buf.data(), t.bytes);
+  }
+  ZRT_RETURN_IF_ERROR(nvme->read(t.file_offset, buf.data(), t.bytes));
+  std::memcpy(data, buf.data(), std::min<size_t>(bytes, t.bytes));
+  return {};
+}
+
+namespace {
+bool ranges_meet(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0 < b1 && b0 < a1; }
+}  // namespace
+
+// Before a step runs: the NVMe transfers it waits on (the plan's io events) complete first. A transfer whose
+// buffer the step touches without such an event is waited for too and counted, so that a plan that misses
+// an event is slow and visible, never wrong.
+Status Session::Impl::wait_io_for(const Step &s) {
+  if (pending_io.empty()) return {};
+  auto touches = [&](const PendingIo &p) {
+    for (const auto *v : {&s.inputs, &s.outputs})
+      for (const TensorRef &t : *v) {
+        if (!t.data) continue;
+        const auto *b = static_cast<const uint8_t *>(t.data);
+        if (b < p.host_end && p.host_begin < b + t.bytes) return true;
+      }
+    return false;
+  };
+  for (size_t k = 0; k < pending_io.size();) {
+    const PendingIo &p = pending_io[k];
+    const bool planned = p.signal >= 0 && std::find(s.waits.begin(), s.waits.end(), p.signal) != s.waits.end();
+    if (!planned && !touches(p)) {
+      ++k;
+      continue;
+    }
+    if (!planned) ++report.nvme_unplanned_waits;
+    ZRT_RETURN_IF_ERROR(nvme->wait(p.ticket));
+    pending_io.erase(pending_io.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+  return {};
+}
+
+// One nvme_read / nvme_write: queued on the store, to complete while the executor issues what follows.
+// The io stream is in order: a transfer that overlaps an earlier one's file range or host buffer (where
+// either writes) waits for it first.
+Status Session::Impl::run_io(const Step &s) {
+  for (int e : s.waits) ZRT_RETURN_IF_ERROR(backend->host_wait(e));
+  const bool write = s.op == Op::nvme_write;
+  const TensorRef &file = s.inputs[0];
+  const TensorRef &host = write ? s.inputs[1] : s.outputs[0];
+  PendingIo io;
+  io.signal = s.signal;
+  io.write = write;
+  io.file_begin = file.file_offset;
+  io.file_end = file.file_offset + file.bytes;
+  io.host_begin = static_cast<const uint8_t *>(host.data);
+  io.host_end = io.host_begin + host.bytes;
+  for (size_t k = 0; k < pending_io.size();) {
+    const PendingIo &p = pending_io[k];
+    const bool conflict = (p.write || write) && (ranges_meet(p.file_begin, p.file_end, io.file_begin, io.file_end) ||
+                                                 (io.host_begin < p.host_end && p.host_begin < io.host_end));
+    if (!conflict) {
+      ++k;
+      continue;
+    }
+    ZRT_RETURN_IF_ERROR(nvme->wait(p.ticket));
+    pending_io.erase(pending_io.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+  if (write) ZRT_RETURN_IF_ERROR(nvme->submit_write(io.file_begin, host.data, file.bytes, &io.ticket));
+  else ZRT_RETURN_IF_ERROR(nvme->submit_read(io.file_begin, host.data, file.bytes, &io.ticket));
+  pending_io.push_back(io);
+  return {};
+}
+
+Status Session::Impl::finish_io() {
+  pending_io.clear();
+  if (!nvme) return {};
+  Status st = nvme->wait_all();
+  report.nvme_bytes_read = nvme->bytes_read();
+  report.nvme_bytes_written = nvme->bytes_written();
+  return st;
 }
 
 Status Session::Impl::decode_steps() {
@@ -250,12 +389,17 @@ Status Session::Impl::decode_steps() {
     max_events = std::max(max_events, prog.num_events());
     run.steps.resize(n);
     run.step_is_comm.resize(n);
+    run.step_is_io.resize(n);
     run.step_extent.assign(n, {});
     for (size_t i = 0; i < n; ++i) {
       Step &s = run.steps[i];
       ZRT_RETURN_IF_ERROR(zrt::decode_step(*prog.instrs()->Get(i), static_cast<int>(i), tensors, &s));
       run.step_is_comm[i] = s.info->on_communicator();
+      run.step_is_io[i] = s.op == Op::nvme_read || s.op == Op::nvme_write;
+      if (run.step_is_io[i] && !nvme)
+        return error(Code::plan_invalid, "instruction " + std::to_string(i) + " moves NVMe data but the plan has no NVMe file");
       for (const TensorRef &o : s.outputs) {
+        if (o.space == MemSpace::nvme) continue;
         const int sp = static_cast<int>(o.space);
         const uint64_t end = static_cast<uint8_t *>(o.data) - static_cast<uint8_t *>(arena[sp]) + o.bytes;
         run.step_extent[i][sp] = std::max(run.step_extent[i][sp], end);
@@ -280,7 +424,7 @@ Status Session::Impl::decode_steps() {
         }
         staging_bytes = std::max(staging_bytes, need);
       }
-      if (!run.step_is_comm[i]) compute.push_back(s);
+      if (!run.step_is_comm[i] && !run.step_is_io[i]) compute.push_back(s);
     }
   }
   size_t scratch = 0;
@@ -571,10 +715,17 @@ Status Session::run(const std::string &program) {
   for (size_t i = 0; i < run.steps.size(); ++i) {
     const Step &s = run.steps[i];
     Status st;
-    if (!replayed) {
-      st = m.backend->enter(s);
+    if (!replayed && run.step_is_io[i]) {
+      st = m.run_io(s);
+    } else if (!replayed) {
+      st = m.wait_io_for(s);
+      if (st.ok()) st = m.backend->enter(s);
       if (st.ok()) st = run.step_is_comm[i] ? m.run_collective(s) : m.backend->execute(s);
       if (st.ok()) st = m.backend->leave(s);
+    }
+    if (!st.ok()) {
+      const Status drained = m.finish_io();
+      (void)drained;  // the step's error is the one to report
     }
     if (!st.ok()) {
       st = st.with_context("instruction " + std::to_string(i) + " (" + op_name(s.op) +
@@ -587,6 +738,7 @@ Status Session::run(const std::string &program) {
       b = std::max(b, run.step_extent[i][sp]);
     }
   }
+  ZRT_RETURN_IF_ERROR(m.finish_io());
   return m.backend->synchronize();
 }
 
@@ -641,6 +793,7 @@ Status Session::read_state(const std::string &name, void *data, size_t bytes) {
     return error(Code::invalid_argument, "state '" + name + "' holds " + std::to_string(m.state[i].local_bytes()) +
                                              " bytes on this rank, got a buffer of " + std::to_string(bytes));
   ZRT_RETURN_IF_ERROR(m.backend->synchronize());
+  if (t.space == MemSpace::nvme) return m.nvme_transfer(t, data, bytes, false);
   return m.backend->read(t.space, data, t.data, bytes);
 }
 
@@ -653,6 +806,11 @@ Status Session::write_state(const std::string &name, const void *data, size_t by
     return error(Code::invalid_argument, "state '" + name + "' holds " + std::to_string(m.state[i].local_bytes()) +
                                              " bytes on this rank, got " + std::to_string(bytes));
   ZRT_RETURN_IF_ERROR(m.backend->synchronize());
+  if (t.space == MemSpace::nvme) {
+    ZRT_RETURN_IF_ERROR(m.nvme_transfer(t, const_cast<void *>(data), bytes, true));
+    m.report.nvme_bytes_written = m.nvme->bytes_written();
+    return {};
+  }
   ZRT_RETURN_IF_ERROR(m.backend->write(t.space, t.data, data, bytes));
   m.note_write(t, false);
   return {};
@@ -854,6 +1012,10 @@ Status Session::decode_step(const int64_t *tokens, const int64_t *positions, int
 MemoryReport Session::memory_report() const {
   MemoryReport r = impl_->report;
   r.measured_process_peak_bytes = impl_->backend->process_peak_bytes();
+  if (impl_->nvme) {
+    r.nvme_bytes_read = impl_->nvme->bytes_read();
+    r.nvme_bytes_written = impl_->nvme->bytes_written();
+  }
   return r;
 }
 

@@ -73,6 +73,9 @@ struct Args {
   std::vector<int64_t> stop;
   double temperature = 0, top_p = 1;
   int64_t top_k = 0;
+  // NVMe offload (docs/nvme.md)
+  std::string nvme_path;
+  int nvme_threads = 4;
 };
 
 // The rank as the launcher tells it, for messages printed before MPI is up (only rank 0 prints those).
@@ -167,6 +170,13 @@ int parse_args(int argc, char **argv, Args *a) {
   app.add_option("--stop", a->stop, "--generate: a token that ends its sequence (repeatable)")->type_name("ID");
   app.add_option("--tokens-out", a->tokens_out, "--generate: write prompt and new tokens, int64 [B, P + new]")
       ->type_name("OUT.npy");
+  app.add_option("--nvme-path", a->nvme_path,
+                 "Folder of the NVMe offload files (default: the one the plan names, zplan --nvme-path)")
+      ->type_name("DIR");
+  app.add_option("--nvme-threads", a->nvme_threads, "Threads that run the NVMe reads and writes")
+      ->type_name("N")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   app.add_flag("--train", a->train, "Train with a plan made by zplan --train (init once, then --steps train steps)");
   app.add_option("--data", a->data, "--train: integer token array [samples, seq] (.npy)")->type_name("TOKENS.npy");
   app.add_option("--steps", steps, "--train: train until step N (a resumed run continues after the checkpoint's step)")
@@ -338,6 +348,40 @@ std::string write_f64_npy(const std::string &path, const std::vector<double> &v)
   return {};
 }
 
+/// NVMe traffic per run or step, as the I/O layer counted it: every rank prints its file, what loading
+/// wrote, and the bytes each run read and wrote ("per run read R B written W B" when all runs agree, which
+/// the e2e tests compare with the plan report's figures).
+struct NvmeTally {
+  uint64_t load_read = 0, load_written = 0, last_read = 0, last_written = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  void start(const zrt::MemoryReport &m) {
+    load_read = last_read = m.nvme_bytes_read;
+    load_written = last_written = m.nvme_bytes_written;
+  }
+  void note(const zrt::MemoryReport &m) {
+    runs.emplace_back(m.nvme_bytes_read - last_read, m.nvme_bytes_written - last_written);
+    last_read = m.nvme_bytes_read;
+    last_written = m.nvme_bytes_written;
+  }
+  void print(const zrt::RankInfo &ri, const zrt::MemoryReport &m, const char *what) const {
+    if (m.nvme_file.empty()) return;
+    bool equal = true;
+    for (const auto &r : runs) equal = equal && r == runs.front();
+    std::printf("zrun: rank %d nvme: file %s (%llu B, %s I/O); before the first %s read %llu B written %llu B; ", ri.rank,
+                m.nvme_file.c_str(), static_cast<unsigned long long>(m.nvme_file_bytes), m.nvme_direct ? "direct" : "buffered",
+                what, static_cast<unsigned long long>(load_read), static_cast<unsigned long long>(load_written));
+    if (runs.empty()) std::printf("no %ss", what);
+    else if (equal)
+      std::printf("per %s read %llu B written %llu B (%zu %ss)", what, static_cast<unsigned long long>(runs.front().first),
+                  static_cast<unsigned long long>(runs.front().second), runs.size(), what);
+    else
+      for (size_t k = 0; k < runs.size(); ++k)
+        std::printf("%s %zu read %llu B written %llu B; ", what, k + 1, static_cast<unsigned long long>(runs[k].first),
+                    static_cast<unsigned long long>(runs[k].second));
+    std::printf("; unplanned waits %llu\n", static_cast<unsigned long long>(m.nvme_unplanned_waits));
+  }
+};
+
 /// zrun --train: checks the data against the plan, runs init once and then --steps train steps.
 int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
   const zrt::RankInfo ri = s.rank_info();
@@ -465,6 +509,8 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
     std::printf("zrun: the checkpoint is at step %lld, --steps %lld: nothing to train\n", static_cast<long long>(pos.step),
                 static_cast<long long>(args.steps));
   const int64_t first = pos.step;
+  NvmeTally nvme;
+  nvme.start(s.memory_report());
   for (int64_t k = first; k < args.steps; ++k) {
     // Global batch k: the next `batch` samples from the data position, wrapping around the data.
     for (int64_t b = 0; b < batch; ++b) {
@@ -478,6 +524,7 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!st.ok()) die(ri.rank, "step " + std::to_string(k + 1) + ": " + st.message());
     watchdog.kick();
+    nvme.note(s.memory_report());
     total_s += sec;
     step_s.push_back(sec);
     losses.push_back(r.loss);
@@ -534,6 +581,7 @@ int train(const Args &args, zrt::Session &s, Watchdog &watchdog) {
               static_cast<unsigned long long>(m.runtime_scratch_bytes),
               static_cast<unsigned long long>(m.planned_peak_bytes),
               static_cast<unsigned long long>(m.measured_process_peak_bytes));
+  nvme.print(ri, m, "step");
   std::fflush(stdout);
   return 0;
 }
@@ -709,6 +757,8 @@ int main(int argc, char **argv) {
   opts.init = args.init_random ? zrt::InitMode::random : zrt::InitMode::file;
   opts.seed = args.seed;
   opts.backend = args.backend;
+  opts.nvme_path = args.nvme_path;
+  opts.nvme_threads = args.nvme_threads;
   std::unique_ptr<zrt::Session> s;
   zrt::Status st = zrt::Session::open(args.plan, opts, &s);
   if (!st.ok()) {
@@ -770,9 +820,12 @@ int main(int argc, char **argv) {
 
   // --warmup runs are not timed (first-run allocation, CUDA graph capture); then --repeat timed runs,
   // reported as mean, min and median (the median is what benchmarks compare).
+  NvmeTally nvme;
+  nvme.start(s->memory_report());
   for (int r = 0; r < args.warmup; ++r) {
     st = s->run();
     if (!st.ok()) die(ri.rank, st.message());
+    nvme.note(s->memory_report());
     watchdog.kick();
   }
   std::vector<double> times;
@@ -781,6 +834,7 @@ int main(int argc, char **argv) {
     st = s->run();
     const auto t1 = std::chrono::steady_clock::now();
     if (!st.ok()) die(ri.rank, st.message());
+    nvme.note(s->memory_report());
     watchdog.kick();
     times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
@@ -843,6 +897,7 @@ int main(int argc, char **argv) {
       static_cast<unsigned long long>(m.runtime_scratch_bytes), total_ms / args.repeat, args.repeat, best_ms,
       median_ms, static_cast<unsigned long long>(m.planned_peak_bytes),
       static_cast<unsigned long long>(m.measured_process_peak_bytes));
+  nvme.print(ri, m, "run");
   std::fflush(stdout);
   s.reset();
   zrt::shutdown();

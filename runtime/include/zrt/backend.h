@@ -34,6 +34,7 @@ struct TensorRef {
   uint64_t bytes = 0;  // reserved bytes (>= elements * dtype size)
   MemSpace space = MemSpace::device;
   int index = -1;      // the plan's tensor index, for messages
+  uint64_t file_offset = 0;  // space nvme: the byte offset in the rank's NVMe file (data is then nullptr)
   int64_t numel() const {
     int64_t n = 1;
     for (int i = 0; i < rank; ++i) n *= shape[i];
@@ -98,6 +99,13 @@ class Backend {
   /// Backends that run everything in order (cpu) need neither.
   virtual Status enter(const Step &step) { (void)step; return {}; }
   virtual Status leave(const Step &step) { (void)step; return {}; }
+  /// Blocks the calling thread until the plan's event `event` (recorded by leave()) has completed: the
+  /// executor calls it before it hands a host buffer that device work fills or reads to the NVMe store
+  /// (plan 2.3). Backends that run everything in order (cpu) return at once.
+  virtual Status host_wait(int event) { (void)event; return {}; }
+  /// Called at load when a plan has NVMe instructions: the executor runs them itself, outside the backend's
+  /// streams, so a backend that captures and replays whole runs (cuda graphs) must not.
+  virtual void disallow_capture() {}
   /// Runs one compute step (elementwise .. attention, reshape, fill, prefetch/evict).
   virtual Status execute(const Step &step) = 0;
   /// Waits for every step queued so far.

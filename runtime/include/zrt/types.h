@@ -12,7 +12,8 @@ namespace zrt {
 /// Element types; the values equal zrt::fb::DType in runtime/schema/plan.fbs.
 enum class DType : uint8_t { f32 = 0, bf16 = 1, f16 = 2, i64 = 3, i32 = 4, bool8 = 5 };
 /// Memory spaces; the values equal zrt::fb::MemSpace. Each space is one arena per rank.
-enum class MemSpace : uint8_t { device = 0, host = 1 };
+/// `nvme` (plan 2.3) is a file per rank, not an arena: kNumMemSpaces counts the arenas only.
+enum class MemSpace : uint8_t { device = 0, host = 1, nvme = 2 };
 constexpr int kNumMemSpaces = 2;
 /// Mesh axes of a collective; the values equal zrt::fb::Axis.
 enum class Axis : uint8_t { none = 0, tp = 1, dp = 2, world = 3 };
@@ -88,6 +89,16 @@ struct MemoryReport {
   /// Measured: the highest device memory in use by the whole process (cuda: cudaMemGetInfo, sampled after
   /// allocations and after every run), comparable with planned_peak_bytes; 0 on cpu.
   uint64_t measured_process_peak_bytes = 0;
+  /// NVMe offload (plan 2.3): this rank's file, its bytes as planned, whether it is read with direct I/O,
+  /// and the bytes the I/O layer moved since load (counted per completed request, load time included).
+  std::string nvme_file;
+  uint64_t nvme_file_bytes = 0;
+  bool nvme_direct = false;
+  uint64_t nvme_bytes_read = 0;
+  uint64_t nvme_bytes_written = 0;
+  /// Instructions the executor held back for an NVMe transfer that no plan event ordered them after; a
+  /// correct plan has none (tests check it).
+  uint64_t nvme_unplanned_waits = 0;
 };
 
 }  // namespace zrt

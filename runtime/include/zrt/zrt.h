@@ -60,6 +60,10 @@ struct Options {
   InitMode init = InitMode::file;
   uint64_t seed = 0;
   BackendKind backend = BackendKind::cpu;
+  /// The folder of the NVMe files (plan 2.3); empty: the folder the plan names (zplan --nvme-path).
+  std::string nvme_path;
+  /// Threads that run the NVMe reads and writes.
+  int nvme_threads = 4;
 };
 
 class Session {

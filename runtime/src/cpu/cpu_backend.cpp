@@ -48,10 +48,11 @@ class CpuBackend final : public Backend {
   const char *name() const override { return "cpu"; }
   BackendKind kind() const override { return BackendKind::cpu; }
 
-  Status allocate(MemSpace, size_t bytes, void **out) override {
-    // 64-byte alignment suits every dtype and the vector units; a zero-byte arena still gets a pointer.
+  Status allocate(MemSpace space, size_t bytes, void **out) override {
+    // 64-byte alignment suits every dtype and the vector units; a zero-byte arena still gets a pointer. The
+    // host arena is page-aligned: NVMe staging buffers in it are read and written with direct I/O (plan 2.3).
     void *p = nullptr;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0 || !p)
+    if (posix_memalign(&p, space == MemSpace::host ? 4096 : 64, bytes ? bytes : 64) != 0 || !p)
       return error(Code::backend_error, "cpu: cannot allocate " + std::to_string(bytes) + " bytes");
     *out = p;
     return {};

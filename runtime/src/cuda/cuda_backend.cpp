@@ -312,7 +312,7 @@ class CudaBackend final : public Backend {
     }
     // The steps passed here are the compute steps; the executor holds the collectives. A barrier among
     // them is found in enter() and stops capture there, before any capture begins (see begin_run()).
-    graph_ok_ = graph_wanted_ && !steps.empty();
+    graph_ok_ = graph_wanted_ && !capture_forbidden_ && !steps.empty();
     size_t scratch = 0;
     if (gemm) {
       ZRT_GPU_CHECK(zk::cuda::Blas::create(&blas_));
@@ -377,6 +377,19 @@ class CudaBackend final : public Backend {
     if (profile_ && !graph_wanted_) ZRT_RETURN_IF_ERROR(profile_mark(s, true));
     return {};
   }
+
+  // NVMe transfers (plan 2.3) run on the executor's I/O threads: a read may overwrite a staging buffer only
+  // once the copy that last read it has finished, and a write may read one only once it is filled.
+  Status host_wait(int event) override {
+    if (event < 0 || event >= static_cast<int>(plan_events_.size()))
+      return error(Code::backend_error, "cuda backend: waiting on event " + std::to_string(event) + " of " +
+                                            std::to_string(plan_events_.size()));
+    ZRT_CUDA_CHECK(cudaEventSynchronize(plan_events_[static_cast<size_t>(event)]));
+    return {};
+  }
+
+  // A captured run would replay the device work without the transfers the executor issues between it.
+  void disallow_capture() override { capture_forbidden_ = true; }
 
   Status leave(const Step &s) override {
     if (profile_ && !graph_wanted_) ZRT_RETURN_IF_ERROR(profile_mark(s, false));
@@ -755,6 +768,7 @@ class CudaBackend final : public Backend {
   void *kernel_ws_ = nullptr;  // the training kernels' workspace (kernel_workspace), sized in prepare()
   // CUDA graph state.
   bool graph_wanted_ = false, graph_ok_ = false, capturing_ = false;
+  bool capture_forbidden_ = false;  // the plan has NVMe transfers (disallow_capture)
   int runs_ = 0;
   /// Per program: its captured graph, its runs, whether it holds a host barrier (then it is never captured).
   struct Captured {

@@ -148,7 +148,7 @@ def main():
         return i
 
     for i, t in enumerate(tensors):
-        space = 0 if t["space"] == "device" else 1
+        space = {"device": 0, "host": 1, "nvme": 2}[t["space"]]
         if t["offset"] % 256:
             fail("tensor %s offset not aligned" % t["name"])
         if t["offset"] + t["bytes"] > arena[space]:
@@ -240,14 +240,14 @@ def main():
         # clocks give happens-before. Every read must happen after the write of
         # what it reads, and a tensor that reuses bytes of an earlier one must be
         # written only after every instruction touching the earlier one is done.
-        streams = {"compute": 0, "comm": 1, "copy": 2}
-        seq_on_stream = [0, 0, 0]
+        streams = {"compute": 0, "comm": 1, "copy": 2, "io": 3}
+        seq_on_stream = [0, 0, 0, 0]
         clock = []
         pos = []
         signaller = {}
         for step, ins in enumerate(instrs):
             st = streams[ins["stream"]]
-            vc = [0, 0, 0]
+            vc = [0, 0, 0, 0]
             # Previous instruction on the same stream.
             for prev in range(step - 1, -1, -1):
                 if streams[instrs[prev]["stream"]] == st:

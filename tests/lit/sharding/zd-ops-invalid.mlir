@@ -114,10 +114,10 @@ func.func @shard_rank() -> tensor<8x16xf32> {
 
 // -----
 
-// Tests that a ZeRO shard lives on the device or the host.
+// Tests that a ZeRO shard lives on the device, the host or NVMe.
 func.func @shard_space() -> tensor<128xf32> {
-  // expected-error @+1 {{space must be "device" or "host", got "nvme"}}
-  %s = zd.weight_shard {dp = 2 : i64, file = "m.data", length = 1024 : i64, local_shape = array<i64: 16, 16>, name = "w", offset = 0 : i64, source_shape = array<i64: 16, 16>, space = "nvme"} : tensor<128xf32>
+  // expected-error @+1 {{space must be "device", "host" or "nvme", got "disk"}}
+  %s = zd.weight_shard {dp = 2 : i64, file = "m.data", length = 1024 : i64, local_shape = array<i64: 16, 16>, name = "w", offset = 0 : i64, source_shape = array<i64: 16, 16>, space = "disk"} : tensor<128xf32>
   return %s : tensor<128xf32>
 }
 
@@ -258,4 +258,13 @@ func.func @scatter_reduction(%x: tensor<8x4xf32>) -> tensor<4x4xf32> {
   // expected-error @+1 {{reduction must be "sum", "max" or "min", got "mean"}}
   %s = zd.reduce_scatter %x {axis = "dp", dim = 0 : i64, reduction = "mean"} : tensor<8x4xf32> -> tensor<4x4xf32>
   return %s : tensor<4x4xf32>
+}
+
+// -----
+
+// Tests that zd.nvme_write writes a value of its target's type.
+func.func @nvme_write_type(%f: tensor<128xf32>, %h: tensor<64xf32>) {
+  // expected-error @+1 {{value type 'tensor<64xf32>' differs from the target's 'tensor<128xf32>'}}
+  zd.nvme_write %f, %h : tensor<128xf32>, tensor<64xf32>
+  return
 }

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# NVMe offload end to end (docs/nvme.md): one case of run_model.sh (inference against PyTorch's logits) or of
+# run_train.sh (5 training steps against PyTorch's losses and gradient norms, and the plan checker's ordering
+# proof) with the NVMe files in a fresh temporary folder, then the traffic the runtime's I/O layer counted on
+# every rank against the plan report's per-run / per-step figures, and no transfer the plan's events left
+# unordered.
+# Usage: run_nvme.sh infer|train BIN_DIR MODEL_DIR WORK_DIR TOL "MPIRUN..." -- ZPLAN_FLAGS...
+set -euo pipefail
+mode=$1 bin=$2 model=$3 work=$4 tol=$5 mpirun=$6; shift 6
+[ "$1" = "--" ] && shift
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$work"
+disk=$(mktemp -d "$work/nvme.XXXXXX")
+trap 'rm -rf "$disk"' EXIT
+if [ "$mode" = infer ]; then
+  "$here/run_model.sh" "$bin" "$model" "$work" "$tol" "$mpirun" -- "$@" --nvme-path "$disk"
+else
+  "$here/run_train.sh" "$bin" "$model" "$work" "$tol" "$mpirun" -- "$@" --nvme-path "$disk" \
+    --report-json "$work/report.json"
+fi
+python=${ZPLAN_PYTHON:-python3}
+"$python" - "$mode" "$work/report.json" "$work/zrun.log" "$disk" <<'PY'
+import json, os, re, sys
+mode, report, log, disk = sys.argv[1], json.load(open(sys.argv[2])), open(sys.argv[3]).read(), sys.argv[4]
+n = report["nvme"]
+if not n:
+    sys.exit("FAIL: the report has no NVMe figures")
+what = "run" if mode == "infer" else "step"
+rows = re.findall(r"zrun: rank (\d+) nvme: file (\S+) \((\d+) B, (\w+) I/O\); before the first \w+ read (\d+) B "
+                  r"written (\d+) B; per " + what + r" read (\d+) B written (\d+) B \((\d+) \w+s\); unplanned waits (\d+)",
+                  log)
+world = report["world"]
+if len(rows) != world:
+    sys.exit(f"FAIL: {len(rows)} ranks printed equal per-{what} NVMe traffic, expected {world}:\n{log}")
+for rank, path, size, io, _, _, read, written, count, unplanned in rows:
+    print(f"rank {rank}: {io} I/O, file {size} B (planned {n['file_bytes']}), per {what} read {read} B written "
+          f"{written} B (report: {n['step_read_bytes']} / {n['step_write_bytes']} for {n['step']}), unplanned waits {unplanned}")
+    if int(size) != n["file_bytes"]:
+        sys.exit("FAIL: the file size differs from the plan's")
+    if (int(read), int(written)) != (n["step_read_bytes"], n["step_write_bytes"]):
+        sys.exit(f"FAIL: rank {rank} moved other bytes per {what} than the report says")
+    if int(unplanned):
+        sys.exit(f"FAIL: rank {rank} waited for NVMe transfers that no plan event ordered")
+    if os.path.dirname(path) != disk.rstrip("/"):
+        sys.exit(f"FAIL: the file {path} is not under {disk}")
+if n["step_read_bytes"] == 0:
+    sys.exit("FAIL: nothing is read from NVMe per " + what)
+PY
