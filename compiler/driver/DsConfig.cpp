@@ -264,6 +264,8 @@ private:
     std::string path;
   };
   BatchField trainBatch, microBatch, accumulation;
+  // The first offload section that named an NVMe folder, and the folder.
+  std::string nvmePathField, nvmePathValue;
   bool fp16Enabled = false, bf16Enabled = false;
   std::string fp16Path, bf16Path;
 };
@@ -281,20 +283,28 @@ void Reader::readOffload(const Value &v, const std::string &p, bool optimizer) {
   if (const Value *d = obj->get("device"))
     if (std::optional<std::string> s = text(*d, join(p, "device")))
       device = *s;
-  // NVMe offload is refused before its own settings are read, so that they
-  // are not named as ignored first.
-  if (device == "nvme") {
-    fail(join(p, "device"), "\"nvme\": NVMe offload is not supported yet; "
-                            "zplan offloads to pinned host memory (device "
-                            "\"cpu\")");
+  // NVMe offload (docs/nvme.md) needs its folder, as DeepSpeed does; zplan
+  // keeps the parameters' and the optimizer's files in one folder.
+  if (device == "nvme" && !obj->get("nvme_path")) {
+    fail(join(p, "nvme_path"), "device \"nvme\" needs nvme_path (the folder "
+                               "of the NVMe files)");
     return;
   }
-  const std::string nvmeOnly =
-      "used only with device \"nvme\", which zplan does not support yet";
+  const std::string nvmeOnly = "used only with device \"nvme\"";
+  const std::string nvmeMachinery =
+      "ignored: DeepSpeed's NVMe swapper setting; zplan plans its own "
+      "staging buffers (two per stream of reads, each the size of its tensor) "
+      "and issues every read one use ahead";
+  auto nvmeRule = [&](const std::string &reason) -> Handler {
+    return [this, reason, device](const Value &, const std::string &path) {
+      warn(path, device == "nvme" ? reason : "ignored: used only with device "
+                                             "\"nvme\"");
+    };
+  };
   std::vector<Rule> rules = {
       {"device",
        [&](const Value &, const std::string &path) {
-         if (device != "cpu" && device != "none") {
+         if (device != "cpu" && device != "none" && device != "nvme") {
            fail(path, "\"" + device +
                           "\" must be \"none\", \"cpu\" or "
                           "\"nvme\"");
@@ -311,13 +321,37 @@ void Reader::readOffload(const Value &v, const std::string &p, bool optimizer) {
            warn(path, "ignored: zplan always pins the host memory it "
                       "offloads to (its copies run asynchronously)");
        }},
-      {"nvme_path", ignored(nvmeOnly)},
-      {"buffer_count", ignored(nvmeOnly)},
-      {"buffer_size", ignored(nvmeOnly)},
-      {"max_in_cpu", ignored(nvmeOnly)},
-      {"pipeline_read", ignored(nvmeOnly)},
-      {"pipeline_write", ignored(nvmeOnly)},
-      {"fast_init", ignored(nvmeOnly)},
+      {"nvme_path",
+       [&](const Value &val, const std::string &path) {
+         std::optional<std::string> dir = text(val, path);
+         if (!dir)
+           return;
+         if (device != "nvme") {
+           warn(path, "ignored: " + nvmeOnly);
+           return;
+         }
+         if (optimizer && !needsTrain(path))
+           return;
+         // Both sections may name a folder; zplan has one.
+         if (!nvmePathField.empty() && nvmePathValue != *dir) {
+           fail(path, "\"" + *dir + "\" differs from " + nvmePathField +
+                          " \"" + nvmePathValue +
+                          "\": zplan keeps every NVMe file in one folder");
+           return;
+         }
+         nvmePathField = path;
+         nvmePathValue = *dir;
+         assignText("--nvme-path", path, *dir);
+       }},
+      {"buffer_count", nvmeRule(nvmeMachinery)},
+      {"buffer_size", nvmeRule(nvmeMachinery)},
+      {"max_in_cpu",
+       nvmeRule("ignored: zplan keeps every offloaded tensor on NVMe (none "
+                "stays in host memory)")},
+      {"pipeline_read", nvmeRule(nvmeMachinery)},
+      {"pipeline_write", nvmeRule(nvmeMachinery)},
+      {"fast_init", nvmeRule("ignored: zplan writes the initial values to "
+                             "the files once, when the plan is loaded")},
       {"ratio",
        [&](const Value &val, const std::string &path) {
          std::optional<double> r = number(val, path);
@@ -1153,8 +1187,8 @@ void Reader::run(const Object &top) {
       {"sparse_gradients", ignored("zplan's gradients are dense")},
       {"checkpoint", ignored("checkpoints are not read through the "
                              "ds-config")},
-      {"aio", ignored("asynchronous I/O is for NVMe offload, which zplan "
-                      "does not support yet")},
+      {"aio", ignored("DeepSpeed's libaio settings; zrun's NVMe I/O uses "
+                      "direct I/O with --nvme-threads threads")},
       {"amp",
        [&](const Value &v, const std::string &p) {
          const Object *o = v.getAsObject();

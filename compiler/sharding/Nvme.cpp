@@ -137,8 +137,10 @@ struct ZplanNvmePass : zplan::sharding::impl::ZplanNvmeBase<ZplanNvmePass> {
     if (users.empty())
       return success();
     OpBuilder b(func.getContext());
-    // The previous NVMe-backed use: reads for the next one are issued there.
+    // The previous use that read from the disk: the reads of the next one
+    // are issued there, so that they run while it computes.
     Operation *anchor = nullptr;
+    bool freshRead = false;
     // Per file tensor: its last write-back (a later read must follow it), and
     // the host value holding its bytes when the previous NVMe-backed use
     // touched it (a use right after takes that buffer instead of the disk).
@@ -158,6 +160,7 @@ struct ZplanNvmePass : zplan::sharding::impl::ZplanNvmeBase<ZplanNvmePass> {
       auto read = dist::NvmeReadOp::create(b, file.getLoc(), file.getType(),
                                            file);
       ++numReads;
+      freshRead = true;
       return read.getResult();
     };
     auto writeBack = [&](Value file, Value host, Location loc) {
@@ -171,6 +174,7 @@ struct ZplanNvmePass : zplan::sharding::impl::ZplanNvmeBase<ZplanNvmePass> {
     for (Operation *use : users) {
       DenseSet<Value> touched;
       Operation *next = use;
+      freshRead = false;
       if (auto assign = dyn_cast<zg::AssignOp>(use);
           assign && onNvme(assign.getTarget())) {
         Value file = assign.getTarget();
@@ -178,11 +182,12 @@ struct ZplanNvmePass : zplan::sharding::impl::ZplanNvmeBase<ZplanNvmePass> {
         Value value = assign.getValue();
         if (isSplatConstant(value)) {
           // A fill (a moment's zeros at @init) writes the staging buffer,
-          // which then goes back whole.
+          // which then goes back whole; its read is not worth issuing early.
           Operation *savedAnchor = anchor;
           anchor = nullptr;
           Value stage = readOf(file, use);
           anchor = savedAnchor;
+          freshRead = false;
           assign->setOperand(0, stage);
           b.setInsertionPointAfter(use);
           writeBack(file, stage, use->getLoc());
@@ -244,7 +249,8 @@ struct ZplanNvmePass : zplan::sharding::impl::ZplanNvmeBase<ZplanNvmePass> {
           if (touched.contains(file))
             writeBack(file, current[file], use->getLoc());
       }
-      anchor = next;
+      if (freshRead)
+        anchor = next;
       touchedLast = std::move(touched);
     }
     // Host-to-device copies whose host value now goes to the file directly.

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -314,23 +315,39 @@ bool ranges_meet(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0
 // an event is slow and visible, never wrong.
 Status Session::Impl::wait_io_for(const Step &s) {
   if (pending_io.empty()) return {};
+  // A pending read fills its buffer: nothing may touch it. A pending write reads its buffer: only a step that
+  // writes the buffer conflicts with it.
   auto touches = [&](const PendingIo &p) {
-    for (const auto *v : {&s.inputs, &s.outputs})
+    for (const auto *v : {&s.inputs, &s.outputs}) {
+      if (p.write && v == &s.inputs) continue;
       for (const TensorRef &t : *v) {
         if (!t.data) continue;
         const auto *b = static_cast<const uint8_t *>(t.data);
         if (b < p.host_end && p.host_begin < b + t.bytes) return true;
       }
+    }
     return false;
   };
+  // Waiting on an io event means, as for any stream, that everything issued on the io stream before it is
+  // done as well (the memory plan relies on it: a wait on a later transfer orders after the earlier ones),
+  // although the pool may finish transfers out of order.
+  size_t upto = 0;
+  for (size_t k = 0; k < pending_io.size(); ++k)
+    if (pending_io[k].signal >= 0 &&
+        std::find(s.waits.begin(), s.waits.end(), pending_io[k].signal) != s.waits.end())
+      upto = k + 1;
+  for (size_t k = 0; k < upto; ++k) ZRT_RETURN_IF_ERROR(nvme->wait(pending_io[k].ticket));
+  pending_io.erase(pending_io.begin(), pending_io.begin() + static_cast<std::ptrdiff_t>(upto));
   for (size_t k = 0; k < pending_io.size();) {
     const PendingIo &p = pending_io[k];
-    const bool planned = p.signal >= 0 && std::find(s.waits.begin(), s.waits.end(), p.signal) != s.waits.end();
-    if (!planned && !touches(p)) {
+    if (!touches(p)) {
       ++k;
       continue;
     }
-    if (!planned) ++report.nvme_unplanned_waits;
+    ++report.nvme_unplanned_waits;
+    if (std::getenv("ZRT_NVME_DEBUG"))
+      std::fprintf(stderr, "zrt: instruction %d (%s) waits for an NVMe %s that no plan event orders it after\n",
+                   s.index, op_name(s.op), p.write ? "write" : "read");
     ZRT_RETURN_IF_ERROR(nvme->wait(p.ticket));
     pending_io.erase(pending_io.begin() + static_cast<std::ptrdiff_t>(k));
   }

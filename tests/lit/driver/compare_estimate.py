@@ -103,9 +103,9 @@ def main():
     if len(rows) != expected_row_count(est):
         problems.append(f"MISMATCH row count {len(rows)}, expected {expected_row_count(est)}")
     for row in rows:
-        if "nvme" in (row["offload_param"], row["offload_optimizer"]):
-            if row["status"] != "not supported yet" or row["zero"] != 3:
-                problems.append(f"MISMATCH nvme row {row['args']}: {row['status']}")
+        # NVMe rows (docs/nvme.md) exist at stage 3 only and compile like the others.
+        if "nvme" in (row["offload_param"], row["offload_optimizer"]) and row["zero"] != 3:
+            problems.append(f"MISMATCH nvme row {row['args']} below stage 3")
         if row["status"] == "ok" and est["gpu_mem"]:
             fits = row["device"]["planned_peak_bytes"] <= est["gpu_mem"] and (
                 not est["host_mem"] or row["host"]["arena_bytes"] <= est["host_mem"])
