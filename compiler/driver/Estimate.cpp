@@ -64,13 +64,15 @@ struct Row {
 
   const plan::MemoryFigures &m() const { return summary.memory; }
   uint64_t deviceParams() const {
-    return m().residentWeightBytes - m().hostWeightBytes;
+    return m().residentWeightBytes - m().hostWeightBytes - m().nvmeWeightBytes;
   }
   uint64_t deviceGrads() const { return m().gradBytes - m().hostGradBytes; }
   uint64_t deviceOptimizer() const {
-    return (m().masterBytes - m().hostMasterBytes) +
-           (m().momentBytes - m().hostMomentBytes);
+    return (m().masterBytes - m().hostMasterBytes - m().nvmeMasterBytes) +
+           (m().momentBytes - m().hostMomentBytes - m().nvmeMomentBytes);
   }
+  /// The rank's NVMe file (docs/nvme.md): parameters and optimizer state.
+  uint64_t nvmeBytes() const { return m().arenaBytes[2]; }
   uint64_t hostOptimizer() const {
     return m().hostMasterBytes + m().hostMomentBytes;
   }
@@ -281,12 +283,14 @@ std::string formatTable(const std::vector<Row> &rows,
         "planned peak (arena + workspace"
      << (b.target == "cuda" ? " + CUDA context + NCCL" : "")
      << "). Per host, for each rank: its offloaded state and its host "
-        "arena. comm: bytes each rank sends per step.\n";
+        "arena. nvme: each rank's NVMe file. comm: bytes each rank sends "
+        "per step.\n";
   const std::vector<std::pair<std::string, size_t>> columns = {
       {"tp", 3},        {"dp", 3},      {"zero", 4},  {"offload", 10},
       {"recompute", 9}, {"params", 8},  {"grads", 8}, {"optim", 8},
       {"activ", 8},     {"buffers", 8}, {"peak", 8},  {"h.params", 8},
-      {"h.optim", 8},   {"h.total", 8}, {"comm", 8},  {"fits", 4}};
+      {"h.optim", 8},   {"h.total", 8}, {"nvme", 8},  {"comm", 8},
+      {"fits", 4}};
   std::string header, rule;
   for (const auto &[name, width] : columns) {
     header += pad(name, width) + " ";
@@ -303,7 +307,8 @@ std::string formatTable(const std::vector<Row> &rows,
       for (uint64_t v : {r.deviceParams(), r.deviceGrads(), r.deviceOptimizer(),
                          r.m().activationBytes, r.buffers(),
                          r.m().plannedPeakBytes(), r.m().hostWeightBytes,
-                         r.hostOptimizer(), r.m().arenaBytes[1], r.commSent()})
+                         r.hostOptimizer(), r.m().arenaBytes[1], r.nvmeBytes(),
+                         r.commSent()})
         cells.push_back(compact(v));
       cells.push_back(fitsText(r, limits));
     }
@@ -368,9 +373,12 @@ std::string formatJson(const std::vector<Row> &rows,
     row["device"] =
         Object{{"param_bytes", r.deviceParams()},
                {"grad_bytes", r.deviceGrads()},
-               {"master_bytes", m.masterBytes - m.hostMasterBytes},
-               {"moment_bytes", m.momentBytes - m.hostMomentBytes},
-               {"state_bytes", m.stateBytes - m.hostStateBytes},
+               {"master_bytes",
+                m.masterBytes - m.hostMasterBytes - m.nvmeMasterBytes},
+               {"moment_bytes",
+                m.momentBytes - m.hostMomentBytes - m.nvmeMomentBytes},
+               {"state_bytes",
+                m.stateBytes - m.hostStateBytes - m.nvmeStateBytes},
                {"optimizer_bytes", r.deviceOptimizer()},
                {"activation_bytes", m.activationBytes},
                {"peak_gathered_param_bytes", m.peakGatheredParamBytes},
@@ -389,6 +397,10 @@ std::string formatJson(const std::vector<Row> &rows,
                          {"optimizer_bytes", r.hostOptimizer()},
                          {"arena_bytes", m.arenaBytes[1]},
                          {"node_bytes", m.arenaBytes[1] * uint64_t(perNode)}};
+    row["nvme"] = Object{{"param_bytes", m.nvmeWeightBytes},
+                         {"master_bytes", m.nvmeMasterBytes},
+                         {"moment_bytes", m.nvmeMomentBytes},
+                         {"file_bytes", m.arenaBytes[2]}};
     Object byKind;
     uint64_t calls = 0;
     for (const auto &[kind, axes] : r.summary.comm) {

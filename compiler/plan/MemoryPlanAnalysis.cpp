@@ -284,10 +284,14 @@ MemoryFigures computeMemoryFigures(const ModuleLiveness &lv,
     // Each persistent kind is counted in its total and, when it lives in the
     // host arena, in its host part too.
     const bool onHost = static_cast<Space>(t.space) == Space::Host;
-    auto add = [&](uint64_t &total, uint64_t &host) {
+    const bool onNvme = static_cast<Space>(t.space) == Space::Nvme;
+    uint64_t noNvmeGrads = 0;
+    auto add = [&](uint64_t &total, uint64_t &host, uint64_t &nvme) {
       total += t.bytes;
       if (onHost)
         host += t.bytes;
+      if (onNvme)
+        nvme += t.bytes;
     };
     switch (t.kind) {
     case TensorKind::Weight:
@@ -295,21 +299,21 @@ MemoryFigures computeMemoryFigures(const ModuleLiveness &lv,
       // ZeRO's master part of a parameter (zd.role = "master") is a shard
       // loaded from the parameter's source, but it is optimizer state.
       if (isMasterShard(t.value))
-        add(f.masterBytes, f.hostMasterBytes);
+        add(f.masterBytes, f.hostMasterBytes, f.nvmeMasterBytes);
       else
-        add(f.residentWeightBytes, f.hostWeightBytes);
+        add(f.residentWeightBytes, f.hostWeightBytes, f.nvmeWeightBytes);
       break;
     case TensorKind::Grad:
-      add(f.gradBytes, f.hostGradBytes);
+      add(f.gradBytes, f.hostGradBytes, noNvmeGrads);
       break;
     case TensorKind::Master:
-      add(f.masterBytes, f.hostMasterBytes);
+      add(f.masterBytes, f.hostMasterBytes, f.nvmeMasterBytes);
       break;
     case TensorKind::Moment:
-      add(f.momentBytes, f.hostMomentBytes);
+      add(f.momentBytes, f.hostMomentBytes, f.nvmeMomentBytes);
       break;
     case TensorKind::State:
-      add(f.stateBytes, f.hostStateBytes);
+      add(f.stateBytes, f.hostStateBytes, f.nvmeStateBytes);
       break;
     default:
       break;

@@ -135,6 +135,9 @@ struct MemoryFigures {
   /// (offloaded parameters and optimizer state); the rest is on the device.
   uint64_t hostWeightBytes = 0, hostGradBytes = 0, hostMasterBytes = 0,
            hostMomentBytes = 0, hostStateBytes = 0;
+  /// The parts that live in the rank's NVMe file (docs/nvme.md).
+  uint64_t nvmeWeightBytes = 0, nvmeMasterBytes = 0, nvmeMomentBytes = 0,
+           nvmeStateBytes = 0;
   /// Peak bytes of gradient reduction buffers live at once.
   uint64_t bucketBytes = 0;
   uint64_t peakGatheredParamBytes = 0;

@@ -131,6 +131,11 @@ std::string formatReport(const PlanSummary &s) {
          << ", gradients " << human(m.hostGradBytes) << ", master "
          << human(m.hostMasterBytes) << ", moments " << human(m.hostMomentBytes)
          << ", other " << human(m.hostStateBytes) << "\n";
+    if (m.arenaBytes[2])
+      os << "  of which on NVMe           params " << human(m.nvmeWeightBytes)
+         << ", master " << human(m.nvmeMasterBytes) << ", moments "
+         << human(m.nvmeMomentBytes) << ", other " << human(m.nvmeStateBytes)
+         << "\n";
     os << "  workspace bytes            " << human(m.workspaceBytes) << "\n";
     os << "  device arena               " << human(m.arenaBytes[0]) << "\n";
     if (m.runtimeReserveBytes)
@@ -237,6 +242,11 @@ std::string formatReportJson(const PlanSummary &s) {
                      {"host_master_bytes", m.hostMasterBytes},
                      {"host_moment_bytes", m.hostMomentBytes},
                      {"host_state_bytes", m.hostStateBytes},
+                     {"nvme_param_bytes", m.nvmeWeightBytes},
+                     {"nvme_master_bytes", m.nvmeMasterBytes},
+                     {"nvme_moment_bytes", m.nvmeMomentBytes},
+                     {"nvme_state_bytes", m.nvmeStateBytes},
+                     {"nvme_file_bytes", m.arenaBytes[2]},
                      {"collective_buffer_bytes", m.collectiveBufferBytes},
                      {"workspace_bytes", m.workspaceBytes},
                      {"device_arena_bytes", m.arenaBytes[0]},

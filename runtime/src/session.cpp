@@ -89,6 +89,7 @@ struct Session::Impl {
   Status open_nvme(uint64_t file_bytes);
   Status run_io(const Step &s);
   Status wait_io_for(const Step &s);
+  Status drain_io(size_t count);
   Status finish_io();
   Status nvme_transfer(const TensorRef &t, void *data, size_t bytes, bool write);
   /// For an integer input that indexes a table (embedding, gather): the number of rows of the whole table,
@@ -331,26 +332,31 @@ Status Session::Impl::wait_io_for(const Step &s) {
   // Waiting on an io event means, as for any stream, that everything issued on the io stream before it is
   // done as well (the memory plan relies on it: a wait on a later transfer orders after the earlier ones),
   // although the pool may finish transfers out of order.
+  // Transfers leave pending_io only as a prefix (drain_io), so a waited event that is no longer pending was
+  // completed together with everything before it.
   size_t upto = 0;
   for (size_t k = 0; k < pending_io.size(); ++k)
     if (pending_io[k].signal >= 0 &&
         std::find(s.waits.begin(), s.waits.end(), pending_io[k].signal) != s.waits.end())
       upto = k + 1;
-  for (size_t k = 0; k < upto; ++k) ZRT_RETURN_IF_ERROR(nvme->wait(pending_io[k].ticket));
-  pending_io.erase(pending_io.begin(), pending_io.begin() + static_cast<std::ptrdiff_t>(upto));
-  for (size_t k = 0; k < pending_io.size();) {
+  ZRT_RETURN_IF_ERROR(drain_io(upto));
+  for (size_t k = 0; k < pending_io.size(); ++k) {
     const PendingIo &p = pending_io[k];
-    if (!touches(p)) {
-      ++k;
-      continue;
-    }
+    if (!touches(p)) continue;
     ++report.nvme_unplanned_waits;
     if (std::getenv("ZRT_NVME_DEBUG"))
       std::fprintf(stderr, "zrt: instruction %d (%s) waits for an NVMe %s that no plan event orders it after\n",
                    s.index, op_name(s.op), p.write ? "write" : "read");
-    ZRT_RETURN_IF_ERROR(nvme->wait(p.ticket));
-    pending_io.erase(pending_io.begin() + static_cast<std::ptrdiff_t>(k));
+    ZRT_RETURN_IF_ERROR(drain_io(k + 1));
+    k = static_cast<size_t>(-1);  // the loop's ++k starts over at 0
   }
+  return {};
+}
+
+// Completes the first `count` pending transfers, in issue order.
+Status Session::Impl::drain_io(size_t count) {
+  for (size_t k = 0; k < count; ++k) ZRT_RETURN_IF_ERROR(nvme->wait(pending_io[k].ticket));
+  pending_io.erase(pending_io.begin(), pending_io.begin() + static_cast<std::ptrdiff_t>(count));
   return {};
 }
 
@@ -369,17 +375,14 @@ Status Session::Impl::run_io(const Step &s) {
   io.file_end = file.file_offset + file.bytes;
   io.host_begin = static_cast<const uint8_t *>(host.data);
   io.host_end = io.host_begin + host.bytes;
-  for (size_t k = 0; k < pending_io.size();) {
+  size_t upto = 0;
+  for (size_t k = 0; k < pending_io.size(); ++k) {
     const PendingIo &p = pending_io[k];
     const bool conflict = (p.write || write) && (ranges_meet(p.file_begin, p.file_end, io.file_begin, io.file_end) ||
                                                  (io.host_begin < p.host_end && p.host_begin < io.host_end));
-    if (!conflict) {
-      ++k;
-      continue;
-    }
-    ZRT_RETURN_IF_ERROR(nvme->wait(p.ticket));
-    pending_io.erase(pending_io.begin() + static_cast<std::ptrdiff_t>(k));
+    if (conflict) upto = k + 1;
   }
+  ZRT_RETURN_IF_ERROR(drain_io(upto));
   if (write) ZRT_RETURN_IF_ERROR(nvme->submit_write(io.file_begin, host.data, file.bytes, &io.ticket));
   else ZRT_RETURN_IF_ERROR(nvme->submit_read(io.file_begin, host.data, file.bytes, &io.ticket));
   pending_io.push_back(io);

@@ -46,13 +46,13 @@ compile_refused() {
   [ ! -e "$work/bad.zplan" ] || fail "zplan $* wrote a plan"
   echo "ok: zplan $*: $(grep -m1 -F -- "$want" "$work/log")"
 }
-compile_refused "--offload-param nvme needs --nvme-path DIR" --world 2 --zero 3 --batch 2 --offload-param nvme
-compile_refused "--nvme-path $work needs --offload-param nvme or --offload-optimizer nvme" --nvme-path "$work"
-compile_refused "--offload-param nvme with --train needs --zero 3 over dp > 1" --train --world 2 --zero 2 --batch 2 \
+compile_refused "--offload-param 'nvme' needs --nvme-path DIR" --world 2 --zero 3 --batch 2 --offload-param nvme
+compile_refused "--nvme-path '$work' needs --offload-param nvme or --offload-optimizer nvme" --nvme-path "$work"
+compile_refused "--offload-param 'nvme' with --train needs --zero 3 over dp > 1" --train --world 2 --zero 2 --batch 2 \
   --offload-param nvme --offload-optimizer nvme --nvme-path "$work"
-compile_refused "--offload-param nvme with --train needs --zero 3 over dp > 1" --train --world 2 --zero 3 --batch 2 \
+compile_refused "--offload-param 'nvme' with --train needs --zero 3 over dp > 1" --train --world 2 --zero 3 --batch 2 \
   --offload-param nvme --nvme-path "$work"
-compile_refused "--dtype bf16 with NVMe offload of a training step is not planned yet" --train --world 2 --zero 1 \
+compile_refused "--dtype 'bf16' with NVMe offload of a training step is not planned yet" --train --world 2 --zero 1 \
   --batch 2 --dtype bf16 --offload-optimizer nvme --nvme-path "$work"
 compile_refused "--nvme-bandwidth must be more than 0" --world 2 --zero 3 --batch 2 --offload-param nvme \
   --nvme-path "$work" --nvme-bandwidth 0

@@ -42,15 +42,21 @@ def expected_row_count(est):
 def compare(row, report, problems, swept_from_flags=True):
     r = report["ranks"][0]
     dev, host, comm = row["device"], row["host"], row["comm"]
+    # The NVMe parts (docs/nvme.md) are neither on the device nor in host memory.
+    nv = {k: r.get("nvme_" + k + "_bytes", 0) for k in ("param", "master", "moment", "state")}
     pairs = {
-        "device.param_bytes": (dev["param_bytes"], r["param_bytes"] - r["host_param_bytes"]),
+        "device.param_bytes": (dev["param_bytes"], r["param_bytes"] - r["host_param_bytes"] - nv["param"]),
         "device.grad_bytes": (dev["grad_bytes"], r["grad_bytes"] - r["host_grad_bytes"]),
-        "device.master_bytes": (dev["master_bytes"], r["master_bytes"] - r["host_master_bytes"]),
-        "device.moment_bytes": (dev["moment_bytes"], r["moment_bytes"] - r["host_moment_bytes"]),
-        "device.state_bytes": (dev["state_bytes"], r["state_bytes"] - r["host_state_bytes"]),
+        "device.master_bytes": (dev["master_bytes"], r["master_bytes"] - r["host_master_bytes"] - nv["master"]),
+        "device.moment_bytes": (dev["moment_bytes"], r["moment_bytes"] - r["host_moment_bytes"] - nv["moment"]),
+        "device.state_bytes": (dev["state_bytes"], r["state_bytes"] - r["host_state_bytes"] - nv["state"]),
         "device.optimizer_bytes": (dev["optimizer_bytes"],
-                                   r["master_bytes"] - r["host_master_bytes"] + r["moment_bytes"]
-                                   - r["host_moment_bytes"]),
+                                   r["master_bytes"] - r["host_master_bytes"] - nv["master"] + r["moment_bytes"]
+                                   - r["host_moment_bytes"] - nv["moment"]),
+        "nvme.param_bytes": (row["nvme"]["param_bytes"], nv["param"]),
+        "nvme.master_bytes": (row["nvme"]["master_bytes"], nv["master"]),
+        "nvme.moment_bytes": (row["nvme"]["moment_bytes"], nv["moment"]),
+        "nvme.file_bytes": (row["nvme"]["file_bytes"], r.get("nvme_file_bytes", 0)),
         "device.activation_bytes": (dev["activation_bytes"], r["activation_bytes"]),
         "device.peak_gathered_param_bytes": (dev["peak_gathered_param_bytes"], r["peak_gathered_param_bytes"]),
         "device.collective_buffer_bytes": (dev["collective_buffer_bytes"], r["collective_buffer_bytes"]),

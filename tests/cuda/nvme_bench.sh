@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# NVMe read throughput on the GPU machine's disks (docs/nvme.md), in one device call (compiler off):
+#   build zplan-nvme-bench (the runtime's own NvmeStore: O_DIRECT, a thread pool) -> list the block devices and
+#   the file systems of the candidate folders -> measure write and read rates on each candidate folder at two
+#   depths -> optionally run NVMe-offload plans compiled on the compiling machine (.gpu-nvme/*.zplan, made by
+#   tests/cuda/make_nvme_plans.sh) with zrun --backend cuda against their expected outputs.
+#
+#   bash tests/cuda/nvme_bench.sh [--bytes 8G] [--dirs "/tmp /var/tmp"]
+#
+# FlatBuffers, CLI11 and GoogleTest come from .gpu-deps (scripts/gpu-deps.sh). Every figure is printed on stdout;
+# logs travel back as $OUT/nvme-logs.tgz. Give the median read rate of the folder the files would live in to
+# zplan --nvme-bandwidth.
+set -uo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+bytes=8G dirs="/tmp /var/tmp ${OUT:-}"
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --bytes) bytes=$2; shift ;;
+    --dirs) dirs=$2; shift ;;
+    *) echo "nvme_bench: unknown flag $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+out=/tmp/zplan-nvme
+mkdir -p "$out"
+trap '[[ -n ${OUT:-} ]] && tar czf "$OUT/nvme-logs.tgz" -C "$out" .' EXIT
+cd "$top"
+b=$top/build-gpu
+cmake -S . -B "$b" -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+  -DZPLAN_FLATBUFFERS_ROOT="$top/.gpu-deps" -DZPLAN_GTEST_SOURCE_DIR="$top/.gpu-deps/googletest-src" \
+  > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+targets=(zplan-nvme-bench)
+[[ -d .gpu-nvme ]] && targets+=(zrun)
+ninja -C "$b" -j"$(nproc)" "${targets[@]}" > "$out/build.log" 2>&1 ||
+  { grep -B2 -A12 -E "error|FAILED" "$out/build.log" | head -60; exit 1; }
+echo "== block devices"
+lsblk -o NAME,TYPE,ROTA,SIZE,MODEL,MOUNTPOINT 2>/dev/null | head -30
+echo "== candidate folders"
+for d in $dirs; do df -hT "$d" | tail -1; done
+for d in $dirs; do
+  for cfg in "8 4" "32 16"; do
+    set -- $cfg
+    echo "== $d: depth $1, threads $2"
+    "$b/bin/zplan-nvme-bench" "$d" --bytes "$bytes" --block 64M --depth "$1" --threads "$2" --repeat 3 2>&1 |
+      tee -a "$out/bench.log"
+  done
+done
+if [[ -d .gpu-nvme ]]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  for p in .gpu-nvme/*.zplan; do
+    name=$(basename "$p" .zplan)
+    disk=$(mktemp -d /tmp/zplan-nvme-run.XXXXXX)
+    echo "== zrun $name (files under $disk)"
+    "$b/bin/zrun" "$p" --backend cuda --nvme-path "$disk" --input input_ids=.gpu-nvme/input_ids.npy \
+      --expect logits=.gpu-nvme/$name.expected.npy --tolerance 1e-3 --warmup 1 --repeat 5 2>&1 | tee "$out/$name.log" |
+      grep -E "nvme|output|error|run "
+    rm -rf "$disk"
+  done
+fi
