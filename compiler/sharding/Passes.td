@@ -43,7 +43,9 @@ def ZplanTpPropagate : Pass<"zplan-tp-propagate", "mlir::ModuleOp"> {
     (its result is a partial sum); the token embedding and the LM head are
     vocabulary-parallel (padded to a multiple of tp). Per-op rules carry the
     splits through elementwise ops, reshapes, transposes, matmuls, norms and
-    attention.
+    attention. Each zg op states its rule through TpShardingOpInterface
+    (dialects/graph/GraphTpRules.cpp); an op without one is an error when a
+    split operand reaches it, naming the op.
 
     ```mlir
     %y = zg.linear %x, %w : ... -> tensor<2x16x256xf32>

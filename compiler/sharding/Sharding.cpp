@@ -7,17 +7,18 @@ using namespace mlir;
 using namespace zplan;
 using namespace zplan::sharding;
 
-dist::ShardingAttr Shard::toAttr(MLIRContext *ctx, int64_t tp) const {
-  SmallVector<int64_t> axes(rank, dist::ShardingAttr::kReplicated);
-  SmallVector<int64_t> counts(rank, 0);
-  if (dim >= 0) {
-    axes[dim] = dist::ShardingAttr::kTp;
-    counts[dim] = blocks == tp ? 0 : blocks;
+dist::ShardingAttr zplan::sharding::toAttr(const Shard &s, MLIRContext *ctx,
+                                           int64_t tp) {
+  SmallVector<int64_t> axes(s.rank, dist::ShardingAttr::kReplicated);
+  SmallVector<int64_t> counts(s.rank, 0);
+  if (s.dim >= 0) {
+    axes[s.dim] = dist::ShardingAttr::kTp;
+    counts[s.dim] = s.blocks == tp ? 0 : s.blocks;
   }
-  return dist::ShardingAttr::get(ctx, axes, counts, segments, partial);
+  return dist::ShardingAttr::get(ctx, axes, counts, s.segments, s.partial);
 }
 
-Shard Shard::fromAttr(dist::ShardingAttr attr, int64_t tp) {
+Shard zplan::sharding::fromAttr(dist::ShardingAttr attr, int64_t tp) {
   Shard s = Shard::replicated(attr.getRank());
   s.partial = attr.getPartial();
   for (auto [i, axis] : llvm::enumerate(attr.getAxes())) {
@@ -95,7 +96,13 @@ std::optional<Shard> zplan::sharding::readShard(Operation *op,
   auto attr = dyn_cast<dist::ShardingAttr>(arr[i]);
   if (!attr)
     return std::nullopt;
-  return Shard::fromAttr(attr, tp);
+  return fromAttr(attr, tp);
+}
+
+Value zplan::sharding::writtenTarget(Operation *op) {
+  if (isa<graph::AdamwOp, graph::AssignOp, graph::AccumulateOp>(op))
+    return op->getOperand(0);
+  return Value();
 }
 
 int64_t zplan::sharding::byteSize(RankedTensorType type) {
@@ -103,55 +110,10 @@ int64_t zplan::sharding::byteSize(RankedTensorType type) {
   return type.getNumElements() * ((bits + 7) / 8);
 }
 
-// Maps dimension `d` of a reshape's input to the result dimension that
-// carries its split into `blocks` parts, or -1 when the split cannot pass
-// (it is not the outermost dimension of its reshape group, or the result
-// dimension does not divide). Groups are the runs of input and result
-// dimensions with equal element counts.
-int64_t zplan::sharding::mapReshapeDim(ArrayRef<int64_t> in,
-                                       ArrayRef<int64_t> out, int64_t d,
-                                       int64_t blocks, bool hasSegments) {
-  size_t i = 0, j = 0, n = in.size(), m = out.size();
-  while (i < n || j < m) {
-    size_t gi = i, gj = j;
-    int64_t pi = 1, pj = 1;
-    if (i < n)
-      pi *= in[i++];
-    if (j < m)
-      pj *= out[j++];
-    while (pi != pj) {
-      if (pi < pj && i < n)
-        pi *= in[i++];
-      else if (pj < pi && j < m)
-        pj *= out[j++];
-      else
-        return -1;
-    }
-    if ((size_t)d < gi || (size_t)d >= i)
-      continue;
-    size_t firstIn = gi;
-    while (firstIn < i && in[firstIn] == 1)
-      ++firstIn;
-    size_t firstOut = gj;
-    while (firstOut < j && out[firstOut] == 1)
-      ++firstOut;
-    if (firstIn != (size_t)d || firstOut >= j)
-      return -1;
-    // The same dimension size passes any split, padded or segmented.
-    if (in[d] == out[firstOut] && i - gi == 1 && j - gj == 1)
-      return firstOut;
-    if (hasSegments || in[d] % blocks || out[firstOut] % blocks)
-      return -1;
-    return firstOut;
-  }
-  return -1;
-
-
-}
-
 /// A zd.weight_shard of `w`: this dp rank's flat part, loaded from w's source.
-Value zplan::sharding::createWeightShard(OpBuilder &b, graph::WeightOp w, int64_t dp, int64_t shard,
-                StringRef role, bool onHost) {
+Value zplan::sharding::createWeightShard(OpBuilder &b, graph::WeightOp w,
+                                         int64_t dp, int64_t shard,
+                                         StringRef role, bool onHost) {
   auto type = cast<RankedTensorType>(w.getResult().getType());
   SmallVector<int64_t> source(type.getShape());
   if (auto s = w->getAttrOfType<DenseI64ArrayAttr>(kSourceShape))

@@ -1,11 +1,9 @@
 //===- Sharding.h - tp sharding of one tensor -------------------*- C++ -*-===//
 //
-// The in-memory form of a `#zd.sharding` used by the tensor-parallel passes:
-// at most one dimension of a tensor is split over tp (a mesh axis can split
-// one dimension only), possibly into fewer blocks than ranks (GQA K/V head
-// replication) and possibly as fused segments (QKV), or the tensor is a
-// partial sum. Also the shape arithmetic every tp pass shares: rank-local
-// shapes and the weight pieces of docs/dist-contract.md.
+// The tp passes' view of a `#zd.sharding` (the in-memory form, TpShard, is
+// declared with the ops' tp rules in dialects/graph), and the shape
+// arithmetic every tp pass shares: rank-local shapes and the weight pieces of
+// docs/dist-contract.md.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,42 +28,19 @@ inline constexpr llvm::StringLiteral kVocabStride = "zd.vocab_stride";
 inline constexpr llvm::StringLiteral kSpace = "zd.space";
 inline constexpr llvm::StringLiteral kBatchSplit = "zd.batch_split";
 
-struct Shard {
-  int64_t rank = 0;
-  /// The tp-split dimension, or -1 when the tensor is whole on every rank.
-  int64_t dim = -1;
-  /// Number of blocks along `dim` (tp, or fewer: block = tp index / (tp /
-  /// blocks)).
-  int64_t blocks = 1;
-  /// Global sizes of fused segments along `dim`, each split on its own.
-  llvm::SmallVector<int64_t> segments;
-  /// A partial sum over tp (every rank holds an addend).
-  bool partial = false;
+/// The tp sharding of one tensor; ops state their rules in these terms
+/// (dialects/graph/TpShardingOpInterface.h).
+using Shard = graph::TpShard;
+using graph::mapReshapeDim;
 
-  static Shard replicated(int64_t rank) {
-    Shard s;
-    s.rank = rank;
-    return s;
-  }
-  static Shard split(int64_t rank, int64_t dim, int64_t blocks,
-                     llvm::ArrayRef<int64_t> segments = {}) {
-    Shard s;
-    s.rank = rank;
-    s.dim = dim;
-    s.blocks = blocks;
-    s.segments.assign(segments.begin(), segments.end());
-    return s;
-  }
-  bool isReplicated() const { return dim < 0 && !partial; }
-  bool operator==(const Shard &o) const {
-    return rank == o.rank && dim == o.dim && blocks == o.blocks &&
-           segments == o.segments && partial == o.partial;
-  }
-  bool operator!=(const Shard &o) const { return !(*this == o); }
+/// The `#zd.sharding` form of `s` for a tp group of `tp` ranks, and back.
+dist::ShardingAttr toAttr(const Shard &s, mlir::MLIRContext *ctx, int64_t tp);
+Shard fromAttr(dist::ShardingAttr attr, int64_t tp);
 
-  dist::ShardingAttr toAttr(mlir::MLIRContext *ctx, int64_t tp) const;
-  static Shard fromAttr(dist::ShardingAttr attr, int64_t tp);
-};
+/// The persistent value an op writes in place (zg.adamw's parameter,
+/// zg.assign's and zg.accumulate's target), or null: a weight written so is
+/// a trained parameter, one tensor with one sharding in every program.
+mlir::Value writtenTarget(mlir::Operation *op);
 
 /// The rank-local shape of a tensor of global shape `shape` under `s`: the
 /// split dimension becomes ceil(size / blocks) (padding for vocabularies), or
@@ -83,23 +58,15 @@ mlir::ArrayAttr buildPieces(mlir::Builder &b, llvm::ArrayRef<int64_t> shape,
 std::optional<Shard> readShard(mlir::Operation *op, llvm::StringRef attrName,
                                unsigned i, int64_t tp);
 
-/// Maps dimension `d` of a reshape's input to the result dimension that
-/// carries its split into `blocks` parts, or -1 when the split cannot pass
-/// (it is not the outermost dimension of its reshape group, or the result
-/// dimension does not divide). Groups are the runs of input and result
-/// dimensions with equal element counts.
-int64_t mapReshapeDim(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> out,
-                      int64_t d, int64_t blocks, bool hasSegments);
-
 /// Byte size of a tensor type.
 int64_t byteSize(mlir::RankedTensorType type);
 
 /// A zd.weight_shard of `w` at the builder's point: this dp rank's flat part
 /// of `shard` elements, loaded from w's source (file or inline value, tp
 /// pieces). `role` ("param", "master") becomes zd.role when not empty.
-mlir::Value createWeightShard(mlir::OpBuilder &b, graph::WeightOp w,
-                              int64_t dp, int64_t shard,
-                              llvm::StringRef role = "", bool onHost = false);
+mlir::Value createWeightShard(mlir::OpBuilder &b, graph::WeightOp w, int64_t dp,
+                              int64_t shard, llvm::StringRef role = "",
+                              bool onHost = false);
 
 } // namespace zplan::sharding
 

@@ -312,7 +312,7 @@ FailureOr<Value> Partitioner::convert(Operation *user, Value v,
   Shard cur = have(v);
   if (cur == need)
     return v;
-  auto key = std::make_pair(v, (Attribute)need.toAttr(ctx, tp));
+  auto key = std::make_pair(v, (Attribute)toAttr(need, ctx, tp));
   if (auto it = converted.find(key); it != converted.end())
     return it->second;
   Value result;
@@ -344,7 +344,7 @@ FailureOr<Value> Partitioner::convert(Operation *user, Value v,
     result = *sl;
   } else {
     user->emitError("cannot convert an operand split as ")
-        << cur.toAttr(ctx, tp) << " to " << need.toAttr(ctx, tp)
+        << toAttr(cur, ctx, tp) << " to " << toAttr(need, ctx, tp)
         << ": an activation can only be gathered, not re-split";
     return failure();
   }
@@ -403,28 +403,31 @@ LogicalResult Partitioner::run() {
       r.setType(withShape(rtt(r), localShape(rtt(r).getShape(), s)));
     }
 
+    // Ops that index a vocabulary split over tp offset their ids by this
+    // rank's block of rows.
+    auto rule = dyn_cast<zg::TpShardingOpInterface>(op);
+    if (int64_t stride = rule ? rule.getTpVocabStride(results) : 0)
+      op->setAttr(kVocabStride, b.getI64IntegerAttr(stride));
+
     // A partial sum is reduced right after its producer, so every consumer
     // sees a whole value.
     if (results.size() == 1 && results[0].partial) {
       Value res = op->getResult(0);
-      Value bias;
-      if (auto lin = dyn_cast<zg::LinearOp>(op)) {
-        // The bias is added once, after the sum.
-        if ((bias = lin.getBias()))
-          op->eraseOperand(2);
+      // An addend the op must not add on every rank (a linear's bias) is
+      // added once, after the sum.
+      Value addend;
+      std::optional<unsigned> i;
+      if (rule && (i = rule.getTpAddendAfterSum())) {
+        addend = op->getOperand(*i);
+        op->eraseOperand(*i);
       }
-      if (auto emb = dyn_cast<zg::EmbeddingOp>(op))
-        op->setAttr(kVocabStride,
-                    b.getI64IntegerAttr(rtt(emb.getTable()).getDimSize(0)));
-      if (auto lp = dyn_cast<zg::LabelPickOp>(op))
-        op->setAttr(kVocabStride, b.getI64IntegerAttr(
-                                      rtt(lp.getLogits()).getShape().back()));
       Value reduced = allReduceAfter(op, res);
       Value final = reduced;
-      if (bias) {
+      if (addend) {
         b.setInsertionPointAfter(reduced.getDefiningOp());
-        final = zg::AddOp::create(b, op->getLoc(), res.getType(), reduced, bias)
-                    .getResult();
+        final =
+            zg::AddOp::create(b, op->getLoc(), res.getType(), reduced, addend)
+                .getResult();
       }
       res.replaceAllUsesExcept(final, reduced.getDefiningOp());
       continue;
@@ -432,14 +435,6 @@ LogicalResult Partitioner::run() {
     for (auto [r, s] : llvm::zip(op->getResults(), results))
       if (!s.isReplicated())
         current[r] = s;
-    // The gradients of a vocabulary-parallel lookup and label pick scatter
-    // into this rank's rows only.
-    if (isa<zg::EmbeddingGradOp>(op) && results[0].dim == 0)
-      op->setAttr(kVocabStride, b.getI64IntegerAttr(
-                                    rtt(op->getResult(0)).getDimSize(0)));
-    if (isa<zg::LabelPickGradOp>(op) && results[0].dim >= 0)
-      op->setAttr(kVocabStride,
-                  b.getI64IntegerAttr(rtt(op->getResult(0)).getShape().back()));
   }
 
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
@@ -457,8 +452,8 @@ struct ZplanTpPartitionPass
     int64_t tp = dist::getMeshAxisSize(module, "tp");
     llvm::StringSet<> params;
     module.walk([&](Operation *op) {
-      if (isa<zg::AdamwOp, zg::AssignOp, zg::AccumulateOp>(op))
-        if (auto w = op->getOperand(0).getDefiningOp<zg::WeightOp>())
+      if (Value t = writtenTarget(op))
+        if (auto w = t.getDefiningOp<zg::WeightOp>())
           params.insert(w.getName());
     });
     for (auto func : module.getOps<func::FuncOp>()) {

@@ -9,6 +9,7 @@
 
 #include "dialects/graph/GradientOpInterface.h"
 #include "dialects/graph/GraphDialect.h"
+#include "dialects/graph/TpShardingOpInterface.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinAttributes.h"

@@ -11,6 +11,7 @@
 
 include "dialects/graph/GraphDialect.td"
 include "dialects/graph/GradientOpInterface.td"
+include "dialects/graph/TpShardingOpInterface.td"
 include "mlir/IR/OpBase.td"
 include "mlir/IR/BuiltinAttributes.td"
 include "mlir/IR/CommonAttrConstraints.td"
@@ -20,6 +21,18 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 
 // Ops that carry a reverse-mode rule (GraphGradients.cpp).
 def ZG_Gradient : DeclareOpInterfaceMethods<GradientOpInterface>;
+
+// Every op states its tensor-parallel rule (TpShardingOpInterface.td): its
+// own (GraphTpRules.cpp), the elementwise one, or computed whole.
+def ZG_Tp : DeclareOpInterfaceMethods<TpShardingOpInterface>;
+def ZG_TpElementwise : TraitList<[TpElementwise, TpShardingOpInterface]>;
+def ZG_TpWhole : TraitList<[TpWhole, TpShardingOpInterface]>;
+// A linear's bias is added once, after the row-parallel sum; the vocabulary
+// ops offset ids by this rank's block of rows.
+def ZG_TpLinear : DeclareOpInterfaceMethods<TpShardingOpInterface,
+                                            ["getTpAddendAfterSum"]>;
+def ZG_TpVocab : DeclareOpInterfaceMethods<TpShardingOpInterface,
+                                           ["getTpVocabStride"]>;
 
 def ZG_Tensor : StaticShapeTensorOf<[AnyType]>;
 def ZG_BoolTensor : StaticShapeTensorOf<[I1]>;
@@ -37,7 +50,8 @@ class ZG_Op<string mnemonic, list<Trait> traits = []>
 //===----------------------------------------------------------------------===//
 
 class ZG_UnaryOp<string mnemonic, string formula>
-    : ZG_Op<mnemonic, [Pure, SameOperandsAndResultType, ZG_Gradient]> {
+    : ZG_Op<mnemonic, [Pure, SameOperandsAndResultType, ZG_Gradient,
+                         ZG_TpElementwise]> {
   let summary = "elementwise " # mnemonic;
   let description = "Elementwise: `result[i] = " # formula # "`. The result "
                     "has the operand's shape and element type.";
@@ -59,14 +73,16 @@ def ZG_SinOp : ZG_UnaryOp<"sin", "sin(input[i])">;
 def ZG_AbsOp : ZG_UnaryOp<"abs", "|input[i]|">;
 def ZG_SiluOp : ZG_UnaryOp<"silu", "input[i] * sigmoid(input[i])">;
 
-def ZG_NotOp : ZG_Op<"not", [Pure, SameOperandsAndResultType]> {
+def ZG_NotOp
+    : ZG_Op<"not", [Pure, SameOperandsAndResultType, ZG_TpElementwise]> {
   let summary = "elementwise logical not";
   let description = "`result[i] = !input[i]` on i1 tensors (ONNX Not).";
   let arguments = (ins ZG_BoolTensor:$input);
   let results = (outs ZG_BoolTensor:$result);
 }
 
-def ZG_IsNanOp : ZG_Op<"is_nan", [Pure, SameOperandsAndResultShape]> {
+def ZG_IsNanOp
+    : ZG_Op<"is_nan", [Pure, SameOperandsAndResultShape, ZG_TpElementwise]> {
   let summary = "elementwise NaN test";
   let description = [{
     `result[i] = isnan(input[i])` (ONNX IsNaN). The runtime has no opcode for
@@ -78,7 +94,8 @@ def ZG_IsNanOp : ZG_Op<"is_nan", [Pure, SameOperandsAndResultShape]> {
   let results = (outs ZG_BoolTensor:$result);
 }
 
-def ZG_CastOp : ZG_Op<"cast", [Pure, SameOperandsAndResultShape, ZG_Gradient]> {
+def ZG_CastOp : ZG_Op<"cast", [Pure, SameOperandsAndResultShape, ZG_Gradient,
+                               ZG_TpElementwise]> {
   let summary = "element type conversion";
   let description = [{
     Converts every element to the result's element type (ONNX Cast). Float to
@@ -89,7 +106,8 @@ def ZG_CastOp : ZG_Op<"cast", [Pure, SameOperandsAndResultShape, ZG_Gradient]> {
   let results = (outs ZG_Tensor:$result);
 }
 
-def ZG_GeluOp : ZG_Op<"gelu", [Pure, SameOperandsAndResultType, ZG_Gradient]> {
+def ZG_GeluOp : ZG_Op<"gelu", [Pure, SameOperandsAndResultType, ZG_Gradient,
+                               ZG_TpElementwise]> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `approximate = "none"`: `0.5 x (1 + erf(x / sqrt(2)))`.
@@ -106,7 +124,7 @@ def ZG_GeluOp : ZG_Op<"gelu", [Pure, SameOperandsAndResultType, ZG_Gradient]> {
 //===----------------------------------------------------------------------===//
 
 class ZG_BinaryOp<string mnemonic, string formula, Type resultType = ZG_Tensor>
-    : ZG_Op<mnemonic, [Pure, ZG_Gradient]> {
+    : ZG_Op<mnemonic, [Pure, ZG_Gradient, ZG_TpElementwise]> {
   let summary = "elementwise " # mnemonic # " with broadcasting";
   let description = "`result = " # formula # "` with numpy (ONNX "
                     "multidirectional) broadcasting of lhs and rhs to the "
@@ -132,7 +150,7 @@ def ZG_GreaterEqualOp
 def ZG_AndOp : ZG_BinaryOp<"and", "lhs && rhs (i1)", ZG_BoolTensor>;
 def ZG_OrOp : ZG_BinaryOp<"or", "lhs || rhs (i1)", ZG_BoolTensor>;
 
-def ZG_WhereOp : ZG_Op<"where", [Pure, ZG_Gradient]> {
+def ZG_WhereOp : ZG_Op<"where", [Pure, ZG_Gradient, ZG_TpElementwise]> {
   let summary = "elementwise select with broadcasting";
   let description = [{
     `result = condition ? lhs : rhs`, all three broadcast (numpy rules) to the
@@ -148,7 +166,7 @@ def ZG_WhereOp : ZG_Op<"where", [Pure, ZG_Gradient]> {
 // Linear algebra.
 //===----------------------------------------------------------------------===//
 
-def ZG_MatmulOp : ZG_Op<"matmul", [Pure, ZG_Gradient]> {
+def ZG_MatmulOp : ZG_Op<"matmul", [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = "matrix product with ONNX MatMul semantics";
   let description = [{
     numpy.matmul: a 1-D lhs is treated as [1, K] and a 1-D rhs as [K, 1] (the
@@ -167,7 +185,7 @@ def ZG_MatmulOp : ZG_Op<"matmul", [Pure, ZG_Gradient]> {
   let hasVerifier = 1;
 }
 
-def ZG_LinearOp : ZG_Op<"linear", [Pure, ZG_Gradient]> {
+def ZG_LinearOp : ZG_Op<"linear", [Pure, ZG_Gradient, ZG_TpLinear]> {
   let summary = "fully connected layer";
   let description = [{
     `result[..., n] = alpha * sum_k input[..., k] * W[k, n] + bias[n]`.
@@ -196,7 +214,7 @@ def ZG_LinearOp : ZG_Op<"linear", [Pure, ZG_Gradient]> {
 //===----------------------------------------------------------------------===//
 
 def ZG_SoftmaxOp
-    : ZG_Op<"softmax", [Pure, SameOperandsAndResultType, ZG_Gradient]> {
+    : ZG_Op<"softmax", [Pure, SameOperandsAndResultType, ZG_Gradient, ZG_Tp]> {
   let summary = "softmax along one axis";
   let description = [{
     `exp(x - max) / sum(exp(x - max))` along `axis` (opset-13 semantics; axis
@@ -207,7 +225,7 @@ def ZG_SoftmaxOp
   let hasVerifier = 1;
 }
 
-def ZG_LayerNormOp : ZG_Op<"layer_norm", [Pure, ZG_Gradient]> {
+def ZG_LayerNormOp : ZG_Op<"layer_norm", [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = "layer normalisation";
   let description = [{
     Normalises over the trailing dims [axis, rank): `(x - mean) /
@@ -222,7 +240,7 @@ def ZG_LayerNormOp : ZG_Op<"layer_norm", [Pure, ZG_Gradient]> {
   let hasVerifier = 1;
 }
 
-def ZG_RmsNormOp : ZG_Op<"rms_norm", [Pure, ZG_Gradient]> {
+def ZG_RmsNormOp : ZG_Op<"rms_norm", [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = "root mean square normalisation over the last axis";
   let description = [{
     `x / sqrt(mean(x^2 over the last axis) + epsilon) * scale`, with `scale`
@@ -235,7 +253,7 @@ def ZG_RmsNormOp : ZG_Op<"rms_norm", [Pure, ZG_Gradient]> {
 }
 
 class ZG_ReduceOp<string mnemonic, string what>
-    : ZG_Op<mnemonic, [Pure, ZG_Gradient]> {
+    : ZG_Op<mnemonic, [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = what # " over axes";
   let description = "The " # what # " over `axes` (normalised to [0, rank), "
                     "sorted, unique; never empty). With `keepdims` the reduced "
@@ -254,7 +272,7 @@ def ZG_ReduceMaxOp : ZG_ReduceOp<"reduce_max", "maximum">;
 // Data movement.
 //===----------------------------------------------------------------------===//
 
-def ZG_TransposeOp : ZG_Op<"transpose", [Pure, ZG_Gradient]> {
+def ZG_TransposeOp : ZG_Op<"transpose", [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = "permutation of dims";
   let description = "`result` dim i is `input` dim `perm[i]` (ONNX Transpose).";
   let arguments = (ins ZG_Tensor:$input, DenseI64ArrayAttr:$perm);
@@ -262,7 +280,7 @@ def ZG_TransposeOp : ZG_Op<"transpose", [Pure, ZG_Gradient]> {
   let hasVerifier = 1;
 }
 
-def ZG_ReshapeOp : ZG_Op<"reshape", [Pure, ZG_Gradient]> {
+def ZG_ReshapeOp : ZG_Op<"reshape", [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = "reshape to the result's static shape";
   let description = "Row-major reinterpretation; element counts are equal.";
   let arguments = (ins ZG_Tensor:$input);
@@ -270,7 +288,7 @@ def ZG_ReshapeOp : ZG_Op<"reshape", [Pure, ZG_Gradient]> {
   let hasVerifier = 1;
 }
 
-def ZG_ConcatOp : ZG_Op<"concat", [Pure, ZG_Gradient]> {
+def ZG_ConcatOp : ZG_Op<"concat", [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = "concatenation along one axis";
   let description = "Operands in order along `axis` (in [0, rank)).";
   let arguments = (ins Variadic<ZG_Tensor>:$inputs, I64Attr:$axis);
@@ -278,7 +296,7 @@ def ZG_ConcatOp : ZG_Op<"concat", [Pure, ZG_Gradient]> {
   let hasVerifier = 1;
 }
 
-def ZG_SliceOp : ZG_Op<"slice", [Pure, ZG_Gradient]> {
+def ZG_SliceOp : ZG_Op<"slice", [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = "strided slice";
   let description = [{
     One start and one step per input dim (starts in [0, dim), steps non-zero,
@@ -292,7 +310,7 @@ def ZG_SliceOp : ZG_Op<"slice", [Pure, ZG_Gradient]> {
   let hasVerifier = 1;
 }
 
-def ZG_SplitOp : ZG_Op<"split", [Pure, ZG_Gradient]> {
+def ZG_SplitOp : ZG_Op<"split", [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = "split into consecutive parts along one axis";
   let description = [{
     The results, in order, are consecutive pieces of `input` along `axis`;
@@ -304,7 +322,7 @@ def ZG_SplitOp : ZG_Op<"split", [Pure, ZG_Gradient]> {
   let hasVerifier = 1;
 }
 
-def ZG_GatherOp : ZG_Op<"gather", [Pure, ZG_Gradient]> {
+def ZG_GatherOp : ZG_Op<"gather", [Pure, ZG_Gradient, ZG_TpWhole]> {
   let summary = "ONNX Gather";
   let description = [{
     `result` has shape `data[:axis] + indices.shape + data[axis+1:]`; negative
@@ -315,7 +333,7 @@ def ZG_GatherOp : ZG_Op<"gather", [Pure, ZG_Gradient]> {
   let hasVerifier = 1;
 }
 
-def ZG_ExpandOp : ZG_Op<"expand", [Pure, ZG_Gradient]> {
+def ZG_ExpandOp : ZG_Op<"expand", [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = "broadcast to the result's shape";
   let description = "numpy broadcasting of `input` to the result's shape, "
                     "which must equal the broadcast of the two shapes.";
@@ -324,7 +342,7 @@ def ZG_ExpandOp : ZG_Op<"expand", [Pure, ZG_Gradient]> {
   let hasVerifier = 1;
 }
 
-def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure, ZG_Gradient]> {
+def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure, ZG_Gradient, ZG_TpVocab]> {
   let summary = "embedding lookup";
   let description = [{
     `result[ids..., :] = table[ids[ids...], :]` with table [V, D] and integer
@@ -342,7 +360,8 @@ def ZG_EmbeddingOp : ZG_Op<"embedding", [Pure, ZG_Gradient]> {
 // reverse-mode rule: a train step that differentiates through one is refused.
 //===----------------------------------------------------------------------===//
 
-def ZG_FloorOp : ZG_Op<"floor", [Pure, SameOperandsAndResultType]> {
+def ZG_FloorOp
+    : ZG_Op<"floor", [Pure, SameOperandsAndResultType, ZG_TpElementwise]> {
   let summary = "elementwise floor";
   let description = "`result[i] = floor(input[i])` on float tensors (ONNX "
                     "Floor).";
@@ -351,7 +370,7 @@ def ZG_FloorOp : ZG_Op<"floor", [Pure, SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def ZG_ModOp : ZG_Op<"mod", [Pure]> {
+def ZG_ModOp : ZG_Op<"mod", [Pure, ZG_TpElementwise]> {
   let summary = "elementwise remainder with broadcasting";
   let description = [{
     ONNX Mod. With `fmod` false (integers only) the remainder takes the
@@ -364,7 +383,7 @@ def ZG_ModOp : ZG_Op<"mod", [Pure]> {
 }
 
 class ZG_PlainReduceOp<string mnemonic, string what>
-    : ZG_Op<mnemonic, [Pure]> {
+    : ZG_Op<mnemonic, [Pure, ZG_Tp]> {
   let summary = what # " over axes";
   let description = "The " # what # " over `axes` (normalised to [0, rank), "
                     "sorted, unique; never empty). With `keepdims` the reduced "
@@ -378,7 +397,7 @@ class ZG_PlainReduceOp<string mnemonic, string what>
 def ZG_ReduceMinOp : ZG_PlainReduceOp<"reduce_min", "minimum">;
 def ZG_ReduceProdOp : ZG_PlainReduceOp<"reduce_prod", "product">;
 
-def ZG_CumSumOp : ZG_Op<"cumsum", [Pure, SameOperandsAndResultType]> {
+def ZG_CumSumOp : ZG_Op<"cumsum", [Pure, SameOperandsAndResultType, ZG_Tp]> {
   let summary = "cumulative sum along one axis";
   let description = [{
     ONNX CumSum along `axis` (in [0, rank)): `exclusive` leaves the element
@@ -390,7 +409,7 @@ def ZG_CumSumOp : ZG_Op<"cumsum", [Pure, SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def ZG_RangeOp : ZG_Op<"range", [Pure]> {
+def ZG_RangeOp : ZG_Op<"range", [Pure, ZG_TpWhole]> {
   let summary = "arithmetic sequence";
   let description = [{
     ONNX Range: `result[i] = start + i * delta` for i in [0, n), with n the
@@ -403,7 +422,7 @@ def ZG_RangeOp : ZG_Op<"range", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_GatherNdOp : ZG_Op<"gather_nd", [Pure]> {
+def ZG_GatherNdOp : ZG_Op<"gather_nd", [Pure, ZG_TpWhole]> {
   let summary = "ONNX GatherND";
   let description = [{
     The last dim of `indices` holds index tuples into the dims of `data`
@@ -417,7 +436,7 @@ def ZG_GatherNdOp : ZG_Op<"gather_nd", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_GatherElementsOp : ZG_Op<"gather_elements", [Pure]> {
+def ZG_GatherElementsOp : ZG_Op<"gather_elements", [Pure, ZG_TpWhole]> {
   let summary = "ONNX GatherElements";
   let description = [{
     `result[i...] = data[i... with dim axis replaced by indices[i...]]`; the
@@ -430,7 +449,7 @@ def ZG_GatherElementsOp : ZG_Op<"gather_elements", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_TileOp : ZG_Op<"tile", [Pure]> {
+def ZG_TileOp : ZG_Op<"tile", [Pure, ZG_Tp]> {
   let summary = "ONNX Tile";
   let description = "The input repeated `repeats[k]` times along each dim k "
                     "(one non-negative repeat per dim).";
@@ -443,7 +462,7 @@ def ZG_TileOp : ZG_Op<"tile", [Pure]> {
 // Attention.
 //===----------------------------------------------------------------------===//
 
-def ZG_AttentionOp : ZG_Op<"attention", [Pure, ZG_Gradient]> {
+def ZG_AttentionOp : ZG_Op<"attention", [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = "scaled dot-product attention core";
   let description = [{
     q [B, Hq, S, D], k [B, Hkv, T, D], v [B, Hkv, T, D], optional additive
@@ -467,7 +486,7 @@ def ZG_AttentionOp : ZG_Op<"attention", [Pure, ZG_Gradient]> {
   let hasVerifier = 1;
 }
 
-def ZG_CausalMaskOp : ZG_Op<"causal_mask", [Pure]> {
+def ZG_CausalMaskOp : ZG_Op<"causal_mask", [Pure, ZG_TpWhole]> {
   let summary = "additive causal mask";
   let description = [{
     Result [..., S, T] (rank >= 2): 0 where j <= i + (T - S), else
@@ -484,7 +503,7 @@ def ZG_CausalMaskOp : ZG_Op<"causal_mask", [Pure]> {
 // Parameters and constants.
 //===----------------------------------------------------------------------===//
 
-def ZG_ConstantOp : ZG_Op<"constant", [Pure]> {
+def ZG_ConstantOp : ZG_Op<"constant", [Pure, ZG_TpWhole]> {
   let summary = "constant tensor";
   let description = "A small constant; `value`'s type is the result type.";
   let arguments = (ins ElementsAttr:$value);
@@ -492,7 +511,7 @@ def ZG_ConstantOp : ZG_Op<"constant", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_WeightOp : ZG_Op<"weight", [Pure]> {
+def ZG_WeightOp : ZG_Op<"weight", [Pure, ZG_TpWhole]> {
   let summary = "model parameter";
   let description = [{
     A parameter of the model, by reference: `file` is the external-data path
@@ -523,7 +542,7 @@ def ZG_WeightOp : ZG_Op<"weight", [Pure]> {
 // results and are ordered after every earlier read of their targets.
 //===----------------------------------------------------------------------===//
 
-def ZG_StateOp : ZG_Op<"state", [Pure]> {
+def ZG_StateOp : ZG_Op<"state", [Pure, ZG_Tp]> {
   let summary = "persistent training state that is not a parameter";
   let description = [{
     A tensor that outlives a program run: an fp32 master weight, an Adam
@@ -546,7 +565,7 @@ def ZG_StateOp : ZG_Op<"state", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_AssignOp : ZG_Op<"assign"> {
+def ZG_AssignOp : ZG_Op<"assign", [ZG_Tp]> {
   let summary = "copy a value into persistent storage";
   let description = [{
     Copies `value` into the storage of the persistent `target` (a zg.weight,
@@ -558,7 +577,7 @@ def ZG_AssignOp : ZG_Op<"assign"> {
   let hasVerifier = 1;
 }
 
-def ZG_AccumulateOp : ZG_Op<"accumulate"> {
+def ZG_AccumulateOp : ZG_Op<"accumulate", [ZG_Tp]> {
   let summary = "add a value into persistent storage";
   let description = [{
     `target += value` in place, for gradient accumulation over micro-batches.
@@ -572,7 +591,7 @@ def ZG_AccumulateOp : ZG_Op<"accumulate"> {
 // Generation (docs/generation.md): the KV cache and greedy selection.
 //===----------------------------------------------------------------------===//
 
-def ZG_KvWriteOp : ZG_Op<"kv_write"> {
+def ZG_KvWriteOp : ZG_Op<"kv_write", [ZG_Tp]> {
   let summary = "write new keys or values into a persistent KV cache";
   let description = [{
     `cache` [B, H, L, D] is a persistent `zg.state` of kind `kv_cache`;
@@ -586,7 +605,7 @@ def ZG_KvWriteOp : ZG_Op<"kv_write"> {
   let hasVerifier = 1;
 }
 
-def ZG_CachedAttentionOp : ZG_Op<"cached_attention", [Pure]> {
+def ZG_CachedAttentionOp : ZG_Op<"cached_attention", [Pure, ZG_Tp]> {
   let summary = "attention of new queries over a KV cache";
   let description = [{
     q [B, Hq, S, D], k and v caches [B, Hkv, L, D], pos [B] (i64): query row
@@ -602,7 +621,7 @@ def ZG_CachedAttentionOp : ZG_Op<"cached_attention", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_ArgmaxOp : ZG_Op<"argmax", [Pure]> {
+def ZG_ArgmaxOp : ZG_Op<"argmax", [Pure, ZG_TpWhole]> {
   let summary = "index of the largest element along the last axis";
   let description = [{
     x [..., V] (float) -> [...] (i64): the first index of the maximum of each
@@ -613,7 +632,7 @@ def ZG_ArgmaxOp : ZG_Op<"argmax", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_TakeRowsOp : ZG_Op<"take_rows", [Pure]> {
+def ZG_TakeRowsOp : ZG_Op<"take_rows", [Pure, ZG_TpWhole]> {
   let summary = "one row per batch entry, at a per-entry index";
   let description = [{
     x [B, S, ...], index [B] (i64) -> [B, ...]: `result[b] = x[b, index[b]]`
@@ -624,7 +643,7 @@ def ZG_TakeRowsOp : ZG_Op<"take_rows", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_AdamwOp : ZG_Op<"adamw"> {
+def ZG_AdamwOp : ZG_Op<"adamw", [ZG_Tp]> {
   let summary = "one AdamW step on a parameter, in place";
   let description = [{
     torch.optim.AdamW exactly, with t = `step` (1-based) and
@@ -656,7 +675,7 @@ def ZG_AdamwOp : ZG_Op<"adamw"> {
   let hasVerifier = 1;
 }
 
-def ZG_SumSquaresOp : ZG_Op<"sum_squares", [Pure, ZG_Gradient]> {
+def ZG_SumSquaresOp : ZG_Op<"sum_squares", [Pure, ZG_Gradient, ZG_Tp]> {
   let summary = "sum of squares of every element";
   let description = [{
     `result = sum_i input[i]^2` as an f32 scalar (rank 0), accumulated in
@@ -672,7 +691,7 @@ def ZG_SumSquaresOp : ZG_Op<"sum_squares", [Pure, ZG_Gradient]> {
 // Generation: drawing the next token.
 //===----------------------------------------------------------------------===//
 
-def ZG_SampleOp : ZG_Op<"sample", [Pure]> {
+def ZG_SampleOp : ZG_Op<"sample", [Pure, ZG_TpWhole]> {
   let summary = "draws one token id per row of logits";
   let description = [{
     `ids[b]` is drawn from `softmax(logits[b] / temperature)` restricted to
@@ -705,7 +724,7 @@ def ZG_SampleOp : ZG_Op<"sample", [Pure]> {
 //===----------------------------------------------------------------------===//
 
 class ZG_ActivationGradOp<string mnemonic, string forward>
-    : ZG_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+    : ZG_Op<mnemonic, [Pure, SameOperandsAndResultType, ZG_TpElementwise]> {
   let summary = "gradient of " # forward;
   let description = "`dx = dy * f'(x)` where f is " # forward # "; x, dy and "
                     "dx have one type.";
@@ -715,7 +734,8 @@ class ZG_ActivationGradOp<string mnemonic, string forward>
 
 def ZG_SiluGradOp : ZG_ActivationGradOp<"silu_grad", "zg.silu">;
 
-def ZG_GeluGradOp : ZG_Op<"gelu_grad", [Pure, SameOperandsAndResultType]> {
+def ZG_GeluGradOp : ZG_Op<"gelu_grad", [Pure, SameOperandsAndResultType,
+                                         ZG_TpElementwise]> {
   let summary = "gradient of zg.gelu";
   let description = [{
     `dx = dy * gelu'(x)` for the erf form (`approximate = "none"`, plan
@@ -728,7 +748,7 @@ def ZG_GeluGradOp : ZG_Op<"gelu_grad", [Pure, SameOperandsAndResultType]> {
 }
 
 def ZG_SoftmaxGradOp : ZG_Op<"softmax_grad",
-                             [Pure, SameOperandsAndResultType]> {
+                             [Pure, SameOperandsAndResultType, ZG_Tp]> {
   let summary = "gradient of zg.softmax from its output";
   let description = [{
     `dx = y * (dy - sum(dy * y, axis))` where y is the softmax's result.
@@ -738,7 +758,7 @@ def ZG_SoftmaxGradOp : ZG_Op<"softmax_grad",
   let hasVerifier = 1;
 }
 
-def ZG_LayerNormGradOp : ZG_Op<"layer_norm_grad", [Pure]> {
+def ZG_LayerNormGradOp : ZG_Op<"layer_norm_grad", [Pure, ZG_TpWhole]> {
   let summary = "gradient of zg.layer_norm";
   let description = [{
     From the forward input x, the scale and dy: dx (x's type), dscale and
@@ -753,7 +773,7 @@ def ZG_LayerNormGradOp : ZG_Op<"layer_norm_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_RmsNormGradOp : ZG_Op<"rms_norm_grad", [Pure]> {
+def ZG_RmsNormGradOp : ZG_Op<"rms_norm_grad", [Pure, ZG_TpWhole]> {
   let summary = "gradient of zg.rms_norm";
   let description = [{
     From the forward input x, the scale [D] and dy: dx (x's type) and dscale
@@ -766,7 +786,7 @@ def ZG_RmsNormGradOp : ZG_Op<"rms_norm_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_AttentionGradOp : ZG_Op<"attention_grad", [Pure]> {
+def ZG_AttentionGradOp : ZG_Op<"attention_grad", [Pure, ZG_Tp]> {
   let summary = "flash-style gradient of zg.attention";
   let description = [{
     From q, k, v, the forward output `out`, its gradient `dout`, the forward's
@@ -784,7 +804,7 @@ def ZG_AttentionGradOp : ZG_Op<"attention_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_EmbeddingGradOp : ZG_Op<"embedding_grad", [Pure]> {
+def ZG_EmbeddingGradOp : ZG_Op<"embedding_grad", [Pure, ZG_TpVocab]> {
   let summary = "gradient of zg.embedding's table";
   let description = [{
     ids (integer) and dy [..ids, D] give dtable [V, D]: zero, then every row
@@ -796,7 +816,7 @@ def ZG_EmbeddingGradOp : ZG_Op<"embedding_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
-def ZG_LabelPickOp : ZG_Op<"label_pick", [Pure, ZG_Gradient]> {
+def ZG_LabelPickOp : ZG_Op<"label_pick", [Pure, ZG_Gradient, ZG_TpVocab]> {
   let summary = "the logit of each row's label";
   let description = [{
     logits [N, V], labels [N] (integer) give out [N]:
@@ -810,7 +830,7 @@ def ZG_LabelPickOp : ZG_Op<"label_pick", [Pure, ZG_Gradient]> {
   let hasVerifier = 1;
 }
 
-def ZG_LabelPickGradOp : ZG_Op<"label_pick_grad", [Pure]> {
+def ZG_LabelPickGradOp : ZG_Op<"label_pick_grad", [Pure, ZG_TpVocab]> {
   let summary = "gradient of zg.label_pick";
   let description = [{
     labels [N] and dy [N] give dlogits [N, V]: zero except
@@ -829,7 +849,7 @@ def ZG_LabelPickGradOp : ZG_Op<"label_pick_grad", [Pure]> {
 // buffers. Nothing before that pass creates or expects them.
 //===----------------------------------------------------------------------===//
 
-def ZG_LinearGeluOp : ZG_Op<"linear_gelu", [Pure]> {
+def ZG_LinearGeluOp : ZG_Op<"linear_gelu", [Pure, ZG_TpWhole]> {
   let summary = "zg.linear followed by tanh GELU, as one step";
   let description = [{
     `gelu_tanh(alpha * input x W + bias)`: the operands and attributes of
@@ -843,7 +863,7 @@ def ZG_LinearGeluOp : ZG_Op<"linear_gelu", [Pure]> {
   let results = (outs ZG_Tensor:$result);
 }
 
-def ZG_ResidualNormOp : ZG_Op<"residual_norm", [Pure]> {
+def ZG_ResidualNormOp : ZG_Op<"residual_norm", [Pure, ZG_TpWhole]> {
   let summary = "residual add followed by a last-axis layer or RMS norm";
   let description = [{
     `sum = input + residual` (equal shapes, no broadcasting) and
@@ -857,7 +877,7 @@ def ZG_ResidualNormOp : ZG_Op<"residual_norm", [Pure]> {
   let results = (outs ZG_Tensor:$sum, ZG_Tensor:$normed);
 }
 
-def ZG_GatedOp : ZG_Op<"gated", [Pure, SameOperandsAndResultType]> {
+def ZG_GatedOp : ZG_Op<"gated", [Pure, SameOperandsAndResultType, ZG_TpWhole]> {
   let summary = "act(gate) * up, as one step";
   let description = [{
     `act(gate) * up` elementwise with equal shapes; `act` is "silu",

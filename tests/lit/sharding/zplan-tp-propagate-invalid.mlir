@@ -89,3 +89,19 @@ func.func @matmul_hidden(%x: tensor<2x64xf32>) -> tensor<2x64xf32> {
   return %y : tensor<2x64xf32>
 }
 }
+
+// -----
+
+// Tests that a split operand reaching an op with no tp rule (here func.call)
+// is refused, naming the op and the split, instead of passing through as if
+// the op could take it.
+module attributes {zd.tp = 2 : i64} {
+func.func private @ext(tensor<2x256xf32>) -> tensor<2x256xf32>
+func.func @no_rule(%x: tensor<2x64xf32>) -> tensor<2x256xf32> {
+  %w = zg.weight {name = "w", file = "m.data", offset = 0 : i64, length = 65536 : i64} : () -> tensor<64x256xf32>
+  %h = zg.linear %x, %w : (tensor<2x64xf32>, tensor<64x256xf32>) -> tensor<2x256xf32>
+  // expected-error @+1 {{'func.call' op has no tensor-parallel rule, but its operand 0 arrives split as #zd.sharding<[_, tp]> at tp = 2; give the op a rule (TpShardingOpInterface), or keep the value whole before it}}
+  %y = func.call @ext(%h) : (tensor<2x256xf32>) -> tensor<2x256xf32>
+  return %y : tensor<2x256xf32>
+}
+}

@@ -165,3 +165,35 @@ func.func @decomposed(%x: tensor<1x8x64xf32>) -> tensor<1x8x64xf32> {
   return %o : tensor<1x8x64xf32>
 }
 }
+
+// -----
+
+// Tests that an op whose rule is to run whole (zg.argmax) asks for its split
+// operand whole, so that partition gathers it.
+// CHECK-LABEL: func.func @whole_rule
+// CHECK: zg.linear {{.*}}zd.result_shardings = [#zd.sharding<[_, tp]>]
+// CHECK: zg.argmax {{.*}}zd.operand_shardings = [#zd.sharding<[_, _]>]
+module attributes {zd.tp = 2 : i64, zd.dp = 1 : i64} {
+func.func @whole_rule(%x: tensor<2x64xf32>) -> tensor<2xi64> {
+  %w = zg.weight {name = "w", file = "m.data", offset = 0 : i64, length = 65536 : i64} : () -> tensor<64x256xf32>
+  %h = zg.linear %x, %w : (tensor<2x64xf32>, tensor<64x256xf32>) -> tensor<2x256xf32>
+  %i = zg.argmax %h : (tensor<2x256xf32>) -> tensor<2xi64>
+  return %i : tensor<2xi64>
+}
+}
+
+// -----
+
+// Tests that an op with no tp rule (here func.call) that only whole values
+// reach is left alone: it computes whole results, as without tp.
+// CHECK-LABEL: func.func @no_rule_whole
+// CHECK: call @ext(%{{.*}}) : (tensor<2x64xf32>) -> tensor<2x64xf32>
+// CHECK-NOT: zd.
+// CHECK: return
+module attributes {zd.tp = 2 : i64, zd.dp = 1 : i64} {
+func.func private @ext(tensor<2x64xf32>) -> tensor<2x64xf32>
+func.func @no_rule_whole(%x: tensor<2x64xf32>) -> tensor<2x64xf32> {
+  %y = func.call @ext(%x) : (tensor<2x64xf32>) -> tensor<2x64xf32>
+  return %y : tensor<2x64xf32>
+}
+}
