@@ -27,7 +27,7 @@
 # 1 GiB device-to-device cudaMemcpy moves (bytes read + bytes written, per second). The report gives
 # floor / measured step time (the issue's bar: >= 0.6).
 set -uo pipefail
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 batches="1 8 64" modes="zrun eager compile" test=1 model=llama-1b profile=0
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -42,30 +42,15 @@ while [[ $# -gt 0 ]]; do
 done
 budget=${ZPLAN_CALL_BUDGET_S:-580}
 left() { [[ $SECONDS -lt $1 ]]; }
-out=/tmp/zplan-gen
-mkdir -p "$out"
-trap '[[ -n ${OUT:-} ]] && { tar czf "$OUT/gen-logs.tgz" -C "$out" .; cp -f "$out/generate.json" "$OUT/" 2>/dev/null; }' EXIT
+step_width=18
+logs_to /tmp/zplan-gen gen-logs.tgz generate.json
 cd "$top"
-b=$top/build-gpu
-summary=()
-step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, records pass/fail and seconds
-  local name=$1
-  shift
-  local t0=$SECONDS
-  "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-18s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-  return $rc
-}
 nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv,noheader
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+gpu_env
 [[ " $modes " != *" zrun "* || -d .gpu-gen ]] || { echo "generate_bench: .gpu-gen missing (run tests/cuda/make_generate_plans.sh and carry .gpu-gen)"; exit 1; }
-step configure cmake -S . -B "$b" -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
-  -DZPLAN_FLATBUFFERS_ROOT="$top/.gpu-deps" -DZPLAN_GTEST_SOURCE_DIR="$top/.gpu-deps/googletest-src" ||
-  { tail -30 "$out/configure.log"; exit 1; }
 targets=(zrun)
 [[ $test == 1 ]] && targets+=(zplan_cuda_sample_test zplan_cuda_generate_kernels_test)
-step build ninja -C "$b" -j"$(nproc)" "${targets[@]}" || { grep -B2 -A12 -E "error|FAILED" "$out/build.log" | head -60; exit 1; }
+gpu_build "${targets[@]}"
 if [[ $test == 1 ]]; then
   step sample_test "$b/bin/zplan_cuda_sample_test"
   grep -E "^\[  (PASSED|FAILED) |Failure|row " "$out/sample_test.log" | head -20

@@ -8,7 +8,7 @@
 # Plans come from .gpu-plans (bench/gpu/make_plans.sh, run on the compiling machine); FlatBuffers, CLI11
 # and GoogleTest from .gpu-deps (scripts/gpu-deps.sh). Logs go to $OUT/gpu-logs.tgz; a summary is printed last.
 set -uo pipefail
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 torch=0 probe=1 fault=1 sweep=1 big=0 budget=${ZPLAN_CALL_BUDGET_S:-560}
 for a in "$@"; do
   case $a in
@@ -16,29 +16,12 @@ for a in "$@"; do
   esac
 done
 left() { [[ $SECONDS -lt $1 ]]; }  # left SECONDS: is the call still under that many seconds?
-out=/tmp/zplan-gpu
-mkdir -p "$out"
-trap '[[ -n ${OUT:-} ]] && tar czf "$OUT/gpu-logs.tgz" -C "$out" .' EXIT
+logs_to /tmp/zplan-gpu gpu-logs.tgz
 cd "$top"
-b=$top/build-gpu
-summary=()
-step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, records pass/fail and seconds
-  local name=$1
-  shift
-  local t0=$SECONDS
-  "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-16s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-  return $rc
-}
 nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv,noheader
 nvidia-smi topo -m 2>/dev/null | head -4
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-step configure cmake -S . -B "$b" -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
-  -DZPLAN_FLATBUFFERS_ROOT="$top/.gpu-deps" -DZPLAN_GTEST_SOURCE_DIR="$top/.gpu-deps/googletest-src" ||
-  { tail -30 "$out/configure.log"; exit 1; }
-step build ninja -C "$b" -j"$(nproc)" zplan_cuda_backend_test zplan_cuda_nccl_test zplan_nccl_probe zrun ||
-  { grep -B2 -A12 -E "error|FAILED" "$out/build.log" | head -60; exit 1; }
+gpu_env
+gpu_build zplan_cuda_backend_test zplan_cuda_nccl_test zplan_nccl_probe zrun
 step backend env CUDA_VISIBLE_DEVICES=0 "$b/bin/zplan_cuda_backend_test"
 grep -E "^\[  (PASSED|FAILED) |Failure" "$out/backend.log" | head -20
 step nccl mpirun --allow-run-as-root --oversubscribe -np 2 -x NCCL_NVLS_ENABLE=0 "$b/bin/zplan_cuda_nccl_test"

@@ -5,31 +5,15 @@
 #   -> the shared models on the cuda backend (.gpu-plans/) -> kernel timings -> bench/gpu/run.sh.
 # Logs go to $OUT (or /tmp/zplan-gpu); a summary is printed last.
 set -uo pipefail
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+step_width=14
 # Logs stay in one folder on the machine and travel back as one archive (the device tool returns 8 files).
-out=/tmp/zplan-gpu
-mkdir -p "$out"
-trap '[[ -n ${OUT:-} ]] && tar czf "$OUT/gpu-logs.tgz" -C "$out" .' EXIT
+logs_to /tmp/zplan-gpu gpu-logs.tgz
 cd "$top"
-b=$top/build-gpu
-summary=()
-step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, records pass/fail
-  local name=$1
-  shift
-  local t0=$SECONDS
-  "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-14s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-  return $rc
-}
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.sm --format=csv,noheader
-step configure cmake -S . -B "$b" -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
-  -DZPLAN_FLATBUFFERS_ROOT="$top/.gpu-deps" -DZPLAN_GTEST_SOURCE_DIR="$top/.gpu-deps/googletest-src" ||
-  { tail -30 "$out/configure.log"; exit 1; }
-step build ninja -C "$b" -j"$(nproc)" zplan_cuda_kernels_test zplan_cuda_backend_test zplan_cuda_nccl_test zplan_cuda_kernel_bench zrun \
-  zplan_cuda_train_kernels_test zplan_cuda_train_backend_test ||
-  { grep -B2 -A12 -E "error|FAILED" "$out/build.log" | head -60; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+gpu_build zplan_cuda_kernels_test zplan_cuda_backend_test zplan_cuda_nccl_test zplan_cuda_kernel_bench zrun \
+  zplan_cuda_train_kernels_test zplan_cuda_train_backend_test
+gpu_env
 step kernels "$b/bin/zplan_cuda_kernels_test"
 grep -E "^\[  (PASSED|FAILED) |worst|Trace|path|error:" "$out/kernels.log" | head -40
 step memcheck timeout 60 compute-sanitizer --tool memcheck "$b/bin/zplan_cuda_kernels_test" \

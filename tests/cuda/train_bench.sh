@@ -13,16 +13,15 @@
 # Carry .gpu-deps (scripts/gpu-deps.sh) and .gpu-train. --families also exports tests/models/export_families.py
 # into $OUT/families. Logs go to $OUT/train-bench.tgz.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$top"
 check=1 torch=1 families=0 worlds="1 2" profile=0 kernels=0 plans= modes="eager compile"
 while [[ $# -gt 0 ]]; do
   case $1 in --no-check) check=0 ;; --no-torch) torch=0 ;; --families) families=1 ;; --profile) profile=1 ;; --kernels) kernels=1 ;; --plans) plans=$2; shift ;; --modes) modes=$2; shift ;; --worlds) worlds=$2; shift ;; esac
   shift
 done
-out=/tmp/train-bench
-mkdir -p "$out"
-trap '[[ -n ${OUT:-} ]] && tar czf "$OUT/train-bench.tgz" -C "$out" .' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+logs_to /tmp/train-bench train-bench.tgz
+gpu_env
 ngpu=$(nvidia-smi -L | wc -l)
 if [[ $families == 1 && -n ${OUT:-} ]]; then
   # CPU work, in the background while the GPU runs.
@@ -33,18 +32,16 @@ if [[ $check == 1 ]]; then
   bash tests/cuda/train_gpu.sh 2>&1 | tee "$out/check.log" | grep -E "build:|ok|FAIL|rc=|skipped"
 else
   # train_gpu.sh builds zrun; without it, build here.
-  cmake -S . -B build-gpu -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DZPLAN_BUILD_TESTS=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
-    -DZPLAN_FLATBUFFERS_ROOT=$PWD/.gpu-deps -DZPLAN_GTEST_SOURCE_DIR=$PWD/.gpu-deps/googletest-src > "$out/cfg.log" 2>&1 &&
-    ninja -C build-gpu -j"$(nproc)" zrun > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  gpu_build --no-tests zrun
 fi
-zrun=build-gpu/bin/zrun
+zrun=$b/bin/zrun
 [[ -x $zrun ]] || { echo "no zrun"; exit 1; }
 if [[ $kernels == 1 ]]; then
-  cmake -S . -B build-gpu -DZPLAN_BUILD_TESTS=ON > "$out/cfg-tests.log" 2>&1 &&
-    ninja -C build-gpu -j"$(nproc)" zplan_cuda_kernels_test zplan_cuda_train_kernels_test > "$out/build-tests.log" 2>&1 ||
+  cmake -S . -B "$b" -DZPLAN_BUILD_TESTS=ON > "$out/cfg-tests.log" 2>&1 &&
+    ninja -C "$b" -j"$(nproc)" zplan_cuda_kernels_test zplan_cuda_train_kernels_test > "$out/build-tests.log" 2>&1 ||
     { grep -B2 -A12 -E "error|FAILED" "$out/build-tests.log" | head -40; }
   for t in zplan_cuda_kernels_test zplan_cuda_train_kernels_test; do
-    CUDA_VISIBLE_DEVICES=0 timeout 180 build-gpu/bin/$t > "$out/$t.log" 2>&1
+    CUDA_VISIBLE_DEVICES=0 timeout 180 "$b/bin/$t" > "$out/$t.log" 2>&1
     echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$out/$t.log" | tr '\n' ' ')"
     grep -E "Failure|FAILED  \]|attention .*ms" "$out/$t.log" | head -20
   done

@@ -3,16 +3,14 @@
 # machine (.gpu-train/*.zplan, --target cuda) for 5 steps and compares every loss and gradient norm with
 # PyTorch's (tests/models/<model>/train_*.npy): tp 1 on one GPU, ZeRO 1-3 over dp 2 on two GPUs (NCCL).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-b=build-gpu
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$top"
+out=/tmp  # configure.log and build.log
 nvidia-smi -L
-cmake -S . -B $b -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DZPLAN_BUILD_TESTS=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
-  -DZPLAN_FLATBUFFERS_ROOT=$PWD/.gpu-deps -DZPLAN_GTEST_SOURCE_DIR=$PWD/.gpu-deps/googletest-src > /tmp/cfg.log 2>&1 ||
-  { tail -30 /tmp/cfg.log; exit 1; }
 t0=$SECONDS
-ninja -C $b -j"$(nproc)" zrun > /tmp/build.log 2>&1 || { grep -B2 -A10 -E "error|FAILED" /tmp/build.log | head -60; exit 1; }
+gpu_build --no-tests zrun
 echo "build: $((SECONDS - t0)) s"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+gpu_env
 ngpu=$(nvidia-smi -L | wc -l)
 for p in .gpu-train/*.zplan; do
   name=$(basename "$p" .zplan); model=${name%%-*}; world=${name##*-w}
