@@ -1,5 +1,4 @@
-//===- GatherOps.cpp - Gather-family ONNX ops
-//-------------------------------===//
+//===- GatherOps.cpp - Gather-family ONNX ops -----------------------------===//
 //
 // Gather, GatherND and GatherElements. Constant indices are checked and
 // made non-negative here, so the runtime only sees indices in range.
@@ -13,26 +12,40 @@ using namespace zplan::import;
 using namespace zplan::import::detail;
 namespace zg = zplan::graph;
 
-LogicalResult Importer::normIndices(const onnx::NodeProto &n, ConstTensor &idx,
-                                    ArrayRef<int64_t> dims, int64_t depth) {
-  for (size_t k = 0; k < idx.i.size(); ++k) {
-    int64_t dim = dims[k % depth];
-    int64_t &v = idx.i[k];
-    if (v < 0)
-      v += dim;
-    if (v < 0 || v >= dim)
-      return nodeError(n) << "index " << (v < 0 ? v - dim : v)
-                          << " out of range for a dim of size " << dim;
-  }
-  return success();
-}
-
-LogicalResult Importer::importGather(const onnx::NodeProto &n) {
-  Val *x = in(n, 0), *idx = in(n, 1);
+LogicalResult Importer::gatherInputs(const onnx::NodeProto &n, Val *&x,
+                                     Val *&idx) {
+  x = in(n, 0);
+  idx = in(n, 1);
   if (!x || !idx)
     return nodeError(n) << "needs data and indices";
   if (idx->dtype != kInt64 && idx->dtype != kInt32)
     return nodeError(n) << "indices must be int32 or int64";
+  return success();
+}
+
+FailureOr<Value> Importer::gatherIndices(const onnx::NodeProto &n, Val &idx,
+                                         ArrayRef<int64_t> shape, int64_t first,
+                                         int64_t depth) {
+  if (!idx.c)
+    return materialize(idx);
+  ConstTensor ci = *idx.c;
+  for (size_t k = 0; k < ci.i.size(); ++k) {
+    int64_t d = first + int64_t(k) % depth, size = shape[d];
+    int64_t &v = ci.i[k];
+    int64_t given = v;
+    if (v < 0)
+      v += size;
+    if (v < 0 || v >= size)
+      return nodeError(n) << "index out of range for dim " << d << " of size "
+                          << size << " (index " << given << ")";
+  }
+  return materializeConst(ci);
+}
+
+LogicalResult Importer::importGather(const onnx::NodeProto &n) {
+  Val *x, *idx;
+  if (failed(gatherInputs(n, x, idx)))
+    return failure();
   int64_t rank = x->shape.size(), axis = attrInt(n, "axis", 0);
   if (failed(normAxis(n, axis, rank)))
     return failure();
@@ -47,34 +60,19 @@ LogicalResult Importer::importGather(const onnx::NodeProto &n) {
   Shape out(x->shape.begin(), x->shape.begin() + axis);
   out.append(idx->shape.begin(), idx->shape.end());
   out.append(x->shape.begin() + axis + 1, x->shape.end());
-  Value iv;
-  if (idx->c) {
-    // Constant indices are checked and normalised here, so the runtime only
-    // sees indices in range.
-    ConstTensor ci = *idx->c;
-    for (auto &v : ci.i) {
-      if (v < 0)
-        v += x->shape[axis];
-      if (v < 0 || v >= x->shape[axis])
-        return nodeError(n) << "index out of range for dim " << axis
-                            << " of size " << x->shape[axis];
-    }
-    iv = materializeConst(ci);
-  } else {
-    iv = materialize(*idx);
-  }
+  FailureOr<Value> iv = gatherIndices(n, *idx, x->shape, axis, 1);
+  if (failed(iv))
+    return failure();
   setValue(n, 0,
-           emit<zg::GatherOp>(tensorType(x->dtype, out), {materialize(*x), iv},
+           emit<zg::GatherOp>(tensorType(x->dtype, out), {materialize(*x), *iv},
                               {attr("axis", b.getI64IntegerAttr(axis))}));
   return success();
 }
 
 LogicalResult Importer::importGatherND(const onnx::NodeProto &n) {
-  Val *x = in(n, 0), *idx = in(n, 1);
-  if (!x || !idx)
-    return nodeError(n) << "needs data and indices";
-  if (idx->dtype != kInt64 && idx->dtype != kInt32)
-    return nodeError(n) << "indices must be int32 or int64";
+  Val *x, *idx;
+  if (failed(gatherInputs(n, x, idx)))
+    return failure();
   int64_t bd = attrInt(n, "batch_dims", 0);
   if (idx->shape.empty() || bd < 0 ||
       bd >= (int64_t)std::min(x->shape.size(), idx->shape.size()) ||
@@ -95,31 +93,20 @@ LogicalResult Importer::importGatherND(const onnx::NodeProto &n) {
   }
   Shape out(idx->shape.begin(), idx->shape.end() - 1);
   out.append(x->shape.begin() + bd + depth, x->shape.end());
-  Value iv;
-  if (idx->c) {
-    // Constant indices are checked and normalised here, so the runtime only
-    // sees indices in range.
-    ConstTensor ci = *idx->c;
-    if (failed(normIndices(n, ci, ArrayRef<int64_t>(x->shape).slice(bd, depth),
-                           depth)))
-      return failure();
-    iv = materializeConst(ci);
-  } else {
-    iv = materialize(*idx);
-  }
+  FailureOr<Value> iv = gatherIndices(n, *idx, x->shape, bd, depth);
+  if (failed(iv))
+    return failure();
   setValue(n, 0,
            emit<zg::GatherNdOp>(tensorType(x->dtype, out),
-                                {materialize(*x), iv},
+                                {materialize(*x), *iv},
                                 {attr("batch_dims", b.getI64IntegerAttr(bd))}));
   return success();
 }
 
 LogicalResult Importer::importGatherElements(const onnx::NodeProto &n) {
-  Val *x = in(n, 0), *idx = in(n, 1);
-  if (!x || !idx)
-    return nodeError(n) << "needs data and indices";
-  if (idx->dtype != kInt64 && idx->dtype != kInt32)
-    return nodeError(n) << "indices must be int32 or int64";
+  Val *x, *idx;
+  if (failed(gatherInputs(n, x, idx)))
+    return failure();
   int64_t rank = x->shape.size(), axis = attrInt(n, "axis", 0);
   if (failed(normAxis(n, axis, rank)))
     return failure();
@@ -139,18 +126,12 @@ LogicalResult Importer::importGatherElements(const onnx::NodeProto &n) {
     setConst(n, 0, std::move(out));
     return success();
   }
-  Value iv;
-  if (idx->c) {
-    ConstTensor ci = *idx->c;
-    if (failed(normIndices(n, ci, {x->shape[axis]}, 1)))
-      return failure();
-    iv = materializeConst(ci);
-  } else {
-    iv = materialize(*idx);
-  }
+  FailureOr<Value> iv = gatherIndices(n, *idx, x->shape, axis, 1);
+  if (failed(iv))
+    return failure();
   setValue(n, 0,
            emit<zg::GatherElementsOp>(
-               tensorType(x->dtype, idx->shape), {materialize(*x), iv},
+               tensorType(x->dtype, idx->shape), {materialize(*x), *iv},
                {attr("axis", b.getI64IntegerAttr(axis))}));
   return success();
 }

@@ -203,11 +203,16 @@ public:
   LogicalResult importIdentity(const onnx::NodeProto &n);
 
 private:
-  /// Checks constant indices against the dims they index (`dims[k]` for
-  /// the k-th of every `depth` entries) and makes them non-negative
-  /// (GatherOps.cpp).
-  LogicalResult normIndices(const onnx::NodeProto &n, ConstTensor &idx,
-                            ArrayRef<int64_t> dims, int64_t depth);
+  // GatherOps.cpp: what the three gathers share.
+  /// The data and indices of a gather, or an error naming the node.
+  LogicalResult gatherInputs(const onnx::NodeProto &n, Val *&x, Val *&idx);
+  /// The indices as an operand: constant ones checked against the data dims
+  /// they index (dim `first + k % depth` of `shape` for the k-th) and made
+  /// non-negative, so the runtime only sees indices in range; run-time ones
+  /// as they are.
+  FailureOr<Value> gatherIndices(const onnx::NodeProto &n, Val &idx,
+                                 ArrayRef<int64_t> shape, int64_t first,
+                                 int64_t depth);
 
   MLIRContext &ctx;
   OpBuilder b, wb; ///< ops, and weights/constants at the top of @main
