@@ -12,7 +12,7 @@
 # zplan --nvme-bandwidth.
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-bytes=8G dirs="/tmp /var/tmp ${OUT:-}"
+bytes=8G dirs="/tmp /var/tmp $top"
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bytes) bytes=$2; shift ;;
