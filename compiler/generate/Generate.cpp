@@ -345,7 +345,67 @@ void unitTransposesToViews(func::FuncOp func) {
   }
 }
 
+/// Turns a forward graph over `width` <= maxSeq positions into a prefill
+/// program: every attention (in layer order) also writes its keys and values
+/// into the layer's cache [B, Hkv, maxSeq, D] from position 0, and the
+/// program ends with the next token drawn from each sequence's last prompt
+/// row (`prompt_lengths[b] - 1`).
+void derivePrefill(func::FuncOp func, ArrayRef<zg::AttentionOp> attentions,
+                   int64_t batch, int64_t maxSeq) {
+  Block &body = func.getBody().front();
+  Value lengths = addLengthArgument(func, batch, "prompt_lengths");
+  OpBuilder b(&body, body.begin());
+  Value zeros = i64Splat(b, func.getLoc(), {batch}, 0);
+  for (auto [layer, attention] : llvm::enumerate(attentions)) {
+    zg::AttentionOp a = attention;
+    b.setInsertionPoint(a);
+    auto [kc, vc] = makeCaches(b, a.getLoc(), layer, rtt(a.getK()), maxSeq);
+    zg::KvWriteOp::create(b, a.getLoc(), kc, a.getK(), zeros);
+    zg::KvWriteOp::create(b, a.getLoc(), vc, a.getV(), zeros);
+  }
+  Operation *ret = body.getTerminator();
+  Value logits = ret->getOperand(0);
+  auto shape = rtt(logits).getShape();
+  b.setInsertionPoint(ret);
+  Value ones = i64Splat(b, ret->getLoc(), {batch}, 1);
+  Value last =
+      zg::SubOp::create(b, ret->getLoc(), lengths.getType(), lengths, ones);
+  Value rows = zg::TakeRowsOp::create(
+      b, ret->getLoc(),
+      tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()), logits,
+      last);
+  finish(func, rows, ret);
+}
+
 } // namespace
+
+SmallVector<int64_t> generate::prefillLengths(int64_t maxSeq) {
+  SmallVector<int64_t> lengths;
+  for (int64_t n = 16; n < maxSeq; n *= 2)
+    lengths.push_back(n);
+  return lengths;
+}
+
+LogicalResult generate::addPrefillProgram(ModuleOp full, ModuleOp shorter,
+                                          int64_t width, int64_t maxSeq) {
+  FailureOr<func::FuncOp> funcOr = onlyFunction(shorter);
+  if (failed(funcOr))
+    return failure();
+  func::FuncOp func = *funcOr;
+  FailureOr<BlockArgument> ids = tokenInput(func, width, "input_ids");
+  if (failed(ids) || failed(logitsOf(func, width)))
+    return failure();
+  SmallVector<zg::AttentionOp> attentions(
+      func.getBody().front().getOps<zg::AttentionOp>());
+  derivePrefill(func, attentions, rtt(*ids).getDimSize(0), maxSeq);
+  func.setSymName(("prefill_" + std::to_string(width)));
+  func->remove();
+  full.getBody()->push_back(func);
+  if (failed(mlir::verify(full)))
+    return full.emitError("generation: the prefill program of ")
+           << width << " positions does not verify (see the error above)";
+  return success();
+}
 
 LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
                                               int64_t maxSeq) {
@@ -441,30 +501,10 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
 
   // @prefill: the prompt's keys and values go into the caches from position
   // 0; the next token comes from each sequence's last prompt position.
-  Value lengths = addLengthArgument(prefill, batch, "prompt_lengths");
-  {
-    OpBuilder b(&bL, bL.begin());
-    Value zeros = i64Splat(b, prefill.getLoc(), {batch}, 0);
-    for (auto [layer, pair] : llvm::enumerate(attentions)) {
-      zg::AttentionOp a = pair.first;
-      b.setInsertionPoint(a);
-      auto [kc, vc] = makeCaches(b, a.getLoc(), layer, rtt(a.getK()), maxSeq);
-      zg::KvWriteOp::create(b, a.getLoc(), kc, a.getK(), zeros);
-      zg::KvWriteOp::create(b, a.getLoc(), vc, a.getV(), zeros);
-    }
-    Operation *ret = bL.getTerminator();
-    Value logits = ret->getOperand(0);
-    auto shape = rtt(logits).getShape();
-    b.setInsertionPoint(ret);
-    Value ones = i64Splat(b, ret->getLoc(), {batch}, 1);
-    Value last =
-        zg::SubOp::create(b, ret->getLoc(), lengths.getType(), lengths, ones);
-    Value rows = zg::TakeRowsOp::create(
-        b, ret->getLoc(),
-        tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()), logits,
-        last);
-    finish(prefill, rows, ret);
-  }
+  SmallVector<zg::AttentionOp> prefillAttentions;
+  for (auto &pair : attentions)
+    prefillAttentions.push_back(pair.first);
+  derivePrefill(prefill, prefillAttentions, batch, maxSeq);
 
   prefill.setSymName("prefill");
   decode.setSymName("decode");
@@ -497,5 +537,19 @@ generate::importForGeneration(MLIRContext &context, const std::string &model,
   }
   if (failed(buildGenerationModule(*full, *single, maxSeq)))
     return nullptr;
+  // Shorter prefill programs, so that a prompt shorter than L is not
+  // computed at L positions: the runtime runs the shortest that holds it.
+  for (int64_t width : prefillLengths(maxSeq)) {
+    options.seq = width;
+    OwningOpRef<ModuleOp> shorter =
+        import::importOnnxFile(context, model, options);
+    if (!shorter)
+      return nullptr;
+    PassManager pm(&context, ModuleOp::getOperationName());
+    transforms::buildRecognitionPipeline(pm);
+    if (failed(pm.run(*shorter)) ||
+        failed(addPrefillProgram(*full, *shorter, width, maxSeq)))
+      return nullptr;
+  }
   return full;
 }

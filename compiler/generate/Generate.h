@@ -10,6 +10,9 @@
 //   @decode(token [B, 1] i64, positions [B] i64)
 //       -> (next_token [B] i64, logits [B, V])
 //
+// and, for prompts shorter than L, @prefill_<n> (n = 16, 32, ... < L), the
+// graph imported at n positions made into a prefill of the same caches.
+//
 // Every recognised attention writes its keys and values into a persistent
 // zg.state of kind kv_cache [B, Hkv, L, D]; @decode attends over the cache
 // (zg.cached_attention) and reads the position-indexed constants (rotary
@@ -25,6 +28,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "mlir/Support/LogicalResult.h"
+#include "llvm/ADT/SmallVector.h"
 
 #include <string>
 
@@ -38,6 +42,19 @@ namespace zplan::generate {
 mlir::LogicalResult buildGenerationModule(mlir::ModuleOp full,
                                           mlir::ModuleOp single,
                                           int64_t maxSeq);
+
+/// The shorter prefill programs planned beside @prefill for --max-seq
+/// `maxSeq`: the powers of two from 16 below it. A prompt of P tokens runs the
+/// shortest program of at least P positions (the runtime's choice).
+llvm::SmallVector<int64_t> prefillLengths(int64_t maxSeq);
+
+/// Adds @prefill_<width> to `full` (which buildGenerationModule made) from
+/// `shorter`, the recognised graph imported at `width` positions: it writes
+/// the prompt's keys and values into the same caches and ends like @prefill.
+/// `shorter` is consumed.
+mlir::LogicalResult addPrefillProgram(mlir::ModuleOp full,
+                                      mlir::ModuleOp shorter, int64_t width,
+                                      int64_t maxSeq);
 
 /// Imports `model` at `options.seq` = maxSeq and at 1 token (the rank-local
 /// batch in `options.batch`), runs recognition on both and derives the

@@ -11,8 +11,8 @@
 //   combines the chunks. When one chunk covers the cache (large batches), the block writes the output
 //   itself. The split is a function of the shapes alone (zk/cuda_workspace.h), so the plan sizes the
 //   workspace; chunks past a sequence's cached length exit at once.
-// - Loads are 16-byte vectors of a key row (a thread per key) for the scores and 2-element vectors of a value
-//   row (a warp per row segment) for the weighted sum; the softmax runs in the base-2 domain with the scale
+// - Loads are 16-byte vectors: of a key row (a thread per key) for the scores, of 8 dims of a value row (a
+//   thread per 8 output dims, the keys of a tile dealt round the threads that share them) for the sum; the softmax runs in the base-2 domain with the scale
 //   folded into the queries; all sums are fp32.
 //
 // The oracle is the CPU reference kernel (kernels/cpu/generate.cpp), tests/cuda/generate_kernels_test.cpp.
@@ -65,15 +65,6 @@ __device__ __forceinline__ void load8(const __half *p, float (&x)[8]) {
   }
 }
 
-// Two consecutive elements as floats.
-__device__ __forceinline__ float2 load2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
-__device__ __forceinline__ float2 load2(const __nv_bfloat16 *p) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p));
-}
-__device__ __forceinline__ float2 load2(const __half *p) {
-  return __half22float2(*reinterpret_cast<const __half2 *>(p));
-}
-
 // Grid (chunk, K/V head, sequence). R = (Hq / Hkv) * S query rows share the K/V head; row r is query head
 // kh * G + r / S, query row r % S.
 template <class T, int DH>
@@ -82,7 +73,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                             const int64_t *__restrict__ pos, T *__restrict__ out, float *__restrict__ part_o,
                             float *__restrict__ part_ml, int Hq, int Hkv, int S, int L, int chunk, int splits,
                             float scale) {
-  constexpr int kPairs = DH / 2;  // value pairs per row
+  constexpr int kOcts = DH / 8;  // 8-dim groups per row
   __shared__ __align__(16) float qs[kMaxRows][DH];
   __shared__ float sc[kMaxRows][kTile];
   __shared__ float row_m[kMaxRows], row_l[kMaxRows], row_alpha[kMaxRows];
@@ -110,15 +101,19 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int64_t base = ((static_cast<int64_t>(b) * Hkv + kh) * L) * DH;
   const T *kb = k + base, *vb = v + base;
 
-  // The weighted sum: the block's threads split into `groups` sets that each cover every (row, value pair)
-  // once; set g takes the keys g, g + groups, ... of each tile (summed across sets at the end).
-  const int pairs = R * kPairs;
-  const int groups = pairs >= kThreadsPerBlock ? 1 : kThreadsPerBlock / pairs;
-  const int set = tid / pairs < groups ? tid / pairs : groups;  // == groups: idle in the sum when pairs > 128 / groups
-  constexpr int kOwn = (kMaxRows * kPairs + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  float2 acc[kOwn];
+  // The weighted sum: a thread owns 8 consecutive output dims of one row (an "oct", one 16-byte load of a
+  // value row per key), and the block's threads split into `groups` sets that each cover every oct once; set
+  // g takes the keys g, g + groups, ... of each tile, so a thread has tile / groups independent loads in
+  // flight rather than a whole tile in a chain (summed across sets at the end).
+  const int octs = R * kOcts;
+  const int groups = octs >= kThreadsPerBlock ? 1 : kThreadsPerBlock / octs;
+  const int set = tid / octs < groups ? tid / octs : groups;  // == groups: idle in the sum
+  constexpr int kOwn = (kMaxRows * kOcts + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  float acc[kOwn][8];
 #pragma unroll
-  for (int u = 0; u < kOwn; ++u) acc[u] = make_float2(0.0f, 0.0f);
+  for (int u = 0; u < kOwn; ++u)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[u][e] = 0.0f;
   __syncthreads();
 
   for (int tile = start; tile < end; tile += kTile) {
@@ -180,50 +175,59 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     if (set < groups) {
 #pragma unroll
       for (int u = 0; u < kOwn; ++u) {
-        const int pi = tid % pairs + u * kThreadsPerBlock;
-        if (u * kThreadsPerBlock >= pairs || pi >= pairs) break;
-        const int r = pi / kPairs, d = 2 * (pi % kPairs);
+        const int oi = tid % octs + u * kThreadsPerBlock;
+        if (u * kThreadsPerBlock >= octs || oi >= octs) break;
+        const int r = oi / kOcts, d = 8 * (oi % kOcts);
         const float alpha = row_alpha[r];
-        float2 a = make_float2(acc[u].x * alpha, acc[u].y * alpha);
-#pragma unroll 8
+        float a[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) a[e] = acc[u][e] * alpha;
+#pragma unroll 4
         for (int jj = set; jj < n; jj += groups) {
           const float w = sc[r][jj];
-          const float2 x = load2(vb + static_cast<int64_t>(tile + jj) * DH + d);
-          a.x += w * x.x;
-          a.y += w * x.y;
+          float x[8];
+          load8(vb + static_cast<int64_t>(tile + jj) * DH + d, x);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) a[e] += w * x[e];
         }
-        acc[u] = a;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[u][e] = a[e];
       }
     }
     __syncthreads();  // sc is rewritten by the next tile
   }
 
-  // Sum the sets' partial outputs (through sc, now free), then normalise or leave the chunk's partials.
+  // Sum the sets' partial outputs (through sc, now free: groups x octs x 8 <= 8 x 128 floats), then normalise
+  // or leave the chunk's partials.
   float *red = &sc[0][0];
   if (groups > 1) {
-    if (set < groups) red[2 * tid] = acc[0].x, red[2 * tid + 1] = acc[0].y;
+    if (set < groups)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) red[8 * tid + e] = acc[0][e];
     __syncthreads();
-    if (tid < pairs) {
-      float2 a = make_float2(0.0f, 0.0f);
-      for (int g = 0; g < groups; ++g) a.x += red[2 * (g * pairs + tid)], a.y += red[2 * (g * pairs + tid) + 1];
-      acc[0] = a;
-    }
+    if (tid < octs)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float a = 0.0f;
+        for (int g = 0; g < groups; ++g) a += red[8 * (g * octs + tid) + e];
+        acc[0][e] = a;
+      }
   }
-  if (tid >= pairs && groups > 1) return;
+  if (tid >= octs && groups > 1) return;
 #pragma unroll
   for (int u = 0; u < kOwn; ++u) {
-    const int pi = tid + u * kThreadsPerBlock;
-    if (pi >= pairs) break;
-    const int r = pi / kPairs, d = 2 * (pi % kPairs), h = kh * G + r / S, i = r % S;
+    const int oi = tid + u * kThreadsPerBlock;
+    if (oi >= octs) break;
+    const int r = oi / kOcts, d = 8 * (oi % kOcts), h = kh * G + r / S, i = r % S;
     const int64_t row = (static_cast<int64_t>(b) * Hq + h) * S + i;
     if (splits == 1) {
       const float l = row_l[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
-      out[row * DH + d] = from_f32<T>(acc[u].x * inv);
-      out[row * DH + d + 1] = from_f32<T>(acc[u].y * inv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) out[row * DH + d + e] = from_f32<T>(acc[u][e] * inv);
     } else {
       float *o = part_o + (row * splits + split) * DH;
-      o[d] = acc[u].x;
-      o[d + 1] = acc[u].y;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[d + e] = acc[u][e];
       if (d == 0) {
         part_ml[(row * splits + split) * 2] = row_m[r];
         part_ml[(row * splits + split) * 2 + 1] = row_l[r];

@@ -989,19 +989,40 @@ Status Session::prefill(const int64_t *prompt, int64_t batch, int64_t prompt_len
     if (lengths[b] < 1 || lengths[b] > prompt_len)
       return error(Code::invalid_argument, "prompt " + std::to_string(b) + " has length " + std::to_string(lengths[b]) +
                                                ", outside [1, " + std::to_string(prompt_len) + "]");
-  std::vector<int64_t> ids(static_cast<size_t>(B * L), 0), lens(static_cast<size_t>(B));
+  // The compiler planned @prefill over L positions and shorter @prefill_<n> (docs/generation.md): the
+  // shortest that holds the prompt runs, so that a short prompt is not computed at L positions.
+  Impl &m = *impl_;
+  int pi = m.find_program("prefill");
+  int64_t width = L;
+  for (size_t p = 0; p < m.program_info.size(); ++p) {
+    const std::string &name = m.program_info[p].name;
+    if (name.rfind("prefill_", 0) != 0) continue;
+    const int i = m.find(m.program_info[p].inputs, "input_ids");
+    if (i < 0 || m.program_info[p].inputs[i].global_shape.size() != 2) continue;
+    const int64_t n = m.program_info[p].inputs[i].global_shape[1];
+    if (n >= prompt_len && n < width) {
+      width = n;
+      pi = static_cast<int>(p);
+    }
+  }
+  std::vector<int64_t> ids(static_cast<size_t>(B * width), 0), lens(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t src = b < batch ? b : 0;
     lens[b] = lengths[src];
-    for (int64_t t = 0; t < lens[b]; ++t) ids[b * L + t] = prompt[src * prompt_len + t];
+    for (int64_t t = 0; t < lens[b]; ++t) ids[b * width + t] = prompt[src * prompt_len + t];
   }
   ZRT_RETURN_IF_ERROR(check_ids(*this, "input_ids", ids.data(), ids.size(), "prompt"));
-  ZRT_RETURN_IF_ERROR(bind_input("input_ids", ids.data(), ids.size() * 8));
-  ZRT_RETURN_IF_ERROR(bind_input("prompt_lengths", lens.data(), lens.size() * 8));
+  for (const char *name : {"input_ids", "prompt_lengths"}) {
+    const int i = m.find(m.program_info[pi].inputs, name);
+    if (i < 0)
+      return error(Code::invalid_argument, "program '" + m.program_info[pi].name + "' has no input '" + name + "'");
+    const std::vector<int64_t> &v = name[0] == 'i' ? ids : lens;
+    ZRT_RETURN_IF_ERROR(m.bind_one(pi, i, v.data(), v.size() * 8));
+  }
   // The sampler's counter (docs/sampling.md): token k of a generation draws at step k.
   impl_->generated = 0;
   ZRT_RETURN_IF_ERROR(set_step_if_any(*this, 0));
-  ZRT_RETURN_IF_ERROR(run("prefill"));
+  ZRT_RETURN_IF_ERROR(run(m.program_info[pi].name));
   return read_next_tokens(*this, *impl_->comm, B, batch, next);
 }
 

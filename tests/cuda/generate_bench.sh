@@ -147,26 +147,33 @@ done
 : > "$out/hf.jsonl"
 hf_modes=$(for m in $modes; do [[ $m == eager || $m == compile ]] && echo $m; done)
 if [[ -n $hf_modes ]]; then
+  # One process per mode (the model is built once), every batch size in it; each batch's line is printed as
+  # soon as it is measured, so that a budget cut keeps the batches done.
   for mode in $hf_modes; do
-    for bs in $batches; do
-      left $((budget - 40)) || { echo "hf $mode b$bs: skipped (call budget)"; continue; }
-      step hf-$mode-b$bs env PYTHONUNBUFFERED=1 timeout $((budget - SECONDS - 20)) python3 - "$model" "$mode" "$bs" \
-        "$out/prompt-b$bs.npy" <<'PY'
+    left $((budget - 40)) || { echo "hf $mode: skipped (call budget)"; continue; }
+    step hf-$mode env PYTHONUNBUFFERED=1 timeout $((budget - SECONDS - 20)) python3 - "$model" "$mode" "$out" \
+      $batches <<'PY'
 import json, sys, time
 import numpy as np, torch
 sys.path.insert(0, "bench/gpu")
 from torch_baseline import build
-name, mode, bs, prompt = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+name, mode, out, batches = sys.argv[1], sys.argv[2], sys.argv[3], [int(b) for b in sys.argv[4:]]
 NEW = 256
 torch.manual_seed(0)
 model, layers, width, vocab = build(name)
 model = model.to("cuda", torch.bfloat16).eval()
-ids = torch.from_numpy(np.load(prompt)).cuda()
-mask = torch.ones_like(ids)
 if mode == "compile":
-    # Hugging Face's recipe for a compiled generate: a static cache and the forward compiled with CUDA graphs.
+    # Hugging Face's recipe for a compiled generate (transformers 5): a static cache, and generate compiles the
+    # decoding step itself (torch.compile, mode reduce-overhead: CUDA graphs) while the prefill runs eager.
+    # Compiling model.forward by hand instead fails there: the static cache is allocated lazily inside the
+    # first compiled call and the CUDA graph trees then overwrite it ("accessing tensor output of CUDAGraphs
+    # that has been overwritten by a subsequent run").
     model.generation_config.cache_implementation = "static"
-    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    try:
+        from transformers import CompileConfig
+        model.generation_config.compile_config = CompileConfig(fullgraph=True, mode="reduce-overhead")
+    except ImportError:
+        pass
 
 class Stamps:
     """generate()'s streamer: put() gets the prompt first, then each step's tokens."""
@@ -178,30 +185,36 @@ class Stamps:
     def end(self):
         pass
 
-def once():
+def once(ids, bs):
     s = Stamps()
+    mask = torch.ones_like(ids)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False,
-                             pad_token_id=0, streamer=s)
+        o = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False,
+                           pad_token_id=0, streamer=s)
     torch.cuda.synchronize()
     t1 = time.perf_counter()
-    assert out.shape == (bs, 512 + NEW), out.shape
+    assert o.shape == (bs, 512 + NEW), o.shape
     first, last = s.t[1], s.t[-1]
     return dict(ttft_ms=(first - t0) * 1e3, decode_tok_s=bs * (NEW - 1) / (last - first), total_s=t1 - t0)
 
-t0 = time.perf_counter()
-warm = once()  # compiles (compile mode) and warms the allocator
-warm_s = time.perf_counter() - t0
-if mode == "compile":
-    once()  # the CUDA graphs are recorded on the second run
-r = once()
-r.update(impl=f"hf-{mode}", batch=bs, warmup_s=round(warm_s, 1))
-print(json.dumps(r))
+for bs in batches:
+    ids = torch.from_numpy(np.load(f"{out}/prompt-b{bs}.npy")).cuda()
+    t0 = time.perf_counter()
+    once(ids, bs)  # compiles (compile mode) and warms the allocator
+    warm_s = time.perf_counter() - t0
+    if mode == "compile":
+        once(ids, bs)  # the CUDA graphs are recorded on the second run
+    r = once(ids, bs)
+    r.update(impl=f"hf-{mode}", batch=bs, warmup_s=round(warm_s, 1))
+    if mode == "compile":
+        # Evidence that the step was compiled: the graphs dynamo produced so far.
+        from torch._dynamo.utils import counters
+        r["compiled_graphs"] = int(counters["stats"]["unique_graphs"])
+    print(json.dumps(r), flush=True)
 PY
-      grep '^{' "$out/hf-$mode-b$bs.log" >> "$out/hf.jsonl" || tail -5 "$out/hf-$mode-b$bs.log"
-    done
+    grep '^{' "$out/hf-$mode.log" >> "$out/hf.jsonl" || tail -5 "$out/hf-$mode.log"
   done
   cat "$out/hf.jsonl"
 fi

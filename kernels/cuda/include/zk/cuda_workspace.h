@@ -31,9 +31,10 @@ inline uint64_t sum_squares() { return static_cast<uint64_t>(kSumSquaresBlocks) 
 /// cached_attention (decode, kernels/cuda/decode_attention.cu) splits each (sequence, K/V head)'s cache into
 /// chunks of whole 128-key tiles, one block each, so that a small batch still fills the GPU (flash-decoding);
 /// a final pass combines the chunks' partial results. The split depends on the shapes alone, so that the plan
-/// counts the same workspace the kernel uses. Aiming at about 264 blocks: two waves of the H200's 132 SMs.
+/// counts the same workspace the kernel uses. Aiming at about 1056 blocks, eight per SM of the H200's 132:
+/// a block's tiles run one after another, so the blocks resident together hide each other's load latency.
 inline constexpr int64_t kDecodeTile = 128;
-inline constexpr int64_t kDecodeBlocks = 264;
+inline constexpr int64_t kDecodeBlocks = 1056;
 
 /// The cache positions one block of cached_attention covers (a multiple of kDecodeTile).
 inline int64_t decode_attention_chunk(int64_t batch, int64_t kv_heads, int64_t cache_len) {
