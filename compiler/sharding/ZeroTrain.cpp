@@ -437,14 +437,24 @@ void TrainZero::gatherForUses(zg::WeightOp w, Value shard) {
 /// moments, and the updated part comes back up (prefetch) into
 /// `deviceTarget`: the parameter's shard (stage 3), else gathered over dp
 /// into the whole parameter.
+///
+/// The part goes down as soon as it exists, not when the update runs: at
+/// stages 2 and 3 (and on one rank) that is during the backward, so the copy
+/// stream moves each gradient while the backward computes the next ones, and
+/// its device bytes are free from then on (DeepSpeed's ZeRO-Offload copies
+/// gradients to its pinned buffer the same way). The host holds every part
+/// until the updates, which the host arena plans anyway. The gradient norm
+/// still reads the device part, before it is released.
 LogicalResult TrainZero::updateOnHost(ParamUpdate &u, Value gradPart,
                                       Value master, Value deviceTarget) {
   zg::AdamwOp adamw = u.adamw;
   OpBuilder b(adamw);
   Location loc = adamw.getLoc();
+  b.setInsertionPointAfterValue(gradPart);
   Value gradHost = dist::EvictOp::create(b, loc, gradPart).getResult();
   if (mixed)
     keepOwnDType(gradHost);
+  b.setInsertionPoint(adamw);
   adamw->setOperand(1, gradHost);
   adamw->setOperand(0, master);
   adamw->setAttr("zd.on_host", b.getUnitAttr());
