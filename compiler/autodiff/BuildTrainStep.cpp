@@ -441,9 +441,9 @@ Value BuildTrainStepPass::learningRate(OpBuilder &b, Location loc, Value lr,
   }
   if (warmupSteps > 0) {
     Value warm = scalarOp<zg::DivOp>(b, loc, t, scalar(b, loc, f32, w));
-    Value warming = zg::LessOp::create(
-        b, loc, RankedTensorType::get({}, b.getI1Type()), t,
-        scalar(b, loc, f32, w));
+    Value warming =
+        zg::LessOp::create(b, loc, RankedTensorType::get({}, b.getI1Type()), t,
+                           scalar(b, loc, f32, w));
     factor = zg::WhereOp::create(b, loc, t.getType(), warming, warm, factor);
   }
   return scalarOp<zg::MulOp>(b, loc, lr, factor);

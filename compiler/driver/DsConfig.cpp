@@ -1181,9 +1181,7 @@ void Reader::run(const Object &top) {
        }},
       {"data_types", ignored("zplan accumulates gradients in fp32")},
       {"activation_checkpointing",
-       [&](const Value &v, const std::string &p) {
-         readCheckpointing(v, p);
-       }},
+       [&](const Value &v, const std::string &p) { readCheckpointing(v, p); }},
       {"sparse_gradients", ignored("zplan's gradients are dense")},
       {"checkpoint", ignored("checkpoints are not read through the "
                              "ds-config")},

@@ -7,11 +7,11 @@
 // Every row is a real compile (compilePlan, the pipeline of `zplan`), in
 // this process, of one configuration: each tp that divides --world, ZeRO
 // stage 0-3, the offload placements, and with --train the recompute
-// modes none, selective and full. The model is imported once per batch a rank sees and cloned for
-// each row. A row the compiler refuses shows the compiler's reason; NVMe
-// rows say NVMe offload is not supported yet. --gpu-mem and --host-mem only
-// decide the "fits" column: every row is planned without them, so that a
-// row that does not fit still shows by how much.
+// modes none, selective and full. The model is imported once per batch a rank
+// sees and cloned for each row. A row the compiler refuses shows the compiler's
+// reason; NVMe rows say NVMe offload is not supported yet. --gpu-mem and
+// --host-mem only decide the "fits" column: every row is planned without them,
+// so that a row that does not fit still shows by how much.
 //
 // --ds-config applies a DeepSpeed config to every row as `zplan --ds-config`
 // would (the swept tp, stage, offload and recompute act as flags, so they
@@ -420,13 +420,12 @@ std::string formatJson(const std::vector<Row> &rows,
       row["fits"] = nullptr;
     out.push_back(std::move(row));
   }
-  Object top{{"model", common.model},      {"world", opts.world},
-             {"gpus_per_node", perNode},   {"batch", common.import.batch},
-             {"seq", common.import.seq},   {"dtype", opts.base.dtype},
-             {"target", opts.base.target}, {"train", opts.base.train},
-             {"ds_config", opts.base.dsConfig},
-             {"gpu_mem", limits.gpuMem},   {"host_mem", limits.hostMem},
-             {"rows", std::move(out)}};
+  Object top{{"model", common.model},           {"world", opts.world},
+             {"gpus_per_node", perNode},        {"batch", common.import.batch},
+             {"seq", common.import.seq},        {"dtype", opts.base.dtype},
+             {"target", opts.base.target},      {"train", opts.base.train},
+             {"ds_config", opts.base.dsConfig}, {"gpu_mem", limits.gpuMem},
+             {"host_mem", limits.hostMem},      {"rows", std::move(out)}};
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(top))).str() + "\n";
 }
 
@@ -528,11 +527,11 @@ int estimateCommand(MLIRContext &context, const CommonOptions &commonIn,
   std::vector<Row> rows = configurations(opts);
   if (!opts.base.dsConfig.empty())
     for (Row &r : rows)
-      r.configRow = r.tp == chosen.tp && r.zero == chosen.zero &&
-                    r.offloadParam == chosen.offloadParam &&
-                    (!chosen.train ||
-                     (r.offloadOptimizer == chosen.offloadOptimizer &&
-                      r.recompute == chosen.recompute));
+      r.configRow =
+          r.tp == chosen.tp && r.zero == chosen.zero &&
+          r.offloadParam == chosen.offloadParam &&
+          (!chosen.train || (r.offloadOptimizer == chosen.offloadOptimizer &&
+                             r.recompute == chosen.recompute));
   bool showProgress =
       opts.progress == "on" ||
       (opts.progress == "auto" && llvm::sys::Process::StandardErrIsDisplayed());
