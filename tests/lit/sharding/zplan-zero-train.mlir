@@ -100,8 +100,9 @@ func.func @forward(%x: tensor<1x3xf32>) -> tensor<1x3xf32> {
 // -----
 
 // Tests that optimizer offload at stage 2 puts the master part and both
-// moments in host memory, evicts the gradient part before the update, runs
-// the update on the host and brings the part back before gathering it.
+// moments in host memory, evicts the gradient part as soon as its reduction
+// has made it (so the copy overlaps the rest of the backward), runs the
+// update on the host and brings the part back before gathering it.
 // RUN: zplan-opt --split-input-file --zplan-zero-train="stage=2 offload-optimizer=cpu" %s | FileCheck %s --check-prefix=OFF
 // RUN: zplan-opt --split-input-file --zplan-zero-train="stage=3 offload-optimizer=cpu" %s | FileCheck %s --check-prefix=OFF3
 // OFF-LABEL: func.func @offloaded
@@ -109,8 +110,8 @@ func.func @forward(%x: tensor<1x3xf32>) -> tensor<1x3xf32> {
 // OFF: zg.state {{.*}}name = "w.m"{{.*}}zd.space = "host"{{.*}} -> tensor<5xf32>
 // OFF: %[[RS:.*]] = zd.reduce_scatter
 // OFF: %[[G:.*]] = zg.mul %[[RS]]
-// OFF: %[[H:.*]] = zd.evict %[[G]]
-// OFF-NEXT: zg.adamw %[[MASTER]], %[[H]], {{.*}}zd.on_host
+// OFF-NEXT: %[[H:.*]] = zd.evict %[[G]]
+// OFF: zg.adamw %[[MASTER]], %[[H]], {{.*}}zd.on_host
 // OFF-NEXT: %[[UP:.*]] = zd.prefetch %[[MASTER]]
 // OFF-NEXT: %[[W:.*]] = zd.gather_param %[[UP]] : tensor<5xf32> -> tensor<3x3xf32>
 // OFF-NEXT: zg.assign %{{.*}}, %[[W]]
