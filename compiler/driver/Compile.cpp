@@ -316,6 +316,12 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     plan::ZplanScheduleOptions schedule;
     schedule.dtype = f.dtype;
     pm.addPass(plan::createZplanMaterializeOutputs());
+    // Batch chunks whose tp collectives overlap the other chunks' compute.
+    if (f.overlapChunks > 1) {
+      plan::ZplanOverlapChunksOptions overlap;
+      overlap.chunks = f.overlapChunks;
+      pm.addPass(plan::createZplanOverlapChunks(overlap));
+    }
     // Both backends' matrix products read an operand transposed.
     pm.addPass(plan::createZplanFoldTranspose());
     // The CUDA backend has kernels for the fused steps; the CPU reference

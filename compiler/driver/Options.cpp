@@ -159,6 +159,10 @@ std::vector<OptionRow> buildTable() {
   t.push_back(row("--max-live-bytes", &C::maxLiveBytes,
                   "ZeRO-3: cap on gathered parameter bytes alive at once")
                   .checked(Check::NonNegative));
+  t.push_back(row("--overlap-chunks", &C::overlapChunks,
+                  "tp forward: split the batch into N chunks so that one "
+                  "chunk's all_reduce runs while another computes (1: off)")
+                  .atLeast(1));
   t.push_back(row("--no-fuse", &C::noFuse,
                   "cuda target: keep linear+GELU, residual add+norm and "
                   "activation+gate as separate steps (--zplan-fuse is off)"));

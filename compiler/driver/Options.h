@@ -62,6 +62,9 @@ struct CompileConfig {
   std::string cudaContextBytes = "540M", commReserveBytes = "auto",
               commBytesPerGroup = "1232M";
   int64_t persistThreshold = 0, prefetchBytes = 0, maxLiveBytes = 0;
+  /// --overlap-chunks: batch chunks of a tp forward whose collectives
+  /// overlap the other chunks' compute (1: off).
+  int64_t overlapChunks = 1;
   bool keepLogitsSharded = false;
   bool noFuse = false;
   bool report = false;

@@ -9,6 +9,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <limits>
+
 using namespace mlir;
 
 namespace zplan::plan {
@@ -175,6 +177,34 @@ FailureOr<Liveness> Liveness::build(func::FuncOp func, PlanDType floatDType) {
     int root = rootOf(it->second);
     lv.tensors[root].begin = 0;
     lv.tensors[root].end = last;
+  }
+
+  // In a program split into batch chunks (--zplan-overlap-chunks marks it),
+  // a tp collective reads its operands on the comm stream while the compute
+  // stream runs ahead with the other chunk. Bytes freed there and reused by a compute step would make that step
+  // wait for the collective (--zplan-memory-plan orders reuse across
+  // streams), so they stay reserved until the compute stream waits for the
+  // collective anyway: the first compute reader of its result. Collectives
+  // over dp (gradient reductions, whose results the optimizer may read only
+  // at the end of the step) keep the plain lifetimes.
+  const bool chunked = func->hasAttr("zplan.overlap_chunks");
+  for (Operation *op : lv.steps) {
+    if (!chunked || !isCollectiveOp(op) || axisOf(op) != AxisKind::Tp)
+      continue;
+    int64_t sync = std::numeric_limits<int64_t>::max();
+    for (Value r : op->getResults())
+      for (Operation *user : r.getUsers())
+        if (streamOf(user) == StreamKind::Compute && lv.stepOf.count(user))
+          sync = std::min(sync, lv.stepOf.lookup(user));
+    if (sync == std::numeric_limits<int64_t>::max())
+      continue;
+    for (Value operand : op->getOperands()) {
+      auto it = lv.indexOf.find(operand);
+      if (it == lv.indexOf.end())
+        continue;
+      TensorInfo &t = lv.tensors[rootOf(it->second)];
+      t.end = std::max(t.end, sync - 1);
+    }
   }
 
   for (auto [op, root] : releases) {

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "compiler/sharding/BatchSplit.h"
 #include "compiler/sharding/Passes.h"
 #include "compiler/sharding/Sharding.h"
 #include "dialects/graph/GraphOps.h"
@@ -327,6 +328,14 @@ LogicalResult BatchSplitter::run() {
                                  ret->getOperandTypes()));
   return success();
 }
+
+} // namespace
+
+LogicalResult zplan::sharding::splitBatch(func::FuncOp func, int64_t parts) {
+  return BatchSplitter(func, parts).run();
+}
+
+namespace {
 
 //===----------------------------------------------------------------------===//
 // Stage 3: parameter partition
