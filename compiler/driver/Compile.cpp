@@ -166,6 +166,27 @@ std::string reportJsonWithSettings(const plan::PlanSummary &summary,
   return llvm::formatv("{0:2}", *parsed).str() + "\n";
 }
 
+/// The memory plan checks its arena and the fixed reserve against --gpu-mem;
+/// the emitter adds what it sizes itself (the NCCL communicators the plan's
+/// collectives use, the collective staging, the training kernels' scratch).
+/// The whole planned peak must fit too: returns why it does not, or "".
+std::string peakOverGpuMem(const plan::PlanSummary &summary, uint64_t gpuMem) {
+  const plan::MemoryFigures &m = summary.memory;
+  const uint64_t peak = m.plannedPeakBytes();
+  if (gpuMem == 0 || peak <= gpuMem)
+    return {};
+  auto mib = [](uint64_t b) {
+    return llvm::formatv("{0:F1} MiB", double(b) / (1 << 20)).str();
+  };
+  return "the planned process peak per rank is " + mib(peak) + " (arena " +
+         mib(m.arenaBytes[0]) + ", workspace and collective staging " +
+         mib(m.workspaceBytes) + ", CUDA context and NCCL buffers " +
+         mib(m.runtimeReserveBytes) + ") but --gpu-mem is " + mib(gpuMem) +
+         ": over by " + mib(peak - gpuMem) +
+         "; try --zero 3 (with dp > 1), --offload-param cpu, a larger --tp "
+         "or a smaller --batch";
+}
+
 } // namespace
 
 std::string commandLine(const CompileConfig &f, const CommonOptions &o) {
@@ -345,6 +366,15 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     memory.hostMem = limits.hostMem;
     pm.addPass(plan::createZplanMemoryPlan(memory));
   };
+  plan::EmitOptions emit;
+  emit.planPath = options.output.empty() ? "plan.zplan" : options.output;
+  llvm::SmallString<256> modelDir(options.model);
+  llvm::sys::path::remove_filename(modelDir);
+  emit.modelDir = modelDir.empty() ? "." : std::string(modelDir.str());
+  emit.backend = f.target == "cuda" ? 1 : 0;
+  emit.zeroStage = int(f.zero);
+  emit.producer = "zplan 0.1 (" + commandLine(f, options) + ")";
+  emit.reserve = reserve;
   if (f.train && f.recompute == "auto") {
     // The least recomputation whose plan fits --gpu-mem: each choice is
     // planned on a copy of the module, its diagnostics held back; the first
@@ -365,6 +395,21 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
           return success();
         });
         ok = trial.run(*copy);
+      }
+      if (succeeded(ok)) {
+        // The emitter's figures (figures only: no constant payloads) decide
+        // whether the whole process peak fits, not only the arena.
+        plan::EmitOptions figures = emit;
+        figures.figuresOnly = true;
+        std::vector<uint8_t> ignored;
+        plan::PlanSummary summary;
+        if (failed(plan::emitPlan(*copy, figures, ignored, summary)))
+          return failure();
+        std::string over = peakOverGpuMem(summary, limits.gpuMem);
+        if (!over.empty()) {
+          held.assign(1, over);
+          ok = failure();
+        }
       }
       if (succeeded(ok)) {
         std::cerr << "zplan: --recompute auto: " << choice << " fits --gpu-mem "
@@ -390,19 +435,15 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
   }
   auto planned = Clock::now();
 
-  plan::EmitOptions emit;
-  emit.planPath = options.output.empty() ? "plan.zplan" : options.output;
-  llvm::SmallString<256> modelDir(options.model);
-  llvm::sys::path::remove_filename(modelDir);
-  emit.modelDir = modelDir.empty() ? "." : std::string(modelDir.str());
-  emit.backend = f.target == "cuda" ? 1 : 0;
-  emit.zeroStage = int(f.zero);
-  emit.producer = "zplan 0.1 (" + commandLine(f, options) + ")";
-  emit.reserve = reserve;
   emit.figuresOnly = figuresOnly;
   CompiledPlan result;
   if (failed(plan::emitPlan(*module, emit, result.payload, result.summary)))
     return failure();
+  if (std::string over = peakOverGpuMem(result.summary, limits.gpuMem);
+      !over.empty()) {
+    emitError(UnknownLoc::get(&context), over);
+    return failure();
+  }
   result.summary.generation.gpuMem = limits.gpuMem;
   result.summary.generation.linkBandwidth = double(limits.linkBandwidth);
   result.summary.nvme.bandwidth = double(limits.nvmeBandwidth);

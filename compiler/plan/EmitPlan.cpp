@@ -15,6 +15,7 @@
 #include "dialects/graph/GraphOps.h"
 
 #include "zk/cuda_workspace.h"
+#include "zrt/collective_staging.h"
 #include "zrt/plan_file.h"
 #include "zrt/plan_generated.h"
 
@@ -685,22 +686,20 @@ struct Emitter {
     return r == "max" ? 1 : r == "min" ? 2 : 0;
   }
 
-  /// The device staging a collective needs on the cuda runtime (runtime/src/session.cpp, run_collective,
-  /// applies the same rules): a gather or scatter along a dimension with more than one outer row is
-  /// gathered / packed contiguously per rank and then permuted, and a ZeRO gather whose result reserves
-  /// fewer bytes than the padded flat gather lands there first. The largest need is planned with the
-  /// workspace, so that no device byte of the run is left out of the plan.
+  /// The device staging a collective needs on the cuda runtime, by the rule the runtime applies
+  /// (zrt/collective_staging.h). The largest need is planned with the workspace, so that no device byte of
+  /// the run is left out of the plan.
   void noteStaging(Operation *op) {
     const int inIndex = indexOf(op->getOperand(0)), outIndex = indexOf(op->getResult(0));
-    const TensorInfo &out = lv.tensors[outIndex];
     const uint64_t es = dtypeBytes(lv.tensors[inIndex].dtype);
-    const uint64_t inBytes = elementCount(op->getOperand(0)) * es;
-    const uint64_t outBytes = elementCount(op->getResult(0)) * es;
     const int ri = root(inIndex), ro = root(outIndex);
-    const uint64_t inOff = offsets[ri], outOff = offsets[ro];
-    auto overlaps = [&](uint64_t total) {
-      return lv.tensors[ri].space == lv.tensors[ro].space && inOff < outOff + total && outOff < inOff + inBytes;
-    };
+    zrt::CollectiveExtent e;
+    e.in_begin = offsets[ri];
+    e.in_bytes = elementCount(op->getOperand(0)) * es;
+    e.out_begin = offsets[ro];
+    e.out_bytes = elementCount(op->getResult(0)) * es;
+    e.out_reserved = alignArena(lv.tensors[outIndex].bytes);
+    e.same_space = lv.tensors[ri].space == lv.tensors[ro].space;
     auto outerOf = [](Value v, int64_t dim) {
       int64_t outer = 1;
       auto shape = cast<ShapedType>(v.getType()).getShape();
@@ -709,17 +708,17 @@ struct Emitter {
       return outer;
     };
     uint64_t need = 0;
-    if (auto g = dyn_cast<dist::AllGatherOp>(op)) {
-      if (outerOf(op->getOperand(0), g.getDim()) != 1 || overlaps(outBytes))
-        need = outBytes;
-    } else if (auto r = dyn_cast<dist::ReduceScatterOp>(op)) {
-      if (outerOf(op->getResult(0), r.getDim()) != 1 || overlaps(outBytes))
-        need = inBytes;
-    } else if (isa<dist::GatherParamOp>(op)) {
-      const uint64_t total = inBytes * uint64_t(summary.dp);
-      if (alignArena(out.bytes) < total || overlaps(total))
-        need = total;
-    }
+    if (auto g = dyn_cast<dist::AllGatherOp>(op))
+      need = zrt::collective_staging_bytes(
+          zrt::StagedCollective::all_gather, e,
+          outerOf(op->getOperand(0), g.getDim()), summary.dp);
+    else if (auto r = dyn_cast<dist::ReduceScatterOp>(op))
+      need = zrt::collective_staging_bytes(
+          zrt::StagedCollective::reduce_scatter, e,
+          outerOf(op->getResult(0), r.getDim()), summary.dp);
+    else if (isa<dist::GatherParamOp>(op))
+      need = zrt::collective_staging_bytes(zrt::StagedCollective::gather_param,
+                                           e, 1, summary.dp);
     stagingBytes = std::max(stagingBytes, need);
   }
 

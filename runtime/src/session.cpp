@@ -15,6 +15,7 @@
 #include "step_decoder.h"
 #include "weights.h"
 #include "zk/cpu_kernels.h"
+#include "zrt/collective_staging.h"
 #include "zrt/backend.h"
 #include "zrt/communicator.h"
 #include "zrt/zrt.h"
@@ -127,6 +128,28 @@ constexpr uint64_t kNoFailure = std::numeric_limits<uint64_t>::max();
 bool overlaps(const void *a, size_t na, const void *b, size_t nb) {
   const auto *x = static_cast<const uint8_t *>(a), *y = static_cast<const uint8_t *>(b);
   return x < y + nb && y < x + na;
+}
+
+// The staging a gather or scatter step needs on this rank (zrt/collective_staging.h holds the rule, which
+// the compiler applies too); 0 when it runs directly.
+uint64_t staging_need(const Step &s, int64_t dp) {
+  const TensorRef &in = s.inputs[0], &out = s.outputs[0];
+  const uint64_t es = dtype_size(in.dtype);
+  CollectiveExtent e;
+  e.in_begin = reinterpret_cast<uintptr_t>(in.data);
+  e.in_bytes = static_cast<uint64_t>(in.numel()) * es;
+  e.out_begin = reinterpret_cast<uintptr_t>(out.data);
+  e.out_bytes = static_cast<uint64_t>(out.numel()) * es;
+  e.out_reserved = out.bytes;
+  int64_t outer = 1;
+  StagedCollective kind = StagedCollective::gather_param;
+  if (s.op == Op::all_gather || s.op == Op::reduce_scatter) {
+    kind = s.op == Op::all_gather ? StagedCollective::all_gather : StagedCollective::reduce_scatter;
+    // The dimensions before the gathered one: of the operand for a gather, of the result for a scatter.
+    const TensorRef &shaped = s.op == Op::all_gather ? in : out;
+    for (int k = 0; k < static_cast<int>(s.ints[0]) && k < shaped.rank; ++k) outer *= shaped.shape[k];
+  }
+  return collective_staging_bytes(kind, e, outer, dp);
 }
 }  // namespace
 
@@ -427,23 +450,8 @@ Status Session::Impl::decode_steps() {
       // Staging for collectives that permute or must not overlap: sized once here, never on the hot path,
       // and only where run_collective() takes the staged path (the compiler plans the same need with the
       // workspace: compiler/plan/EmitPlan.cpp, noteStaging).
-      const size_t es = s.inputs.empty() ? 0 : dtype_size(s.inputs[0].dtype);
-      if (s.op == Op::all_gather || s.op == Op::reduce_scatter || s.op == Op::gather_param) {
-        const TensorRef &a = s.inputs[0], &b = s.outputs[0];
-        const size_t in_b = static_cast<size_t>(a.numel()) * es, out_b = static_cast<size_t>(b.numel()) * es;
-        int64_t outer = 1;
-        const TensorRef &shaped = s.op == Op::reduce_scatter ? b : a;
-        for (int k = 0; s.op != Op::gather_param && k < static_cast<int>(s.ints[0]) && k < shaped.rank; ++k)
-          outer *= shaped.shape[k];
-        size_t need = 0;
-        if (s.op == Op::all_gather && (outer != 1 || overlaps(a.data, in_b, b.data, out_b))) need = out_b;
-        if (s.op == Op::reduce_scatter && (outer != 1 || overlaps(a.data, in_b, b.data, out_b))) need = in_b;
-        if (s.op == Op::gather_param) {
-          const size_t total = in_b * static_cast<size_t>(ri.dp);
-          if (b.bytes < total || overlaps(a.data, in_b, b.data, total)) need = total;
-        }
-        staging_bytes = std::max(staging_bytes, need);
-      }
+      if (s.op == Op::all_gather || s.op == Op::reduce_scatter || s.op == Op::gather_param)
+        staging_bytes = std::max<size_t>(staging_bytes, staging_need(s, ri.dp));
       if (!run.step_is_comm[i] && !run.step_is_io[i]) compute.push_back(s);
     }
   }
@@ -484,11 +492,10 @@ Status Session::Impl::run_collective(const Step &s) {
       return comm->all_reduce(s.axis, in.data, out.data, static_cast<size_t>(in.numel()), in.dtype, stream, red);
     }
     case Op::all_gather: {
+      if (staging_need(s, g) == 0) return comm->all_gather(s.axis, in.data, out.data, in_bytes, stream);
       const int dim = static_cast<int>(s.ints[0]);
       int64_t outer = 1;
       for (int k = 0; k < dim; ++k) outer *= in.shape[k];
-      if (outer == 1 && !overlaps(in.data, in_bytes, out.data, out_bytes))
-        return comm->all_gather(s.axis, in.data, out.data, in_bytes, stream);
       // Gathered contiguously per rank, then interleaved: rank c's row o goes to out row o, part c.
       ZRT_RETURN_IF_ERROR(comm->all_gather(s.axis, in.data, st, in_bytes, stream));
       const size_t row = in_bytes / static_cast<size_t>(outer);
@@ -498,11 +505,11 @@ Status Session::Impl::run_collective(const Step &s) {
       return {};
     }
     case Op::reduce_scatter: {
+      if (staging_need(s, g) == 0)
+        return comm->reduce_scatter(s.axis, in.data, out.data, static_cast<size_t>(out.numel()), in.dtype, stream, red);
       const int dim = static_cast<int>(s.ints[0]);
       int64_t outer = 1;
       for (int k = 0; k < dim; ++k) outer *= out.shape[k];
-      if (outer == 1 && !overlaps(in.data, in_bytes, out.data, out_bytes))
-        return comm->reduce_scatter(s.axis, in.data, out.data, static_cast<size_t>(out.numel()), in.dtype, stream, red);
       // Packed so that part c of every row is contiguous, then reduced and scattered block-wise.
       const size_t row = out_bytes / static_cast<size_t>(outer);
       for (int c = 0; c < g; ++c)
@@ -516,9 +523,7 @@ Status Session::Impl::run_collective(const Step &s) {
     }
     case Op::gather_param: {
       // Every dp rank holds an equal flat shard; the gathered flat tensor is cut to the local shape.
-      const size_t total = in_bytes * static_cast<size_t>(g);
-      if (out.bytes >= total && !overlaps(in.data, in_bytes, out.data, total))
-        return comm->all_gather(Axis::dp, in.data, out.data, in_bytes, stream);
+      if (staging_need(s, g) == 0) return comm->all_gather(Axis::dp, in.data, out.data, in_bytes, stream);
       ZRT_RETURN_IF_ERROR(comm->all_gather(Axis::dp, in.data, st, in_bytes, stream));
       return backend->copy_blocks(out.data, 0, st, 0, out_bytes, 1);
     }
