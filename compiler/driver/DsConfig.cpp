@@ -379,13 +379,11 @@ void Reader::readZero(const Value &v, const std::string &p) {
   const Object *obj = object(v, p);
   if (!obj)
     return;
-  const std::string trainGathers =
-      "zplan's training step gathers each parameter right before its use "
-      "and releases it after (no prefetch window yet)";
-  // A stage-3 element count mapped onto a zplan byte setting.
-  auto elements = [&](StringRef flag, bool inference, bool plusOne) {
-    return [this, flag, inference, plusOne,
-            trainGathers](const Value &val, const std::string &path) {
+  // A stage-3 element count mapped onto a zplan byte setting. The prefetch
+  // window and the live cap bound the ZeRO-3 gathers of every program, the
+  // training step's included (--zplan-prefetch-gathers).
+  auto elements = [&](StringRef flag, bool plusOne) {
+    return [this, flag, plusOne](const Value &val, const std::string &path) {
       if (isAuto(val)) {
         keepForAuto(flag, path);
         return;
@@ -395,10 +393,6 @@ void Reader::readZero(const Value &v, const std::string &p) {
         return;
       if (*n < 0) {
         fail(path, std::to_string(*n) + " must not be negative");
-        return;
-      }
-      if (inference && c.train) {
-        warn(path, "ignored with --train: " + trainGathers);
         return;
       }
       // DeepSpeed keeps a parameter whole when numel <= threshold, zplan when
@@ -450,12 +444,11 @@ void Reader::readZero(const Value &v, const std::string &p) {
        ignored("zplan gathers each parameter (or updated part) in one "
                "collective; the plan sizes its buffers")},
       {"stage3_prefetch_bucket_size",
-       elements("--prefetch-bytes", /*inference=*/true, /*plusOne=*/false)},
+       elements("--prefetch-bytes", /*plusOne=*/false)},
       {"stage3_max_live_parameters",
-       elements("--max-live-bytes", /*inference=*/true, /*plusOne=*/false)},
+       elements("--max-live-bytes", /*plusOne=*/false)},
       {"stage3_param_persistence_threshold",
-       elements("--persist-threshold", /*inference=*/false,
-                /*plusOne=*/true)},
+       elements("--persist-threshold", /*plusOne=*/true)},
       {"stage3_gather_16bit_weights_on_model_save",
        ignored("a zplan plan saves no 16-bit model at save time; its "
                "checkpoints hold the shards")},
