@@ -906,11 +906,6 @@ struct Emitter {
                     a.getWeightDecay().convertToDouble()};
         })
         .Case([&](dist::BroadcastOp b) { ints = {int64_t(b.getRoot())}; })
-        .Case([&](graph::IsNanOp) {
-          ok = op->emitError() << "zplan-emit: zg.is_nan has no plan opcode "
-                                  "(the attention recognition should have "
-                                  "absorbed it)";
-        })
         .Default([](Operation *) {});
     if (failed(ok))
       return failure();

@@ -22,8 +22,8 @@ def Graph_Dialect : Dialect {
     `layer_norm`, `rms_norm`, `gelu`, `silu`, `attention`, `embedding`) are
     what the recognition passes produce. Op names match the runtime's plan
     opcodes (runtime/schema/plan.fbs) one to one, except `weight`, `constant`,
-    `split` (several slices), `causal_mask` and `is_nan`, which the planner
-    lowers or which the recognition passes absorb.
+    `split` (several slices) and `causal_mask`, which the planner lowers or
+    the recognition passes absorb.
 
     Graph inputs are the arguments of `func.func @main` and carry their ONNX
     names in the `zg.name` argument attribute; outputs are its results with a

@@ -85,10 +85,10 @@ def ZG_IsNanOp
     : ZG_Op<"is_nan", [Pure, SameOperandsAndResultShape, ZG_TpElementwise]> {
   let summary = "elementwise NaN test";
   let description = [{
-    `result[i] = isnan(input[i])` (ONNX IsNaN). The runtime has no opcode for
-    it: exporters emit it after a softmax to zero fully masked rows, and the
-    attention recognition absorbs that pattern (zg.attention gives zeros for
-    fully masked rows).
+    `result[i] = isnan(input[i])` (ONNX IsNaN; plan opcode is_nan). Exporters
+    emit it after a softmax to zero fully masked rows; the attention
+    recognition absorbs that pattern (zg.attention gives zeros for fully
+    masked rows), and any other use runs as is.
   }];
   let arguments = (ins ZG_Tensor:$input);
   let results = (outs ZG_BoolTensor:$result);

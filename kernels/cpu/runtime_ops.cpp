@@ -176,6 +176,14 @@ Result floor(const In &x, const Out &out) {
   return {};
 }
 
+Result is_nan(const In &x, const Out &out) {
+  if (x.shape != out.shape) return Result::fail("is_nan: input and output shapes differ");
+  if (!is_float(x.dtype) || out.dtype != DType::bool8) return Result::fail("is_nan: a float input and a bool8 output");
+  const int64_t n = x.shape.numel();
+  for (int64_t i = 0; i < n; ++i) store_i64(out.data, out.dtype, i, std::isnan(load_f32(x.data, x.dtype, i)) ? 1 : 0);
+  return {};
+}
+
 Result tile(const In &x, const Out &out) {
   const int r = x.shape.rank;
   if (out.shape.rank != r) return Result::fail("tile: output rank differs from the input's");

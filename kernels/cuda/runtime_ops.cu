@@ -121,6 +121,10 @@ __global__ void floor_kernel(const void *x, void *out, DType t, int64_t n) {
   ZK_GRID_STRIDE(i, n) store_f(out, t, i, floorf(load_f(x, t, i)));
 }
 
+__global__ void is_nan_kernel(const void *x, uint8_t *out, DType t, int64_t n) {
+  ZK_GRID_STRIDE(i, n) out[i] = isnan(load_f(x, t, i)) ? 1 : 0;
+}
+
 struct TileGeom {
   int rank;
   int64_t out_dims[kMaxRank], in_dims[kMaxRank], in_strides[kMaxRank];
@@ -297,6 +301,16 @@ GpuStatus floor(const In &x, const Out &out, cudaStream_t s) {
   const int64_t n = x.shape.numel();
   if (n == 0) return {};
   floor_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(x.data, out.data, x.dtype, n);
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus is_nan(const In &x, const Out &out, cudaStream_t s) {
+  if (x.shape != out.shape) return kernel_failure("is_nan: input and output shapes differ");
+  if (!is_float(x.dtype) || out.dtype != DType::bool8) return kernel_failure("is_nan: a float input and a bool8 output");
+  const int64_t n = x.shape.numel();
+  if (n == 0) return {};
+  is_nan_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(x.data, static_cast<uint8_t *>(out.data), x.dtype, n);
   ZK_CUDA_TRY(detail::launched());
   return {};
 }

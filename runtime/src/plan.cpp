@@ -643,6 +643,10 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
   switch (sig.category) {
     case OpCategory::unary:
       if (I(0).shape != O().shape) return bad("input shape " + shape_str(I(0).shape) + " differs from output shape " + shape_str(O().shape));
+      if (op == Op::is_nan) {
+        if (!is_fl(I(0).dtype) || O().dtype != DType::bool8) return bad("is_nan maps a float dtype to bool8");
+        return {};
+      }
       if (op != Op::cast && op != Op::copy && I(0).dtype != O().dtype) return bad("input and output dtypes differ");
       if (op == Op::not_ && I(0).dtype != DType::bool8) return bad("not needs bool8");
       if (op == Op::floor && !is_fl(I(0).dtype)) return bad("floor needs a float dtype");

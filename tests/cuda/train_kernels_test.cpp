@@ -390,6 +390,15 @@ TEST(CudaRuntimeOps, RangeCumsumFloorModTile) {
     ZT_GPU_OK(zc::floor(gx.in(), go.out(), nullptr));
     EXPECT_TRUE(close(go.download(), ref, 0)) << "floor";
   }
+  for (DType t : kFloats) {
+    // log of values in [-1, 1]: NaN for the negative half, finite (or -inf) for the rest.
+    HostT r = random_tensor(t, Dims{5, 301}, -1, 1), x(t, r.shape), ref(DType::bool8, r.shape);
+    ZT_CPU_OK(zk::cpu::unary(zk::cpu::Unary::log, r.in(), x.out()));
+    ZT_CPU_OK(zk::cpu::is_nan(x.in(), ref.out()));
+    DevT gx(x), go(DType::bool8, x.shape);
+    ZT_GPU_OK(zc::is_nan(gx.in(), go.out(), nullptr));
+    EXPECT_TRUE(close(go.download(), ref, 0)) << "is_nan " << zk::dtype_name(t);
+  }
   for (DType t : {DType::i64, DType::i32, DType::f32}) {
     for (bool fm : {false, true}) {
       if (zk::is_float(t) && !fm) continue;

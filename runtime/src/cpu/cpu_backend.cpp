@@ -190,6 +190,7 @@ class CpuBackend final : public Backend {
                          opt_out(s, 1), s.ints[0] != 0, static_cast<float>(s.floats[0]), scratch);
       // Run-time ops of decoder exports.
       case Op::floor: return zk::cpu::floor(in_of(s.inputs[0]), out_of(s.outputs[0]));
+      case Op::is_nan: return zk::cpu::is_nan(in_of(s.inputs[0]), out_of(s.outputs[0]));
       case Op::mod: return mod(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0);
       case Op::reduce_min:
       case Op::reduce_prod:

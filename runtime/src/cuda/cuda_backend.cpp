@@ -653,6 +653,7 @@ class CudaBackend final : public Backend {
         return {};
       // Run-time ops of decoder exports.
       case Op::floor: ZRT_GPU_CHECK(zc::floor(in_of(s.inputs[0]), out_of(s.outputs[0]), st)); return {};
+      case Op::is_nan: ZRT_GPU_CHECK(zc::is_nan(in_of(s.inputs[0]), out_of(s.outputs[0]), st)); return {};
       case Op::mod:
         ZRT_GPU_CHECK(zc::mod(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0, st));
         return {};

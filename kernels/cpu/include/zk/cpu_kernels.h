@@ -157,6 +157,8 @@ Result gather_elements(const In &data, const In &indices, const Out &out, int ax
 Result mod(const In &a, const In &b, const Out &out, bool fmod);
 /// out = floor(x); float dtypes.
 Result floor(const In &x, const Out &out);
+/// out (bool8) = isnan(x); x a float dtype (a NaN stays NaN through bf16/f16 widening).
+Result is_nan(const In &x, const Out &out);
 /// ONNX Tile: out's shape is x's times the repeats; out[i] = x[i mod x.shape] per dim.
 Result tile(const In &x, const Out &out);
 

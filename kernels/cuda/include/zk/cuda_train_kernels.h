@@ -95,6 +95,8 @@ GpuStatus gather_nd(const In &data, const In &indices, const Out &out, int batch
 GpuStatus gather_elements(const In &data, const In &indices, const Out &out, int axis, cudaStream_t stream);
 GpuStatus mod(const In &a, const In &b, const Out &out, bool fmod, cudaStream_t stream);
 GpuStatus floor(const In &x, const Out &out, cudaStream_t stream);
+/// out (bool8) = isnan(x); x a float dtype.
+GpuStatus is_nan(const In &x, const Out &out, cudaStream_t stream);
 GpuStatus tile(const In &x, const Out &out, cudaStream_t stream);
 /// reduce for Reduce::min and Reduce::prod (cuda::reduce forwards them here).
 GpuStatus reduce_min_prod(cpu::Reduce op, const In &x, const Out &out, const int64_t *axes, int naxes, bool keepdims,
