@@ -461,15 +461,8 @@ int compileCommand(MLIRContext &context, const CommonOptions &commonIn,
   auto start = Clock::now();
   CommonOptions options = commonIn;
   if (!f.dsConfig.empty()) {
-    DsConfigResult ds = applyDsConfig(f, options);
-    for (const std::string &n : ds.notes)
-      std::cerr << "zplan: note: " << n << "\n";
-    for (const std::string &w : ds.warnings)
-      std::cerr << "zplan: warning: " << w << "\n";
-    if (!ds.error.empty()) {
-      std::cerr << "zplan: error: " << ds.error << "\n";
+    if (!applyDsConfigPrinting(f, options))
       return 2;
-    }
   }
   ByteLimits limits;
   std::string err = validateConfig(f, options, limits, /*needOutput=*/true);

@@ -14,6 +14,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/driver/DsConfig.h"
+
+#include <iostream>
 #include "compiler/driver/Compile.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -1253,6 +1255,19 @@ DsConfigResult applyDsConfig(CompileConfig &config, CommonOptions &common) {
   }
   Reader(config, common, result).run(*top);
   return result;
+}
+
+bool applyDsConfigPrinting(CompileConfig &config, CommonOptions &common) {
+  DsConfigResult ds = applyDsConfig(config, common);
+  for (const std::string &n : ds.notes)
+    std::cerr << "zplan: note: " << n << "\n";
+  for (const std::string &w : ds.warnings)
+    std::cerr << "zplan: warning: " << w << "\n";
+  if (!ds.error.empty()) {
+    std::cerr << "zplan: error: " << ds.error << "\n";
+    return false;
+  }
+  return true;
 }
 
 } // namespace zplan::driver

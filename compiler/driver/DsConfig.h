@@ -38,6 +38,11 @@ struct DsConfigResult {
 /// field. --batch lands in `common`.
 DsConfigResult applyDsConfig(CompileConfig &config, CommonOptions &common);
 
+/// applyDsConfig, with its notes and warnings printed on stderr the way the
+/// command line prints them ("zplan: note: ..."); prints the error and
+/// returns false when the config cannot be honoured.
+bool applyDsConfigPrinting(CompileConfig &config, CommonOptions &common);
+
 } // namespace zplan::driver
 
 #endif // ZPLAN_COMPILER_DRIVER_DSCONFIG_H

@@ -482,15 +482,8 @@ int estimateCommand(MLIRContext &context, const CommonOptions &commonIn,
   CompileConfig chosen = opts.base;
   const CommonOptions userCommon = common;
   if (!opts.base.dsConfig.empty()) {
-    DsConfigResult ds = applyDsConfig(chosen, common);
-    for (const std::string &n : ds.notes)
-      std::cerr << "zplan: note: " << n << "\n";
-    for (const std::string &w : ds.warnings)
-      std::cerr << "zplan: warning: " << w << "\n";
-    if (!ds.error.empty()) {
-      std::cerr << "zplan: error: " << ds.error << "\n";
+    if (!applyDsConfigPrinting(chosen, common))
       return 2;
-    }
     // The table's heading names the dtype every row has; each row sets it
     // again from the config (with the same origin rules).
     opts.base.dtype = chosen.dtype;
