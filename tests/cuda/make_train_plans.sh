@@ -25,6 +25,19 @@ for m in gpt2 llama; do
     done
   done
 done
+# The training modes that had only run on CPU ranks, on one GPU: fp16 with dynamic loss scaling, full
+# recompute, and the optimizer on the host (fp32 and bf16). Name: model-<dtype>-<mode>-z0-w1.
+for m in gpt2 llama; do
+  extra=()
+  [[ $m == gpt2 ]] && extra=(--restore-zero-biases)
+  for cfg in "fp16 rcfull --recompute full" "fp16 plain" "fp32 rcfull --recompute full" \
+             "fp32 offopt --offload-optimizer cpu" "bf16 offopt --offload-optimizer cpu"; do
+    read -r dt tag more <<<"$cfg"
+    # shellcheck disable=SC2086  # `more` holds flags
+    "$zplan" tests/models/$m/model.onnx --train --target cuda --seq 16 --batch 2 --clip-grad 1.0 "${extra[@]}" \
+      --dtype "$dt" $more -o .gpu-train/$m-$dt-$tag-z0-w1.zplan
+  done
+done
 bm=$top/tests/models/bench
 mkdir -p .gpu-train/bench
 : > .gpu-train/bench/manifest.txt
