@@ -40,12 +40,16 @@ bool read_i64_npy(const std::string& path, std::vector<int64_t>* out) {
   return true;
 }
 
+/// The path of a file of the shared test model `model`.
+std::string model_file(const std::string& model, const std::string& name) {
+  return std::string(ZPLAN_MODELS_DIR) + "/" + model + "/" + name;
+}
+
 std::string compile(const std::string& model, const std::string& dtype = "fp32") {
-  const std::string dir = std::string(ZPLAN_MODELS_DIR) + "/" + model;
   const std::string plan = std::string(ZPLAN_WORK_DIR) + "/generate-" + model + "-" + dtype + ".zplan";
-  const std::string cmd = std::string(ZPLAN_BIN_DIR) + "/zplan " + dir + "/model.onnx --generate --max-seq " +
-                          std::to_string(kMaxSeq) + " --batch " + std::to_string(kBatch) + " --dtype " + dtype +
-                          " -o " + plan;
+  const std::string cmd = std::string(ZPLAN_BIN_DIR) + "/zplan " + model_file(model, "model.onnx") +
+                          " --generate --max-seq " + std::to_string(kMaxSeq) + " --batch " +
+                          std::to_string(kBatch) + " --dtype " + dtype + " -o " + plan;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   return plan;
 }
@@ -77,12 +81,41 @@ std::vector<float> logits_bf16(zrt::Session& s) {
   return l;
 }
 
+/// The tokens of every row so far: the prompts [kBatch, kPrompt] first, then one greedy token per step.
+using Rows = std::vector<std::vector<int64_t>>;
+
+Rows prompt_rows(const std::vector<int64_t>& ids) {
+  Rows seq(kBatch);
+  for (int64_t r = 0; r < kBatch; ++r)
+    seq[r].assign(ids.begin() + r * kPrompt, ids.begin() + (r + 1) * kPrompt);
+  return seq;
+}
+
+/// One decode step of `s` over each row's last token at its position; the greedy tokens into `next`.
+zrt::Status decode_last(zrt::Session& s, const Rows& seq, std::vector<int64_t>* next) {
+  std::vector<int64_t> tok(kBatch), pos(kBatch);
+  for (int64_t r = 0; r < kBatch; ++r) {
+    tok[r] = seq[r].back();
+    pos[r] = static_cast<int64_t>(seq[r].size()) - 1;
+  }
+  return s.decode_step(tok.data(), pos.data(), kBatch, next->data());
+}
+
+/// The oracle of a decode step: a prefill of every row so far in `full`, a session whose cache no decode
+/// touched; its greedy tokens into `tokens`, its logits readable from `full` afterwards.
+zrt::Status prefill_all(zrt::Session& full, const Rows& seq, std::vector<int64_t>* tokens) {
+  const int64_t n = static_cast<int64_t>(seq[0].size());
+  std::vector<int64_t> all, lens(kBatch, n);
+  for (int64_t r = 0; r < kBatch; ++r) all.insert(all.end(), seq[r].begin(), seq[r].end());
+  tokens->resize(kBatch);
+  return full.prefill(all.data(), kBatch, n, lens.data(), tokens->data());
+}
+
 void decode_matches_prefill(const std::string& model) {
   const std::string plan = compile(model);
   std::vector<int64_t> ids, expected;
-  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/" + model + "/input_ids.npy", &ids));
-  ASSERT_TRUE(
-      read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/" + model + "/expected_generate.npy", &expected));
+  ASSERT_TRUE(read_i64_npy(model_file(model, "input_ids.npy"), &ids));
+  ASSERT_TRUE(read_i64_npy(model_file(model, "expected_generate.npy"), &expected));
   ASSERT_EQ(ids.size(), static_cast<size_t>(kBatch * kPrompt));
   ASSERT_EQ(expected.size(), static_cast<size_t>(kBatch * (kPrompt + kNew)));
   auto dec = open(plan), full = open(plan);
@@ -92,29 +125,18 @@ void decode_matches_prefill(const std::string& model) {
   EXPECT_EQ(b, kBatch);
   EXPECT_EQ(l, kMaxSeq);
 
-  // seq[r] grows by one greedy token per step.
-  std::vector<std::vector<int64_t>> seq(kBatch);
-  for (int64_t r = 0; r < kBatch; ++r)
-    seq[r].assign(ids.begin() + r * kPrompt, ids.begin() + (r + 1) * kPrompt);
-  std::vector<int64_t> lengths(kBatch, kPrompt), next(kBatch);
+  Rows seq = prompt_rows(ids);
+  std::vector<int64_t> lengths(kBatch, kPrompt), next(kBatch), ignored;
   zrt::Status st = dec->prefill(ids.data(), kBatch, kPrompt, lengths.data(), next.data());
   ASSERT_TRUE(st.ok()) << st.message();
   for (int64_t r = 0; r < kBatch; ++r) seq[r].push_back(next[r]);
   double worst = 0;
   for (int64_t k = 1; k < kNew; ++k) {
-    std::vector<int64_t> tok(kBatch), pos(kBatch);
-    for (int64_t r = 0; r < kBatch; ++r) {
-      tok[r] = seq[r].back();
-      pos[r] = static_cast<int64_t>(seq[r].size()) - 1;
-    }
-    st = dec->decode_step(tok.data(), pos.data(), kBatch, next.data());
+    st = decode_last(*dec, seq, &next);
     ASSERT_TRUE(st.ok()) << "step " << k << ": " << st.message();
     const std::vector<float> got = logits(*dec);
-    // The oracle: a prefill of everything so far, in a session whose cache the decode never touched.
     const int64_t n = static_cast<int64_t>(seq[0].size());
-    std::vector<int64_t> all, lens(kBatch, n), ignored(kBatch);
-    for (int64_t r = 0; r < kBatch; ++r) all.insert(all.end(), seq[r].begin(), seq[r].end());
-    st = full->prefill(all.data(), kBatch, n, lens.data(), ignored.data());
+    st = prefill_all(*full, seq, &ignored);
     ASSERT_TRUE(st.ok()) << st.message();
     const std::vector<float> want = logits(*full);
     double diff = 0;
@@ -142,15 +164,12 @@ TEST(GenerateRuntime, GptDecodeLogitsEqualPrefill) { decode_matches_prefill("gpt
 void bf16_follows_fp32(const std::string& model) {
   const std::string plan16 = compile(model, "bf16"), plan32 = compile(model);
   std::vector<int64_t> ids, expected;
-  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/" + model + "/input_ids.npy", &ids));
-  ASSERT_TRUE(
-      read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/" + model + "/expected_generate.npy", &expected));
+  ASSERT_TRUE(read_i64_npy(model_file(model, "input_ids.npy"), &ids));
+  ASSERT_TRUE(read_i64_npy(model_file(model, "expected_generate.npy"), &expected));
   auto half = open(plan16), full = open(plan32);
   ASSERT_TRUE(half && full);
-  std::vector<std::vector<int64_t>> seq(kBatch);
-  for (int64_t r = 0; r < kBatch; ++r)
-    seq[r].assign(ids.begin() + r * kPrompt, ids.begin() + (r + 1) * kPrompt);
-  std::vector<int64_t> lengths(kBatch, kPrompt), next(kBatch);
+  Rows seq = prompt_rows(ids);
+  std::vector<int64_t> lengths(kBatch, kPrompt), next(kBatch), ignored;
   zrt::Status st = half->prefill(ids.data(), kBatch, kPrompt, lengths.data(), next.data());
   ASSERT_TRUE(st.ok()) << st.message();
   std::vector<bool> same_as_hf(kBatch, true);
@@ -158,19 +177,11 @@ void bf16_follows_fp32(const std::string& model) {
   int64_t forced = 0, agreed = 0;
   for (int64_t k = 0; k < kNew; ++k) {
     if (k > 0) {
-      std::vector<int64_t> tok(kBatch), pos(kBatch);
-      for (int64_t r = 0; r < kBatch; ++r) {
-        tok[r] = seq[r].back();
-        pos[r] = static_cast<int64_t>(seq[r].size()) - 1;
-      }
-      st = half->decode_step(tok.data(), pos.data(), kBatch, next.data());
+      st = decode_last(*half, seq, &next);
       ASSERT_TRUE(st.ok()) << "step " << k << ": " << st.message();
     }
     const std::vector<float> got = logits_bf16(*half);
-    const int64_t n = static_cast<int64_t>(seq[0].size());
-    std::vector<int64_t> all, lens(kBatch, n), ignored(kBatch);
-    for (int64_t r = 0; r < kBatch; ++r) all.insert(all.end(), seq[r].begin(), seq[r].end());
-    st = full->prefill(all.data(), kBatch, n, lens.data(), ignored.data());
+    st = prefill_all(*full, seq, &ignored);
     ASSERT_TRUE(st.ok()) << st.message();
     const std::vector<float> want = logits(*full);
     for (int64_t r = 0; r < kBatch; ++r) {
@@ -234,7 +245,7 @@ std::vector<std::vector<int64_t>> greedy(zrt::Session& s, const std::vector<int6
 TEST(GenerateRuntime, PromptsOfDifferentLengths) {
   const std::string plan = compile("llama");
   std::vector<int64_t> ids;
-  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/llama/input_ids.npy", &ids));
+  ASSERT_TRUE(read_i64_npy(model_file("llama", "input_ids.npy"), &ids));
   auto s = open(plan);
   ASSERT_TRUE(s);
   const std::vector<int64_t> lengths = {kPrompt, 9};
@@ -249,8 +260,8 @@ TEST(GenerateRuntime, PromptsOfDifferentLengths) {
 TEST(GenerateRuntime, CApiMatchesCpp) {
   const std::string plan = compile("gpt2");
   std::vector<int64_t> ids, expected;
-  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/gpt2/input_ids.npy", &ids));
-  ASSERT_TRUE(read_i64_npy(std::string(ZPLAN_MODELS_DIR) + "/gpt2/expected_generate.npy", &expected));
+  ASSERT_TRUE(read_i64_npy(model_file("gpt2", "input_ids.npy"), &ids));
+  ASSERT_TRUE(read_i64_npy(model_file("gpt2", "expected_generate.npy"), &expected));
   zrt_session* s = nullptr;
   ASSERT_EQ(zrt_open(plan.c_str(), 0, 0, &s), 0) << zrt_last_error();
   int64_t b = 0, l = 0;
