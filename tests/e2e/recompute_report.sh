@@ -8,8 +8,8 @@
 # Usage: recompute_report.sh BIN_DIR MODEL_DIR WORK_DIR ZPLAN_FLAGS...
 set -euo pipefail
 bin=$1 model=$2 work=$3; shift 3
+source "$(dirname "$0")/lib.sh"
 mkdir -p "$work"
-python=${ZPLAN_PYTHON:-python3}
 for r in none selective full; do
   "$bin/zplan" "$model/model.onnx" --train --batch 2 --seq 16 "$@" --recompute "$r" \
     --report-json "$work/$r.json" -o "$work/$r.zplan"

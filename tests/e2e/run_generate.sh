@@ -7,18 +7,13 @@
 set -euo pipefail
 bin=$1 model=$2 work=$3 mpirun=$4; shift 4
 [ "$1" = "--" ] && shift
-src=$(cd "$(dirname "$0")/../.." && pwd)
-world=1 prev=""
-for a in "$@"; do
-  case "$prev" in --world) world=$a ;; esac
-  prev=$a
-done
+source "$(dirname "$0")/lib.sh"
+world=$(flag_value --world 1 "$@")
 mkdir -p "$work"
 plan=$work/generate.zplan
 rm -f "$plan" "$work/tokens.npy"
 "$bin/zplan" "$model/model.onnx" --generate --max-seq 40 --batch 2 "$@" -o "$plan"
-python=${ZPLAN_PYTHON:-python3}
-"$python" "$src/tests/lit/plan/check_plan.py" "$plan" --schema "$src/runtime/schema/plan.fbs" >/dev/null
+check_plan "$plan" >/dev/null
 $mpirun -np "$world" "$bin/zrun" "$plan" --generate --prompt "$model/input_ids.npy" --max-new-tokens 24 \
   --tokens-out "$work/tokens.npy" --timeout 120 | tee "$work/zrun.log"
 "$python" - "$work/tokens.npy" "$model/expected_generate.npy" <<'PY'

@@ -6,11 +6,8 @@
 set -euo pipefail
 bin=$1 model=$2 work=$3 tol=$4 mpirun=$5; shift 5
 [ "$1" = "--" ] && shift
-world=1 batch=2 prev=""
-for a in "$@"; do
-  case "$prev" in --world) world=$a ;; --batch) batch=$a ;; esac
-  prev=$a
-done
+source "$(dirname "$0")/lib.sh"
+world=$(flag_value --world 1 "$@") batch=$(flag_value --batch 2 "$@")
 if [ "$batch" = 4 ]; then ids=$model/input_ids_b4.npy ref=$model/expected_output_b4.npy
 else ids=$model/input_ids.npy ref=$model/expected_output.npy; fi
 mkdir -p "$work"
@@ -19,7 +16,6 @@ rm -f "$plan" "$work/out.npy"
 "$bin/zplan" "$model/model.onnx" --seq 16 "$@" --report-json "$work/report.json" -o "$plan"
 $mpirun -np "$world" "$bin/zrun" "$plan" --input input_ids="$ids" --output "logits=$work/out.npy" \
   --timeout 60 | tee "$work/zrun.log"
-python=${ZPLAN_PYTHON:-python3}
 "$python" - "$work/out.npy" "$ref" "$tol" "$work/zrun.log" <<'PY'
 import re, sys
 import numpy as np

@@ -9,6 +9,7 @@ set -euo pipefail
 mode=$1 bin=$2 model=$3 work=$4 tol=$5 mpirun=$6; shift 6
 [ "$1" = "--" ] && shift
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib.sh"
 mkdir -p "$work"
 disk=$(mktemp -d "$work/nvme.XXXXXX")
 trap 'rm -rf "$disk"' EXIT
@@ -18,7 +19,6 @@ else
   "$here/run_train.sh" "$bin" "$model" "$work" "$tol" "$mpirun" -- "$@" --nvme-path "$disk" \
     --report-json "$work/report.json"
 fi
-python=${ZPLAN_PYTHON:-python3}
 "$python" - "$mode" "$work/report.json" "$work/zrun.log" "$disk" <<'PY'
 import json, os, re, sys
 mode, report, log, disk = sys.argv[1], json.load(open(sys.argv[2])), open(sys.argv[3]).read(), sys.argv[4]

@@ -6,6 +6,7 @@
 # Usage: run_nvme_checkpoint.sh BIN_DIR MODEL_DIR WORK_DIR "MPIRUN..."
 set -euo pipefail
 bin=$1 model=$2 work=$3 mpirun=$4
+source "$(dirname "$0")/lib.sh"
 rm -rf "$work" && mkdir -p "$work/disk"
 flags=(--train --seq 16 --clip-grad 1.0 --world 2 --batch 2 --restore-zero-biases)
 "$bin/zplan" "$model/model.onnx" "${flags[@]}" --zero 3 --offload-param nvme --offload-optimizer nvme \
@@ -17,7 +18,6 @@ run "$work/nvme.zplan" --steps 2 --save-dir "$work/ck" --save-every 2 > "$work/s
 run "$work/nvme.zplan" --steps 4 --resume "$work/ck" --losses-out "$work/resumed.npy" > "$work/resumed.log"
 run "$work/plain.zplan" --steps 4 --resume "$work/ck" --losses-out "$work/resharded.npy" > "$work/resharded.log"
 grep -h "resumed from" "$work/resumed.log" "$work/resharded.log"
-python=${ZPLAN_PYTHON:-python3}
 "$python" - "$work" <<'PY'
 import sys
 import numpy as np

@@ -12,14 +12,12 @@
 set -euo pipefail
 bin=$1 model=$2 work=$3 rtol=$4 mpirun=$5; shift 5
 [ "$1" = "--" ] && shift
-src=$(cd "$(dirname "$0")/../.." && pwd)
-python=${ZPLAN_PYTHON:-python3}
-world=1 lr=0.001 sched=constant warm=0 total=0 prev=""
-common=()
+source "$(dirname "$0")/lib.sh"
+world=$(flag_value --world 1 "$@") lr=$(flag_value --lr 0.001 "$@") sched=$(flag_value --lr-schedule constant "$@")
+warm=$(flag_value --warmup-steps 0 "$@") total=$(flag_value --total-steps 0 "$@")
+# The constant-rate plan's flags: ZPLAN_FLAGS without the schedule's.
+common=() prev=""
 for a in "$@"; do
-  case "$prev" in
-    --world) world=$a ;; --lr) lr=$a ;; --lr-schedule) sched=$a ;; --warmup-steps) warm=$a ;; --total-steps) total=$a ;;
-  esac
   case "$a" in --lr-schedule|--warmup-steps|--total-steps) ;; *)
     case "$prev" in --lr-schedule|--warmup-steps|--total-steps) ;; *) common+=("$a") ;; esac ;;
   esac
@@ -29,7 +27,7 @@ steps=6
 rm -rf "$work" && mkdir -p "$work"
 "$bin/zplan" "$model/model.onnx" --train --seq 16 --clip-grad 1.0 "$@" -o "$work/sched.zplan"
 "$bin/zplan" "$model/model.onnx" --train --seq 16 --clip-grad 1.0 "${common[@]}" -o "$work/const.zplan"
-"$python" "$src/tests/lit/plan/check_plan.py" "$work/sched.zplan" --schema "$src/runtime/schema/plan.fbs"
+check_plan "$work/sched.zplan"
 run() { $mpirun -np "$world" "$bin/zrun" "$@" --train --data "$model/input_ids.npy" --timeout 120; }
 run "$work/sched.zplan" --steps $steps --losses-out "$work/sched-losses.npy" --grad-norms-out "$work/sched-norms.npy" \
   | tee "$work/sched.log"

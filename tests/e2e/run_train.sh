@@ -12,20 +12,15 @@ bin=$1 model=$2 work=$3 rtol=$4 mpirun=$5; shift 5
 refwork=""
 if [ "$1" != "--" ]; then refwork=$1; shift; fi
 [ "$1" = "--" ] && shift
-src=$(cd "$(dirname "$0")/../.." && pwd)
-world=1 batch=2 micro=1 prev=""
-for a in "$@"; do
-  case "$prev" in --world) world=$a ;; --batch) batch=$a ;; --micro-batches) micro=$a ;; esac
-  prev=$a
-done
+source "$(dirname "$0")/lib.sh"
+world=$(flag_value --world 1 "$@") batch=$(flag_value --batch 2 "$@") micro=$(flag_value --micro-batches 1 "$@")
 # A global batch of 4 is the two samples twice (input_ids_b4.npy): the same mean loss and gradients.
 if [ "$batch" = 4 ]; then ids=$model/input_ids_b4.npy; else ids=$model/input_ids.npy; fi
 mkdir -p "$work"
 plan=$work/train.zplan
 rm -f "$plan" "$work/losses.npy" "$work/norms.npy"
 "$bin/zplan" "$model/model.onnx" --train --seq 16 --clip-grad 1.0 "$@" -o "$plan"
-python=${ZPLAN_PYTHON:-python3}
-"$python" "$src/tests/lit/plan/check_plan.py" "$plan" --schema "$src/runtime/schema/plan.fbs"
+check_plan "$plan"
 $mpirun -np "$world" "$bin/zrun" "$plan" --train --data "$ids" --steps 5 --micro-batches "$micro" \
   --losses-out "$work/losses.npy" --grad-norms-out "$work/norms.npy" --timeout 120 | tee "$work/zrun.log"
 "$python" - "$work" "$model" "$rtol" "$refwork" <<'PY'

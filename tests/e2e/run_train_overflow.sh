@@ -9,11 +9,8 @@
 set -euo pipefail
 bin=$1 model=$2 work=$3 mpirun=$4; shift 4
 [ "$1" = "--" ] && shift
-world=1 prev=""
-for a in "$@"; do
-  case "$prev" in --world) world=$a ;; esac
-  prev=$a
-done
+source "$(dirname "$0")/lib.sh"
+world=$(flag_value --world 1 "$@")
 mkdir -p "$work"
 plan=$work/train.zplan
 rm -f "$plan" "$work/losses.npy"
@@ -21,7 +18,6 @@ rm -f "$plan" "$work/losses.npy"
   --initial-loss-scale 1099511627776 "$@" -o "$plan"
 $mpirun -np "$world" "$bin/zrun" "$plan" --train --data "$model/input_ids.npy" --steps 30 \
   --losses-out "$work/losses.npy" --timeout 300 | tee "$work/zrun.log"
-python=${ZPLAN_PYTHON:-python3}
 "$python" - "$work" "$model" <<'PY'
 import re, sys
 import numpy as np
