@@ -579,9 +579,7 @@ bool gather(const ConstTensor &x, const ConstTensor &idx, int64_t axis,
   for (int64_t a = 0; a < outer; ++a)
     for (int64_t k = 0; k < ni; ++k) {
       int64_t j = idx.getI(k);
-      if (j < 0)
-        j += dim;
-      if (j < 0 || j >= dim)
+      if (!wrapIndex(j, dim))
         return false;
       for (int64_t c = 0; c < inner; ++c)
         copyElem(x, (a * dim + j) * inner + c, out, o++);
@@ -597,9 +595,7 @@ bool gatherElements(const ConstTensor &x, const ConstTensor &idx, int64_t axis,
   Shape ctr(r, 0);
   for (int64_t o = 0; o < n; ++o) {
     int64_t j = idx.getI(o);
-    if (j < 0)
-      j += x.shape[axis];
-    if (j < 0 || j >= x.shape[axis])
+    if (!wrapIndex(j, x.shape[axis]))
       return false;
     int64_t p = 0;
     for (int64_t d = 0; d < r; ++d)
@@ -632,10 +628,7 @@ bool gatherND(const ConstTensor &x, const ConstTensor &idx, int64_t batchDims,
       int64_t p = b * xBatch;
       for (int64_t k = 0; k < m; ++k) {
         int64_t j = idx.getI((b * tuples + t) * m + k);
-        int64_t dim = x.shape[batchDims + k];
-        if (j < 0)
-          j += dim;
-        if (j < 0 || j >= dim)
+        if (!wrapIndex(j, x.shape[batchDims + k]))
           return false;
         p += j * xst[batchDims + k];
       }

@@ -103,6 +103,14 @@ std::optional<Shape> broadcast(llvm::ArrayRef<int64_t> a,
 /// The constant-folding kernels. Each returns the result or an error message
 /// in `err` (and an empty result); inputs are assumed shape-checked by the
 /// caller where the comment says so.
+/// An ONNX gather index into a dim of `size`: a negative `j` counts from the
+/// end. Returns false when `j` is still outside [0, size).
+inline bool wrapIndex(int64_t &j, int64_t size) {
+  if (j < 0)
+    j += size;
+  return j >= 0 && j < size;
+}
+
 namespace eval {
 enum class Unary {
   Neg, Exp, Log, Sqrt, Reciprocal, Tanh, Erf, Sigmoid, Relu, Cos, Sin, Abs,

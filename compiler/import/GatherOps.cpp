@@ -1,7 +1,8 @@
 //===- GatherOps.cpp - Gather-family ONNX ops -----------------------------===//
 //
-// Gather, GatherND and GatherElements. Constant indices are checked and
-// made non-negative here, so the runtime only sees indices in range.
+// Gather, GatherND and GatherElements. Each checks its own shapes, then
+// finishGather checks constant indices, makes them non-negative (the runtime
+// only sees indices in range), and folds or builds the op.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,23 +24,32 @@ LogicalResult Importer::gatherInputs(const onnx::NodeProto &n, Val *&x,
   return success();
 }
 
-FailureOr<Value> Importer::gatherIndices(const onnx::NodeProto &n, Val &idx,
-                                         ArrayRef<int64_t> shape, int64_t first,
-                                         int64_t depth) {
-  if (!idx.c)
-    return materialize(idx);
-  ConstTensor ci = *idx.c;
-  for (size_t k = 0; k < ci.i.size(); ++k) {
-    int64_t d = first + int64_t(k) % depth, size = shape[d];
-    int64_t &v = ci.i[k];
-    int64_t given = v;
-    if (v < 0)
-      v += size;
-    if (v < 0 || v >= size)
-      return nodeError(n) << "index out of range for dim " << d << " of size "
-                          << size << " (index " << given << ")";
+LogicalResult Importer::finishGather(
+    const onnx::NodeProto &n, Val &x, Val &idx, int64_t first, int64_t depth,
+    function_ref<bool(const ConstTensor &, ConstTensor &)> fold,
+    function_ref<Value(Value, Value)> build) {
+  std::optional<ConstTensor> ci;
+  if (idx.c) {
+    ci = *idx.c;
+    for (size_t k = 0; k < ci->i.size(); ++k) {
+      int64_t d = first + int64_t(k) % depth, given = ci->i[k];
+      if (!wrapIndex(ci->i[k], x.shape[d]))
+        return nodeError(n) << "index out of range for dim " << d << " of size "
+                            << x.shape[d] << " (index " << given << ")";
+    }
   }
-  return materializeConst(ci);
+  if (foldable(&x) && ci) {
+    ConstTensor out;
+    if (!fold(*ci, out))
+      return nodeError(n) << "index out of range";
+    setConst(n, 0, std::move(out));
+    return success();
+  }
+  // The indices first, then the data: the order of their ops in the IR, and
+  // so the plans, stays as it was.
+  Value indices = ci ? materializeConst(*ci) : materialize(idx);
+  setValue(n, 0, build(materialize(x), indices));
+  return success();
 }
 
 LogicalResult Importer::importGather(const onnx::NodeProto &n) {
@@ -49,24 +59,18 @@ LogicalResult Importer::importGather(const onnx::NodeProto &n) {
   int64_t rank = x->shape.size(), axis = attrInt(n, "axis", 0);
   if (failed(normAxis(n, axis, rank)))
     return failure();
-  if (foldable(x) && idx->c) {
-    ConstTensor out;
-    if (!eval::gather(*x->c, *idx->c, axis, out))
-      return nodeError(n) << "index out of range for dim " << axis
-                          << " of size " << x->shape[axis];
-    setConst(n, 0, std::move(out));
-    return success();
-  }
   Shape out(x->shape.begin(), x->shape.begin() + axis);
   out.append(idx->shape.begin(), idx->shape.end());
   out.append(x->shape.begin() + axis + 1, x->shape.end());
-  FailureOr<Value> iv = gatherIndices(n, *idx, x->shape, axis, 1);
-  if (failed(iv))
-    return failure();
-  setValue(n, 0,
-           emit<zg::GatherOp>(tensorType(x->dtype, out), {materialize(*x), *iv},
-                              {attr("axis", b.getI64IntegerAttr(axis))}));
-  return success();
+  return finishGather(
+      n, *x, *idx, axis, 1,
+      [&](const ConstTensor &ci, ConstTensor &res) {
+        return eval::gather(*x->c, ci, axis, res);
+      },
+      [&](Value data, Value indices) {
+        return emit<zg::GatherOp>(tensorType(x->dtype, out), {data, indices},
+                                  {attr("axis", b.getI64IntegerAttr(axis))});
+      });
 }
 
 LogicalResult Importer::importGatherND(const onnx::NodeProto &n) {
@@ -84,23 +88,18 @@ LogicalResult Importer::importGatherND(const onnx::NodeProto &n) {
     if (x->shape[d] != idx->shape[d])
       return nodeError(n) << "batch dims differ";
   int64_t depth = idx->shape.back();
-  if (foldable(x) && idx->c) {
-    ConstTensor out;
-    if (!eval::gatherND(*x->c, *idx->c, bd, out))
-      return nodeError(n) << "index out of range";
-    setConst(n, 0, std::move(out));
-    return success();
-  }
   Shape out(idx->shape.begin(), idx->shape.end() - 1);
   out.append(x->shape.begin() + bd + depth, x->shape.end());
-  FailureOr<Value> iv = gatherIndices(n, *idx, x->shape, bd, depth);
-  if (failed(iv))
-    return failure();
-  setValue(n, 0,
-           emit<zg::GatherNdOp>(tensorType(x->dtype, out),
-                                {materialize(*x), *iv},
-                                {attr("batch_dims", b.getI64IntegerAttr(bd))}));
-  return success();
+  return finishGather(
+      n, *x, *idx, bd, depth,
+      [&](const ConstTensor &ci, ConstTensor &res) {
+        return eval::gatherND(*x->c, ci, bd, res);
+      },
+      [&](Value data, Value indices) {
+        return emit<zg::GatherNdOp>(
+            tensorType(x->dtype, out), {data, indices},
+            {attr("batch_dims", b.getI64IntegerAttr(bd))});
+      });
 }
 
 LogicalResult Importer::importGatherElements(const onnx::NodeProto &n) {
@@ -119,19 +118,14 @@ LogicalResult Importer::importGatherElements(const onnx::NodeProto &n) {
       return nodeError(n) << "indices " << shapeStr(idx->shape)
                           << " exceed data " << shapeStr(x->shape)
                           << " off axis " << axis;
-  if (foldable(x) && idx->c) {
-    ConstTensor out;
-    if (!eval::gatherElements(*x->c, *idx->c, axis, out))
-      return nodeError(n) << "index out of range";
-    setConst(n, 0, std::move(out));
-    return success();
-  }
-  FailureOr<Value> iv = gatherIndices(n, *idx, x->shape, axis, 1);
-  if (failed(iv))
-    return failure();
-  setValue(n, 0,
-           emit<zg::GatherElementsOp>(
-               tensorType(x->dtype, idx->shape), {materialize(*x), *iv},
-               {attr("axis", b.getI64IntegerAttr(axis))}));
-  return success();
+  return finishGather(
+      n, *x, *idx, axis, 1,
+      [&](const ConstTensor &ci, ConstTensor &res) {
+        return eval::gatherElements(*x->c, ci, axis, res);
+      },
+      [&](Value data, Value indices) {
+        return emit<zg::GatherElementsOp>(
+            tensorType(x->dtype, idx->shape), {data, indices},
+            {attr("axis", b.getI64IntegerAttr(axis))});
+      });
 }

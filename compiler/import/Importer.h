@@ -206,13 +206,17 @@ private:
   // GatherOps.cpp: what the three gathers share.
   /// The data and indices of a gather, or an error naming the node.
   LogicalResult gatherInputs(const onnx::NodeProto &n, Val *&x, Val *&idx);
-  /// The indices as an operand: constant ones checked against the data dims
-  /// they index (dim `first + k % depth` of `shape` for the k-th) and made
-  /// non-negative, so the runtime only sees indices in range; run-time ones
-  /// as they are.
-  FailureOr<Value> gatherIndices(const onnx::NodeProto &n, Val &idx,
-                                 ArrayRef<int64_t> shape, int64_t first,
-                                 int64_t depth);
+  /// The gather's result. Constant indices are checked against the data dims
+  /// they index (dim `first + k % depth` of the data for the k-th), with an
+  /// error naming the dim and the index, and made non-negative, so the runtime
+  /// only sees indices in range. With constant data too, `fold` computes the
+  /// result (false on an index out of range); otherwise `build` makes the op
+  /// from the data and the indices as operands.
+  LogicalResult
+  finishGather(const onnx::NodeProto &n, Val &x, Val &idx, int64_t first,
+               int64_t depth,
+               function_ref<bool(const ConstTensor &, ConstTensor &)> fold,
+               function_ref<Value(Value, Value)> build);
 
   MLIRContext &ctx;
   OpBuilder b, wb; ///< ops, and weights/constants at the top of @main
