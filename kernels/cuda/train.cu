@@ -254,7 +254,11 @@ __global__ void label_pick_grad_kernel(const void *labels, DType bt, const void 
   }
 }
 
-struct AdamWConst {
+/// What both AdamW kernels take besides the tensors: the step's scalars on the device (learning rate, step
+/// counter, gradient scale) and the constant hyper-parameters.
+struct AdamWArgs {
+  const void *lr, *step, *gsc;
+  DType lrt, stt, gst;
   double beta1, beta2, eps, wd;
 };
 
@@ -262,20 +266,19 @@ struct AdamWConst {
 /// cpu::AdamWStep::from does (in double, rounded to fp32 once): decay, 1 - beta1, beta2, 1 - beta2,
 /// step size, sqrt of the second bias correction, gradient scale. `skip` (shared): step 0 is a skipped step
 /// (fp16 dynamic loss scaling saw an overflow), in which nothing is written.
-__device__ __forceinline__ void adamw_scalars(float *sc, bool &skip, const void *lr, DType lrt, const void *step,
-                                              DType stt, const void *gsc, DType gst, const AdamWConst &c) {
+__device__ __forceinline__ void adamw_scalars(float *sc, bool &skip, const AdamWArgs &a) {
   if (threadIdx.x == 0) {
-    const double l = load_f(lr, lrt, 0);
-    const double t = static_cast<double>(detail::load_i(step, stt, 0));
+    const double l = load_f(a.lr, a.lrt, 0);
+    const double t = static_cast<double>(detail::load_i(a.step, a.stt, 0));
     skip = t < 1.0;
     // _rn intrinsics here too: a contracted fma(-l, wd, 1) could round differently from the host's code.
-    sc[0] = static_cast<float>(__dsub_rn(1.0, __dmul_rn(l, c.wd)));
-    sc[1] = static_cast<float>(1.0 - c.beta1);
-    sc[2] = static_cast<float>(c.beta2);
-    sc[3] = static_cast<float>(1.0 - c.beta2);
-    sc[4] = static_cast<float>(l / (1.0 - pow(c.beta1, t)));
-    sc[5] = static_cast<float>(sqrt(1.0 - pow(c.beta2, t)));
-    sc[6] = load_f(gsc, gst, 0);
+    sc[0] = static_cast<float>(__dsub_rn(1.0, __dmul_rn(l, a.wd)));
+    sc[1] = static_cast<float>(1.0 - a.beta1);
+    sc[2] = static_cast<float>(a.beta2);
+    sc[3] = static_cast<float>(1.0 - a.beta2);
+    sc[4] = static_cast<float>(l / (1.0 - pow(a.beta1, t)));
+    sc[5] = static_cast<float>(sqrt(1.0 - pow(a.beta2, t)));
+    sc[6] = load_f(a.gsc, a.gst, 0);
   }
   __syncthreads();
 }
@@ -293,38 +296,39 @@ __device__ __forceinline__ void adamw_update(const float *sc, float eps, float g
   v = vv;
 }
 
-/// AdamW, any float storage; the element update is adamw_update, bit-identical to the CPU reference.
-__global__ void adamw_kernel(void *param, DType pt, const void *grad, DType gt, void *m, DType mt, void *v, DType vt,
-                             int64_t n, const void *lr, DType lrt, const void *step, DType stt, const void *gsc, DType gst,
-                             AdamWConst c) {
+/// The frame of both AdamW kernels: the step's scalars (adamw_scalars), nothing at all on a skipped step,
+/// otherwise `unit(sc, eps, i)` for every unit i < n in a grid-stride loop (a unit is what the kernel loads
+/// and stores at once: one element, or one float4).
+template <typename Unit>
+__device__ __forceinline__ void adamw_units(int64_t n, const AdamWArgs &a, Unit unit) {
   __shared__ float sc[7];
   __shared__ bool skip;
-  adamw_scalars(sc, skip, lr, lrt, step, stt, gsc, gst, c);
+  adamw_scalars(sc, skip, a);
   if (skip) return;
-  const float eps = static_cast<float>(c.eps);
+  const float eps = static_cast<float>(a.eps);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    unit(sc, eps, i);
+}
+
+/// AdamW, any float storage; the element update is adamw_update, bit-identical to the CPU reference.
+__global__ void adamw_kernel(void *param, DType pt, const void *grad, DType gt, void *m, DType mt, void *v, DType vt,
+                             int64_t n, AdamWArgs a) {
+  adamw_units(n, a, [=](const float *sc, float eps, int64_t i) {
     float p = load_f(param, pt, i), mm = load_f(m, mt, i), vv = load_f(v, vt, i);
     adamw_update(sc, eps, load_f(grad, gt, i), p, mm, vv);
     store_f(param, pt, i, p);
     store_f(m, mt, i, mm);
     store_f(v, vt, i, vv);
-  }
+  });
 }
 
 /// adamw_kernel for the mixed-precision step's layout, fp32 master weights, gradients and moments, in
 /// whole float4 vectors: 16-byte loads and stores instead of one element through the dtype switch (it ran
 /// at 60% of the device's bandwidth). The same adamw_update per element.
 __global__ void adamw_f32x4_kernel(float4 *param, const float4 *__restrict__ grad, float4 *m, float4 *v, int64_t n4,
-                                   const void *lr, DType lrt, const void *step, DType stt, const void *gsc, DType gst,
-                                   AdamWConst c) {
-  __shared__ float sc[7];
-  __shared__ bool skip;
-  adamw_scalars(sc, skip, lr, lrt, step, stt, gsc, gst, c);
-  if (skip) return;
-  const float eps = static_cast<float>(c.eps);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+                                   AdamWArgs a) {
+  adamw_units(n4, a, [=](const float *sc, float eps, int64_t i) {
     float4 p = param[i], mm = m[i], vv = v[i];
     const float4 g = grad[i];
     adamw_update(sc, eps, g.x, p.x, mm.x, vv.x);
@@ -334,7 +338,7 @@ __global__ void adamw_f32x4_kernel(float4 *param, const float4 *__restrict__ gra
     param[i] = p;
     m[i] = mm;
     v[i] = vv;
-  }
+  });
 }
 
 __global__ void accumulate_kernel(void *t, DType tt, const void *v, DType vt, int64_t n, IndexMap<1> vmap) {
@@ -605,18 +609,17 @@ GpuStatus adamw(const Out &param, const In &grad, const Out &m, const Out &v, co
                      v.dtype == DType::f32 && n % 4 == 0 &&
                      (reinterpret_cast<uintptr_t>(param.data) | reinterpret_cast<uintptr_t>(grad.data) |
                       reinterpret_cast<uintptr_t>(m.data) | reinterpret_cast<uintptr_t>(v.data)) % 16 == 0;
+  const AdamWArgs args{lr.data, step.data, grad_scale.data, lr.dtype, step.dtype, grad_scale.dtype,
+                       p.beta1, p.beta2, p.eps, p.weight_decay};
   if (f32x4) {
     adamw_f32x4_kernel<<<grid_for(n / 4), detail::kThreads, 0, s>>>(
         static_cast<float4 *>(param.data), static_cast<const float4 *>(grad.data), static_cast<float4 *>(m.data),
-        static_cast<float4 *>(v.data), n / 4, lr.data, lr.dtype, step.data, step.dtype, grad_scale.data,
-        grad_scale.dtype, AdamWConst{p.beta1, p.beta2, p.eps, p.weight_decay});
+        static_cast<float4 *>(v.data), n / 4, args);
     ZK_CUDA_TRY(detail::launched());
     return {};
   }
   adamw_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(param.data, param.dtype, grad.data, grad.dtype, m.data, m.dtype,
-                                                        v.data, v.dtype, n, lr.data, lr.dtype, step.data, step.dtype,
-                                                        grad_scale.data, grad_scale.dtype,
-                                                        AdamWConst{p.beta1, p.beta2, p.eps, p.weight_decay});
+                                                        v.data, v.dtype, n, args);
   ZK_CUDA_TRY(detail::launched());
   return {};
 }
