@@ -539,11 +539,12 @@ Status open_common(std::vector<uint8_t> *bytes, const std::string *path, const s
                    const Options &options, std::unique_ptr<Session::Impl> *out) {
   std::unique_ptr<Session::Impl> im(new Session::Impl());
   im->opts = options;
-  ZRT_RETURN_IF_ERROR(make_mpi_communicator(&im->comm));
+  // MPI under mpirun, TCP under torchrun (communicator.h); NCCL's control plane is whichever that is.
+  ZRT_RETURN_IF_ERROR(make_communicator_from_env(&im->comm));
   if (options.backend == BackendKind::cuda) {
 #ifdef ZRT_HAVE_CUDA
-    std::unique_ptr<Communicator> mpi = std::move(im->comm);
-    ZRT_RETURN_IF_ERROR(make_nccl_communicator(std::move(mpi), &im->comm));
+    std::unique_ptr<Communicator> control = std::move(im->comm);
+    ZRT_RETURN_IF_ERROR(make_nccl_communicator(std::move(control), &im->comm));
 #else
     return error(Code::mismatch, "this zrt was built without the cuda backend (no CUDA/NCCL at build time)");
 #endif

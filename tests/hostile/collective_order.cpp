@@ -38,7 +38,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   std::unique_ptr<zrt::Communicator> c;
-  zrt::Status st = zrt::make_mpi_communicator(&c);
+  // MPI under mpirun, TCP under torchrun's variables (tests/tcp runs these cases over TCP).
+  zrt::Status st = zrt::make_communicator_from_env(&c);
   if (!st.ok()) {
     std::fprintf(stderr, "collective_order: error: %s\n", st.message().c_str());
     return 1;

@@ -1,4 +1,5 @@
-// zrun - runs a zplan plan on every rank of an MPI job.
+// zrun - runs a zplan plan on every rank of an MPI job, or of a torchrun job (`torchrun --nproc-per-node
+// WORLD zrun PLAN ...`: the ranks then talk over TCP; zrt/communicator.h, make_communicator_from_env).
 //
 //   mpirun -np WORLD zrun PLAN --input NAME=FILE.npy ... [--random-inputs] --output NAME=FILE.npy
 //          [--repeat N] [--init file|random] [--seed N] [--timeout SECONDS]
@@ -78,9 +79,10 @@ struct Args {
   int nvme_threads = 4;
 };
 
-// The rank as the launcher tells it, for messages printed before MPI is up (only rank 0 prints those).
+// The rank as the launcher tells it, for messages printed before MPI is up (only rank 0 prints those):
+// an MPI launcher's, else torchrun's RANK.
 int launcher_rank() {
-  for (const char *v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+  for (const char *v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK"})
     if (const char *s = std::getenv(v)) return std::atoi(s);
   return 0;
 }

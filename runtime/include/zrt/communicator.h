@@ -1,10 +1,15 @@
 // zrt/communicator.h - the interface a communicator implements (MPI here; NCCL in runtime/src/nccl/).
 //
 // A communicator has two planes:
-//  - the data plane: collectives on arena memory of its backend (host pointers for MPI, device pointers
-//    plus a stream for NCCL), over the tp, dp or world group of the mesh;
+//  - the data plane: collectives on arena memory of its backend (host pointers for MPI and TCP, device
+//    pointers plus a stream for NCCL), over the tp, dp or world group of the mesh;
 //  - the control plane: small host-memory exchanges on the world group used at start-up (agreement on the
-//    plan and on errors) and to assemble outputs on rank 0. The NCCL communicator keeps MPI for this plane.
+//    plan and on errors) and to assemble outputs on rank 0. The NCCL communicator keeps the MPI or TCP
+//    communicator it was made with for this plane.
+//
+// Which one a job gets depends on its launcher (make_communicator_from_env): mpirun gives an MPI world;
+// torchrun gives only environment variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), from which the
+// TCP communicator (runtime/src/tcp/) builds its own connections (docs/dist-contract.md, "TCP transport").
 //
 // Groups follow docs/design.md: world = tp x dp, rank r has tp index r % tp and dp index r / tp; a tp group
 // is the ranks of one dp index, in tp-index order; a dp group the ranks of one tp index, in dp-index order.
@@ -113,9 +118,31 @@ Status make_mpi_communicator(std::unique_ptr<Communicator> *out);
 /// Finalises MPI if make_mpi_communicator initialised it.
 void finalize_mpi();
 /// The NCCL communicator of the cuda backend (built with ZRT_HAVE_CUDA only): NCCL for the data plane on
-/// device pointers and streams, the given MPI communicator for the control plane and for creating the
-/// NCCL communicators (unique ids broadcast over MPI). The Session calls it when Options::backend is cuda.
-Status make_nccl_communicator(std::unique_ptr<Communicator> mpi, std::unique_ptr<Communicator> *out);
+/// device pointers and streams, the given host communicator (MPI or TCP) for the control plane and for
+/// creating the NCCL communicators (unique ids broadcast over it). The Session calls it when
+/// Options::backend is cuda.
+Status make_nccl_communicator(std::unique_ptr<Communicator> control, std::unique_ptr<Communicator> *out);
+
+/// Where the ranks of a TCP job meet (torchrun's variables) and how long any wait may last.
+struct TcpConfig {
+  int rank = 0;
+  int world = 1;
+  std::string master_addr;  // a host name or address that every rank resolves to rank 0
+  int master_port = 0;      // rank 0 listens there for the rendezvous
+  double timeout_s = 600;   // the rendezvous' connect window, and the longest wait on a peer afterwards
+};
+/// The configuration of this process from its environment: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+/// (torchrun's); ZRT_TCP_PORT overrides the port, and under torchrun's agent store (which holds
+/// MASTER_PORT itself: TORCHELASTIC_USE_AGENT_STORE=True) the rendezvous uses MASTER_PORT + 1;
+/// ZRT_TCP_TIMEOUT_S sets timeout_s. A missing or malformed variable is an invalid_argument naming it.
+Status tcp_config_from_env(TcpConfig *out);
+/// Runs the rendezvous and returns a communicator over plain TCP sockets, on host memory (no MPI).
+/// Collective: every rank of the job must call it with the same world, address and port.
+Status make_tcp_communicator(const TcpConfig &config, std::unique_ptr<Communicator> *out);
+/// The host communicator the launcher's environment asks for: ZRT_COMM=mpi|tcp when set; else MPI under an
+/// MPI launcher (OMPI_COMM_WORLD_*, PMI_*, PMIX_* variables); else TCP when torchrun's WORLD_SIZE is above
+/// 1; else a single-rank MPI world (MPI's singleton start), as without any launcher.
+Status make_communicator_from_env(std::unique_ptr<Communicator> *out);
 
 }  // namespace zrt
 

@@ -342,7 +342,7 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 Status make_nccl_communicator(std::unique_ptr<Communicator> control, std::unique_ptr<Communicator> *out) {
-  if (!control) return error(Code::invalid_argument, "nccl: a control-plane (MPI) communicator is required");
+  if (!control) return error(Code::invalid_argument, "nccl: a control-plane (MPI or TCP) communicator is required");
   out->reset(new NcclCommunicator(std::move(control)));
   return {};
 }

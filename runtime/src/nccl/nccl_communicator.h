@@ -1,6 +1,7 @@
 // The NCCL communicator: collectives on device memory over one NCCL communicator per mesh group (tp, dp,
-// world), bootstrapped over MPI (world rank 0 makes one unique id per group and broadcasts them all); the
-// control plane (agreement, host broadcasts, output gathers) stays on the MPI communicator it wraps.
+// world), bootstrapped over the host communicator it wraps, MPI under mpirun or TCP under torchrun (world
+// rank 0 makes one unique id per group and broadcasts them all); the control plane (agreement, host
+// broadcasts, output gathers) stays on that communicator.
 #ifndef ZRT_NCCL_NCCL_COMMUNICATOR_H
 #define ZRT_NCCL_NCCL_COMMUNICATOR_H
 
@@ -10,7 +11,7 @@
 
 namespace zrt {
 
-// make_nccl_communicator() is declared in zrt/communicator.h. It wraps an MPI communicator over the world;
+// make_nccl_communicator() is declared in zrt/communicator.h. It wraps an MPI or TCP communicator over the world;
 // NCCL communicators are created by set_mesh() (none for a group of one, where a collective is a copy).
 // Collectives are enqueued on the stream they are given (the CUDA backend's native_stream()); their errors
 // and hangs are caught asynchronously (ncclCommGetAsyncError, a timeout of ZRT_NCCL_TIMEOUT_S seconds,
