@@ -164,6 +164,52 @@ inline cudaError_t launched() { return cudaGetLastError(); }
 /// Turns a launcher's cudaError_t into the backend op's status.
 #define ZK_LAUNCH(expr) ZK_CUDA_TRY(expr)
 
+// --- programmatic dependent launch (sm_90) -----------------------------------------------------------------
+// A decode step is hundreds of short kernels in a row, and between two of them the GPU idles while the next
+// one is launched. A kernel launched with launch_pdl may be started while the stream's previous kernel is
+// still running; it begins with pdl_enter(), which waits until that kernel has finished and its writes are
+// visible (griddepcontrol.wait) and then lets the stream's next kernel be launched (launch_dependents), so
+// the launch overhead overlaps the previous kernel instead of following it. Ordering is unchanged: nothing
+// is read or written before the wait. A kernel launched plainly passes both instructions at once, so a
+// kernel with pdl_enter() is correct however it is launched. ZK_PDL=0 launches every kernel plainly.
+
+/// Waits for the stream's previous kernel, then lets the next one launch. First statement of a kernel.
+__device__ __forceinline__ void pdl_enter() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/// Whether launches may carry the programmatic attribute: ZK_PDL unset or not "0", and no launch with it
+/// has failed (then every later launch is plain).
+bool pdl_enabled();
+void pdl_disable();
+
+/// kernel<<<grid, block, smem, s>>>(args...) as a programmatic dependent of the stream's previous kernel
+/// (plainly where pdl_enabled() is false, or where the attributed launch is refused). `cluster_y` > 1 also
+/// groups the blocks in clusters of that many along y.
+template <class... KArgs, class... Args>
+cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                       Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (pdl_enabled()) {
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, kernel, args...) == cudaSuccess) return cudaSuccess;
+    (void)cudaGetLastError();
+    pdl_disable();
+  }
+  cfg.attrs = nullptr;
+  cfg.numAttrs = 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 }  // namespace detail
 }  // namespace cuda
 }  // namespace zk

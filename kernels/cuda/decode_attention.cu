@@ -12,8 +12,11 @@
 //   itself. The split is a function of the shapes alone (zk/cuda_workspace.h), so the plan sizes the
 //   workspace; chunks past a sequence's cached length exit at once.
 // - Loads are 16-byte vectors: of a key row (a thread per key) for the scores, of 8 dims of a value row (a
-//   thread per 8 output dims, the keys of a tile dealt round the threads that share them) for the sum; the softmax runs in the base-2 domain with the scale
-//   folded into the queries; all sums are fp32.
+//   thread per 8 output dims, the keys of a tile dealt round the threads that share them) for the sum; the
+//   tile's value rows are copied into shared memory asynchronously (cp.async) as the tile begins, so that
+//   their latency hides behind the scores and the softmax; the softmax runs in the base-2 domain with the
+//   scale folded into the queries; all sums are fp32.
+// - Launched as a programmatic dependent (common.cuh, launch_pdl): its launch overlaps the previous kernel.
 //
 // The oracle is the CPU reference kernel (kernels/cpu/generate.cpp), tests/cuda/generate_kernels_test.cpp.
 #include <cuda_bf16.h>
@@ -73,7 +76,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                             const int64_t *__restrict__ pos, T *__restrict__ out, float *__restrict__ part_o,
                             float *__restrict__ part_ml, int Hq, int Hkv, int S, int L, int chunk, int splits,
                             float scale) {
+  ::zk::cuda::detail::pdl_enter();
   constexpr int kOcts = DH / 8;  // 8-dim groups per row
+  // A tile's values are staged in shared memory by asynchronous copies issued when the tile begins, so that
+  // their loads overlap the scores and the softmax instead of following them (where they fit: all but f32
+  // at head dim 128).
+  constexpr bool kStageV = sizeof(T) * DH * kTile <= 32768;
+  constexpr int kRowPieces = static_cast<int>(sizeof(T)) * DH / 16;  // 16-byte pieces of a value row
+  __shared__ __align__(16) unsigned char vs_bytes[kStageV ? kTile * DH * sizeof(T) : 16];
+  const T* vs = reinterpret_cast<const T*>(vs_bytes);
   __shared__ __align__(16) float qs[kMaxRows][DH];
   __shared__ float sc[kMaxRows][kTile];
   __shared__ float row_m[kMaxRows], row_l[kMaxRows], row_alpha[kMaxRows];
@@ -118,6 +129,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
   for (int tile = start; tile < end; tile += kTile) {
     const int j = tile + tid, n = min(kTile, end - tile);
+    if (kStageV) {
+      // Piece c is bytes [16 c, 16 c + 16) of the tile's n value rows (contiguous in the cache).
+      const char* src = reinterpret_cast<const char*>(vb + static_cast<int64_t>(tile) * DH);
+      unsigned char* dst = vs_bytes;
+      for (int c = tid; c < n * kRowPieces; c += kThreadsPerBlock) {
+        const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst + 16 * c));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d),
+                     "l"(src + 16 * static_cast<int64_t>(c))
+                     : "memory");
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+    }
     float s[kMaxRows];
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r) s[r] = 0.0f;
@@ -170,6 +193,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         row_m[r] = m_new;
       }
     }
+    if (kStageV) asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
 
     if (set < groups) {
@@ -186,7 +210,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         for (int jj = set; jj < n; jj += groups) {
           const float w = sc[r][jj];
           float x[8];
-          load8(vb + static_cast<int64_t>(tile + jj) * DH + d, x);
+          if (kStageV)
+            load8(vs + jj * DH + d, x);
+          else
+            load8(vb + static_cast<int64_t>(tile + jj) * DH + d, x);
 #pragma unroll
           for (int e = 0; e < 8; ++e) a[e] += w * x[e];
         }
@@ -194,7 +221,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         for (int e = 0; e < 8; ++e) acc[u][e] = a[e];
       }
     }
-    __syncthreads();  // sc is rewritten by the next tile
+    __syncthreads();  // sc and vs are rewritten by the next tile
   }
 
   // Sum the sets' partial outputs (through sc, now free: groups x octs x 8 <= 8 x 128 floats), then normalise
@@ -241,6 +268,7 @@ template <class T>
 __global__ void decode_combine_kernel(const float *__restrict__ part_o, const float *__restrict__ part_ml,
                                       const int64_t *__restrict__ pos, T *__restrict__ out, int Hq, int S, int L,
                                       int chunk, int splits, int DH) {
+  ::zk::cuda::detail::pdl_enter();
   const int64_t row = blockIdx.x;
   const int i = static_cast<int>(row % S);
   const int64_t b = row / (static_cast<int64_t>(S) * Hq);
@@ -273,14 +301,15 @@ cudaError_t launch_decode(const In &q, const In &k, const In &v, const In &pos, 
   float *part_o = static_cast<float *>(workspace);
   float *part_ml = splits > 1 ? part_o + B * Hq * S * splits * DH : nullptr;
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(Hkv), static_cast<unsigned>(B));
-  decode_attention_kernel<T, DH><<<grid, kThreadsPerBlock, 0, s>>>(
-      static_cast<const T *>(q.data), static_cast<const T *>(k.data), static_cast<const T *>(v.data),
-      static_cast<const int64_t *>(pos.data), static_cast<T *>(out.data), part_o, part_ml, static_cast<int>(Hq),
-      static_cast<int>(Hkv), static_cast<int>(S), static_cast<int>(L), static_cast<int>(chunk),
-      static_cast<int>(splits), scale);
+  ::zk::cuda::detail::launch_pdl(
+      decode_attention_kernel<T, DH>, dim3(grid), dim3(kThreadsPerBlock), 0, s, static_cast<const T*>(q.data),
+      static_cast<const T*>(k.data), static_cast<const T*>(v.data), static_cast<const int64_t*>(pos.data),
+      static_cast<T*>(out.data), part_o, part_ml, static_cast<int>(Hq), static_cast<int>(Hkv),
+      static_cast<int>(S), static_cast<int>(L), static_cast<int>(chunk), static_cast<int>(splits), scale);
   if (splits > 1)
-    decode_combine_kernel<T><<<static_cast<unsigned>(B * Hq * S), DH, 0, s>>>(
-        part_o, part_ml, static_cast<const int64_t *>(pos.data), static_cast<T *>(out.data), static_cast<int>(Hq),
+    ::zk::cuda::detail::launch_pdl(
+        decode_combine_kernel<T>, dim3(static_cast<unsigned>(B * Hq * S)), dim3(DH), 0, s, part_o, part_ml,
+        static_cast<const int64_t*>(pos.data), static_cast<T*>(out.data), static_cast<int>(Hq),
         static_cast<int>(S), static_cast<int>(L), static_cast<int>(chunk), static_cast<int>(splits), DH);
   return launched();
 }

@@ -121,6 +121,7 @@ inline bool packable(int64_t n, std::initializer_list<const void *> ps) {
 // Memory-bound maps come in two forms: Packed (16-byte loads and stores, n counted in packs) and plain.
 template <class T, bool Packed>
 __global__ void unary_kernel(Unary op, const T *__restrict__ x, T *__restrict__ y, int64_t n) {
+  ::zk::cuda::detail::pdl_enter();
   if (Packed) {
     ZK_GRID_STRIDE(i, n) {
       Pack<T> a = reinterpret_cast<const Pack<T> *>(x)[i];
@@ -148,6 +149,7 @@ __global__ void unary_int_kernel(Unary op, const void *x, DType t, void *y, int6
 }
 
 __global__ void cast_kernel(const void *x, DType xt, void *y, DType yt, int64_t n, bool via_float) {
+  ::zk::cuda::detail::pdl_enter();
   ZK_GRID_STRIDE(i, n) {
     if (via_float) store_f(y, yt, i, load_f(x, xt, i));
     else store_i(y, yt, i, load_i(x, xt, i));
@@ -163,6 +165,7 @@ struct alignas(16) Group8 {
 };
 template <class S, class D>
 __global__ void cast_vec_kernel(const Group8<S> *__restrict__ x, Group8<D> *__restrict__ y, int64_t groups) {
+  ::zk::cuda::detail::pdl_enter();
   ZK_GRID_STRIDE(i, groups) {
     const Group8<S> a = x[i];
     Group8<D> b;
@@ -175,6 +178,7 @@ __global__ void cast_vec_kernel(const Group8<S> *__restrict__ x, Group8<D> *__re
 template <bool Dense>
 __global__ void binary_kernel(Binary op, bool as_float, const void *a, DType at, const void *b, DType bt, void *y,
                               DType yt, int64_t n, IndexMap<2> map) {
+  ::zk::cuda::detail::pdl_enter();
   ZK_GRID_STRIDE(i, n) {
     int64_t off[2] = {i, i};
     if (!Dense) map.offsets(i, off);
@@ -189,6 +193,7 @@ __global__ void binary_kernel(Binary op, bool as_float, const void *a, DType at,
 template <class T, bool FullFirst>
 __global__ void binary_rows_kernel(Binary op, const T *__restrict__ full, const T *__restrict__ row, T *__restrict__ y,
                                    int64_t m, int64_t inner_packs) {
+  ::zk::cuda::detail::pdl_enter();
   ZK_GRID_STRIDE(i, m) {
     Pack<T> p = reinterpret_cast<const Pack<T> *>(full)[i];
     const float r = to_f32(row[i / inner_packs]);
@@ -204,6 +209,7 @@ __global__ void binary_rows_kernel(Binary op, const T *__restrict__ full, const 
 template <class T, bool FullFirst>
 __global__ void binary_rows2d_kernel(Binary op, const T *__restrict__ full, const T *__restrict__ row,
                                      T *__restrict__ y, int64_t rows, int64_t inner) {
+  ::zk::cuda::detail::pdl_enter();
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const float v = to_f32(row[r]);
     for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < inner;
@@ -237,6 +243,7 @@ inline dim3 rows_grid(int64_t rows, int64_t inner) {
 template <class T, bool Packed>
 __global__ void binary_dense_kernel(Binary op, const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ y,
                                     int64_t n) {
+  ::zk::cuda::detail::pdl_enter();
   if (Packed) {
     ZK_GRID_STRIDE(i, n) {
       Pack<T> pa = reinterpret_cast<const Pack<T> *>(a)[i];
@@ -256,6 +263,7 @@ __global__ void binary_dense_kernel(Binary op, const T *__restrict__ a, const T 
 template <class T, bool Packed>
 __global__ void binary_suffix_kernel(Binary op, const T *__restrict__ a, int64_t na, const T *__restrict__ b, int64_t nb,
                                      T *__restrict__ y, int64_t n) {
+  ::zk::cuda::detail::pdl_enter();
   if (Packed) {
     ZK_GRID_STRIDE(i, n) {
       Pack<T> pa = reinterpret_cast<const Pack<T> *>(a)[i % na];
@@ -290,6 +298,7 @@ __global__ void fill_kernel(void *y, DType t, int64_t n, double v) {
 template <class T, bool Packed>
 __global__ void bias_act_kernel(Unary act, const T *__restrict__ x, const T *__restrict__ bias, T *__restrict__ y,
                                 int64_t n, int64_t cols) {
+  ::zk::cuda::detail::pdl_enter();
   if (Packed) {  // cols is a whole number of packs, so a pack never straddles two rows
     const int64_t pcols = cols / Pack<T>::N;
     ZK_GRID_STRIDE(i, n) {
@@ -306,6 +315,7 @@ __global__ void bias_act_kernel(Unary act, const T *__restrict__ x, const T *__r
 
 template <class T, bool Packed>
 __global__ void gated_kernel(Unary act, const T *__restrict__ g, const T *__restrict__ u, T *__restrict__ y, int64_t n) {
+  ::zk::cuda::detail::pdl_enter();
   if (Packed) {
     ZK_GRID_STRIDE(i, n) {
       Pack<T> a = reinterpret_cast<const Pack<T> *>(g)[i];
@@ -329,9 +339,11 @@ cudaError_t unary(Unary op, const T *x, T *y, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   if (packable<T>(n, {x, y})) {
     const int64_t m = n / Pack<T>::N;
-    unary_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(op, x, y, m);
+    ::zk::cuda::detail::launch_pdl(unary_kernel<T, true>, dim3(detail::grid_for(m)), dim3(kThreads), 0, s, op,
+                                   x, y, m);
   } else {
-    unary_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(op, x, y, n);
+    ::zk::cuda::detail::launch_pdl(unary_kernel<T, false>, dim3(detail::grid_for(n)), dim3(kThreads), 0, s,
+                                   op, x, y, n);
   }
   return detail::launched();
 }
@@ -339,8 +351,8 @@ cudaError_t unary(Unary op, const T *x, T *y, int64_t n, cudaStream_t s) {
 template <class S, class D>
 cudaError_t cast_vec(const void *x, void *y, int64_t n, cudaStream_t s) {
   const int64_t groups = n / 8;
-  cast_vec_kernel<S, D><<<detail::grid_for(groups), kThreads, 0, s>>>(static_cast<const Group8<S> *>(x),
-                                                                      static_cast<Group8<D> *>(y), groups);
+  ::zk::cuda::detail::launch_pdl(cast_vec_kernel<S, D>, dim3(detail::grid_for(groups)), dim3(kThreads), 0, s,
+                                 static_cast<const Group8<S>*>(x), static_cast<Group8<D>*>(y), groups);
   return detail::launched();
 }
 
@@ -354,15 +366,20 @@ cudaError_t cast(const void *x, DType xt, void *y, DType yt, int64_t n, cudaStre
     if (xt == DType::f32 && yt == DType::f16) return cast_vec<float, __half>(x, y, n, s);
     if (xt == DType::f16 && yt == DType::f32) return cast_vec<__half, float>(x, y, n, s);
   }
-  cast_kernel<<<detail::grid_for(n), kThreads, 0, s>>>(x, xt, y, yt, n, is_float(xt));
+  ::zk::cuda::detail::launch_pdl(cast_kernel, dim3(detail::grid_for(n)), dim3(kThreads), 0, s, x, xt, y, yt,
+                                 n, is_float(xt));
   return detail::launched();
 }
 
 cudaError_t binary(Binary op, bool as_float, const void *a, DType at, const void *b, DType bt, void *y, DType yt,
                    int64_t n, const IndexMap<2> *map, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  if (map) binary_kernel<false><<<detail::grid_for(n), kThreads, 0, s>>>(op, as_float, a, at, b, bt, y, yt, n, *map);
-  else binary_kernel<true><<<detail::grid_for(n), kThreads, 0, s>>>(op, as_float, a, at, b, bt, y, yt, n, IndexMap<2>{});
+  if (map)
+    ::zk::cuda::detail::launch_pdl(binary_kernel<false>, dim3(detail::grid_for(n)), dim3(kThreads), 0, s, op,
+                                   as_float, a, at, b, bt, y, yt, n, *map);
+  else
+    ::zk::cuda::detail::launch_pdl(binary_kernel<true>, dim3(detail::grid_for(n)), dim3(kThreads), 0, s, op,
+                                   as_float, a, at, b, bt, y, yt, n, IndexMap<2>{});
   return detail::launched();
 }
 
@@ -371,9 +388,11 @@ cudaError_t binary_dense(Binary op, const T *a, const T *b, T *y, int64_t n, cud
   if (n == 0) return cudaSuccess;
   if (packable<T>(n, {a, b, y})) {
     const int64_t m = n / Pack<T>::N;
-    binary_dense_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(op, a, b, y, m);
+    ::zk::cuda::detail::launch_pdl(binary_dense_kernel<T, true>, dim3(detail::grid_for(m)), dim3(kThreads), 0,
+                                   s, op, a, b, y, m);
   } else {
-    binary_dense_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(op, a, b, y, n);
+    ::zk::cuda::detail::launch_pdl(binary_dense_kernel<T, false>, dim3(detail::grid_for(n)), dim3(kThreads),
+                                   0, s, op, a, b, y, n);
   }
   return detail::launched();
 }
@@ -384,9 +403,11 @@ cudaError_t binary_suffix(Binary op, const T *a, int64_t na, const T *b, int64_t
   constexpr int V = Pack<T>::N;
   if (na % V == 0 && nb % V == 0 && packable<T>(n, {a, b, y})) {
     const int64_t m = n / V;
-    binary_suffix_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(op, a, na / V, b, nb / V, y, m);
+    ::zk::cuda::detail::launch_pdl(binary_suffix_kernel<T, true>, dim3(detail::grid_for(m)), dim3(kThreads),
+                                   0, s, op, a, na / V, b, nb / V, y, m);
   } else {
-    binary_suffix_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(op, a, na, b, nb, y, n);
+    ::zk::cuda::detail::launch_pdl(binary_suffix_kernel<T, false>, dim3(detail::grid_for(n)), dim3(kThreads),
+                                   0, s, op, a, na, b, nb, y, n);
   }
   return detail::launched();
 }
@@ -396,9 +417,11 @@ cudaError_t bias_act(Unary act, const T *x, const T *bias, T *y, int64_t n, int6
   if (n == 0) return cudaSuccess;
   if (packable<T>(cols, {x, bias, y})) {
     const int64_t m = n / Pack<T>::N;
-    bias_act_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(act, x, bias, y, m, cols);
+    ::zk::cuda::detail::launch_pdl(bias_act_kernel<T, true>, dim3(detail::grid_for(m)), dim3(kThreads), 0, s,
+                                   act, x, bias, y, m, cols);
   } else {
-    bias_act_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(act, x, bias, y, n, cols);
+    ::zk::cuda::detail::launch_pdl(bias_act_kernel<T, false>, dim3(detail::grid_for(n)), dim3(kThreads), 0, s,
+                                   act, x, bias, y, n, cols);
   }
   return detail::launched();
 }
@@ -408,9 +431,11 @@ cudaError_t gated(Unary act, const T *g, const T *u, T *y, int64_t n, cudaStream
   if (n == 0) return cudaSuccess;
   if (packable<T>(n, {g, u, y})) {
     const int64_t m = n / Pack<T>::N;
-    gated_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(act, g, u, y, m);
+    ::zk::cuda::detail::launch_pdl(gated_kernel<T, true>, dim3(detail::grid_for(m)), dim3(kThreads), 0, s,
+                                   act, g, u, y, m);
   } else {
-    gated_kernel<T, false><<<detail::grid_for(n), kThreads, 0, s>>>(act, g, u, y, n);
+    ::zk::cuda::detail::launch_pdl(gated_kernel<T, false>, dim3(detail::grid_for(n)), dim3(kThreads), 0, s,
+                                   act, g, u, y, n);
   }
   return detail::launched();
 }
@@ -536,17 +561,21 @@ GpuStatus binary(Binary op, const In &a, const In &b, const Out &out, cudaStream
         if (inner % V != 0 || !packable<T>(n, {full, out.data})) {
           const int64_t rows = n / inner;
           if (a_full)
-            binary_rows2d_kernel<T, true><<<rows_grid(rows, inner), kThreads, 0, s>>>(op, full, row, y, rows, inner);
+            ::zk::cuda::detail::launch_pdl(binary_rows2d_kernel<T, true>, dim3(rows_grid(rows, inner)),
+                                           dim3(kThreads), 0, s, op, full, row, y, rows, inner);
           else
-            binary_rows2d_kernel<T, false><<<rows_grid(rows, inner), kThreads, 0, s>>>(op, full, row, y, rows, inner);
+            ::zk::cuda::detail::launch_pdl(binary_rows2d_kernel<T, false>, dim3(rows_grid(rows, inner)),
+                                           dim3(kThreads), 0, s, op, full, row, y, rows, inner);
           done = true;
           return detail::launched();
         }
         const int64_t m = n / V;
         if (a_full)
-          binary_rows_kernel<T, true><<<detail::grid_for(m), kThreads, 0, s>>>(op, full, row, y, m, inner / V);
+          ::zk::cuda::detail::launch_pdl(binary_rows_kernel<T, true>, dim3(detail::grid_for(m)),
+                                         dim3(kThreads), 0, s, op, full, row, y, m, inner / V);
         else
-          binary_rows_kernel<T, false><<<detail::grid_for(m), kThreads, 0, s>>>(op, full, row, y, m, inner / V);
+          ::zk::cuda::detail::launch_pdl(binary_rows_kernel<T, false>, dim3(detail::grid_for(m)),
+                                         dim3(kThreads), 0, s, op, full, row, y, m, inner / V);
         done = true;
         return detail::launched();
       }));

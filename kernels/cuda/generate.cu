@@ -23,6 +23,7 @@ constexpr int kRowThreads = 128;
 
 __global__ void kv_write_kernel(uint8_t* cache, const uint8_t* value, const void* pos, DType pt, int64_t B,
                                 int64_t H, int64_t L, int64_t S, int64_t D, int es) {
+  ::zk::cuda::detail::pdl_enter();
   const int64_t n = B * H * S * D;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -71,6 +72,7 @@ __global__ void cached_attention_kernel(const void* q, DType qt, const void* k, 
 // One block per row: each thread's best (value, index), then a shared-memory tree in which the larger value
 // wins and a tie goes to the smaller index (torch.argmax's first maximum); NaN beats every number.
 __global__ void argmax_kernel(const void* x, DType xt, int64_t V, int64_t* out) {
+  ::zk::cuda::detail::pdl_enter();
   __shared__ float bv[kRowThreads];
   __shared__ int64_t bi[kRowThreads];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * V;
@@ -115,6 +117,7 @@ __global__ void argmax_kernel(const void* x, DType xt, int64_t V, int64_t* out) 
 
 __global__ void take_rows_kernel(const uint8_t* x, const void* index, DType it, uint8_t* out, int64_t B,
                                  int64_t S, int64_t row, int es) {
+  ::zk::cuda::detail::pdl_enter();
   const int64_t n = B * row;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -139,9 +142,10 @@ GpuStatus kv_write(const Out& cache, const In& value, const In& pos, cudaStream_
   if (pos.dtype != DType::i64 || pos.shape != Dims{B}) return kernel_failure("kv_write: pos must be i64 [B]");
   const int64_t n = B * H * S * D;
   if (n == 0) return {};
-  kv_write_kernel<<<grid_for(n), detail::kThreads, 0, s>>>(
-      static_cast<uint8_t*>(cache.data), static_cast<const uint8_t*>(value.data), pos.data, pos.dtype, B, H,
-      L, S, D, static_cast<int>(dtype_size(cache.dtype)));
+  ::zk::cuda::detail::launch_pdl(kv_write_kernel, dim3(grid_for(n)), dim3(detail::kThreads), 0, s,
+                                 static_cast<uint8_t*>(cache.data), static_cast<const uint8_t*>(value.data),
+                                 pos.data, pos.dtype, B, H, L, S, D,
+                                 static_cast<int>(dtype_size(cache.dtype)));
   ZK_CUDA_TRY(detail::launched());
   return {};
 }
@@ -183,8 +187,8 @@ GpuStatus argmax(const In& x, const Out& out, cudaStream_t s) {
   if (V < 1) return kernel_failure("argmax: empty rows");
   if (rows == 0) return {};
   if (rows > 0x7fffffffLL) return kernel_failure("argmax: too many rows");
-  argmax_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x.data, x.dtype, V,
-                                                                    static_cast<int64_t*>(out.data));
+  ::zk::cuda::detail::launch_pdl(argmax_kernel, dim3(static_cast<unsigned>(rows)), dim3(kRowThreads), 0, s,
+                                 x.data, x.dtype, V, static_cast<int64_t*>(out.data));
   ZK_CUDA_TRY(detail::launched());
   return {};
 }
@@ -200,9 +204,10 @@ GpuStatus take_rows(const In& x, const In& index, const Out& out, cudaStream_t s
   const int64_t row = x.shape.numel() / (B * S);
   if (out.shape.numel() != B * row) return kernel_failure("take_rows: output size is not B rows");
   if (B * row == 0) return {};
-  take_rows_kernel<<<grid_for(B * row), detail::kThreads, 0, s>>>(
-      static_cast<const uint8_t*>(x.data), index.data, index.dtype, static_cast<uint8_t*>(out.data), B, S,
-      row, static_cast<int>(dtype_size(x.dtype)));
+  ::zk::cuda::detail::launch_pdl(take_rows_kernel, dim3(grid_for(B * row)), dim3(detail::kThreads), 0, s,
+                                 static_cast<const uint8_t*>(x.data), index.data, index.dtype,
+                                 static_cast<uint8_t*>(out.data), B, S, row,
+                                 static_cast<int>(dtype_size(x.dtype)));
   ZK_CUDA_TRY(detail::launched());
   return {};
 }

@@ -18,6 +18,7 @@ using detail::kThreads;
 // --- tier 1 -----------------------------------------------------------------------------------------------------
 template <class E>
 __global__ void strided_copy_kernel(const E *__restrict__ x, E *__restrict__ y, int64_t n, int64_t base, IndexMap<1> map) {
+  ::zk::cuda::detail::pdl_enter();
   ZK_GRID_STRIDE(i, n) {
     int64_t off[1];
     map.offsets(i, off);
@@ -28,6 +29,7 @@ __global__ void strided_copy_kernel(const E *__restrict__ x, E *__restrict__ y, 
 template <class E>
 __global__ void gather_kernel(const E *__restrict__ x, const void *idx, DType it, E *__restrict__ y, int64_t total,
                               int64_t n, int64_t inner, int64_t dim) {
+  ::zk::cuda::detail::pdl_enter();
   ZK_GRID_STRIDE(i, total) {
     const int64_t c = i % inner, j = (i / inner) % n, o = i / (inner * n);
     int64_t id = detail::load_i(idx, it, j);
@@ -39,6 +41,7 @@ __global__ void gather_kernel(const E *__restrict__ x, const void *idx, DType it
 template <class E>
 __global__ void embedding_kernel(const E *__restrict__ table, const void *ids, DType it, E *__restrict__ y, int64_t total,
                                  int64_t D, int64_t V, int64_t row_start) {
+  ::zk::cuda::detail::pdl_enter();
   ZK_GRID_STRIDE(i, total) {
     const int64_t j = i / D, c = i % D;
     const int64_t local = detail::load_i(ids, it, j) - row_start;
@@ -60,6 +63,7 @@ struct ConcatArgs {
 /// Operands are few, so the search is a short scan; the copy is one launch however many operands there are.
 template <class E>
 __global__ void concat_kernel(ConcatArgs a, E *__restrict__ y, int64_t total) {
+  ::zk::cuda::detail::pdl_enter();
   const int64_t width = a.at[a.n];
   ZK_GRID_STRIDE(i, total) {
     const int64_t row = i / width, col = i - row * width;
@@ -135,8 +139,8 @@ cudaError_t strided_copy(const void *x, void *y, size_t es, int64_t n, int64_t b
   detail::widen_copy(x, y, &map, &base, &n, &es);
   return by_width(es, [&](auto *tag) {
     using E = std::remove_pointer_t<decltype(tag)>;
-    strided_copy_kernel<E><<<detail::grid_for(n), kThreads, 0, s>>>(static_cast<const E *>(x), static_cast<E *>(y), n,
-                                                                     base, map);
+    ::zk::cuda::detail::launch_pdl(strided_copy_kernel<E>, dim3(detail::grid_for(n)), dim3(kThreads), 0, s,
+                                   static_cast<const E*>(x), static_cast<E*>(y), n, base, map);
     return detail::launched();
   });
 }
@@ -147,8 +151,9 @@ cudaError_t gather(const void *x, size_t es, const void *idx, DType it, void *y,
   if (total == 0) return cudaSuccess;
   return by_width(es, [&](auto *tag) {
     using E = std::remove_pointer_t<decltype(tag)>;
-    gather_kernel<E><<<detail::grid_for(total), kThreads, 0, s>>>(static_cast<const E *>(x), idx, it,
-                                                                   static_cast<E *>(y), total, n, inner, dim);
+    ::zk::cuda::detail::launch_pdl(gather_kernel<E>, dim3(detail::grid_for(total)), dim3(kThreads), 0, s,
+                                   static_cast<const E*>(x), idx, it, static_cast<E*>(y), total, n, inner,
+                                   dim);
     return detail::launched();
   });
 }
@@ -159,8 +164,9 @@ cudaError_t embedding(const void *table, size_t es, const void *ids, DType it, v
   if (total == 0) return cudaSuccess;
   return by_width(es, [&](auto *tag) {
     using E = std::remove_pointer_t<decltype(tag)>;
-    embedding_kernel<E><<<detail::grid_for(total), kThreads, 0, s>>>(static_cast<const E *>(table), ids, it,
-                                                                      static_cast<E *>(y), total, D, V, row_start);
+    ::zk::cuda::detail::launch_pdl(embedding_kernel<E>, dim3(detail::grid_for(total)), dim3(kThreads), 0, s,
+                                   static_cast<const E*>(table), ids, it, static_cast<E*>(y), total, D, V,
+                                   row_start);
     return detail::launched();
   });
 }
@@ -248,7 +254,8 @@ GpuStatus concat(const In *xs, int n, const Out &out, int axis, cudaStream_t s) 
     const int64_t total = outer * a.at[a.n];
     ZK_CUDA_TRY(by_width(w, [&](auto *tag) {
       using E = std::remove_pointer_t<decltype(tag)>;
-      concat_kernel<E><<<detail::grid_for(total), kThreads, 0, s>>>(a, static_cast<E *>(out.data), total);
+      ::zk::cuda::detail::launch_pdl(concat_kernel<E>, dim3(detail::grid_for(total)), dim3(kThreads), 0, s, a,
+                                     static_cast<E*>(out.data), total);
       return detail::launched();
     }));
     return {};

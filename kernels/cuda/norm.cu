@@ -67,6 +67,7 @@ __global__ void softmax_kernel(const T *__restrict__ x, U *__restrict__ y, int64
 template <class T, bool Rms, bool Residual, int Cache>
 __global__ void norm_kernel(const T *__restrict__ x, const T *__restrict__ r, const T *__restrict__ scale,
                             const T *__restrict__ bias, T *__restrict__ sum_out, T *__restrict__ y, int64_t n, float eps) {
+  ::zk::cuda::detail::pdl_enter();
   __shared__ float red[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * n;
   // The fused form normalises the rounded sum, exactly what the unfused add then norm would see.
@@ -242,9 +243,15 @@ void norm_launch(const T *x, const T *r, const T *scale, const T *bias, T *sum, 
                  cudaStream_t s) {
   const unsigned g = static_cast<unsigned>(rows);
   const int t = row_threads(n);
-  if (n <= 4LL * t) norm_kernel<T, Rms, Residual, 4><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
-  else if (n <= 8LL * t) norm_kernel<T, Rms, Residual, 8><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
-  else norm_kernel<T, Rms, Residual, 0><<<g, t, 0, s>>>(x, r, scale, bias, sum, y, n, eps);
+  if (n <= 4LL * t)
+    ::zk::cuda::detail::launch_pdl(norm_kernel<T, Rms, Residual, 4>, dim3(g), dim3(t), 0, s, x, r, scale,
+                                   bias, sum, y, n, eps);
+  else if (n <= 8LL * t)
+    ::zk::cuda::detail::launch_pdl(norm_kernel<T, Rms, Residual, 8>, dim3(g), dim3(t), 0, s, x, r, scale,
+                                   bias, sum, y, n, eps);
+  else
+    ::zk::cuda::detail::launch_pdl(norm_kernel<T, Rms, Residual, 0>, dim3(g), dim3(t), 0, s, x, r, scale,
+                                   bias, sum, y, n, eps);
 }
 
 template <class T>

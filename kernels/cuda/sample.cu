@@ -90,6 +90,7 @@ struct Hist {
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(const void *x, DType t, int64_t v, const float *temperature, const int64_t *top_k, const float *top_p,
                   const int64_t *seed, const int64_t *step, int64_t row_offset, int64_t *ids) {
+  ::zk::cuda::detail::pdl_enter();
   __shared__ ull red[kWarps];
   __shared__ Hist hist;
   __shared__ ull s_prefix, s_above;
@@ -262,11 +263,11 @@ GpuStatus sample(const In &logits, const In &temperature, const In &top_k, const
   const int64_t rows = logits.shape[0];
   if (rows == 0) return {};
   if (rows > 0x7FFFFFFF) return kernel_failure("sample: too many rows");
-  sample_kernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, s>>>(
-      logits.data, logits.dtype, logits.shape[1], static_cast<const float *>(temperature.data),
-      static_cast<const int64_t *>(top_k.data), static_cast<const float *>(top_p.data),
-      static_cast<const int64_t *>(seed.data), static_cast<const int64_t *>(step.data), row_offset,
-      static_cast<int64_t *>(ids.data));
+  ::zk::cuda::detail::launch_pdl(
+      sample_kernel, dim3(static_cast<unsigned>(rows)), dim3(kSampleThreads), 0, s, logits.data, logits.dtype,
+      logits.shape[1], static_cast<const float*>(temperature.data), static_cast<const int64_t*>(top_k.data),
+      static_cast<const float*>(top_p.data), static_cast<const int64_t*>(seed.data),
+      static_cast<const int64_t*>(step.data), row_offset, static_cast<int64_t*>(ids.data));
   ZK_CUDA_TRY(detail::launched());
   return {};
 }

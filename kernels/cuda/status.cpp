@@ -1,5 +1,8 @@
 // GpuStatus construction and the device check every GPU entry point runs first.
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "zk/cuda_kernels.h"
@@ -36,6 +39,18 @@ GpuStatus cublas_failure(cublasStatus_t e, const char *expr, const char *file, i
 }
 
 GpuStatus kernel_failure(const char *what) { return GpuStatus::fail(GpuLib::kernel, -1, what); }
+
+namespace detail {
+namespace {
+std::atomic<bool> g_pdl{[] {
+  const char* e = std::getenv("ZK_PDL");
+  return !(e && std::strcmp(e, "0") == 0);
+}()};
+}  // namespace
+
+bool pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
+void pdl_disable() { g_pdl.store(false, std::memory_order_relaxed); }
+}  // namespace detail
 
 bool device_usable(size_t min_bytes, std::string *why) {
   int n = 0;

@@ -6,7 +6,10 @@
 #   static cache + torch.compile, timed the same way -> one table with the batch-1 memory-bandwidth floor.
 #
 #   bash tests/cuda/generate_bench.sh [--batches "1 8 64"] [--modes "zrun eager compile"] [--no-test] [--model llama-1b]
-#                                     [--profile]
+#                                     [--profile] [--kernels] [--ab]
+# --kernels: one decode step's kernels at batch 1 under Nsight Compute (ncu, each kernel's own duration, graphs
+# off), as a per-kernel table, after the peers. --ab: batch 1 again with the programmatic launches off
+# (ZK_PDL=0) and with cuBLASLt for every product (ZK_SKINNY=0), after the peers.
 # --modes picks the rows (zrun; Hugging Face eager; Hugging Face static cache + torch.compile), so that a call
 # that would outlast the 10-minute limit can be split in two (the table joins what each call measured only
 # within one call: run the modes to compare in the same call).
@@ -28,7 +31,7 @@
 # floor / measured step time (the issue's bar: >= 0.6).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-batches="1 8 64" modes="zrun eager compile" test=1 model=llama-1b profile=0
+batches="1 8 64" modes="zrun eager compile" test=1 model=llama-1b profile=0 kernels=0 ab=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --batches) batches=$2; shift ;;
@@ -36,6 +39,8 @@ while [[ $# -gt 0 ]]; do
     --no-test) test=0 ;;
     --model) model=$2; shift ;;
     --profile) profile=1 ;;
+    --kernels) kernels=1 ;;
+    --ab) ab=1 ;;
     *) echo "generate_bench: unknown flag $1" >&2; exit 2 ;;
   esac
   shift
@@ -49,13 +54,15 @@ nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --form
 gpu_env
 [[ " $modes " != *" zrun "* || -d .gpu-gen ]] || { echo "generate_bench: .gpu-gen missing (run tests/cuda/make_generate_plans.sh and carry .gpu-gen)"; exit 1; }
 targets=(zrun)
-[[ $test == 1 ]] && targets+=(zplan_cuda_sample_test zplan_cuda_generate_kernels_test)
+[[ $test == 1 ]] && targets+=(zplan_cuda_sample_test zplan_cuda_generate_kernels_test zplan_cuda_kernels_test)
 gpu_build "${targets[@]}"
 if [[ $test == 1 ]]; then
   step sample_test "$b/bin/zplan_cuda_sample_test"
   grep -E "^\[  (PASSED|FAILED) |Failure|row " "$out/sample_test.log" | head -20
   step generate_kernels "$b/bin/zplan_cuda_generate_kernels_test"
-  grep -E "^\[  (PASSED|FAILED) |Failure|error|decode attention|splits" "$out/generate_kernels.log" | head -30
+  grep -E "^\[  (PASSED|FAILED) |Failure|error|decode attention|splits|few-row|^skinny" "$out/generate_kernels.log" | head -60
+  step kernels_test "$b/bin/zplan_cuda_kernels_test"
+  grep -E "^\[  (PASSED|FAILED) |Failure" "$out/kernels_test.log" | head -20
 fi
 
 # The device copy rate and the model's byte counts (weights without the embedding table; K/V bytes per cached
@@ -108,9 +115,11 @@ for bs in $batches; do
   plan=.gpu-gen/$model-b$bs.zplan
   [[ -f $plan ]] || { echo "zrun b$bs: $plan missing"; continue; }
   left $((budget - 60)) || { echo "zrun b$bs: skipped (call budget)"; continue; }
-  step zrun-b$bs timeout 240 "$b/bin/zrun" "$plan" --backend cuda --init random --generate --warmup 1 \
-    --prompt "$out/prompt-b$bs.npy" --max-new-tokens 256 --tokens-out "$out/tokens-b$bs.npy"
-  grep -iE "first token|tokens/s|error" "$out/zrun-b$bs.log" | head -6
+  # ZRT_CUDA_REPORT: the decode graph's node count; ZK_SKINNY_REPORT: each few-row product's timed choice.
+  step zrun-b$bs env ZRT_CUDA_REPORT=1 ZK_SKINNY_REPORT=1 timeout 240 "$b/bin/zrun" "$plan" --backend cuda \
+    --init random --generate --warmup 1 --prompt "$out/prompt-b$bs.npy" --max-new-tokens 256 \
+    --tokens-out "$out/tokens-b$bs.npy"
+  grep -iE "first token|tokens/s|error|captured program 1|few-row kernel|cuBLASLt" "$out/zrun-b$bs.log" | sort | uniq -c | head -24
   python3 - "$out/zrun-b$bs.log" "$bs" "$out/tokens-b$bs.npy" >> "$out/zrun.jsonl" <<'PY'
 import json, re, sys, os
 log, bs, tok = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -133,14 +142,30 @@ PY
 done
 cat "$out/zrun.jsonl"
 # --profile: where a decode step's time goes, per op (CUDA graphs off, which ZRT_CUDA_PROFILE needs; 32 new
-# tokens), at each batch size.
-for bs in $batches; do
+# tokens), at each batch size (or those in $profile_batches).
+for bs in ${profile_batches:-$batches}; do
   [[ $profile == 1 ]] || break
   left $((budget - 90)) || { echo "profile b$bs: skipped (call budget)"; continue; }
   step profile-b$bs env ZRT_CUDA_GRAPH=0 ZRT_CUDA_PROFILE=1 ZRT_CUDA_PROFILE_TOP=14 timeout 120 "$b/bin/zrun" \
     .gpu-gen/$model-b$bs.zplan --backend cuda --init random --generate --prompt "$out/prompt-b$bs.npy" \
     --max-new-tokens 32
   grep -E "zrt cuda: profile|decode" "$out/profile-b$bs.log" | head -20
+done
+
+# --ab: batch 1 with the programmatic launches off (the same kernels in the same order: its tokens must equal
+# the first run's, a check that no early-launched kernel read its input too soon) and with cuBLASLt for every
+# product.
+for v in "ZK_PDL=0" "ZK_SKINNY=0"; do
+  [[ $ab == 1 && " $modes " == *" zrun "* ]] || break
+  left $((budget - 60)) || { echo "ab $v: skipped (call budget)"; continue; }
+  step "ab-$v" env "$v" timeout 100 "$b/bin/zrun" .gpu-gen/$model-b1.zplan --backend cuda --init random --generate \
+    --warmup 1 --prompt "$out/prompt-b1.npy" --max-new-tokens 256 --tokens-out "$out/tokens-ab-$v.npy"
+  echo "b1 with $v: $(grep -E 'tokens/s' "$out/ab-$v.log")"
+  python3 -c "
+import numpy as np
+a, b = np.load('$out/tokens-b1.npy'), np.load('$out/tokens-ab-$v.npy')
+print('b1 tokens with $v equal to the first run:', bool((a == b).all()), '(differing new tokens: %d of %d)' % (int((a != b).sum()), a.shape[1] - 512))
+" 2>&1 | tail -1
 done
 
 # Hugging Face generate, eager then static cache + torch.compile, in this call.
@@ -217,6 +242,55 @@ PY
     grep '^{' "$out/hf-$mode.log" >> "$out/hf.jsonl" || tail -5 "$out/hf-$mode.log"
   done
   cat "$out/hf.jsonl"
+fi
+
+# --kernels: one decode step's kernels at batch 1 under Nsight Compute (graphs off: a kernel per launch; each
+# kernel's own duration, so the sum is the step's GPU busy time and the rest of the measured step is gaps).
+# Two new tokens: the prefill, then two decode steps; the table is the kernels between the last two samples.
+if [[ $kernels == 1 ]] && left $((budget - 60)); then
+  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+  if [[ -n $ncu_bin ]]; then
+    step ncu-b1 env ZRT_CUDA_GRAPH=0 timeout $((budget - SECONDS - 15)) "$ncu_bin" --clock-control none \
+      --metrics gpu__time_duration.sum --csv --page raw --print-units base --log-file "$out/ncu-b1.txt" \
+      "$b/bin/zrun" .gpu-gen/$model-b1.zplan --backend cuda --init random --generate \
+      --prompt "$out/prompt-b1.npy" --max-new-tokens 2
+    python3 - "$out/ncu-b1.txt" "$out/kernels-b1.txt" <<'PY'
+import csv, io, re, sys
+text = open(sys.argv[1]).read()
+start = text.find('"ID"')
+rows = list(csv.DictReader(io.StringIO(text[start:]))) if start >= 0 else []
+for r in rows:
+    r["gpu__time_duration.sum"] = (r.get("gpu__time_duration.sum") or "").replace(",", "")
+rows = [r for r in rows if r["gpu__time_duration.sum"].replace(".", "").isdigit() and r.get("Kernel Name")]
+def short(n):
+    n = re.sub(r"\(.*", "", n)
+    n = re.sub(r"<.*", "", n)
+    return n.split("::")[-1][:48]
+names = [short(r["Kernel Name"]) for r in rows]
+marks = [i for i, n in enumerate(names) if n == "sample_kernel"]
+out = []
+if len(marks) >= 2:
+    step = rows[marks[-2] + 1: marks[-1] + 1]
+    agg = {}
+    for r in step:
+        n = short(r["Kernel Name"])
+        t = float(r["gpu__time_duration.sum"]) / 1e3  # ns -> us
+        c, s = agg.get(n, (0, 0.0))
+        agg[n] = (c + 1, s + t)
+    total = sum(s for _, s in agg.values())
+    out.append(f"one decode step at batch 1: {len(step)} kernels, {total:.1f} us of kernel time")
+    out.append(f"{'kernel':<48} {'count':>5} {'total us':>9} {'mean us':>8} {'share':>6}")
+    for n, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+        out.append(f"{n:<48} {c:>5} {s:>9.1f} {s / c:>8.2f} {100 * s / total:>5.1f}%")
+else:
+    out.append(f"ncu: {len(rows)} kernels read, fewer than two sample kernels: no decode step found")
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
+print("\n".join(out[:40]))
+PY
+    cp -f "$out/kernels-b1.txt" "$OUT/" 2>/dev/null
+  else
+    echo "kernels: ncu not found"
+  fi
 fi
 
 # The table: zrun next to Hugging Face per batch, the ratios the issue sets bars on, the batch-1 floor.

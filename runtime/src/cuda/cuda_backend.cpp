@@ -316,6 +316,17 @@ class CudaBackend final : public Backend {
     size_t scratch = 0;
     if (gemm) {
       ZRT_GPU_CHECK(zk::cuda::Blas::create(&blas_));
+      // What the kernels write: a few-row product whose weight lies outside all of it (inference weights)
+      // may read the weight before the previous kernel has finished (zk::cuda::skinny_linear).
+      std::vector<std::pair<uintptr_t, uintptr_t>> written;
+      for (const Step &s : steps)
+        for (const TensorRef &o : s.outputs)
+          if (o.data && o.space == MemSpace::device) {
+            const uintptr_t b = reinterpret_cast<uintptr_t>(o.data);
+            written.emplace_back(
+                b, b + std::max<uint64_t>(o.bytes, static_cast<uint64_t>(o.numel()) * dtype_size(o.dtype)));
+          }
+      blas_->set_written_ranges(std::move(written));
       ZRT_CUDA_CHECK(cudaMalloc(&workspace_, zk::cuda::kGemmWorkspaceBytes));
       workspace_bytes_ = zk::cuda::kGemmWorkspaceBytes;
       scratch += workspace_bytes_;

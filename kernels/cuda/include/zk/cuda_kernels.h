@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "zk/cpu_kernels.h"
 #include "zk/cuda_status.h"
@@ -96,6 +98,10 @@ class Blas {
   Blas &operator=(const Blas &) = delete;
   struct Impl;
   Impl *impl() { return impl_; }
+  /// The device byte ranges [begin, end) that kernels write (the caller's plan outputs). Once set, a
+  /// few-row product whose weight lies outside all of them reads its weight before waiting for the
+  /// previous kernel (skinny_linear's early_weights); until then it never does.
+  void set_written_ranges(std::vector<std::pair<uintptr_t, uintptr_t>> ranges);
 
  private:
   Blas() = default;
@@ -113,6 +119,22 @@ GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool tran
 /// trans_w; x, W, out share one float dtype; bias [N] of that dtype when the epilogue takes one.
 GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool trans_w, float alpha,
                  Epilogue epilogue, void *workspace, size_t workspace_bytes, cudaStream_t stream);
+
+/// Products with few rows (kernels/cuda/skinny_gemm.cu): at most this many rows of x.
+constexpr int64_t kSkinnyMaxRows = 16;
+/// Whether skinny_linear runs a product of M rows, contraction K and N columns (W [K, N], or [N, K] with
+/// trans_w) of this dtype.
+bool skinny_linear_fits(DType dtype, int64_t M, int64_t K, int64_t N, bool trans_w);
+/// linear's contract (out = epilogue(alpha x W + bias)) for at most kSkinnyMaxRows rows, by a kernel that
+/// streams W at the memory's rate instead of cuBLASLt; needs no workspace. It is launched as a programmatic
+/// dependent of the stream's previous kernel: it reads x (and bias) only after that kernel has finished, and
+/// W too unless early_weights says that no kernel writes W (then its first loads go out before the wait).
+GpuStatus skinny_linear(const In& x, const In& w, const In& bias, const Out& out, bool trans_w, float alpha,
+                        Epilogue epilogue, bool early_weights, cudaStream_t stream);
+/// How linear and matmul run products of at most kSkinnyMaxRows rows: -1 (the default, or ZK_SKINNY unset)
+/// times skinny_linear against cuBLASLt once per shape and keeps the faster; 0 always cuBLASLt (ZK_SKINNY=0);
+/// 1 always skinny_linear where it applies (ZK_SKINNY=1). ZK_SKINNY_REPORT=1 prints each timed choice.
+void set_skinny_mode(int mode);
 
 }  // namespace cuda
 }  // namespace zk
