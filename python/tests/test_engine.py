@@ -2,6 +2,7 @@
 the shared gpt2 export (tests/models/README.md), and zrun's output, losses and checkpoints on the same plan.
 Bad input is refused before anything runs, with a message naming the argument or the file."""
 import os
+import socket
 
 import numpy as np
 import pytest
@@ -145,13 +146,27 @@ def test_bad_plans_and_launchers(tmp_path, forward_plan, monkeypatch):
                               out=tmp_path / "cuda.zplan")
     with pytest.raises(zplan.ZplanError, match="the plan is for backend 'cuda' but this launch runs backend 'cpu'"):
         zplan.Engine(cuda_plan.path)
-    # torchrun's variables without an MPI launcher: refused before MPI starts, saying what to do.
-    for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"):
-        monkeypatch.delenv(v, raising=False)
+    # torchrun's variables without an MPI launcher start the TCP communicator (tests/test_torchrun.py runs
+    # such jobs); a missing variable, or a rank 0 that never comes, is a clear error naming it.
+    # The MPI singleton of the engines above put Open MPI's variables into the C environment, where os.environ
+    # does not see them: set then delete, so that unsetenv() runs.
+    for v in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MASTER_ADDR",
+              "MASTER_PORT", "ZRT_COMM", "TORCHELASTIC_USE_AGENT_STORE"):
+        monkeypatch.setenv(v, "")
+        monkeypatch.delenv(v)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     assert zplan.world_size() == 2 and zplan.rank() == 1
-    with pytest.raises(zplan.ZplanError, match=r"WORLD_SIZE=2 .*`mpirun -np 2 python SCRIPT`"):
+    with pytest.raises(zplan.ZplanError, match=r"torchrun's environment\): MASTER_ADDR is not set") as e:
+        zplan.Engine(forward_plan)
+    assert e.value.code == "invalid_argument"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("ZRT_TCP_TIMEOUT_S", "1")
+    with pytest.raises(zplan.ZplanError, match=rf"rank 1 could not reach rank 0 at 127.0.0.1:{port} .* within 1 s"):
         zplan.Engine(forward_plan)
 
 

@@ -1,7 +1,7 @@
 """zplan from Python: compile an ONNX model into a sharding plan, and run, train and checkpoint it.
 
     import zplan
-    engine = zplan.initialize("model.onnx", config=ds_config, seq=128)   # under mpirun: one per rank
+    engine = zplan.initialize("model.onnx", config=ds_config, seq=128)   # under mpirun or torchrun: one per rank
     # or: plan = zplan.compile("model.onnx", train=True, zero=1, world=2, batch=8, seq=128); zplan.Engine(plan)
     for batch in batches:
         loss = engine.step(batch)          # a global [batch, seq] array of token ids

@@ -5,10 +5,10 @@ forward(), save_checkpoint() and load_checkpoint() are collective. Arguments are
 collective starts, so that a bad batch fails on every rank alike with a message naming the argument; what
 the runtime refuses comes back as ZplanError with the runtime's message.
 
-Ranks talk over MPI (the runtime's communicator is MPI_COMM_WORLD; NCCL for the data plane of cuda plans),
-so a job of several ranks is started with mpirun. torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK) give no
-MPI world; a WORLD_SIZE above 1 without an MPI launcher is refused with that explanation. LOCAL_RANK (or Open
-MPI's local rank) picks the GPU of a cuda plan.
+A job of several ranks is started with mpirun (the ranks talk over MPI) or with torchrun (RANK, WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT: the runtime's TCP communicator connects the ranks itself); NCCL carries the data
+of cuda plans under either. The runtime picks the communicator from the environment (docs/python.md,
+"Launchers"). LOCAL_RANK (or Open MPI's local rank) picks the GPU of a cuda plan.
 """
 
 import atexit
@@ -20,11 +20,23 @@ import numpy as np
 
 from ._errors import ZplanError
 
-try:
-    from . import _runtime
-except ImportError as _e:
-    _runtime = None
-    _runtime_import_error = _e
+# The runtime module is loaded at the first Engine, not at `import zplan`: it brings libzrt and, in a build
+# with the cuda backend, the system's CUDA libraries and NCCL. A process that imports torch after those are
+# loaded gets them instead of the newer ones torch ships (libtorch_cuda then misses NCCL symbols), so
+# `import zplan` must load nothing that torch also loads.
+_runtime = None
+_runtime_import_error = None
+
+
+def _load_runtime():
+    global _runtime, _runtime_import_error
+    if _runtime is None and _runtime_import_error is None:
+        try:
+            from . import _runtime as module
+            _runtime = module
+        except ImportError as e:
+            _runtime_import_error = e
+    return _runtime
 
 # Runtime dtype names (zrt::dtype_name) and the NumPy types their values travel as.
 _NUMPY = {"f32": np.float32, "f16": np.float16, "i64": np.int64, "i32": np.int32, "bool8": np.bool_}
@@ -34,8 +46,8 @@ _hook_installed = False
 
 
 def runtime_available():
-    """Whether this install has the runtime module."""
-    return _runtime is not None
+    """Whether this install has the runtime module (loads it)."""
+    return _load_runtime() is not None
 
 
 def _shutdown():
@@ -50,8 +62,9 @@ atexit.register(_shutdown)
 
 
 def _install_abort_hook():
-    """An uncaught exception on one rank of several stops the whole job (MPI_Abort) instead of leaving the
-    other ranks waiting in a collective forever."""
+    """An uncaught exception on one rank of several stops the whole job (MPI_Abort under mpirun; under
+    torchrun the rank exits, which closes its connections and ends the others' waits) instead of leaving
+    the other ranks waiting in a collective forever."""
     global _hook_installed
     if _hook_installed:
         return
@@ -84,17 +97,6 @@ def rank():
 def world_size():
     """The number of ranks the launcher started (mpirun -np N, or torchrun's WORLD_SIZE); 1 without one."""
     return _launcher_value(("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"), 1)
-
-
-def _check_launcher():
-    mpi = any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"))
-    world = os.environ.get("WORLD_SIZE")
-    if not mpi and world and world.isdigit() and int(world) > 1:
-        raise ZplanError(
-            f"WORLD_SIZE={world} (torchrun's variables) but no MPI launcher: zplan's ranks communicate over "
-            f"MPI, so start the job with `mpirun -np {world} python SCRIPT` (docs/python.md)",
-            "mismatch",
-        )
 
 
 def _as_array(value, what):
@@ -154,7 +156,7 @@ class Engine:
     """
 
     def __init__(self, plan, *, init="file", seed=0, backend=None, lr=None):
-        if _runtime is None:
+        if _load_runtime() is None:
             raise ZplanError(f"zplan.Engine needs the runtime module zplan._runtime ({_runtime_import_error})",
                              "not_found")
         if init not in ("file", "random"):
@@ -164,7 +166,6 @@ class Engine:
         path = os.fspath(plan)
         if not os.path.isfile(path):
             raise FileNotFoundError(2, "zplan.Engine: no such plan file", path)
-        _check_launcher()
         report = getattr(plan, "report", None) or {}
         settings = {x.get("flag"): x.get("value") for x in report.get("settings", [])}
         if backend is None:

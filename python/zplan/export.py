@@ -23,8 +23,15 @@ def export_hf(model, path, *, batch=2, seq=16, max_seq=None, output=None):
     """
     try:
         import torch
-    except ImportError as e:
+    except ModuleNotFoundError as e:
         raise ImportError("zplan.export_hf needs PyTorch (pip install torch transformers)") from e
+    except ImportError as e:
+        # torch's CUDA build needs its own NCCL; a zplan.Engine made earlier in this process (a runtime built
+        # with the cuda backend) has loaded the system's under the same name.
+        if "nccl" in str(e).lower():
+            raise ImportError(f"zplan.export_hf: torch cannot load after the zplan runtime ({e}): import torch "
+                              "before making the first zplan.Engine") from e
+        raise
     # torch.export specialises an axis whose example size is 0 or 1 to a constant, so the example input
     # needs at least 2 along each dynamic axis.
     for name, v in (("batch", batch), ("seq", seq)):
