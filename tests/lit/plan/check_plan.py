@@ -34,8 +34,6 @@ import zlib
 
 OPS_COMM = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
             "barrier", "gather_param"}
-OP_CODES = {"all_reduce": 128, "all_gather": 129, "reduce_scatter": 130,
-            "broadcast": 131, "barrier": 132, "gather_param": 144}
 DTYPES = {"f32": 0, "bf16": 1, "f16": 2, "i64": 3, "i32": 4, "bool8": 5}
 AXES = {"none": 0, "tp": 1, "dp": 2, "world": 3}
 WHOLE_RUN = {"input", "output", "weight", "weight_shard", "constant",
@@ -107,6 +105,7 @@ def main():
     if p.get("instrs") or p.get("inputs") or p.get("outputs"):
         fail("format 2 keeps instructions and bindings in programs only")
     names = op_names(args.schema)
+    codes = {name: code for code, name in names.items()}
     instrs = []
     for prog in programs:
         for ins in prog.get("instrs", []):
@@ -135,7 +134,7 @@ def main():
             else:
                 t = tensors[ins["inputs"][0]]
                 dt, n = DTYPES[t["dtype"]], elements(t.get("shape", []))
-            for byte in struct.pack("<HBBQ", OP_CODES[ins["op"]], AXES[ins["axis"]],
+            for byte in struct.pack("<HBBQ", codes[ins["op"]], AXES[ins["axis"]],
                                     dt, n):
                 h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
         if h != prog["collective_hash"]:

@@ -21,20 +21,14 @@ import sys
 import tempfile
 import zlib
 
+from check_plan import op_names, read_plan
+
 WHOLE_RUN = {"input", "output", "weight", "weight_shard", "constant"}
 
 
 def die(msg, code=2):
     print("mutate_plan: " + msg)
     sys.exit(code)
-
-
-def to_json(data, schema, d):
-    binp = os.path.join(d, "plan.bin")
-    open(binp, "wb").write(data[24:])
-    subprocess.run(["flatc", "--json", "--strict-json", "--defaults-json", "--raw-binary", "-o", d, schema,
-                    "--", binp], check=True)
-    return json.load(open(os.path.join(d, "plan.json")))
 
 
 def to_binary(p, schema, d):
@@ -57,18 +51,6 @@ def programs(p):
         if prog.get("instrs"):
             lists.append(prog["instrs"])
     return lists
-
-
-def op_codes(schema):
-    """Collective opcodes from the op registry beside the schema (plan.fbs stores plain numbers)."""
-    import re
-    path = os.path.join(os.path.dirname(os.path.abspath(schema)), "..", "include", "zrt", "ops.def")
-    codes = {}
-    for line in open(path):
-        m = re.match(r'\s*ZRT_OP\(\s*\w+\s*,\s*"(\w+)"\s*,\s*(\d+)\s*,', line)
-        if m:
-            codes[m.group(1)] = int(m.group(2))
-    return codes
 
 
 def root(tensors, i):
@@ -165,11 +147,10 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--schema", required=True)
     args = ap.parse_args()
-    data = open(args.plan, "rb").read()
-    if len(data) < 24:
-        die("not a plan file")
+    # read_plan checks the header (magic, length, CRC) before reading the FlatBuffer through flatc.
+    p = read_plan(args.plan, args.schema)
+    codes = {name: code for code, name in op_names(args.schema).items()}
     with tempfile.TemporaryDirectory() as d:
-        p = to_json(data, args.schema, d)
         tensors = p["tensors"]
         what = None
         for instrs in programs(p):
@@ -180,13 +161,13 @@ def main():
             elif args.mutation == "overlap":
                 what = overlap(p, instrs, tensors)
             else:
-                what = swap_collectives(p, instrs, tensors, op_codes(args.schema))
+                what = swap_collectives(p, instrs, tensors, codes)
             if what:
                 break
         if not what:
             die("nothing to %s in %s" % (args.mutation, args.plan))
         payload = to_binary(p, args.schema, d)
-    header = data[:8] + struct.pack("<QII", len(payload), zlib.crc32(payload) & 0xFFFFFFFF, 0)
+    header = open(args.plan, "rb").read(8) + struct.pack("<QII", len(payload), zlib.crc32(payload) & 0xFFFFFFFF, 0)
     open(args.out, "wb").write(header + payload)
     print("mutate_plan: " + what)
 
