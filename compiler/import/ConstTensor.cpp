@@ -470,6 +470,17 @@ static Shape stridesOf(ArrayRef<int64_t> s) {
   return st;
 }
 
+/// Steps the multi-index `ctr` to the next element of `shape` in row-major
+/// order (the last dim fastest; after the last element it wraps to zeros).
+static void nextIndex(llvm::MutableArrayRef<int64_t> ctr,
+                      ArrayRef<int64_t> shape) {
+  for (int64_t d = int64_t(ctr.size()) - 1; d >= 0; --d) {
+    if (++ctr[d] < shape[d])
+      break;
+    ctr[d] = 0;
+  }
+}
+
 /// Copies elements of x into out, where element o of out (row-major over
 /// out.shape) reads x at base + sum(ctr[d] * inSt[d]).
 static void stridedCopy(const ConstTensor &x, ConstTensor &out, int64_t base,
@@ -601,11 +612,7 @@ bool gatherElements(const ConstTensor &x, const ConstTensor &idx, int64_t axis,
     for (int64_t d = 0; d < r; ++d)
       p += (d == axis ? j : ctr[d]) * xst[d];
     copyElem(x, p, out, o);
-    for (int64_t d = r - 1; d >= 0; --d) {
-      if (++ctr[d] < idx.shape[d])
-        break;
-      ctr[d] = 0;
-    }
+    nextIndex(ctr, idx.shape);
   }
   return true;
 }
@@ -651,11 +658,7 @@ ConstTensor tile(const ConstTensor &x, ArrayRef<int64_t> reps) {
     for (int64_t d = 0; d < r; ++d)
       p += (ctr[d] % x.shape[d]) * xst[d];
     copyElem(x, p, out, o);
-    for (int64_t d = r - 1; d >= 0; --d) {
-      if (++ctr[d] < outShape[d])
-        break;
-      ctr[d] = 0;
-    }
+    nextIndex(ctr, outShape);
   }
   return out;
 }
@@ -758,11 +761,7 @@ ConstTensor reduce(Reduce op, const ConstTensor &x, ArrayRef<int64_t> axes,
     case Reduce::Min: acc.f[p] = std::min(acc.f[p], v); break;
     case Reduce::Prod: acc.f[p] *= v; break;
     }
-    for (int64_t d = r - 1; d >= 0; --d) {
-      if (++ctr[d] < x.shape[d])
-        break;
-      ctr[d] = 0;
-    }
+    nextIndex(ctr, x.shape);
   }
   Shape outShape;
   for (int64_t d = 0; d < r; ++d)
