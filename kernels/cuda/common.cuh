@@ -185,8 +185,7 @@ bool pdl_enabled();
 void pdl_disable();
 
 /// kernel<<<grid, block, smem, s>>>(args...) as a programmatic dependent of the stream's previous kernel
-/// (plainly where pdl_enabled() is false, or where the attributed launch is refused). `cluster_y` > 1 also
-/// groups the blocks in clusters of that many along y.
+/// (plainly where pdl_enabled() is false, or where the attributed launch is refused).
 template <class... KArgs, class... Args>
 cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                        Args... args) {
@@ -207,6 +206,34 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   }
   cfg.attrs = nullptr;
   cfg.numAttrs = 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+/// launch_pdl with the blocks grouped in clusters of `cluster_x` along x (none when it is 1).
+template <class... KArgs, class... Args>
+cudaError_t launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                               int cluster_x, Args... args) {
+  if (cluster_x <= 1) return launch_pdl(kernel, grid, block, smem, s, args...);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster_x);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  if (pdl_enabled()) {
+    cfg.numAttrs = 2;
+    if (cudaLaunchKernelEx(&cfg, kernel, args...) == cudaSuccess) return cudaSuccess;
+    (void)cudaGetLastError();
+    pdl_disable();
+  }
+  cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 

@@ -7,8 +7,9 @@
 //   query head.
 // - Flash-decoding: one block covers one chunk of the cache (whole 128-key tiles), so that a batch of one
 //   still puts a few hundred blocks on the GPU; each block keeps a running maximum and sum (the online
-//   softmax) and leaves its unnormalised output, maximum and sum in the workspace, and a second kernel
-//   combines the chunks. When one chunk covers the cache (large batches), the block writes the output
+//   softmax) and leaves its unnormalised output, maximum and sum; up to 8 chunks are the blocks of one
+//   thread-block cluster and combine through distributed shared memory in the same kernel, more go through
+//   the workspace and a second kernel. When one chunk covers the cache (large batches), the block writes the output
 //   itself. The split is a function of the shapes alone (zk/cuda_workspace.h), so the plan sizes the
 //   workspace; chunks past a sequence's cached length exit at once.
 // - Loads are 16-byte vectors: of a key row (a thread per key) for the scores, of 8 dims of a value row (a
@@ -19,6 +20,7 @@
 // - Launched as a programmatic dependent (common.cuh, launch_pdl): its launch overlaps the previous kernel.
 //
 // The oracle is the CPU reference kernel (kernels/cpu/generate.cpp), tests/cuda/generate_kernels_test.cpp.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -32,6 +34,8 @@ namespace zk {
 namespace cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 using detail::from_f32;
 using detail::launched;
 using detail::to_f32;
@@ -42,6 +46,7 @@ constexpr int kThreadsPerBlock = 128;
 constexpr int kTile = static_cast<int>(workspace::kDecodeTile);
 static_assert(kTile == kThreadsPerBlock, "one key of a tile per thread");
 constexpr int kMaxRows = 8;  // query rows per K/V head a block serves
+constexpr int kMaxClusterChunks = 8;  // chunks combined inside a cluster (the portable cluster size)
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Eight consecutive elements of a row as floats (16 bytes of bf16/f16, 32 of f32).
@@ -75,7 +80,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     decode_attention_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                             const int64_t *__restrict__ pos, T *__restrict__ out, float *__restrict__ part_o,
                             float *__restrict__ part_ml, int Hq, int Hkv, int S, int L, int chunk, int splits,
-                            float scale) {
+                            float scale, int clustered) {
   ::zk::cuda::detail::pdl_enter();
   constexpr int kOcts = DH / 8;  // 8-dim groups per row
   // A tile's values are staged in shared memory by asynchronous copies issued when the tile begins, so that
@@ -96,8 +101,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   p = p < 0 ? 0 : (p >= L ? L - 1 : p);  // the launcher cannot read device positions; stay in bounds
   const int t_max = static_cast<int>(min(p + S, static_cast<int64_t>(L)));
   const int start = split * chunk;
-  if (start >= t_max) return;  // past this sequence's cache: the combine leaves this chunk out
-  const int end = min(start + chunk, t_max);
+  // A chunk past this sequence's cache has nothing to add: the combine leaves it out. In a cluster the block
+  // stays (every block takes part in the cluster's barriers) with an empty range.
+  if (start >= t_max && !clustered) return;
+  const int end = max(start, min(start + chunk, t_max));
 
   // The queries, pre-multiplied by scale * log2(e): scores come out in the base-2 domain.
   const float qscale = scale * kLog2e;
@@ -240,7 +247,39 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         acc[0][e] = a;
       }
   }
-  if (tid >= octs && groups > 1) return;
+  const bool writer = tid < octs || groups == 1;
+  if (clustered) {
+    // The chunks of one (sequence, K/V head) are the blocks of one cluster: each leaves its unnormalised
+    // output in its shared memory (over the queries, no longer needed), and block c of the cluster combines
+    // the elements e with e % splits == c from every block's shared memory.
+    float *po = &qs[0][0];
+    if (writer)
+#pragma unroll
+      for (int u = 0; u < kOwn; ++u) {
+        const int oi = tid + u * kThreadsPerBlock;
+        if (oi < octs)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) po[(oi / kOcts) * DH + 8 * (oi % kOcts) + e] = acc[u][e];
+      }
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    for (int e = split + splits * tid; e < R * DH; e += splits * kThreadsPerBlock) {
+      const int r = e / DH, d = e % DH, h = kh * G + r / S, i = r % S;
+      float m = -INFINITY;
+      for (int c = 0; c < splits; ++c) m = fmaxf(m, cluster.map_shared_rank(row_m, c)[r]);
+      float num = 0.0f, den = 0.0f;
+      for (int c = 0; c < splits; ++c) {
+        const float mc = cluster.map_shared_rank(row_m, c)[r];
+        const float w = mc == -INFINITY ? 0.0f : exp2f(mc - m);
+        num += w * cluster.map_shared_rank(qs[0], c)[r * DH + d];
+        den += w * cluster.map_shared_rank(row_l, c)[r];
+      }
+      out[((static_cast<int64_t>(b) * Hq + h) * S + i) * DH + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
+    }
+    cluster.sync();  // every block's shared memory stays until the others have read it
+    return;
+  }
+  if (!writer) return;
 #pragma unroll
   for (int u = 0; u < kOwn; ++u) {
     const int oi = tid + u * kThreadsPerBlock;
@@ -301,12 +340,16 @@ cudaError_t launch_decode(const In &q, const In &k, const In &v, const In &pos, 
   float *part_o = static_cast<float *>(workspace);
   float *part_ml = splits > 1 ? part_o + B * Hq * S * splits * DH : nullptr;
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(Hkv), static_cast<unsigned>(B));
-  ::zk::cuda::detail::launch_pdl(
-      decode_attention_kernel<T, DH>, dim3(grid), dim3(kThreadsPerBlock), 0, s, static_cast<const T*>(q.data),
-      static_cast<const T*>(k.data), static_cast<const T*>(v.data), static_cast<const int64_t*>(pos.data),
-      static_cast<T*>(out.data), part_o, part_ml, static_cast<int>(Hq), static_cast<int>(Hkv),
-      static_cast<int>(S), static_cast<int>(L), static_cast<int>(chunk), static_cast<int>(splits), scale);
-  if (splits > 1)
+  // Up to 8 chunks (a portable cluster) combine in the kernel itself; more go through the workspace and
+  // the combine kernel.
+  const int clustered = splits > 1 && splits <= kMaxClusterChunks ? 1 : 0;
+  ::zk::cuda::detail::launch_pdl_cluster(
+      decode_attention_kernel<T, DH>, dim3(grid), dim3(kThreadsPerBlock), 0, s, clustered ? static_cast<int>(splits) : 1,
+      static_cast<const T*>(q.data), static_cast<const T*>(k.data), static_cast<const T*>(v.data),
+      static_cast<const int64_t*>(pos.data), static_cast<T*>(out.data), part_o, part_ml, static_cast<int>(Hq),
+      static_cast<int>(Hkv), static_cast<int>(S), static_cast<int>(L), static_cast<int>(chunk),
+      static_cast<int>(splits), scale, clustered);
+  if (splits > 1 && !clustered)
     ::zk::cuda::detail::launch_pdl(
         decode_combine_kernel<T>, dim3(static_cast<unsigned>(B * Hq * S)), dim3(DH), 0, s, part_o, part_ml,
         static_cast<const int64_t*>(pos.data), static_cast<T*>(out.data), static_cast<int>(Hq),

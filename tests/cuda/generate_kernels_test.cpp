@@ -57,11 +57,11 @@ HostT positions(int64_t B, int64_t L, int64_t S) {
 
 TEST(CudaDecodeAttention, MatchesCpuReference) {
   const Case cases[] = {
-      {1, 32, 8, 1, 768, 64},   // llama-1b, batch 1: 6 chunks, combined
+      {1, 32, 8, 1, 768, 64},   // llama-1b, batch 1: 6 chunks, combined in a cluster
       {3, 32, 8, 1, 300, 64},   // a cache that is not a whole number of tiles
-      {64, 32, 8, 1, 768, 64},  // llama-1b, batch 64: one chunk, no workspace
-      {2, 32, 32, 1, 1000, 128},  // llama2-7b's heads (no grouping), head dim 128
-      {2, 16, 2, 1, 2049, 128},   // 8 query heads per K/V head
+      {64, 32, 8, 1, 768, 64},  // llama-1b, batch 64: 3 chunks of 256 positions
+      {2, 32, 32, 1, 1000, 128},  // llama2-7b's heads (no grouping), head dim 128: 8 chunks, one full cluster
+      {2, 16, 2, 1, 2049, 128},   // 8 query heads per K/V head; 17 chunks: the workspace and the combine kernel
       {3, 8, 2, 2, 517, 64},      // two query rows per step (each sees one more key than the last)
       {5, 12, 12, 1, 40, 64},     // gpt2's heads, a short cache
   };
