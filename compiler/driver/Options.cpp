@@ -630,11 +630,6 @@ std::string validateConfig(const CompileConfig &f, const CommonOptions &o,
            " with --train needs --zero 3 over dp > 1 (the parameters kept "
            "on NVMe are the ZeRO-3 shards) and --offload-optimizer cpu or "
            "nvme (the shards are updated on the host)";
-  if (nvme && f.dtype != "fp32")
-    return describeSetting(f, o, "--dtype") +
-           " with NVMe offload of a training step is not planned yet (the "
-           "fp32 master parts would be converted on their way to the files); "
-           "use --dtype fp32";
   if (f.offloadParam == "cpu")
     return describeSetting(f, o, "--offload-param") +
            " with --train is not built yet (the training step keeps "

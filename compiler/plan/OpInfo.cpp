@@ -271,7 +271,9 @@ unsigned spaceOf(Value value) {
     auto space = def->getAttrOfType<StringAttr>("zd.space");
     return space ? byName(space.getValue()) : 0;
   }
-  if (isa<dist::EvictOp, dist::NvmeReadOp>(def))
+  // Evictions and staging reads land on the host, and so does what an op
+  // that ZeRO or NVMe offload placed there (`zd.on_host`) computes.
+  if (isa<dist::EvictOp, dist::NvmeReadOp>(def) || def->hasAttr("zd.on_host"))
     return 1;
   return 0;
 }

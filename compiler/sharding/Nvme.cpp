@@ -70,6 +70,21 @@ bool isSplatConstant(Value v) {
   return c && isa<SplatElementsAttr>(c.getValue());
 }
 
+/// Whether a value is planned in fp32 whatever --dtype says (the rule of the
+/// memory plan's dtypes, docs/training-contract.md section 1): optimizer
+/// state, master parts and what ZeRO marked `zplan.own_dtype`; a staging
+/// buffer holds its file tensor's dtype.
+bool keepsOwnDType(Value v) {
+  Operation *def = v.getDefiningOp();
+  if (!def)
+    return false;
+  if (auto read = dyn_cast<dist::NvmeReadOp>(def))
+    return keepsOwnDType(read.getInput());
+  if (auto st = dyn_cast<zg::StateOp>(def))
+    return st.getKind() != "kv_cache";
+  return isMaster(def) || def->hasAttr("zplan.own_dtype");
+}
+
 /// Whether a value lives in host memory (before the memory plan assigns
 /// spaces): evicted copies, staging buffers and host storage.
 bool isHostValue(Value v) {
@@ -206,12 +221,22 @@ struct ZplanNvmePass : zplan::sharding::impl::ZplanNvmeBase<ZplanNvmePass> {
           if (value.getType() != file.getType())
             return use->emitError("zplan-nvme: assigning a value of type ")
                    << value.getType() << " to the NVMe-resident "
-                   << file.getType()
-                   << " needs a conversion, which NVMe offload does not "
-                      "plan yet (use --dtype fp32)";
+                   << file.getType() << " needs a reshape, which NVMe "
+                   << "offload does not plan";
           b.setInsertionPoint(use);
           if (!isHostValue(value))
             value = dist::EvictOp::create(b, use->getLoc(), value).getResult();
+          // Mixed precision: the fp32 master part becomes the 16-bit
+          // parameter shard. The cast runs on the host, on the staging
+          // buffer the update just wrote, so that only 16-bit bytes reach
+          // the parameter's file and nothing goes up to the device for it.
+          if (mixedPrecision && keepsOwnDType(value) && !keepsOwnDType(file)) {
+            auto narrow =
+                zg::CastOp::create(b, use->getLoc(), file.getType(), value);
+            narrow->setAttr("zd.on_host", b.getUnitAttr());
+            value = narrow.getResult();
+            ++numNarrowed;
+          }
           next = writeBack(file, value, use->getLoc());
           use->erase();
         }

@@ -234,7 +234,13 @@ def ZplanNvme : Pass<"zplan-nvme", "mlir::ModuleOp"> {
     the staging buffer, and each write (`zg.assign`, the host `zg.adamw`)
     goes to the staging buffer and back to the file (`zd.nvme_write`). A
     value written to the file and read right after is taken from the staging
-    buffer instead of the disk. The module gets `zplan.nvme_path` and
+    buffer instead of the disk. Under mixed-precision (--dtype bf16 / fp16)
+    the master parts and moments stay fp32 in their files and the parameter
+    shards are 16-bit: the updated master part is narrowed by a `zg.cast`
+    marked `zd.on_host` (a host buffer, planned in the host arena) and that
+    16-bit buffer goes to the parameter's file, as ZeRO-Infinity copies its
+    fp32 partition into the 16-bit one on the host before swapping it out.
+    The module gets `zplan.nvme_path` and
     `zplan.nvme_alignment`, by which the memory plan rounds every host and
     nvme buffer to the direct-I/O alignment.
 
@@ -256,9 +262,15 @@ def ZplanNvme : Pass<"zplan-nvme", "mlir::ModuleOp"> {
            "the folder of the NVMe files (recorded in the plan)">,
     Option<"alignment", "alignment", "int64_t", "4096",
            "direct-I/O alignment of offsets, sizes and staging buffers">,
+    Option<"mixedPrecision", "mixed-precision", "bool", "false",
+           "16-bit parameters beside fp32 master parts: an updated master "
+           "part is narrowed on the host before it goes to a parameter's "
+           "file">,
   ];
   let statistics = [
     Statistic<"numOnNvme", "on-nvme", "tensors placed on NVMe">,
+    Statistic<"numNarrowed", "narrowed",
+              "host casts of master parts into 16-bit parameter files">,
     Statistic<"numReads", "reads", "zd.nvme_read ops inserted">,
     Statistic<"numWrites", "writes", "zd.nvme_write ops inserted">,
   ];

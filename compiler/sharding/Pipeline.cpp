@@ -41,6 +41,7 @@ void zplan::sharding::buildShardingPipeline(OpPassManager &pm,
     nvme.param = options.offload == Offload::Nvme;
     nvme.optimizer = options.offloadOptimizer == Offload::Nvme;
     nvme.path = options.nvmePath;
+    nvme.mixedPrecision = options.mixedPrecision;
     pm.addPass(createZplanNvme(nvme));
   }
 }

@@ -182,8 +182,14 @@ Status Session::Impl::setup() {
   ri.tp = fp.tp();
   ri.dp = fp.dp();
   ZRT_RETURN_IF_ERROR(comm->set_mesh(ri.tp, ri.dp));
-  ZRT_RETURN_IF_ERROR(make_backend(opts.backend, &backend));
   const fb::RankMemory &rm = *p.memory()->Get(ri.rank);
+  // The NVMe file: created before the backend starts and before any arena is taken, so that a bad path
+  // (missing, not a folder, not writable, too small) fails before memory is allocated or anything runs.
+  const uint64_t nvme_bytes = rm.arena_bytes() && rm.arena_bytes()->size() > 2 ? rm.arena_bytes()->Get(2) : 0;
+  if (nvme_bytes) ZRT_RETURN_IF_ERROR(open_nvme(nvme_bytes));
+  ZRT_RETURN_IF_ERROR(make_backend(opts.backend, &backend));
+  // A plan with NVMe transfers is not captured as a CUDA graph (the store's threads run beside it).
+  if (nvme) backend->disallow_capture();
   report.rank = ri.rank;
   report.planned_peak_bytes = rm.planned_peak_bytes();
   report.planned_host_bytes = rm.planned_host_bytes();
@@ -215,9 +221,6 @@ Status Session::Impl::setup() {
       r.data = static_cast<uint8_t *>(arena[static_cast<int>(r.space)]) + t.offset();
     }
   }
-  // The NVMe file: created before any weight is loaded, so that a bad path fails before anything runs.
-  const uint64_t nvme_bytes = rm.arena_bytes() && rm.arena_bytes()->size() > 2 ? rm.arena_bytes()->Get(2) : 0;
-  if (nvme_bytes) ZRT_RETURN_IF_ERROR(open_nvme(nvme_bytes));
   // Constants carried in the plan.
   for (size_t i = 0; i < nt; ++i) {
     const fb::Tensor &t = *ts->Get(i);
@@ -311,7 +314,6 @@ Status Session::Impl::open_nvme(uint64_t file_bytes) {
   report.nvme_file = nvme->path();
   report.nvme_file_bytes = file_bytes;
   report.nvme_direct = nvme->direct();
-  backend->disallow_capture();
   return {};
 }
 

@@ -3,7 +3,9 @@
 #   build zplan-nvme-bench (the runtime's own NvmeStore: O_DIRECT, a thread pool) -> list the block devices and
 #   the file systems of the candidate folders -> measure write and read rates on each candidate folder at two
 #   depths -> optionally run NVMe-offload plans compiled on the compiling machine (.gpu-nvme/*.zplan, made by
-#   tests/cuda/make_nvme_plans.sh) with zrun --backend cuda against their expected outputs.
+#   tests/cuda/make_nvme_plans.sh) with zrun --backend cuda against their expected outputs, and its bf16 training
+#   plans (.gpu-nvme/train) for 5 steps against PyTorch's losses and gradient norms (2e-2), the bytes each rank's
+#   I/O layer moved per step against the plan's report.
 #
 #   bash tests/cuda/nvme_bench.sh [--bytes 8G] [--dirs "/tmp /var/tmp"]
 #
@@ -55,5 +57,49 @@ if [[ -d .gpu-nvme ]]; then
       --expect logits=.gpu-nvme/$name.expected.npy --tolerance 1e-3 --warmup 1 --repeat 5 2>&1 | tee "$out/$name.log" |
       grep -E "nvme|output|error|run "
     rm -rf "$disk"
+  done
+fi
+if [[ -d .gpu-nvme/train ]]; then
+  export NCCL_NVLS_ENABLE=0
+  ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+  for p in .gpu-nvme/train/*.zplan; do
+    name=$(basename "$p" .zplan); model=${name%%-*}; world=${name##*-w}
+    [[ $world -gt $ngpu ]] && { echo "== train $name: skipped ($ngpu GPU)"; continue; }
+    disk=$(mktemp -d /tmp/zplan-nvme-run.XXXXXX)
+    o=$out/train-$name; mkdir -p "$o"
+    echo "== train $name on $world GPU (files under $disk)"
+    cmd=("$b/bin/zrun" "$p" --backend cuda --train --nvme-path "$disk" --data ".gpu-nvme/train/$model.input_ids.npy"
+         --steps 5 --losses-out "$o/l.npy" --grad-norms-out "$o/n.npy" --timeout 120)
+    [[ $world -gt 1 ]] && cmd=(mpirun --allow-run-as-root --oversubscribe -np "$world" -x NCCL_NVLS_ENABLE=0 "${cmd[@]}")
+    "${cmd[@]}" > "$o/log" 2>&1; rc=$?
+    rm -rf "$disk"
+    [[ $rc -ne 0 ]] && { echo "$name: zrun rc=$rc FAIL"; grep -E "error" "$o/log" | head -5; tail -5 "$o/log"; continue; }
+    grep -E "tokens/s|nvme:" "$o/log" | tail -3
+    python3 - "$o" ".gpu-nvme/train" "$model" "$name" <<'PY'
+import json, re, sys
+import numpy as np
+o, d, model, name = sys.argv[1:5]
+ok = True
+for f, r, w in (("l.npy", "train_losses.npy", "loss"), ("n.npy", "train_grad_norms.npy", "norm")):
+    g, ref = np.load(f"{o}/{f}"), np.load(f"{d}/{model}.{r}")
+    rel = float(np.max(np.abs(g - ref) / np.abs(ref)))
+    ok &= rel <= 2e-2
+    print(f"{name}: {w} {np.array2string(g, precision=6)} PyTorch {np.array2string(ref, precision=6)} "
+          f"max rel {rel:.2e} (tol 2e-2) {'ok' if rel <= 2e-2 else 'FAIL'}")
+n = json.load(open(f"{d}/{name}.report.json")).get("nvme")
+rows = re.findall(r"zrun: rank (\d+) nvme: .*; per step read (\d+) B written (\d+) B \(\d+ steps\); unplanned waits (\d+)",
+                  open(f"{o}/log").read())
+if n:
+    want = (n["step_read_bytes"], n["step_write_bytes"])
+    for rank, rd, wr, unplanned in rows:
+        good = (int(rd), int(wr)) == want and int(unplanned) == 0
+        ok &= good
+        print(f"{name}: rank {rank} per step read {rd} B written {wr} B (report {want[0]} / {want[1]}), "
+              f"unplanned waits {unplanned} {'ok' if good else 'FAIL'}")
+    if not rows:
+        ok = False
+        print(f"{name}: no NVMe traffic printed FAIL")
+print(f"{name}: {'PASS' if ok else 'FAIL'}")
+PY
   done
 fi

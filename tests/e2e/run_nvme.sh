@@ -4,12 +4,27 @@
 # proof) with the NVMe files in a fresh temporary folder, then the traffic the runtime's I/O layer counted on
 # every rank against the plan report's per-run / per-step figures, and no transfer the plan's events left
 # unordered.
-# Usage: run_nvme.sh infer|train BIN_DIR MODEL_DIR WORK_DIR TOL "MPIRUN..." -- ZPLAN_FLAGS...
+# train-vs-cpu does what train does, then trains the same plan with the optimizer in host memory instead
+# (--offload-optimizer cpu, and --offload-param none for nvme: a training step does not offload parameters
+# to host memory) and requires the same losses and gradient norms exactly: the files only hold the bytes
+# that host memory would, and the host update and the 16-bit narrowing of the master parts run the same
+# kernels in both plans.
+# Usage: run_nvme.sh infer|train|train-vs-cpu BIN_DIR MODEL_DIR WORK_DIR TOL "MPIRUN..." -- ZPLAN_FLAGS...
 set -euo pipefail
 mode=$1 bin=$2 model=$3 work=$4 tol=$5 mpirun=$6; shift 6
 [ "$1" = "--" ] && shift
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
+if [ "$mode" = train-vs-cpu ]; then
+  "$0" train "$bin" "$model" "$work" "$tol" "$mpirun" -- "$@"
+  cpu=() prev=""
+  for a in "$@"; do
+    case "$prev:$a" in --offload-optimizer:nvme) a=cpu ;; --offload-param:nvme) a=none ;; esac
+    cpu+=("$a") prev=$a
+  done
+  echo "against the host-memory plan: ${cpu[*]}"
+  exec "$here/run_train.sh" "$bin" "$model" "$work/cpu" 0 "$mpirun" "$work" -- "${cpu[@]}"
+fi
 mkdir -p "$work"
 disk=$(mktemp -d "$work/nvme.XXXXXX")
 trap 'rm -rf "$disk"' EXIT

@@ -38,6 +38,28 @@ if [ "$(id -u)" != 0 ]; then
   refused "$work/read-only" "NVMe path '$work/read-only' is not writable"
 fi
 
+# A bf16 training plan with its parameters and optimizer state on NVMe: the same refusals, before any step.
+"$bin/zplan" "$model/model.onnx" --seq 16 --train --world 2 --zero 3 --batch 2 --dtype bf16 --restore-zero-biases \
+  --offload-param nvme --offload-optimizer nvme --nvme-path "$work/never-made" -o "$work/t.zplan" >/dev/null \
+  || fail "the bf16 training plan did not compile"
+refused_train() {
+  local dir=$1 want=$2
+  $mpirun -np 2 "$bin/zrun" "$work/t.zplan" --train --nvme-path "$dir" --data "$model/input_ids.npy" --steps 2 \
+    --losses-out "$work/losses.npy" --timeout 60 > "$work/log" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] || fail "zrun --train --nvme-path $dir succeeded"
+  grep -qF -- "$want" "$work/log" || { cat "$work/log"; fail "no '$want' in zrun's message"; }
+  [ ! -e "$work/losses.npy" ] || fail "zrun --train --nvme-path $dir wrote losses"
+  grep -q "zrun: step" "$work/log" && fail "zrun --train --nvme-path $dir ran a step"
+  echo "ok: bf16 training, $dir: $(grep -m1 -F -- "$want" "$work/log")"
+}
+refused_train "$work/missing" "NVMe path '$work/missing': No such file or directory (it must be an existing folder)"
+refused_train "$work/a-file" "NVMe path '$work/a-file' is not a folder"
+refused_train /proc "NVMe path '/proc' has 0 bytes free; this rank's file needs"
+if [ "$(id -u)" != 0 ]; then
+  refused_train "$work/read-only" "NVMe path '$work/read-only' is not writable"
+fi
+
 # Compile-time errors, each naming the flag.
 compile_refused() {
   local want=$1; shift
@@ -52,7 +74,5 @@ compile_refused "--offload-param 'nvme' with --train needs --zero 3 over dp > 1"
   --offload-param nvme --offload-optimizer nvme --nvme-path "$work"
 compile_refused "--offload-param 'nvme' with --train needs --zero 3 over dp > 1" --train --world 2 --zero 3 --batch 2 \
   --offload-param nvme --nvme-path "$work"
-compile_refused "--dtype 'bf16' with NVMe offload of a training step is not planned yet" --train --world 2 --zero 1 \
-  --batch 2 --dtype bf16 --offload-optimizer nvme --nvme-path "$work"
 compile_refused "--nvme-bandwidth must be more than 0" --world 2 --zero 3 --batch 2 --offload-param nvme \
   --nvme-path "$work" --nvme-bandwidth 0

@@ -10,6 +10,15 @@
 // and synchronize() joins them back into the compute stream (so outputs are complete when read, and a
 // capture is closed).
 //
+// Host steps: an instruction whose outputs all lie in the pinned host arena (the optimizer step that
+// --offload-optimizer cpu|nvme placed on the host: AdamW on the master part and moments, the fill of a moment at
+// @init, the narrowing of an fp32 master part into a 16-bit parameter shard's NVMe staging buffer) runs on the
+// CPU through the CPU backend's own kernels (its threaded AdamW included), so that both backends update the
+// host state with the same code. The host waits for the step's stream, which enter() made wait for the plan's
+// events, then runs the step; the step's signal is recorded after it, so the device work that follows sees its
+// writes. Its scalar operands that live on the device (lr, step, the gradient scale) are copied down first. A
+// program with a host step is not captured as a CUDA graph.
+//
 // Profiling (ZRT_CUDA_PROFILE=1, not with graphs): events around every step on its stream, summed per class
 // (matrix products, attention, norms, elementwise, data movement, copies, collectives) and printed when the
 // backend is destroyed. With several streams busy at once the classes overlap, so their sum can exceed the
@@ -304,7 +313,16 @@ class CudaBackend final : public Backend {
     rank_ = rank;
     bool gemm = false;
     size_t kernel_ws = 0;
+    std::vector<Step> host_steps;
+    size_t host_scalars = 0;
     for (const Step &s : steps) {
+      if (is_host_step(s)) {
+        size_t n = 0;
+        ZRT_RETURN_IF_ERROR(check_host_step(s, &n));
+        host_scalars = std::max(host_scalars, n);
+        host_steps.push_back(s);
+        continue;
+      }
       ZRT_RETURN_IF_ERROR(check_supported(s));
       const auto op = s.op;
       gemm = gemm || op == Op::matmul || op == Op::linear || op == Op::linear_gelu;
@@ -312,8 +330,15 @@ class CudaBackend final : public Backend {
     }
     // The steps passed here are the compute steps; the executor holds the collectives. A barrier among
     // them is found in enter() and stops capture there, before any capture begins (see begin_run()).
-    graph_ok_ = graph_wanted_ && !capture_forbidden_ && !steps.empty();
+    graph_ok_ = graph_wanted_ && !capture_forbidden_ && !steps.empty() && host_steps.empty();
     size_t scratch = 0;
+    if (!host_steps.empty()) {
+      host_ = make_cpu_backend();
+      size_t host_scratch = 0;
+      ZRT_RETURN_IF_ERROR(host_->prepare(rank, host_steps, &host_scratch));
+      scratch += host_scratch;
+      host_scalars_.assign(host_scalars, 0);
+    }
     if (gemm) {
       ZRT_GPU_CHECK(zk::cuda::Blas::create(&blas_));
       // What the kernels write: a few-row product whose weight lies outside all of it (inference weights)
@@ -415,6 +440,7 @@ class CudaBackend final : public Backend {
 
   Status execute(const Step &s) override {
     cur_ = streams_[s.stream <= 2 ? s.stream : 0];
+    if (host_ && is_host_step(s)) return run_on_host(s);
     return dispatch(s);
   }
 
@@ -535,6 +561,49 @@ class CudaBackend final : public Backend {
                                               "') reads host tensor " + std::to_string(t.index) +
                                               " directly; only prefetch may (the plan must prefetch it first)");
     return {};
+  }
+
+  /// Whether a step runs on the host: a compute step (not a transfer) whose outputs all lie in host memory.
+  static bool is_host_step(const Step &s) {
+    if (s.op == Op::prefetch || s.op == Op::evict || s.outputs.empty()) return false;
+    for (const TensorRef &t : s.outputs)
+      if (t.space != MemSpace::host) return false;
+    return true;
+  }
+
+  /// A host step may read the device only for scalars (the optimizer's lr, step and gradient scale), which
+  /// run_on_host() copies down; anything larger must come down through the plan's own evict. `*scalars` is
+  /// the number of such operands.
+  static Status check_host_step(const Step &s, size_t *scalars) {
+    *scalars = 0;
+    for (const TensorRef &t : s.inputs) {
+      if (!t.data || t.space == MemSpace::host) continue;
+      if (t.numel() != 1 || dtype_size(t.dtype) > sizeof(uint64_t))
+        return error(Code::backend_error, "cuda backend: host instruction " + std::to_string(s.index) + " ('" +
+                                              s.name + "') reads device tensor " + std::to_string(t.index) +
+                                              ", which is not a scalar (the plan must evict it first)");
+      ++*scalars;
+    }
+    return {};
+  }
+
+  /// One host step: wait for what it depends on, copy its device scalars down, run the CPU kernel.
+  Status run_on_host(const Step &s) {
+    if (program_ < static_cast<int>(captured_.size())) captured_[static_cast<size_t>(program_)].barrier = true;
+    if (capturing_)
+      return error(Code::backend_error, "cuda backend: host instruction " + std::to_string(s.index) + " ('" + s.name +
+                                            "') cannot be captured in a CUDA graph");
+    ZRT_RETURN_IF_ERROR(wait_stream(cur_));
+    Step h = s;
+    size_t k = 0;
+    for (TensorRef &t : h.inputs) {
+      if (!t.data || t.space == MemSpace::host) continue;
+      void *dst = &host_scalars_[k++];
+      ZRT_CUDA_CHECK(cudaMemcpy(dst, t.data, dtype_size(t.dtype), cudaMemcpyDeviceToHost));
+      t.data = dst;
+      t.space = MemSpace::host;
+    }
+    return host_->execute(h);
   }
 
   Status copy(const TensorRef &from, const TensorRef &to) {
@@ -791,6 +860,9 @@ class CudaBackend final : public Backend {
   };
   std::vector<Captured> captured_;
   int program_ = 0;
+  // Host steps (see the file's comment): the CPU backend that runs them, and their device scalars' copies.
+  std::unique_ptr<Backend> host_;
+  std::vector<uint64_t> host_scalars_;
   bool in_run_ = false;
   // Profiling.
   bool profile_ = false;
