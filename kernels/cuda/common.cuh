@@ -228,10 +228,10 @@ cudaError_t launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, 
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   if (pdl_enabled()) {
+    // Where a cluster launch refuses the programmatic attribute, it goes without (this launch only).
     cfg.numAttrs = 2;
     if (cudaLaunchKernelEx(&cfg, kernel, args...) == cudaSuccess) return cudaSuccess;
     (void)cudaGetLastError();
-    pdl_disable();
   }
   cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, args...);

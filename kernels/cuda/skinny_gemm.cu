@@ -295,14 +295,14 @@ cudaError_t launch_dependent(void (*kernel)(KArgs...), dim3 grid, size_t smem, i
   }
   cfg.attrs = attrs;
   if (detail::pdl_enabled()) {
-    // The programmatic attribute after the cluster's; where it is refused, the launch is made without it
-    // (and so is every later one: detail::pdl_disable).
+    // The programmatic attribute after the cluster's. Where it is refused, the launch goes without it: a
+    // plain launch disables it for every later one (detail::pdl_disable), a cluster launch only for itself.
     attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n].val.programmaticStreamSerializationAllowed = 1;
     cfg.numAttrs = static_cast<unsigned>(n + 1);
     if (cudaLaunchKernelEx(&cfg, kernel, args...) == cudaSuccess) return cudaSuccess;
     (void)cudaGetLastError();
-    detail::pdl_disable();
+    if (cluster_y <= 1) detail::pdl_disable();
   }
   cfg.numAttrs = static_cast<unsigned>(n);
   return cudaLaunchKernelEx(&cfg, kernel, args...);

@@ -116,11 +116,22 @@ for bs in $batches; do
   [[ -f $plan ]] || { echo "zrun b$bs: $plan missing"; continue; }
   left $((budget - 60)) || { echo "zrun b$bs: skipped (call budget)"; continue; }
   # ZRT_CUDA_REPORT: the decode graph's node count; ZK_SKINNY_REPORT: each few-row product's timed choice.
-  step zrun-b$bs env ZRT_CUDA_REPORT=1 ZK_SKINNY_REPORT=1 timeout 240 "$b/bin/zrun" "$plan" --backend cuda \
-    --init random --generate --warmup 1 --prompt "$out/prompt-b$bs.npy" --max-new-tokens 256 \
-    --tokens-out "$out/tokens-b$bs.npy"
+  # Should a run fail, it is repeated without the programmatic launches, then also without the few-row
+  # products (the row says which).
+  config=default
+  for cfg in default "ZK_PDL=0" "ZK_PDL=0 ZK_SKINNY=0"; do
+    vars=()
+    [[ $cfg == default ]] || read -ra vars <<< "$cfg"
+    config=$cfg
+    step zrun-b$bs env ZRT_CUDA_REPORT=1 ZK_SKINNY_REPORT=1 "${vars[@]}" timeout 240 "$b/bin/zrun" "$plan" \
+      --backend cuda --init random --generate --warmup 1 --prompt "$out/prompt-b$bs.npy" --max-new-tokens 256 \
+      --tokens-out "$out/tokens-b$bs.npy" && break
+    echo "zrun b$bs ($cfg) failed:"; tail -5 "$out/zrun-b$bs.log"
+    cp -f "$out/zrun-b$bs.log" "$out/zrun-b$bs-failed-${cfg// /_}.log"
+    left $((budget - 60)) || break
+  done
   grep -iE "first token|tokens/s|error|captured program 1|few-row kernel|cuBLASLt" "$out/zrun-b$bs.log" | sort | uniq -c | head -24
-  python3 - "$out/zrun-b$bs.log" "$bs" "$out/tokens-b$bs.npy" >> "$out/zrun.jsonl" <<'PY'
+  python3 - "$out/zrun-b$bs.log" "$bs" "$out/tokens-b$bs.npy" "$config" >> "$out/zrun.jsonl" <<'PY'
 import json, re, sys, os
 log, bs, tok = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 text = open(log).read()
@@ -129,7 +140,7 @@ def grab(pat):
     return float(m.group(1)) if m else None
 # "zrun: time to first token T ms (or s), prefill X tokens/s, decode Y tokens/s"
 m = re.search(r"time to first token ([0-9.]+) (ms|s)\b", text)
-r = dict(impl="zrun", batch=bs,
+r = dict(impl="zrun", batch=bs, config=sys.argv[4],
          ttft_ms=(float(m.group(1)) * (1.0 if m.group(2) == "ms" else 1e3)) if m else None,
          prefill_tok_s=grab(r"prefill[^\n]*?([0-9.]+)\s*tokens/s"),
          decode_tok_s=grab(r"decode[^\n]*?([0-9.]+)\s*tokens/s"))
@@ -141,23 +152,13 @@ print(json.dumps(r))
 PY
 done
 cat "$out/zrun.jsonl"
-# --profile: where a decode step's time goes, per op (CUDA graphs off, which ZRT_CUDA_PROFILE needs; 32 new
-# tokens), at each batch size (or those in $profile_batches).
-for bs in ${profile_batches:-$batches}; do
-  [[ $profile == 1 ]] || break
-  left $((budget - 90)) || { echo "profile b$bs: skipped (call budget)"; continue; }
-  step profile-b$bs env ZRT_CUDA_GRAPH=0 ZRT_CUDA_PROFILE=1 ZRT_CUDA_PROFILE_TOP=14 timeout 120 "$b/bin/zrun" \
-    .gpu-gen/$model-b$bs.zplan --backend cuda --init random --generate --prompt "$out/prompt-b$bs.npy" \
-    --max-new-tokens 32
-  grep -E "zrt cuda: profile|decode" "$out/profile-b$bs.log" | head -20
-done
-
 # --ab: batch 1 with the programmatic launches off (the same kernels in the same order: its tokens must equal
-# the first run's, a check that no early-launched kernel read its input too soon) and with cuBLASLt for every
-# product.
-for v in "ZK_PDL=0" "ZK_SKINNY=0"; do
-  [[ $ab == 1 && " $modes " == *" zrun "* ]] || break
-  left $((budget - 60)) || { echo "ab $v: skipped (call budget)"; continue; }
+# the first run's, a check that no early-launched kernel read its input too soon; before the peers) and with
+# cuBLASLt for every product (after the peers).
+ab_run() {
+  local v=$1
+  [[ $ab == 1 && " $modes " == *" zrun "* ]] || return 0
+  left $((budget - 60)) || { echo "ab $v: skipped (call budget)"; return 0; }
   step "ab-$v" env "$v" timeout 100 "$b/bin/zrun" .gpu-gen/$model-b1.zplan --backend cuda --init random --generate \
     --warmup 1 --prompt "$out/prompt-b1.npy" --max-new-tokens 256 --tokens-out "$out/tokens-ab-$v.npy"
   echo "b1 with $v: $(grep -E 'tokens/s' "$out/ab-$v.log")"
@@ -166,7 +167,8 @@ import numpy as np
 a, b = np.load('$out/tokens-b1.npy'), np.load('$out/tokens-ab-$v.npy')
 print('b1 tokens with $v equal to the first run:', bool((a == b).all()), '(differing new tokens: %d of %d)' % (int((a != b).sum()), a.shape[1] - 512))
 " 2>&1 | tail -1
-done
+}
+ab_run ZK_PDL=0
 
 # Hugging Face generate, eager then static cache + torch.compile, in this call.
 : > "$out/hf.jsonl"
@@ -243,6 +245,19 @@ PY
   done
   cat "$out/hf.jsonl"
 fi
+
+# --profile: where a decode step's time goes, per op (CUDA graphs off, which ZRT_CUDA_PROFILE needs; 32 new
+# tokens), at each batch size (or those in $profile_batches).
+for bs in ${profile_batches:-$batches}; do
+  [[ $profile == 1 ]] || break
+  left $((budget - 90)) || { echo "profile b$bs: skipped (call budget)"; continue; }
+  step profile-b$bs env ZRT_CUDA_GRAPH=0 ZRT_CUDA_PROFILE=1 ZRT_CUDA_PROFILE_TOP=14 timeout 120 "$b/bin/zrun" \
+    .gpu-gen/$model-b$bs.zplan --backend cuda --init random --generate --prompt "$out/prompt-b$bs.npy" \
+    --max-new-tokens 32
+  grep -E "zrt cuda: profile|decode" "$out/profile-b$bs.log" | head -20
+done
+
+ab_run ZK_SKINNY=0
 
 # --kernels: one decode step's kernels at batch 1 under Nsight Compute (graphs off: a kernel per launch; each
 # kernel's own duration, so the sum is the step's GPU busy time and the rest of the measured step is gaps).
