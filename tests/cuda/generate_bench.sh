@@ -278,9 +278,10 @@ for r in rows:
     r["gpu__time_duration.sum"] = (r.get("gpu__time_duration.sum") or "").replace(",", "")
 rows = [r for r in rows if r["gpu__time_duration.sum"].replace(".", "").isdigit() and r.get("Kernel Name")]
 def short(n):
-    n = re.sub(r"\(.*", "", n)
-    n = re.sub(r"<.*", "", n)
-    return n.split("::")[-1][:48]
+    # "void zk::cuda::(anonymous namespace)::skinny_kn_kernel<__nv_bfloat16, 1, true>(const T1 *, ...)"
+    n = n.replace("(anonymous namespace)::", "").replace("{anonymous}::", "")
+    n = re.split(r"[<(]", n, maxsplit=1)[0].strip()
+    return n.split("::")[-1].split(" ")[-1][:48]
 names = [short(r["Kernel Name"]) for r in rows]
 marks = [i for i, n in enumerate(names) if n == "sample_kernel"]
 out = []
