@@ -221,20 +221,29 @@ struct ZplanNvmePass : zplan::sharding::impl::ZplanNvmeBase<ZplanNvmePass> {
           if (value.getType() != file.getType())
             return use->emitError("zplan-nvme: assigning a value of type ")
                    << value.getType() << " to the NVMe-resident "
-                   << file.getType() << " needs a reshape, which NVMe "
-                   << "offload does not plan";
+                   << file.getType()
+                   << " (another shape or element type) is not planned";
           b.setInsertionPoint(use);
-          if (!isHostValue(value))
+          // Mixed precision: an fp32 value (the updated master part) becomes
+          // the 16-bit parameter shard. On the host the cast runs on the
+          // staging buffer the update just wrote, so that only 16-bit bytes
+          // reach the parameter's file and nothing goes up to the device for
+          // it; a device value is narrowed before it comes down.
+          bool narrow =
+              mixedPrecision && keepsOwnDType(value) && !keepsOwnDType(file);
+          if (!isHostValue(value)) {
+            if (narrow)
+              value =
+                  zg::CastOp::create(b, use->getLoc(), file.getType(), value)
+                      .getResult();
+            narrow = false;
             value = dist::EvictOp::create(b, use->getLoc(), value).getResult();
-          // Mixed precision: the fp32 master part becomes the 16-bit
-          // parameter shard. The cast runs on the host, on the staging
-          // buffer the update just wrote, so that only 16-bit bytes reach
-          // the parameter's file and nothing goes up to the device for it.
-          if (mixedPrecision && keepsOwnDType(value) && !keepsOwnDType(file)) {
-            auto narrow =
+          }
+          if (narrow) {
+            auto cast =
                 zg::CastOp::create(b, use->getLoc(), file.getType(), value);
-            narrow->setAttr("zd.on_host", b.getUnitAttr());
-            value = narrow.getResult();
+            cast->setAttr("zd.on_host", b.getUnitAttr());
+            value = cast.getResult();
             ++numNarrowed;
           }
           next = writeBack(file, value, use->getLoc());
