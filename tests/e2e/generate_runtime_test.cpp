@@ -45,8 +45,12 @@ std::string model_file(const std::string& model, const std::string& name) {
   return std::string(ZPLAN_MODELS_DIR) + "/" + model + "/" + name;
 }
 
+/// Compiles a generation plan of `model`. Each test has its own plan file: ctest runs the tests of this
+/// binary as separate processes at once, and two compiles writing one path would race on its `.tmp`.
 std::string compile(const std::string& model, const std::string& dtype = "fp32") {
-  const std::string plan = std::string(ZPLAN_WORK_DIR) + "/generate-" + model + "-" + dtype + ".zplan";
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const std::string plan =
+      std::string(ZPLAN_WORK_DIR) + "/generate-" + test + "-" + model + "-" + dtype + ".zplan";
   const std::string cmd = std::string(ZPLAN_BIN_DIR) + "/zplan " + model_file(model, "model.onnx") +
                           " --generate --max-seq " + std::to_string(kMaxSeq) + " --batch " +
                           std::to_string(kBatch) + " --dtype " + dtype + " -o " + plan;

@@ -33,8 +33,10 @@ bool read_npy(const std::string &path, std::vector<T> *out) {
 
 void train(const std::string &model, const std::string &extra_flags, int micro_batches, double tolerance) {
   std::string dir = std::string(ZPLAN_MODELS_DIR) + "/" + model;
-  std::string plan = std::string(ZPLAN_WORK_DIR) + "/train-" + model + "-mb" + std::to_string(micro_batches) +
-                     ".zplan";
+  // Each test its own plan file: ctest runs these tests as separate processes at once, and LlamaFiveSteps
+  // and LlamaSelectiveRecompute compiled different plans to one path.
+  std::string plan = std::string(ZPLAN_WORK_DIR) + "/train-" +
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".zplan";
   std::string cmd = std::string(ZPLAN_BIN_DIR) + "/zplan " + dir + "/model.onnx --batch 2 --seq 16 --train " +
                     "--clip-grad 1.0 --lr 1e-3 --weight-decay 0.01 --micro-batches " +
                     std::to_string(micro_batches) + " " + extra_flags + " -o " + plan;
