@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# A round's closing device call: every GPU check of the tree in one call, then the timing table, cut off by
+# the call's budget (device time is scarce; later steps are skipped, and say so, when it runs out).
+#   bash tests/cuda/gpu_round.sh [--no-table]
+# Checks (each against an oracle the code under test does not compute: the CPU reference kernels, PyTorch's
+# outputs and losses, the mpirun run):
+#   kernel tests (inference, training, generation, sampling), backend tests, NCCL tests (2 GPUs)
+#   -> the test models against PyTorch (tests/cuda/check_models.sh over .gpu-plans)
+#   -> the one-GPU training plans against PyTorch's losses (tests/cuda/train_gpu.sh over .gpu-train, the
+#      plans named *-z0-w1: fp32, bf16, fp16, full recompute, the optimizer on the host)
+#   -> the NVMe plans (tests/cuda/nvme_bench.sh over .gpu-nvme, without the disk sweep)
+#   -> torchrun against mpirun (tests/cuda/torchrun_nccl.sh, 2 GPUs)
+# Table (unless --no-table): planned vs measured peak and median time of every plan in
+# .gpu-plans/manifest.txt (tests/cuda/plan_memory.sh), then the PyTorch peers (bench/gpu/torch_baseline.py on
+# one GPU; its --tp-peers under torchrun on two).
+# Plans come from bench/gpu/make_overlap_plans.sh (.gpu-plans), tests/cuda/make_train_plans.sh (.gpu-train)
+# and tests/cuda/make_nvme_plans.sh (.gpu-nvme), compiled on the compiling machine; the call carries them and
+# .gpu-deps (scripts/gpu-deps.sh). Logs travel back as $OUT/round-logs.tgz; the summary is printed last.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+table=1
+[[ ${1:-} == --no-table ]] && table=0
+budget=${ZPLAN_CALL_BUDGET_S:-560}
+left() { [[ $SECONDS -lt $1 ]]; }  # left SECONDS: is the call still under that many seconds?
+logs_to /tmp/zplan-round round-logs.tgz
+cd "$top" || exit 1
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
+gpus=$(nvidia-smi -L | grep -c '^GPU')
+gpu_env
+gpu_build zrun zplan_cuda_kernels_test zplan_cuda_train_kernels_test zplan_cuda_generate_kernels_test \
+  zplan_cuda_sample_test zplan_cuda_backend_test zplan_cuda_train_backend_test zplan_cuda_nccl_test
+
+# gtest NAME BINARY: one GoogleTest binary on GPU 0, its verdicts and failures printed.
+gtest() {
+  step "$1" env CUDA_VISIBLE_DEVICES=0 "$2"
+  grep -E "^\[  (PASSED|FAILED) |Failure" "$out/$1.log" | head -12
+}
+gtest kernels "$b/bin/zplan_cuda_kernels_test"
+gtest train_kernels "$b/bin/zplan_cuda_train_kernels_test"
+gtest generate_kernels "$b/bin/zplan_cuda_generate_kernels_test"
+gtest sample "$b/bin/zplan_cuda_sample_test"
+gtest backend "$b/bin/zplan_cuda_backend_test"
+gtest train_backend "$b/bin/zplan_cuda_train_backend_test"
+if [[ $gpus -ge 2 ]]; then
+  step nccl mpirun --allow-run-as-root --oversubscribe -np 2 -x NCCL_NVLS_ENABLE=0 "$b/bin/zplan_cuda_nccl_test"
+  grep -E "^\[  (PASSED|FAILED) |Failure" "$out/nccl.log" | head -12
+fi
+if [[ -d .gpu-plans ]]; then
+  step models tests/cuda/check_models.sh "$b/bin/zrun" .gpu-plans
+  cat "$out/models.log"
+fi
+if [[ -d .gpu-train ]] && left $((budget - 200)); then
+  step train env ZPLAN_TRAIN_ONLY='*-z0-w1' tests/cuda/train_gpu.sh
+  grep -E "ok|FAIL|rc=" "$out/train.log" | grep -v "^build" | head -40
+fi
+if [[ -d .gpu-nvme ]] && left $((budget - 180)); then
+  step nvme tests/cuda/nvme_bench.sh --dirs ""
+  grep -iE "ok|fail|bytes|error" "$out/nvme.log" | head -30
+fi
+if [[ $gpus -ge 2 && -f .gpu-plans/gpt2-fp32-tp2.zplan ]] && left $((budget - 150)); then
+  step torchrun tests/cuda/torchrun_nccl.sh "$b/bin/zrun" .gpu-plans/gpt2-fp32-tp2.zplan "$out/torchrun"
+  tail -3 "$out/torchrun.log"
+fi
+if [[ $table == 1 && -f .gpu-plans/manifest.txt ]] && left $((budget - 120)); then
+  step memory timeout $((budget - SECONDS - 100)) tests/cuda/plan_memory.sh "$b/bin/zrun" .gpu-plans/manifest.txt "$out/mem"
+  grep -E '^\{|FAIL|skip' "$out/memory.log"
+fi
+if [[ $table == 1 ]] && left $((budget - 90)); then
+  step torch env CUDA_VISIBLE_DEVICES=0 PYTHONUNBUFFERED=1 timeout $((budget - SECONDS - 20)) python3 \
+    bench/gpu/torch_baseline.py --models gpt2-350m llama-1b --json "$out/torch.json"
+  grep '^{' "$out/torch.log"
+fi
+if [[ $table == 1 && $gpus -ge 2 ]] && left $((budget - 90)); then
+  step torch2 env PYTHONUNBUFFERED=1 timeout $((budget - SECONDS - 10)) torchrun --nproc-per-node 2 \
+    bench/gpu/torch_baseline.py --tp-peers --json "$out/torch2.json"
+  grep '^{' "$out/torch2.log"
+fi
+printf '%s\n' "${summary[@]}"
