@@ -19,6 +19,13 @@ flag_value() {
   echo "$value"
 }
 
+# train_flags MODEL: the flags every training compile of the shared model MODEL (gpt2, llama, ...) needs. The
+# gpt2 export dropped the zero-initialised Conv1D biases that PyTorch trains (see compiler/autodiff):
+# --restore-zero-biases gives them back.
+train_flags() {
+  if [ "$1" = gpt2 ]; then echo --restore-zero-biases; fi
+}
+
 # check_plan PLAN [ARGS...]: the plan checker (tests/lit/plan/check_plan.py) on PLAN against the runtime's
 # schema.
 check_plan() {

@@ -18,11 +18,12 @@ set -euo pipefail
 bin=$1 models=$2 work=$3 mpirun=$4 mode=$5; shift 5
 model=${1:-gpt2}
 [ $# -gt 0 ] && shift
-python=${ZPLAN_PYTHON:-python3}
+source "$(dirname "$0")/../lib.sh"
 m=$models/$model
 ids=$m/input_ids.npy
 flags=(--train --seq 16 --clip-grad 1.0)
-[ "$model" = gpt2 ] && flags+=(--restore-zero-biases)
+read -ra model_flags <<< "$(train_flags "$model")"
+flags+=("${model_flags[@]}")
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"

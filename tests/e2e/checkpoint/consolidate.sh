@@ -12,15 +12,14 @@ set -euo pipefail
 bin=$1 models=$2 work=$3 mpirun=$4 mode=$5
 model=${6:-gpt2}
 here=$(cd "$(dirname "$0")" && pwd)
-python=${ZPLAN_PYTHON:-python3}
+source "$here/../lib.sh"
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
 case "$mode" in
 roundtrip)
   m=$models/$model
-  extra=()
-  [ "$model" = gpt2 ] && extra=(--restore-zero-biases)
+  read -ra extra <<< "$(train_flags "$model")"
   "$bin/zplan" "$m/model.onnx" --train --seq 16 --clip-grad 1.0 --batch 2 --tp 2 --zero 3 --world 4 "${extra[@]}" \
     -o train.zplan 2>/dev/null
   $mpirun -np 4 "$bin/zrun" train.zplan --train --data "$m/input_ids.npy" --timeout 120 --steps 6 --save-dir ck \
