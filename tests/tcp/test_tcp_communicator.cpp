@@ -58,7 +58,8 @@ using Body = std::function<int(zrt::Communicator &, std::string *)>;
 /// whose communicator cannot be made writes the error and exits 100. The parent kills every rank still
 /// running after `limit_s`, so that a hang fails the test instead of stalling it.
 std::vector<RankResult> run_job(int world, const Body &body, double timeout_s = 20, double limit_s = 60,
-                                std::function<void(zrt::TcpConfig *)> config = nullptr) {
+                                std::function<void(zrt::TcpConfig *)> config = nullptr,
+                                std::function<void(int port)> meanwhile = nullptr) {
   const int port = free_port();
   std::vector<pid_t> pids;
   std::vector<int> pipes;
@@ -92,6 +93,7 @@ std::vector<RankResult> run_job(int world, const Body &body, double timeout_s = 
     pids.push_back(pid);
     pipes.push_back(p[0]);
   }
+  if (meanwhile) meanwhile(port);
   std::vector<RankResult> out(static_cast<size_t>(world));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
   for (int r = 0; r < world; ++r) {
@@ -495,6 +497,33 @@ TEST(Tcp, RendezvousErrors) {
     EXPECT_NE(res[static_cast<size_t>(r)].text.find("rank 1 has WORLD_SIZE=3 but rank 0 has 2"), std::string::npos)
         << res[static_cast<size_t>(r)].text;
   }
+}
+
+// Tests that a connection to the rendezvous port that is not a rank (a port probe sending other bytes) is
+// dropped, and the job meets as usual.
+TEST(Tcp, StrangerAtTheRendezvousIsIgnored) {
+  expect_all_ok(run_job(3, [](zrt::Communicator &c, std::string *log) {
+    const zrt::Status s = c.barrier(Axis::world);
+    *log += s.message();
+    return s.ok() ? 0 : 1;
+  }, 20, 60, nullptr, [](int port) {
+    // Before or among the ranks: retried until rank 0 listens.
+    for (int i = 0; i < 200; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0) {
+        const char probe[] = "GET / HTTP/1.0\r\n\r\n";
+        if (write(fd, probe, sizeof probe - 1) < 0) std::perror("write");
+        close(fd);
+        return;
+      }
+      close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }));
 }
 
 /// Sets the variables for the scope of a test and restores the environment after.

@@ -776,8 +776,11 @@ Status TcpCommunicator::connect_all() {
       sockaddr_storage peer{};
       const int fd = accept_before(lfd, deadline, &peer);
       if (fd < 0) break;
+      // A rank sends its announcement as soon as it connects: a connection that stays silent for 10 s is not
+      // one (a port probe), and must not hold up the others.
       uint8_t hello[20];
-      if (move_exact(fd, hello, sizeof hello, false, deadline) != 0 ||
+      const Clock::time_point hello_by = std::min(deadline, deadline_after(10.0));
+      if (move_exact(fd, hello, sizeof hello, false, hello_by) != 0 ||
           std::memcmp(hello, kHelloMagic, sizeof kHelloMagic) != 0) {
         // Not a rank of a zplan job (a port probe, another program): ignore it.
         close(fd);
