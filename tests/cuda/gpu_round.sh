@@ -11,7 +11,8 @@
 #   -> the NVMe plans (tests/cuda/nvme_bench.sh over .gpu-nvme, without the disk sweep)
 #   -> torchrun against mpirun (tests/cuda/torchrun_nccl.sh, 2 GPUs)
 # Table (unless --no-table): planned vs measured peak and median time of every plan in
-# .gpu-plans/manifest.txt (tests/cuda/plan_memory.sh), then the PyTorch peers (bench/gpu/torch_baseline.py on
+# .gpu-plans/manifest.txt (tests/cuda/plan_memory.sh), llama-1b's ZeRO-3 and chunked tp 2 at fewer NCCL channels,
+# then the PyTorch peers (bench/gpu/torch_baseline.py on
 # one GPU; its --tp-peers under torchrun on two).
 # Plans come from bench/gpu/make_overlap_plans.sh (.gpu-plans), tests/cuda/make_train_plans.sh (.gpu-train)
 # and tests/cuda/make_nvme_plans.sh (.gpu-nvme), compiled on the compiling machine; the call carries them and
@@ -64,6 +65,17 @@ fi
 if [[ $table == 1 && -f .gpu-plans/manifest.txt ]] && left $((budget - 120)); then
   step memory timeout $((budget - SECONDS - 100)) tests/cuda/plan_memory.sh "$b/bin/zrun" .gpu-plans/manifest.txt "$out/mem"
   grep -E '^\{|FAIL|skip' "$out/memory.log"
+fi
+# NCCL's channel count against the overlap (timing only: the plans' NCCL bytes assume 32 channels, so the
+# memory check of these runs fails by design): fewer channels leave more SMs to the compute that the
+# gathers and all-reduces overlap.
+if [[ $table == 1 && $gpus -ge 2 ]] && left $((budget - 150)); then
+  grep -E "^llama-1b-(zero3|tp2-chunks2) " .gpu-plans/manifest.txt > .gpu-plans/manifest-sweep.txt
+  for ctas in 8 16; do
+    left $((budget - 130)) || break
+    step sweep$ctas env ZRT_NCCL_CTAS=$ctas tests/cuda/plan_memory.sh "$b/bin/zrun" .gpu-plans/manifest-sweep.txt "$out/sweep$ctas"
+    echo "ZRT_NCCL_CTAS=$ctas:"; grep -E '^\{' "$out/sweep$ctas.log"
+  done
 fi
 if [[ $table == 1 ]] && left $((budget - 90)); then
   step torch env CUDA_VISIBLE_DEVICES=0 PYTHONUNBUFFERED=1 timeout $((budget - SECONDS - 20)) python3 \
