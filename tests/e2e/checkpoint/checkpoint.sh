@@ -10,6 +10,10 @@
 #           with a message naming the file.
 #   kill:   a save paused between files (ZRT_CHECKPOINT_PAUSE_MS) is killed with SIGKILL while rank files
 #           are half written; `latest` still names the previous checkpoint, which resumes to the same losses.
+#   state:  what a resume restores besides the tensors: the data position and the schedule's step. Six distinct
+#           samples (three global batches of 2, so step k's batch depends on where the data stands) and a
+#           warmup-decay schedule (a different rate every step): 5 steps saved at (tp 1, zero 1, world 2), resumed
+#           there and at (tp 2, zero 3, world 2); the 10 losses equal 10 straight steps within 1e-6 and 1e-5.
 #   bf16:   a --dtype bf16 checkpoint resumes exactly under its plan, and under zero 3 within 2e-2.
 #   kill-random: six runs saving after every step, each with a rank killed at a random moment; every restart
 #           loads what `latest` names, and the last one continues with the straight run's losses.
@@ -170,6 +174,24 @@ kill)
   echo "ok: latest still names $before"
   train p 2 --steps 10 --resume ck --losses-out second.npy
   compare 1e-6 straight.npy first.npy second.npy
+  ;;
+state)
+  # The rows differ from each other: the token rows, rolled and reversed along the sequence (the same ids,
+  # so every one is inside the vocabulary). A resume that restarted the data at sample 0, or the schedule at
+  # step 1, would train steps 6-10 on other batches or at other rates.
+  "$python" -c "
+import sys, numpy as np; a = np.load(sys.argv[1])
+np.save('ids6.npy', np.concatenate([a, np.roll(a, 5, axis=1), a[:, ::-1]]))" "$ids"
+  ids=$PWD/ids6.npy
+  flags+=(--lr 0.002 --lr-schedule warmup-decay --warmup-steps 3 --total-steps 12)
+  compile src 1 1 2
+  train src 2 --steps 10 --losses-out straight.npy >/dev/null
+  train src 2 --steps 5 --save-dir ck --save-every 5 --losses-out first.npy >/dev/null
+  train src 2 --steps 10 --resume ck --losses-out same.npy | grep resumed
+  compare 1e-6 straight.npy first.npy same.npy
+  compile dst 2 3 2
+  train dst 2 --steps 10 --resume ck --losses-out other.npy | grep resumed
+  compare 1e-5 straight.npy first.npy other.npy
   ;;
 bf16)
   # --dtype bf16: bf16 parameters beside fp32 master parts and moments. The same plan resumes exactly; a
