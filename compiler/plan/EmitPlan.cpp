@@ -808,6 +808,7 @@ struct Emitter {
           ints = {int64_t(l.getAxis())};
           floats = {l.getEpsilon().convertToDouble()};
         })
+        .Case([&](graph::RotaryOp r) { ints = {r.getInverse() ? 1 : 0}; })
         .Case([&](graph::RmsNormOp r) {
           floats = {r.getEpsilon().convertToDouble()};
         })

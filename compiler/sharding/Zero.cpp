@@ -134,6 +134,9 @@ BatchSplitter::resultDims(Operation *op, ArrayRef<int64_t> resultShape) {
           zg::FloorOp, zg::ModOp, dist::AllReduceOp, dist::BroadcastOp,
           dist::PrefetchOp, dist::EvictOp>(op))
     return alignedOp(-1);
+  // A rotary embedding mixes elements of its last dim only.
+  if (isa<zg::RotaryOp>(op))
+    return alignedOp(rank - 1);
   if (auto cat = dyn_cast<zg::ConcatOp>(op))
     return alignedOp(cat.getAxis());
   if (auto ag = dyn_cast<dist::AllGatherOp>(op))

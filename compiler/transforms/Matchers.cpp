@@ -50,6 +50,33 @@ graph::WeightOp transforms::getWeight2D(Value v) {
   return w;
 }
 
+std::optional<transforms::LastDimPart> transforms::matchLastDimPart(Value v) {
+  auto shape = cast<RankedTensorType>(v.getType()).getShape();
+  if (shape.empty())
+    return std::nullopt;
+  size_t last = shape.size() - 1;
+  if (auto s = v.getDefiningOp<graph::SliceOp>()) {
+    auto in = cast<RankedTensorType>(s.getInput().getType()).getShape();
+    for (size_t d = 0; d < last; ++d)
+      if (s.getStarts()[d] != 0 || s.getSteps()[d] != 1 || shape[d] != in[d])
+        return std::nullopt;
+    if (s.getSteps()[last] != 1)
+      return std::nullopt;
+    return LastDimPart{s.getInput(), s.getStarts()[last], shape[last]};
+  }
+  auto split = v.getDefiningOp<graph::SplitOp>();
+  if (!split || split.getAxis() != int64_t(last))
+    return std::nullopt;
+  int64_t at = 0;
+  for (Value r : split.getResults()) {
+    int64_t n = cast<RankedTensorType>(r.getType()).getShape()[last];
+    if (r == v)
+      return LastDimPart{split.getInput(), at, n};
+    at += n;
+  }
+  return std::nullopt;
+}
+
 static void collect(Value v, SmallVectorImpl<Value> &factors, double &scalar,
                     int depth, bool root) {
   if (auto s = transforms::getSplatValue(v)) {

@@ -49,6 +49,32 @@ matchCommutative(mlir::Operation *op, Pred &&pred, unsigned first = 0) {
   return std::nullopt;
 }
 
+/// Matches a commutative binary op on its two operands, whatever produces
+/// them: returns (a, b) for the first order in which `pred(a, b)` holds,
+/// trying (lhs, rhs) first.
+template <typename Pred>
+std::optional<std::pair<mlir::Value, mlir::Value>>
+matchEitherOrder(mlir::Operation *op, Pred &&pred) {
+  for (unsigned k = 0; k < 2; ++k) {
+    mlir::Value a = op->getOperand(k), b = op->getOperand(1 - k);
+    if (pred(a, b))
+      return std::make_pair(a, b);
+  }
+  return std::nullopt;
+}
+
+/// A contiguous part of a tensor's last dim, every other dim whole: a
+/// zg.slice with unit steps, or one result of a zg.split on the last axis.
+struct LastDimPart {
+  mlir::Value base;
+  int64_t start = 0;
+  int64_t size = 0;
+};
+
+/// The part of its base's last dim that `v` is, or nullopt when v is not
+/// such a part.
+std::optional<LastDimPart> matchLastDimPart(mlir::Value v);
+
 /// The zg.weight defining v when it is 2-D, else null.
 graph::WeightOp getWeight2D(mlir::Value v);
 

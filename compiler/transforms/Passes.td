@@ -24,6 +24,26 @@ def RecogniseSilu : Pass<"zg-recognise-silu", "mlir::func::FuncOp"> {
   let statistics = [Statistic<"numSilu", "num-silu", "SiLUs recognised">];
 }
 
+def RecogniseRotary : Pass<"zg-recognise-rotary", "mlir::func::FuncOp"> {
+  let summary = "x * cos + rotate_half(x) * sin -> zg.rotary";
+  let description = [{
+    Recognises the rotary position embedding as Hugging Face writes it:
+    `x * cos + rotate_half(x) * sin` with
+    `rotate_half(x) = concat(-x[..., h:], x[..., :h], axis = -1)` (the halves
+    as zg.slice or zg.split results of x itself, h half of x's last dim),
+    both products and the sum in either operand order, and cos / sin of one
+    type that broadcasts to x with x's last dim. It becomes
+    `zg.rotary(x, cos, sin)`. A partial rotary (halves sliced from a tensor
+    wider than the rotated part) and the interleaved form stay as they are.
+
+    Before: `%c = zg.mul %x, %cos` ; `%r = zg.concat(zg.neg(%x[h:]), %x[:h])` ;
+            `%y = zg.add %c, zg.mul(%r, %sin)`
+    After:  `%y = zg.rotary %x, %cos, %sin`
+  }];
+  let dependentDialects = ["zplan::graph::GraphDialect"];
+  let statistics = [Statistic<"numRotary", "num-rotary", "rotary embeddings recognised">];
+}
+
 def RecogniseGelu : Pass<"zg-recognise-gelu", "mlir::func::FuncOp"> {
   let summary = "tanh and erf forms of GELU -> zg.gelu";
   let description = [{

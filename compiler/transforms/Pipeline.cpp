@@ -1,7 +1,8 @@
 //===- Pipeline.cpp - the recognition pipeline ----------------------------===//
 //
-// The order matters where one recognised op feeds another pattern: GELU and
-// SiLU first (they only look at elementwise ops), then norms and softmax,
+// The order matters where one recognised op feeds another pattern: GELU,
+// SiLU and the rotary embedding first (they only look at elementwise and
+// data-movement ops), then norms and softmax,
 // then linear layers (which the attention pattern does not depend on), then
 // attention, embeddings and the tied-weight marking that needs both
 // embeddings and linears.
@@ -18,6 +19,7 @@ void zplan::transforms::buildRecognitionPipeline(OpPassManager &pm) {
   OpPassManager &fn = pm.nest<func::FuncOp>();
   fn.addPass(createRecogniseGelu());
   fn.addPass(createRecogniseSilu());
+  fn.addPass(createRecogniseRotary());
   fn.addPass(createRecogniseLayerNorm());
   fn.addPass(createRecogniseRmsNorm());
   fn.addPass(createRecogniseSoftmax());

@@ -512,6 +512,17 @@ LogicalResult RmsNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys,
   return success();
 }
 
+// The op is linear in x: its vector-Jacobian product is the transposed map,
+// the same op with `inverse` flipped (the rotation by the opposite angle).
+// The tables are position constants: they get no gradient.
+LogicalResult RotaryOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys,
+                                       SmallVectorImpl<Value> &dxs) {
+  noGradients(*this, dxs);
+  dxs[0] = RotaryOp::create(b, getLoc(), getInput().getType(), dys[0],
+                            getCos(), getSin(), !getInverse());
+  return success();
+}
+
 namespace {
 
 /// The input's shape with the reduced axes kept as 1.

@@ -552,6 +552,30 @@ LogicalResult KvWriteOp::verify() {
   return verifyPositions(*this, getPos(), c[0]);
 }
 
+LogicalResult RotaryOp::verify() {
+  auto x = rtt(getInput()).getShape();
+  auto c = rtt(getCos()).getShape(), s = rtt(getSin()).getShape();
+  if (x.empty() || x.back() % 2 != 0)
+    return emitOpError("input must have rank >= 1 and an even last dim, got ")
+           << shapeStr(x);
+  if (!isa<FloatType>(rtt(getInput()).getElementType()) ||
+      !isa<FloatType>(rtt(getCos()).getElementType()) ||
+      !isa<FloatType>(rtt(getSin()).getElementType()))
+    return emitOpError("input, cos and sin must be float tensors");
+  if (rtt(getCos()) != rtt(getSin()))
+    return emitOpError("cos ") << rtt(getCos()) << " and sin "
+                               << rtt(getSin()) << " differ in type";
+  // The tables hold one angle per element of the rotated dim: a table that
+  // broadcast along it would not be a rotary table.
+  if (c.empty() || c.back() != x.back() || !broadcastsTo(c, x))
+    return emitOpError("cos and sin ")
+           << shapeStr(c) << " must broadcast to the input " << shapeStr(x)
+           << " with the same last dim";
+  if (rtt(getResult()) != rtt(getInput()))
+    return emitOpError("result type must equal the input type");
+  return success();
+}
+
 LogicalResult CachedAttentionOp::verify() {
   auto q = rtt(getQ()).getShape(), k = rtt(getK()).getShape(),
        v = rtt(getV()).getShape();

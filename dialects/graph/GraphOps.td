@@ -486,6 +486,43 @@ def ZG_AttentionOp : ZG_Op<"attention", [Pure, ZG_Gradient, ZG_Tp]> {
   let hasVerifier = 1;
 }
 
+def ZG_RotaryOp : ZG_Op<"rotary", [Pure, ZG_Gradient, ZG_Tp]> {
+  let summary = "rotary position embedding (Hugging Face rotate_half form)";
+  let description = [{
+    x [..., D] with D even, h = D / 2; `cos` and `sin` have one shape that
+    broadcasts (numpy rules) to x's, with a last dim of D. With c and s the
+    tables broadcast to x:
+
+        result[..., i]     = x[..., i] c[..., i]     - x[..., i + h] s[..., i]
+        result[..., i + h] = x[..., i + h] c[..., i + h] + x[..., i] s[..., i + h]
+
+    for i < h, that is `x * cos + rotate_half(x) * sin` with
+    `rotate_half(x) = concat(-x[..., h:], x[..., :h])` (the Hugging Face
+    exporters' form, which --zg-recognise-rotary folds into this op).
+
+    With `inverse`, the op applies the transposed map, the vector-Jacobian
+    product of the forward one with respect to x:
+
+        result[..., i]     = x[..., i] c[..., i]     + x[..., i + h] s[..., i + h]
+        result[..., i + h] = x[..., i + h] c[..., i + h] - x[..., i] s[..., i]
+
+    When the tables are a rotation (c and s repeat over the two halves, and
+    c^2 + s^2 = 1), that is the rotation by the opposite angle. The result
+    has x's type.
+
+    Example:
+    ```mlir
+    %y = zg.rotary %x, %cos, %sin
+        : (tensor<2x4x8x16xf32>, tensor<1x1x8x16xf32>, tensor<1x1x8x16xf32>)
+        -> tensor<2x4x8x16xf32>
+    ```
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$cos, ZG_Tensor:$sin,
+                   DefaultValuedAttr<BoolAttr, "false">:$inverse);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
 def ZG_CausalMaskOp : ZG_Op<"causal_mask", [Pure, ZG_TpWhole]> {
   let summary = "additive causal mask";
   let description = [{

@@ -566,6 +566,14 @@ FailureOr<TpRule> AttentionOp::getTpRule(TpRuleContext &ctx) {
   return r;
 }
 
+// A rotary embedding mixes the two halves of the last dim and nothing else:
+// with the heads split, each rank rotates its own heads (the tables broadcast
+// over heads stay whole), so the op is local. It is elementwise except that
+// the last dim must stay whole.
+FailureOr<TpRule> RotaryOp::getTpRule(TpRuleContext &ctx) {
+  return elementwiseTpRule(*this, ctx, rankOf(getResult()) - 1);
+}
+
 // The token embedding (ids come from a function argument) is vocabulary
 // parallel: each rank looks up the ids in its rows, zero elsewhere, and the
 // partial results are summed. Other lookups (positions) stay whole.

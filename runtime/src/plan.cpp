@@ -766,6 +766,18 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       }
       return {};
     }
+    case Op::rotary: {
+      const Shape &x = I(0).shape;
+      if (x.empty() || x.back() % 2 != 0) return bad("x " + shape_str(x) + " must have rank >= 1 and an even last dim");
+      if (I(1).shape != I(2).shape || I(1).dtype != I(2).dtype)
+        return bad("cos " + shape_str(I(1).shape) + " and sin " + shape_str(I(2).shape) + " differ in shape or dtype");
+      if (I(1).shape.empty() || I(1).shape.back() != x.back() || !broadcasts_to(I(1).shape, x))
+        return bad("cos and sin " + shape_str(I(1).shape) + " must broadcast to x " + shape_str(x) + " with its last dim");
+      if (O().shape != x || O().dtype != I(0).dtype) return bad("output must have x's shape and dtype");
+      if (!is_fl(I(0).dtype) || !is_fl(I(1).dtype) || !is_fl(I(2).dtype)) return bad("x, cos and sin must be float");
+      if (ints(0) != 0 && ints(0) != 1) return bad("ints[0] (inverse) must be 0 or 1");
+      return {};
+    }
     case Op::rms_norm: {
       if (I(0).shape.empty() || I(0).shape != O().shape) return bad("input and output shapes differ");
       if (ins.size() > 1 && ins[1] >= 0 && I(1).numel != I(0).shape.back()) return bad("scale must have the last dim's size");

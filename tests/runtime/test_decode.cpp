@@ -97,6 +97,8 @@ TEST(World1, OpcodeDecoding) {
         [](auto &i, auto &o) { return layer_norm(i[0], i[1], i[2], o, 1, 1e-3f); });
   check(zrt::Op::rms_norm, {{F, {2, 6}}, {F, {6}}}, {F, {2, 6}}, {}, {1e-4},
         [](auto &i, auto &o) { return rms_norm(i[0], i[1], o, 1e-4f); });
+  check(zrt::Op::rotary, {{F, {2, 3, 4, 8}}, {F, {1, 1, 4, 8}}, {F, {1, 1, 4, 8}}}, {F, {2, 3, 4, 8}}, {1}, {},
+        [](auto &i, auto &o) { return rotary(i[0], i[1], i[2], o, true); });
   const int64_t axes[] = {0, 2};
   check(zrt::Op::reduce_mean, {{F, {2, 3, 4}}}, {F, {3}}, {0, 0, 2}, {},
         [&](auto &i, auto &o) { return reduce(Reduce::mean, i[0], o, axes, 2, false); });

@@ -485,3 +485,49 @@ TEST(Kernels, AttentionCausalGqaMask) {
   Buf q(DType::f32, {1, 3, 2, 4}), k(DType::f32, {1, 2, 2, 4}), y(DType::f32, {1, 3, 2, 4});
   EXPECT_FALSE(cpu::attention(q.in(), k.in(), k.in(), In{}, y.out(), false, 1.0f, nullptr).ok());
 }
+
+TEST(Kernels, Rotary) {
+  // Against the float64 formula x * cos + rotate_half(x) * sin (and its transpose), with tables broadcast over
+  // leading dims as llama's are ([1, 1, S, D] against [B, H, S, D]), tables in another dtype than x, and
+  // out written over x.
+  std::mt19937 g(21);
+  struct Case { Dims x, t; };
+  for (const Case &c : {Case{Dims{2, 3, 4, 8}, Dims{1, 1, 4, 8}}, Case{Dims{3, 6}, Dims{6}}, Case{Dims{2, 2, 1, 4}, Dims{2, 1, 1, 4}}})
+    for (DType dt : kFloats)
+      for (DType tt : {dt, DType::f32})
+        for (bool inverse : {false, true}) {
+          Buf x = rnd(dt, c.x, g), co = rnd(tt, c.t, g, -1, 1), si = rnd(tt, c.t, g, -1, 1), y(dt, c.x);
+          ASSERT_TRUE(cpu::rotary(x.in(), co.in(), si.in(), y.out(), inverse).ok());
+          const int64_t d = c.x[c.x.rank - 1], h = d / 2;
+          std::vector<double> want(x.n());
+          for (int64_t i = 0; i < x.n(); ++i) {
+            const int64_t col = i % d, partner = col < h ? i + h : i - h;
+            const double cs = co.get(bidx(c.t, c.x, i));
+            // rotate_half(x)[col] = -x[col + h] for the low half and x[col - h] for the high half; the transpose
+            // takes sin at the partner's index and the opposite sign.
+            const double sgn = (col < h) != inverse ? -1.0 : 1.0;
+            const double sn = si.get(bidx(c.t, c.x, inverse ? partner : i));
+            want[i] = x.get(i) * cs + sgn * x.get(partner) * sn;
+          }
+          expect_close(y, want, tol(dt) * 2, "rotary");
+          cpu::rotary(x.in(), co.in(), si.in(), x.out(), inverse);
+          for (int64_t i = 0; i < x.n(); ++i) ASSERT_EQ(x.get(i), y.get(i)) << "rotary in place differs at " << i;
+        }
+  // A rotation table (cos and sin repeated over the halves): the inverse undoes the forward map.
+  Buf x = rnd(DType::f32, Dims{2, 8}, g), co(DType::f32, Dims{8}), si(DType::f32, Dims{8}), y(DType::f32, x.shape),
+      back(DType::f32, x.shape);
+  for (int i = 0; i < 4; ++i) {
+    co.set(i, std::cos(0.3 * (i + 1)));
+    co.set(i + 4, std::cos(0.3 * (i + 1)));
+    si.set(i, std::sin(0.3 * (i + 1)));
+    si.set(i + 4, std::sin(0.3 * (i + 1)));
+  }
+  ASSERT_TRUE(cpu::rotary(x.in(), co.in(), si.in(), y.out(), false).ok());
+  ASSERT_TRUE(cpu::rotary(y.in(), co.in(), si.in(), back.out(), true).ok());
+  for (int64_t i = 0; i < x.n(); ++i) ASSERT_NEAR(back.get(i), x.get(i), 1e-6) << i;
+  // Refusals: odd last dim, tables that broadcast along it, tables of two dtypes.
+  Buf odd(DType::f32, Dims{2, 5}), c5(DType::f32, Dims{5}), c1(DType::f32, Dims{2, 1}), cb(DType::bf16, Dims{8});
+  EXPECT_FALSE(cpu::rotary(odd.in(), c5.in(), c5.in(), odd.out(), false).ok());
+  EXPECT_FALSE(cpu::rotary(x.in(), c1.in(), c1.in(), y.out(), false).ok());
+  EXPECT_FALSE(cpu::rotary(x.in(), co.in(), cb.in(), y.out(), false).ok());
+}

@@ -46,6 +46,7 @@
 #include "cuda_status.h"
 #include "zk/cuda_decode.h"
 #include "zk/cuda_kernels.h"
+#include "zk/cuda_rotary.h"
 #include "zk/cuda_train_kernels.h"
 #include "zk/cuda_workspace.h"
 #include "zrt/backend.h"
@@ -668,6 +669,10 @@ class CudaBackend final : public Backend {
       case Op::gated:
         ZRT_GPU_CHECK(zc::gated(static_cast<Unary>(s.ints[0]), in_of(s.inputs[0]), in_of(s.inputs[1]),
                                 out_of(s.outputs[0]), st));
+        return {};
+      case Op::rotary:
+        ZRT_GPU_CHECK(zc::rotary(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]),
+                                 s.ints[0] != 0, st));
         return {};
       case Op::softmax:
         ZRT_GPU_CHECK(zc::softmax(in_of(s.inputs[0]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), st));

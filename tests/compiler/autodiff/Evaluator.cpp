@@ -501,6 +501,34 @@ private:
       set(op, 0, r);
       return true;
     }
+    if (name == "rotary") {
+      // From the definition: y = x * cos + rotate_half(x) * sin with
+      // rotate_half(x) = concat(-x[h:], x[:h]); with `inverse`, the
+      // transposed map, written out as the matrix transpose: element j of
+      // the result sums the forward map's coefficients of x[j] in every
+      // output element (its own and its partner's).
+      const Tensor &x = in(op, 0), &c = in(op, 1), &sn = in(op, 2);
+      auto inv = op->getAttrOfType<BoolAttr>("inverse");
+      bool inverse = inv && inv.getValue();
+      int64_t d = x.shape.back(), h = d / 2;
+      Tensor r(x.shape);
+      forEach(x.shape, [&](const Index &idx, int64_t flat) {
+        int64_t j = idx.back();
+        Index p = idx;
+        p.back() = j < h ? j + h : j - h;
+        int64_t pf = flat + (j < h ? h : -h);
+        // Forward: out[j] = x[j] c[j] + sign(j) x[p] s[j], sign = -1 on the
+        // low half. Transpose: out[j] = x[j] c[j] + sign(p) x[p] s[p].
+        if (!inverse)
+          r.data[flat] = x.data[flat] * bcastAt(c, idx) +
+                         (j < h ? -1.0 : 1.0) * x.data[pf] * bcastAt(sn, idx);
+        else
+          r.data[flat] = x.data[flat] * bcastAt(c, idx) +
+                         (j < h ? 1.0 : -1.0) * x.data[pf] * bcastAt(sn, p);
+      });
+      set(op, 0, r);
+      return true;
+    }
     if (name == "layer_norm" || name == "layer_norm_grad" ||
         name == "rms_norm" || name == "rms_norm_grad")
       return norm(op, name);

@@ -348,6 +348,20 @@ std::vector<GradCase> normCases() {
       "%0 = zg.rms_norm %x {epsilon = 1.0e-6 : f64} : (tensor<3x4xf64>) -> "
       "tensor<3x4xf64>",
       "tensor<3x4xf64>"));
+  // The tables get no gradient; random tables (not a rotation) check that
+  // the rule is the exact transpose, not only the inverse rotation.
+  cases.push_back(oneOp(
+      "rotary",
+      "%x: tensor<2x3x4x6xf64>, %c: tensor<1x1x4x6xf64>, %s: tensor<1x1x4x6xf64>",
+      "%0 = zg.rotary %x, %c, %s : (tensor<2x3x4x6xf64>, tensor<1x1x4x6xf64>, "
+      "tensor<1x1x4x6xf64>) -> tensor<2x3x4x6xf64>",
+      "tensor<2x3x4x6xf64>", "%0", {1, 2}));
+  cases.push_back(oneOp(
+      "rotary_inverse",
+      "%x: tensor<3x4xf64>, %c: tensor<4xf64>, %s: tensor<4xf64>",
+      "%0 = zg.rotary %x, %c, %s {inverse = true} : (tensor<3x4xf64>, "
+      "tensor<4xf64>, tensor<4xf64>) -> tensor<3x4xf64>",
+      "tensor<3x4xf64>", "%0", {1, 2}));
   cases.push_back(oneOp(
       "reduce_sum", "%x: tensor<2x3x4xf64>",
       "%0 = zg.reduce_sum %x {axes = array<i64: 0, 2>, keepdims = false} : "

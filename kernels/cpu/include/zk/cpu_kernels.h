@@ -122,6 +122,13 @@ Result layer_norm(const In &x, const In &scale, const In &bias, const Out &out, 
 /// y = x / sqrt(mean(x^2) + eps) * scale over the last axis; scale optional.
 Result rms_norm(const In &x, const In &scale, const Out &out, float eps);
 
+/// Rotary position embedding over x's last dim D (even, h = D / 2); cos and sin have one shape that
+/// broadcasts to x's with last dim D, in any float dtype. out[i] = x[i] cos[i] - x[i + h] sin[i] and
+/// out[i + h] = x[i + h] cos[i + h] + x[i] sin[i + h] for i < h (x * cos + rotate_half(x) * sin). With
+/// `inverse`, the transposed map (the gradient w.r.t. x): out[i] = x[i] cos[i] + x[i + h] sin[i + h],
+/// out[i + h] = x[i + h] cos[i + h] - x[i] sin[i]. out has x's shape and dtype and may alias x.
+Result rotary(const In &x, const In &cos, const In &sin, const Out &out, bool inverse);
+
 enum class Reduce : uint8_t { sum, mean, max, min, prod };
 /// Reduces `naxes` axes (each in [0, rank)); out has the reduced dims as 1 (keepdims) or dropped. Sums
 /// and products accumulate in double (int64 for integers); max and min propagate NaN, as numpy does. An

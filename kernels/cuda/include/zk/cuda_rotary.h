@@ -1,0 +1,22 @@
+// zk/cuda_rotary.h - the rotary position embedding on the GPU (plan opcode `rotary`).
+#ifndef ZK_CUDA_ROTARY_H
+#define ZK_CUDA_ROTARY_H
+
+#include <cuda_runtime.h>
+
+#include "zk/cpu_kernels.h"
+#include "zk/cuda_status.h"
+
+namespace zk {
+namespace cuda {
+
+/// The GPU twin of zk::cpu::rotary (same shapes, dtypes and formula; out may alias x): x [..., D] in f32, bf16
+/// or f16, cos and sin of one shape broadcast to x's with last dim D, in any float dtype (both the same),
+/// out of x's dtype. One pass over x; 16-byte loads and stores where the halves and pointers allow. The
+/// products and the sum are rounded exactly as the CPU kernel rounds them, so the results are identical.
+GpuStatus rotary(const In &x, const In &cos, const In &sin, const Out &out, bool inverse, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace zk
+
+#endif  // ZK_CUDA_ROTARY_H
