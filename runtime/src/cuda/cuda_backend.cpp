@@ -158,7 +158,8 @@ int class_of(Op op) {
     case Op::linear:
     case Op::linear_gelu: return 0;
     case Op::attention:
-    case Op::attention_grad: return 1;
+    case Op::attention_grad:
+    case Op::cached_attention: return 1;
     case Op::softmax:
     case Op::layer_norm:
     case Op::rms_norm:
@@ -172,7 +173,9 @@ int class_of(Op op) {
     case Op::slice:
     case Op::gather:
     case Op::expand:
-    case Op::embedding: return 4;
+    case Op::embedding:
+    case Op::kv_write:
+    case Op::take_rows: return 4;
     default: break;
   }
   if (!info) return 3;
