@@ -60,4 +60,23 @@ for rank, path, size, io, _, _, read, written, count, unplanned in rows:
         sys.exit(f"FAIL: the file {path} is not under {disk}")
 if n["step_read_bytes"] == 0:
     sys.exit("FAIL: nothing is read from NVMe per " + what)
+# The report's time floor is docs/nvme.md's (read + written) / --nvme-bandwidth.
+floor = (n["step_read_bytes"] + n["step_write_bytes"]) / n["bandwidth_bytes_per_second"]
+print(f"time floor per {what}: report {n['step_floor_seconds']:.9g} s, (read + written) / bandwidth {floor:.9g} s")
+if not abs(n["step_floor_seconds"] - floor) <= 1e-9 * floor:
+    sys.exit("FAIL: the report's time floor is not (read + written) / bandwidth")
+# Direct I/O wherever the file system takes it (asked here by opening a file of that folder with O_DIRECT).
+probe = os.path.join(disk, "o_direct_probe")
+try:
+    os.close(os.open(probe, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o600))
+    takes_direct = True
+except OSError:
+    takes_direct = False
+finally:
+    if os.path.exists(probe):
+        os.remove(probe)
+for rank, path, size, io, *_ in rows:
+    if takes_direct and io != "direct":
+        sys.exit(f"FAIL: rank {rank} used {io} I/O in a folder that takes O_DIRECT")
+print(f"I/O: {rows[0][3]} (the folder {'takes' if takes_direct else 'refuses'} O_DIRECT)")
 PY

@@ -14,6 +14,11 @@
 #           samples (three global batches of 2, so step k's batch depends on where the data stands) and a
 #           warmup-decay schedule (a different rate every step): 5 steps saved at (tp 1, zero 1, world 2), resumed
 #           there and at (tp 2, zero 3, world 2); the 10 losses equal 10 straight steps within 1e-6 and 1e-5.
+#   durable: a save of 2 ranks under strace (system calls with absolute times): every file of the checkpoint
+#           (rank files, manifest, `latest`) is written under NAME.tmp, fsynced, then renamed, never opened for
+#           writing under its own name; the folder is fsynced after the manifest's rename and the root after
+#           latest's; every rank file is renamed before rank 0 creates the manifest, and the manifest before
+#           `latest`. Skipped (exit 77) where strace cannot trace.
 #   bf16:   a --dtype bf16 checkpoint resumes exactly under its plan, and under zero 3 within 2e-2.
 #   kill-random: six runs saving after every step, each with a rank killed at a random moment; every restart
 #           loads what `latest` names, and the last one continues with the straight run's losses.
@@ -192,6 +197,69 @@ np.save('ids6.npy', np.concatenate([a, np.roll(a, 5, axis=1), a[:, ::-1]]))" "$i
   compile dst 2 3 2
   train dst 2 --steps 10 --resume ck --losses-out other.npy | grep resumed
   compare 1e-5 straight.npy first.npy other.npy
+  ;;
+durable)
+  if ! strace -qq -o /dev/null true 2>/dev/null; then echo "SKIP: strace cannot trace here"; exit 77; fi
+  compile p 1 1 2
+  # Each rank traces itself into trace.RANK: the file system calls of the save, with absolute times. The
+  # single quotes are meant: the rank's own shell expands its rank variable.
+  # shellcheck disable=SC2016
+  $mpirun -np 2 sh -c 'exec strace -f -y -ttt -qq -e trace=openat,open,creat,fsync,fdatasync,rename,renameat,renameat2 \
+    -o "trace.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}" "$@"' zrun "$bin/zrun" p.zplan --train --data "$ids" \
+    --timeout 120 --steps 2 --save-dir ck --save-every 2 >/dev/null
+  "$python" - "$(cat ck/latest)" trace.0 trace.1 <<'PY'
+import re, sys
+step, traces = sys.argv[1], sys.argv[2:]
+events = []  # (time, rank, call, args, result)
+for rank, path in enumerate(traces):
+    for line in open(path):
+        m = re.match(r"\d+ (\d+\.\d+) (\w+)\((.*)\) += (.*)$", line.rstrip())
+        if m:
+            events.append((float(m[1]), rank, m[2], m[3], m[4]))
+events.sort()
+d = f"ck/{step}"
+finals = [f"{d}/rank-00000.bin", f"{d}/rank-00001.bin", f"{d}/manifest.zckpt", "ck/latest"]
+problems = []
+def find(pred, after=-1.0):
+    return next((e for e in events if e[0] > after and pred(e)), None)
+done = {}
+for f in finals:
+    tmp = f + ".tmp"
+    direct = [e for e in events if e[2] in ("openat", "open", "creat") and f'"{f}"' in e[3]
+              and re.search(r"O_WRONLY|O_RDWR|O_CREAT", e[3])]
+    if direct:
+        problems.append(f"{f} was opened for writing under its own name")
+    opened = find(lambda e: e[2] in ("openat", "open") and f'"{tmp}"' in e[3] and "O_CREAT" in e[3])
+    renamed = find(lambda e: e[2].startswith("rename") and f'"{tmp}", "{f}"' in e[3] and e[4].startswith("0"))
+    if not opened or not renamed:
+        problems.append(f"{f}: not created as {tmp} and renamed")
+        continue
+    synced = find(lambda e: e[2] in ("fsync", "fdatasync") and tmp + ">" in e[3] and e[4].startswith("0"), opened[0])
+    if not synced or synced[0] > renamed[0]:
+        problems.append(f"{f}: no fsync of {tmp} before its rename")
+    done[f] = (opened, renamed)
+    print(f"{f}: rank {renamed[1]}: created as .tmp, fsync {'ok' if synced else 'MISSING'}, renamed at {renamed[0]:.6f}")
+if len(done) == len(finals):
+    m_open = done[f"{d}/manifest.zckpt"][0][0]
+    for f in finals[:2]:
+        if done[f][1][0] > m_open:
+            problems.append(f"{f} renamed after the manifest was begun")
+    m_ren = done[f"{d}/manifest.zckpt"][1][0]
+    dsync = find(lambda e: e[2] == "fsync" and f"{d}>" in e[3] and "O_" not in e[3], m_ren)
+    if not dsync or dsync[0] > done["ck/latest"][0][0]:
+        problems.append(f"no fsync of the folder {d} between the manifest's rename and latest")
+    rsync = find(lambda e: e[2] == "fsync" and e[3].endswith("/ck>"), done["ck/latest"][1][0])
+    if not rsync:
+        problems.append("no fsync of the checkpoint root after latest's rename")
+    if done["ck/latest"][0][0] < m_ren:
+        problems.append("latest was begun before the manifest's rename")
+for p in problems:
+    print("FAIL:", p)
+sys.exit(1 if problems else 0)
+PY
+  echo "ok: every file of $(cat ck/latest) written as .tmp, fsynced and renamed, in order"
+  # The checkpoint the traced run wrote loads.
+  train p 2 --steps 3 --resume ck | grep resumed
   ;;
 bf16)
   # --dtype bf16: bf16 parameters beside fp32 master parts and moments. The same plan resumes exactly; a
