@@ -46,6 +46,11 @@ struct ModelConfig {
   int64_t vocabTables;
 };
 
+/// GoogleTest prints a parameter it cannot print as its bytes, pointer
+/// included, and that text becomes part of each case's ctest name: print the
+/// model's name so that the names stay the same from build to build.
+void PrintTo(const ModelConfig& config, std::ostream* os) { *os << config.name; }
+
 const ModelConfig kGpt2{"gpt2", 2, 64, 4, 4, 256, 512, 128, false, false, 1};
 const ModelConfig kLlama{"llama", 2, 64, 4, 2, 172, 512, 0, true, false, 2};
 const ModelConfig kBert{"bert", 2, 64, 4, 4, 256, 512, 128, false, true, 1};
