@@ -337,6 +337,10 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     plan::ZplanScheduleOptions schedule;
     schedule.dtype = f.dtype;
     pm.addPass(plan::createZplanMaterializeOutputs());
+    // One matrix product per group of linears that read the same input, on
+    // each rank's local weights (after tensor parallelism).
+    if ((f.target == "cuda" || f.mergeLinears) && !f.noMergeLinears)
+      pm.addPass(plan::createZplanMergeLinears());
     // Batch chunks whose tp collectives overlap the other chunks' compute.
     if (f.overlapChunks > 1) {
       plan::ZplanOverlapChunksOptions overlap;

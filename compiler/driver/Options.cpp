@@ -166,6 +166,12 @@ std::vector<OptionRow> buildTable() {
   t.push_back(row("--no-fuse", &C::noFuse,
                   "cuda target: keep linear+GELU, residual add+norm and "
                   "activation+gate as separate steps (--zplan-fuse is off)"));
+  t.push_back(row("--merge-linears", &C::mergeLinears,
+                  "Run --zplan-merge-linears on the cpu target too (it runs "
+                  "on the cuda target unless --no-merge-linears)"));
+  t.push_back(row("--no-merge-linears", &C::noMergeLinears,
+                  "cuda target: keep one matrix product per linear where "
+                  "several read the same input (--zplan-merge-linears is off)"));
   t.push_back(row("--keep-logits-sharded", &C::keepLogitsSharded,
                   "Leave the LM head's logits split over tp"));
   t.push_back(row("--train", &C::train,

@@ -67,6 +67,8 @@ struct CompileConfig {
   int64_t overlapChunks = 1;
   bool keepLogitsSharded = false;
   bool noFuse = false;
+  bool mergeLinears = false;
+  bool noMergeLinears = false;
   bool report = false;
   std::string reportJson;
   // Training (docs/training-contract.md): --train builds @init and

@@ -458,6 +458,95 @@ struct Emitter {
     return perTp;
   }
 
+  /// The bindings of a merged weight's parts (zd.parts of --zplan-merge-
+  /// linears), consecutive and all onto tensor `i`, and its state entry:
+  /// the local tensor as a part of the parts' full tensors concatenated
+  /// along zd.merge_dim (so that every persistent tensor stays named).
+  LogicalResult emitPartBindings(size_t i, Operation *def, ArrayAttr parts,
+                                 Type et) {
+    const TensorInfo &t = lv.tensors[i];
+    std::vector<int64_t> localShape = shapeOf(t.value);
+    uint64_t localElements = elementCount(t.value);
+    auto dimAttr = def->getAttrOfType<IntegerAttr>("zd.merge_dim");
+    if (!dimAttr || dimAttr.getInt() < 0 ||
+        dimAttr.getInt() >= int64_t(localShape.size()))
+      return def->emitError()
+             << "zplan-emit: a merged weight needs zd.merge_dim in [0, "
+             << localShape.size() << ")";
+    size_t dim = size_t(dimAttr.getInt());
+    std::vector<int64_t> fullShape;
+    // The state entry's pieces per tp index: each part's, moved to the
+    // part's place in the concatenated full tensor.
+    std::vector<std::vector<flatbuffers::Offset<fb::Piece>>> statePieces(
+        summary.tp);
+    for (Attribute a : parts) {
+      auto part = dyn_cast<DictionaryAttr>(a);
+      auto name = part ? part.getAs<StringAttr>("name") : nullptr;
+      auto file = part ? part.getAs<StringAttr>("file") : nullptr;
+      auto offset = part ? part.getAs<IntegerAttr>("offset") : nullptr;
+      auto length = part ? part.getAs<IntegerAttr>("length") : nullptr;
+      auto shape = part ? part.getAs<DenseI64ArrayAttr>("source_shape")
+                        : nullptr;
+      auto pieces = part ? part.getAs<ArrayAttr>("pieces") : nullptr;
+      if (!name || !file || !offset || !length || !shape || !pieces)
+        return def->emitError() << "zplan-emit: a zd.parts entry lacks name, "
+                                   "file, offset, length, source_shape or "
+                                   "pieces";
+      std::vector<int64_t> sourceShape(shape.asArrayRef().begin(),
+                                       shape.asArrayRef().end());
+      FailureOr<int> source = sourceFor(def, name.getValue(), file, offset,
+                                        length, ElementsAttr(), et,
+                                        sourceShape);
+      if (failed(source))
+        return failure();
+      auto perTp = piecesFor(def, pieces, localShape, sourceShape, summary.tp);
+      if (failed(perTp))
+        return failure();
+      std::vector<flatbuffers::Offset<fb::RankSlice>> ranks;
+      for (int r = 0; r < summary.world; ++r)
+        ranks.push_back(fb::CreateRankSlice(fbb, (*perTp)[r % summary.tp], 0,
+                                            localElements));
+      bindings.push_back(fb::CreateWeightBinding(
+          fbb, int(i), *source, fbb.CreateVector(localShape),
+          fbb.CreateVector(ranks)));
+      if (fullShape.empty()) {
+        fullShape = sourceShape;
+        fullShape[dim] = 0;
+      }
+      for (auto [tpIndex, list] : llvm::enumerate(pieces)) {
+        if (tpIndex >= statePieces.size())
+          break;
+        for (Attribute p : cast<ArrayAttr>(list)) {
+          auto d = cast<DictionaryAttr>(p);
+          std::vector<int64_t> src(
+              d.getAs<DenseI64ArrayAttr>("src_start").asArrayRef().begin(),
+              d.getAs<DenseI64ArrayAttr>("src_start").asArrayRef().end());
+          src[dim] += fullShape[dim];
+          auto dst = d.getAs<DenseI64ArrayAttr>("dst_start").asArrayRef();
+          auto size = d.getAs<DenseI64ArrayAttr>("size").asArrayRef();
+          statePieces[tpIndex].push_back(fb::CreatePiece(
+              fbb, fbb.CreateVector(src),
+              fbb.CreateVector(std::vector<int64_t>(dst.begin(), dst.end())),
+              fbb.CreateVector(std::vector<int64_t>(size.begin(), size.end()))));
+        }
+      }
+      fullShape[dim] += sourceShape[dim];
+    }
+    std::vector<flatbuffers::Offset<fb::RankSlice>> stateRanks;
+    for (int r = 0; r < summary.world; ++r)
+      stateRanks.push_back(fb::CreateRankSlice(
+          fbb, fbb.CreateVector(statePieces[r % summary.tp]), 0,
+          localElements));
+    std::string name = cast<graph::WeightOp>(def).getName().str();
+    stateNames.insert(name);
+    stateEntries.push_back(fb::CreateStateEntry(
+        fbb, fbb.CreateString(name), int(i), fb::StateKind::param,
+        fbb.CreateString(name), fbb.CreateVector(fullShape),
+        fbb.CreateVector(localShape), fbb.CreateVector(stateRanks),
+        fb::StateInit::from_source, 0.0));
+    return success();
+  }
+
   LogicalResult emitBindings() {
     int tp = summary.tp, dp = summary.dp, world = summary.world;
     for (size_t i = 0; i < lv.tensors.size(); ++i) {
@@ -470,6 +559,13 @@ struct Emitter {
       FailureOr<int> source = failure();
       uint64_t shardElements = 0;
       Type et = cast<ShapedType>(t.value.getType()).getElementType();
+      // A weight --zplan-merge-linears made: one binding per part, each
+      // writing its pieces into the merged tensor.
+      if (auto parts = def->getAttrOfType<ArrayAttr>("zd.parts")) {
+        if (failed(emitPartBindings(i, def, parts, et)))
+          return failure();
+        continue;
+      }
       if (auto w = dyn_cast<graph::WeightOp>(def)) {
         localShape = shapeOf(t.value);
         sourceShape = localShape;

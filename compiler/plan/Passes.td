@@ -73,6 +73,48 @@ def ZplanFoldTranspose : Pass<"zplan-fold-transpose", "mlir::ModuleOp"> {
   ];
 }
 
+def ZplanMergeLinears : Pass<"zplan-merge-linears", "mlir::ModuleOp"> {
+  let summary = "One matrix product for the linears that read the same input";
+  let description = [{
+    Two or more `zg.linear` ops of one block that read the same activation,
+    each with a device-resident `zg.weight` of its own (no bias, the same
+    `trans_w` and `alpha`, the same element type and the same K), become one
+    `zg.linear` over a merged weight, followed by one `zg.slice` per former
+    result along the last dim: llama's q / k / v projections, and its gate /
+    up pair. The pass runs after tensor parallelism, so the merged weight is
+    [this rank's q | its k | its v] (under GQA replication, the K/V head
+    block the rank holds): a `zg.weight` whose `zd.parts` list, one entry per
+    former weight, gives each part's source (name, file, offset, length,
+    source_shape) and its per-tp-rank pieces, shifted to the part's columns
+    (rows with `trans_w`). The emitter writes one weight binding per part,
+    all onto the merged tensor, and the runtime assembles them at load.
+
+    Left alone: training modules (their parameters are trained, checkpointed
+    and partitioned by ZeRO one by one), weights that ZeRO shards or offload
+    keeps on the host (the linear then reads a gather or a prefetch, not a
+    zg.weight), weights with other users (a tied LM head), inline weights,
+    and linears with a bias.
+
+    Before:
+    ```mlir
+    %q = zg.linear %x, %wq : (tensor<2x8x64xf32>, tensor<64x64xf32>) -> tensor<2x8x64xf32>
+    %k = zg.linear %x, %wk : (tensor<2x8x64xf32>, tensor<64x32xf32>) -> tensor<2x8x32xf32>
+    ```
+    After:
+    ```mlir
+    %w = zg.weight {name = "wq+wk", zd.parts = [part of wq, part of wk], ...} : () -> tensor<64x96xf32>
+    %qk = zg.linear %x, %w : (tensor<2x8x64xf32>, tensor<64x96xf32>) -> tensor<2x8x96xf32>
+    %q = zg.slice %qk {starts = array<i64: 0, 0, 0>, ...} : (tensor<2x8x96xf32>) -> tensor<2x8x64xf32>
+    %k = zg.slice %qk {starts = array<i64: 0, 0, 64>, ...} : (tensor<2x8x96xf32>) -> tensor<2x8x32xf32>
+    ```
+  }];
+  let dependentDialects = ["zplan::graph::GraphDialect"];
+  let statistics = [
+    Statistic<"numMerged", "merged", "linears merged into a wider one">,
+    Statistic<"numGroups", "groups", "merged linears made">,
+  ];
+}
+
 def ZplanFuse : Pass<"zplan-fuse", "mlir::ModuleOp"> {
   let summary = "Fuse producer/consumer pairs the CUDA kernels run as one step";
   let description = [{

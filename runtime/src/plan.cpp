@@ -496,6 +496,14 @@ Status Verifier::check_constants_and_weights() {
       return fail(bn + ": " + tn(b->tensor()) + " is not a weight or weight_shard tensor");
     const fb::WeightSource *src = ws->Get(b->source());
     ZRT_RETURN_IF_ERROR(check_slices(bn, b->tensor(), to_shape(src->shape()), to_shape(b->local_shape()), b->ranks()));
+    // Several bindings may fill one tensor (a merged weight's parts): the runtime assembles a run of them into one
+    // buffer, so they must be adjacent, and resident.
+    for (size_t bj = 0; bj + 1 < bi; ++bj)
+      if (bs->Get(bj)->tensor() == b->tensor() && bs->Get(bi - 1)->tensor() != b->tensor())
+        return fail(bn + ": binds " + tn(b->tensor()) + " like binding " + std::to_string(bj) +
+                    ", but the bindings of one tensor must be adjacent");
+    if (bi > 0 && bs->Get(bi - 1)->tensor() == b->tensor() && ti.kind != fb::TensorKind::weight)
+      return fail(bn + ": only a resident weight may be filled by several bindings");
   }
   return {};
 }

@@ -281,13 +281,18 @@ Status Session::Impl::load_weights() {
   if (!p.bindings()) return {};
   MappedFiles files;
   std::vector<uint8_t> host;
-  for (const fb::WeightBinding *b : *p.bindings()) {
+  const auto &bs = *p.bindings();
+  for (size_t bi = 0; bi < bs.size(); ++bi) {
+    const fb::WeightBinding *b = bs.Get(bi);
     TensorRef &t = tensors[b->tensor()];
     const fb::WeightSource &src = *p.weights()->Get(b->source());
-    host.assign(t.bytes, 0);
+    // Consecutive bindings of one tensor (the parts of a merged weight, docs/plan-format.md 2.6) assemble into
+    // one host buffer, written once after the last of them.
+    if (bi == 0 || bs.Get(bi - 1)->tensor() != b->tensor()) host.assign(t.bytes, 0);
     Status s = assemble_weight(p, *b, ri.rank, pf->base_dir(), opts.init == InitMode::random, opts.seed, &files,
                                host.data(), t.dtype);
     if (!s.ok()) return s.with_context("loading weight '" + (src.name() ? src.name()->str() : std::string()) + "'");
+    if (bi + 1 < bs.size() && bs.Get(bi + 1)->tensor() == b->tensor()) continue;
     if (t.space == MemSpace::nvme) {
       ZRT_RETURN_IF_ERROR(nvme_transfer(t, host.data(), host.size(), true)
                               .with_context("writing weight '" + (src.name() ? src.name()->str() : std::string()) +

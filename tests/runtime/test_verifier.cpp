@@ -126,6 +126,15 @@ TEST(Verifier, ShapesAndBindings) {
   p = good();
   p.inputs[0].global = {5, 3, 8};
   expect_reject(verify(p.file(), 2), "does not match global shape");
+  // Several bindings may fill one tensor (a merged weight's parts), but only adjacent ones: the runtime
+  // assembles a run of them into one buffer.
+  p = good();
+  ASSERT_GE(p.bindings.size(), 3u);
+  p.bindings.insert(p.bindings.begin() + 1, p.bindings[0]);
+  EXPECT_TRUE(verify(p.file(), 2).ok());
+  p = good();
+  p.bindings.push_back(p.bindings[0]);
+  expect_reject(verify(p.file(), 2), "the bindings of one tensor must be adjacent");
   PlanBuilder z = Mlp().plan(1, 2, true);
   z.bindings[0].ranks[1].fb = 0;
   z.bindings[0].ranks[1].fe = z.tensors[z.bindings[0].tensor].shape[0];

@@ -321,6 +321,7 @@ def main():
     # master weights.
     masters = {e["tensor"] for e in p.get("state", []) if e["kind"] == "master"}
     resident = 0
+    counted = set()
     for b in p.get("bindings", []):
         t = tensors[b["tensor"]]
         if len(b["ranks"]) != world:
@@ -346,8 +347,11 @@ def main():
                     fail("resident weight %s is not whole" % t["name"])
         dsize = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4,
                  "bool8": 1}[t["dtype"]]
-        if b["tensor"] not in masters:
+        # A merged weight's parts are several bindings of one tensor: count
+        # its bytes once.
+        if b["tensor"] not in masters and b["tensor"] not in counted:
             resident += elements(t["shape"]) * dsize
+            counted.add(b["tensor"])
     if resident != mem[0]["resident_weight_bytes"]:
         fail("resident weight bytes %d != %d recomputed" %
              (mem[0]["resident_weight_bytes"], resident))
