@@ -90,6 +90,8 @@ def export_hf(model, path, *, batch=2, seq=16, max_seq=None, output=None):
     dims = {"input_ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=max_seq)}}
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    torch.onnx.export(_Wrapped(model), (ids,), path, dynamo=True, external_data=True, input_names=["input_ids"],
+    # The wrapper is put in eval mode too: a new Module starts in training mode, and torch.onnx.export warns
+    # about exporting one (the model inside is already in eval mode, so the graph is the same).
+    torch.onnx.export(_Wrapped(model).eval(), (ids,), path, dynamo=True, external_data=True, input_names=["input_ids"],
                       output_names=[out_name or "output"], dynamic_shapes=dims)
     return path

@@ -212,8 +212,19 @@ import re, sys
 step, traces = sys.argv[1], sys.argv[2:]
 events = []  # (time, rank, call, args, result)
 for rank, path in enumerate(traces):
+    pending = {}  # pid -> (time, call, first part of the arguments): a call another thread's call interrupted
     for line in open(path):
-        m = re.match(r"\d+ (\d+\.\d+) (\w+)\((.*)\) += (.*)$", line.rstrip())
+        line = line.rstrip()  # "PID TIME call(args) = result"; strace pads the pid to a width
+        m = re.match(r"(\d+)\s+(\d+\.\d+) (\w+)\((.*) <unfinished \.\.\.>$", line)
+        if m:
+            pending[m[1]] = (m[2], m[3], m[4])
+            continue
+        m = re.match(r"(\d+)\s+\d+\.\d+ <\.\.\. (\w+) resumed>(.*)\) += (.*)$", line)
+        if m and m[1] in pending:
+            t, call, head = pending.pop(m[1])
+            events.append((float(t), rank, call, head + m[3], m[4]))
+            continue
+        m = re.match(r"\d+\s+(\d+\.\d+) (\w+)\((.*)\) += (.*)$", line)
         if m:
             events.append((float(m[1]), rank, m[2], m[3], m[4]))
 events.sort()
