@@ -339,7 +339,7 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     pm.addPass(plan::createZplanMaterializeOutputs());
     // One matrix product per group of linears that read the same input, on
     // each rank's local weights (after tensor parallelism).
-    if ((f.target == "cuda" || f.mergeLinears) && !f.noMergeLinears)
+    if (f.mergeLinears)
       pm.addPass(plan::createZplanMergeLinears());
     // Batch chunks whose tp collectives overlap the other chunks' compute.
     if (f.overlapChunks > 1) {

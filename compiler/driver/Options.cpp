@@ -167,11 +167,10 @@ std::vector<OptionRow> buildTable() {
                   "cuda target: keep linear+GELU, residual add+norm and "
                   "activation+gate as separate steps (--zplan-fuse is off)"));
   t.push_back(row("--merge-linears", &C::mergeLinears,
-                  "Run --zplan-merge-linears on the cpu target too (it runs "
-                  "on the cuda target unless --no-merge-linears)"));
-  t.push_back(row("--no-merge-linears", &C::noMergeLinears,
-                  "cuda target: keep one matrix product per linear where "
-                  "several read the same input (--zplan-merge-linears is off)"));
+                  "Merge the linears that read one input into one matrix "
+                  "product followed by slices (--zplan-merge-linears; off "
+                  "by default: each slice is a copy until the memory plan "
+                  "has offset views)"));
   t.push_back(row("--keep-logits-sharded", &C::keepLogitsSharded,
                   "Leave the LM head's logits split over tp"));
   t.push_back(row("--train", &C::train,

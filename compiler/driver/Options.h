@@ -68,7 +68,6 @@ struct CompileConfig {
   bool keepLogitsSharded = false;
   bool noFuse = false;
   bool mergeLinears = false;
-  bool noMergeLinears = false;
   bool report = false;
   std::string reportJson;
   // Training (docs/training-contract.md): --train builds @init and
