@@ -9,6 +9,7 @@
 #   -> the one-GPU training plans against PyTorch's losses (tests/cuda/train_gpu.sh over .gpu-train, the
 #      plans named *-z0-w1: fp32, bf16, fp16, full recompute, the optimizer on the host)
 #   -> the NVMe plans (tests/cuda/nvme_bench.sh over .gpu-nvme, without the disk sweep)
+#   -> generation (.gpu-gen: zrun's figures; the pinned host-to-device rate for the offload plan's floor)
 #   -> torchrun against mpirun (tests/cuda/torchrun_nccl.sh, 2 GPUs)
 # Table (unless --no-table): planned vs measured peak and median time of every plan in
 # .gpu-plans/manifest.txt (tests/cuda/plan_memory.sh), llama-1b's ZeRO-3 and chunked tp 2 at fewer NCCL channels,
@@ -29,7 +30,8 @@ nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,nohea
 gpus=$(nvidia-smi -L | grep -c '^GPU')
 gpu_env
 gpu_build zrun zplan_cuda_kernels_test zplan_cuda_train_kernels_test zplan_cuda_generate_kernels_test \
-  zplan_cuda_sample_test zplan_cuda_backend_test zplan_cuda_train_backend_test zplan_cuda_nccl_test
+  zplan_cuda_sample_test zplan_cuda_rotary_test zplan_cuda_backend_test zplan_cuda_train_backend_test \
+  zplan_cuda_nccl_test
 
 # gtest NAME BINARY: one GoogleTest binary on GPU 0, its verdicts and failures printed.
 gtest() {
@@ -40,6 +42,7 @@ gtest kernels "$b/bin/zplan_cuda_kernels_test"
 gtest train_kernels "$b/bin/zplan_cuda_train_kernels_test"
 gtest generate_kernels "$b/bin/zplan_cuda_generate_kernels_test"
 gtest sample "$b/bin/zplan_cuda_sample_test"
+gtest rotary "$b/bin/zplan_cuda_rotary_test"
 gtest backend "$b/bin/zplan_cuda_backend_test"
 gtest train_backend "$b/bin/zplan_cuda_train_backend_test"
 if [[ $gpus -ge 2 ]]; then
@@ -57,6 +60,41 @@ fi
 if [[ -d .gpu-nvme ]] && left $((budget - 180)); then
   step nvme tests/cuda/nvme_bench.sh --dirs ""
   grep -iE "ok|fail|bytes|error" "$out/nvme.log" | head -30
+fi
+# Generation plans in .gpu-gen (tests/cuda/make_generate_plans.sh): each llama-1b-b<B>.zplan once, a 512-token
+# prompt and 256 new tokens (zrun's own figures); llama2-7b-offload-b64.zplan (ZeRO-Inference: the weights in
+# pinned host memory, streamed layer by layer each decode step) with 32 new tokens, next to the pinned
+# host-to-device rate measured here, which sets its floor (the plan's report gives the bytes per step).
+if [[ -d .gpu-gen ]] && left $((budget - 200)); then
+  step h2d python3 - <<'PY'
+import json, torch
+n = 1 << 30
+a = torch.empty(n, dtype=torch.uint8).pin_memory()
+d = torch.empty(n, dtype=torch.uint8, device="cuda")
+for _ in range(3):
+    d.copy_(a, non_blocking=True)
+torch.cuda.synchronize()
+times = []
+for _ in range(10):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); d.copy_(a, non_blocking=True); e.record(); e.synchronize()
+    times.append(s.elapsed_time(e) / 1e3)
+times.sort()
+print(json.dumps({"pinned_h2d_GBps": round(n / times[5] / 1e9, 2)}))
+PY
+  cat "$out/h2d.log"
+  for plan in .gpu-gen/*.zplan; do
+    name=$(basename "$plan" .zplan)
+    bs=${name##*-b}
+    new=256
+    [[ $name == *offload* ]] && new=32
+    left $((budget - 120)) || { echo "$name: skipped (call budget)"; continue; }
+    python3 -c "import numpy as np; np.save('$out/prompt-$name.npy', np.random.default_rng(0).integers(3, 32000, size=($bs, 512), dtype=np.int64))"
+    step "gen-$name" timeout $((budget - SECONDS - 30)) env CUDA_VISIBLE_DEVICES=0 "$b/bin/zrun" "$plan" --backend cuda \
+      --init random --generate --warmup 1 --prompt "$out/prompt-$name.npy" --max-new-tokens $new \
+      --tokens-out "$out/tokens-$name.npy"
+    echo "$name:"; grep -iE "first token|tokens/s|error" "$out/gen-$name.log" | head -4
+  done
 fi
 if [[ $gpus -ge 2 && -f .gpu-plans/gpt2-fp32-tp2.zplan ]] && left $((budget - 150)); then
   step torchrun tests/cuda/torchrun_nccl.sh "$b/bin/zrun" .gpu-plans/gpt2-fp32-tp2.zplan "$out/torchrun"
