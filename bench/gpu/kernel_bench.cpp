@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "zk/cuda_kernels.h"
+#include "zk/cuda_train_kernels.h"
 
 namespace {
 
@@ -128,26 +129,44 @@ int main() {
   gemm("linear gpt2-350m fc 8192x1024x4096 gelu+bias", 8192, 1024, 4096, false, zc::Epilogue::gelu_bias);
   gemm("linear gpt2-350m proj 8192x4096x1024 +bias", 8192, 4096, 1024, false, zc::Epilogue::bias);
   gemm("linear gpt2-350m lm head 8192x1024x50257 tw", 8192, 1024, 50257, true, zc::Epilogue::none);
+  // What padding the vocabulary to a multiple of 64 would give the same product (issue 12, item 5).
+  gemm("linear gpt2-350m lm head padded 8192x1024x50304 tw", 8192, 1024, 50304, true, zc::Epilogue::none);
   gemm("linear llama-1b gate 8192x2048x5632 tw", 8192, 2048, 5632, true, zc::Epilogue::none);
   gemm("linear llama-1b down 8192x5632x2048 tw", 8192, 5632, 2048, true, zc::Epilogue::none);
   gemm("linear llama-1b lm head 8192x2048x32000 tw", 8192, 2048, 32000, true, zc::Epilogue::none);
 
-  auto attn = [&](const char *name, int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t Dh, bool causal) {
-    Buf q(DType::bf16, Dims{B, Hq, S, Dh}), k(DType::bf16, Dims{B, Hkv, S, Dh}), v(DType::bf16, Dims{B, Hkv, S, Dh}),
-        o(DType::bf16, Dims{B, Hq, S, Dh});
-    double t = time_ms(s, [&] { CHECK_GPU(zc::attention(q.in(), k.in(), v.in(), zk::In{}, o.out(), causal, 0.125f, s)); });
+  // Attention: the default kernel (mma.sync, 128-row blocks, longest-first, unmasked interior tiles), and
+  // each change undone in turn (ZK_CUDA_ATTENTION=mma64: 64-row blocks; ZK_CUDA_ATTENTION_PLAIN=1: launch
+  // order and every tile masked), head-major and sequence-major (seq_major 15, the folded plan's layout).
+  auto attn = [&](const char *name, int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t Dh, bool causal, int bits) {
+    const bool qs = bits & zk::cpu::kAttnSeqMajorQ, ks = bits & zk::cpu::kAttnSeqMajorK;
+    Buf q(DType::bf16, qs ? Dims{B, S, Hq, Dh} : Dims{B, Hq, S, Dh}), k(DType::bf16, ks ? Dims{B, S, Hkv, Dh} : Dims{B, Hkv, S, Dh}),
+        v(DType::bf16, bits & zk::cpu::kAttnSeqMajorV ? Dims{B, S, Hkv, Dh} : Dims{B, Hkv, S, Dh}),
+        o(DType::bf16, bits & zk::cpu::kAttnSeqMajorOut ? Dims{B, S, Hq, Dh} : Dims{B, Hq, S, Dh});
+    double t = time_ms(s, [&] {
+      CHECK_GPU(zc::attention(q.in(), k.in(), v.in(), zk::In{}, o.out(), zk::Out{}, causal, 0.125f, bits, s));
+    });
     const double flops = 4.0 * B * Hq * S * S * Dh * (causal ? 0.5 : 1.0);
     const double tf = flops / (t * 1e-3) / 1e12;
     std::printf("%-44s %10.3f %9.1f TF/s %8.0f%%\n", name, t, tf, 100.0 * tf / peak);
   };
-  attn("attention gpt2-350m 8x16x1024x64 causal", 8, 16, 16, 1024, 64, true);
-  attn("attention llama-1b 8x32/8x1024x64 causal", 8, 32, 8, 1024, 64, true);
-  attn("attention 8x16x1024x128 causal", 8, 16, 16, 1024, 128, true);
-  attn("attention 8x16x1024x64 full", 8, 16, 16, 1024, 64, false);
-  setenv("ZK_CUDA_ATTENTION", "wmma", 1);
-  attn("attention gpt2-350m causal (wmma kernel)", 8, 16, 16, 1024, 64, true);
-  attn("attention 8x16x1024x128 causal (wmma kernel)", 8, 16, 16, 1024, 128, true);
+  const struct {
+    const char *label, *path, *plain;
+  } variants[] = {{"", "", "0"}, {" mma64", "mma64", "0"}, {" plain", "", "1"}, {" mma64 plain", "mma64", "1"}, {" wmma", "wmma", "0"}};
+  for (const auto &var : variants) {
+    setenv("ZK_CUDA_ATTENTION", var.path, 1);
+    setenv("ZK_CUDA_ATTENTION_PLAIN", var.plain, 1);
+    const std::string sfx = var.label;
+    attn(("attn gpt2-350m 8x16x1024x64 causal" + sfx).c_str(), 8, 16, 16, 1024, 64, true, 0);
+    attn(("attn gpt2-350m seq-major" + sfx).c_str(), 8, 16, 16, 1024, 64, true, zk::cpu::kAttnSeqMajorAll);
+    attn(("attn llama-1b 8x32/8x1024x64 causal" + sfx).c_str(), 8, 32, 8, 1024, 64, true, 0);
+    attn(("attn llama-1b v,out seq-major" + sfx).c_str(), 8, 32, 8, 1024, 64, true,
+         zk::cpu::kAttnSeqMajorV | zk::cpu::kAttnSeqMajorOut);
+    attn(("attn llama2-7b 4x32x1024x128 causal" + sfx).c_str(), 4, 32, 32, 1024, 128, true, 0);
+    attn(("attn 8x16x1024x64 full" + sfx).c_str(), 8, 16, 16, 1024, 64, false, 0);
+  }
   unsetenv("ZK_CUDA_ATTENTION");
+  unsetenv("ZK_CUDA_ATTENTION_PLAIN");
 
   auto mem = [&](const char *name, double bytes, const std::function<void()> &f) {
     double t = time_ms(s, f);

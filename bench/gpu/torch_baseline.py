@@ -29,18 +29,67 @@ CONFIGS = {
 }
 
 
-def build(name):
+def build(name, device=None):
+    """The model with random weights; with `device` ("cuda"), built there in bf16, so that llama2-7b's 6.7 B
+    parameters are initialised on the GPU in seconds instead of on the host in minutes."""
     import transformers as tf
     kind, cfg = CONFIGS[name]
-    if kind == "gpt2":
-        c = tf.GPT2Config(**cfg)
-        m = tf.GPT2LMHeadModel(c)
-        layers, width, vocab = c.n_layer, c.n_embd, c.vocab_size
-    else:
-        c = tf.LlamaConfig(**cfg)
-        m = tf.LlamaForCausalLM(c)
-        layers, width, vocab = c.num_hidden_layers, c.hidden_size, c.vocab_size
+    old = torch.get_default_dtype()
+    if device is not None:
+        torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device or "cpu"):
+            if kind == "gpt2":
+                c = tf.GPT2Config(**cfg)
+                m = tf.GPT2LMHeadModel(c)
+                layers, width, vocab = c.n_layer, c.n_embd, c.vocab_size
+            else:
+                c = tf.LlamaConfig(**cfg)
+                m = tf.LlamaForCausalLM(c)
+                layers, width, vocab = c.num_hidden_layers, c.hidden_size, c.vocab_size
+    finally:
+        torch.set_default_dtype(old)
     return m, layers, width, vocab
+
+
+def kernel_table(fn, ids, top=25):
+    """Where one forward's GPU time goes: torch.profiler's CUDA kernels, summed by name, largest first."""
+    from torch.profiler import ProfilerActivity, profile
+    fn(ids)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            fn(ids)
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = getattr(e, "cuda_time_total", 0)
+        if t > 0:
+            rows.append((t / 3 / 1e3, e.count // 3, e.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    return total, rows[:top]
+
+
+def h2d_rate(gib=2):
+    """Pinned host -> device copy rate (bytes/s): the PCIe floor of --offload-param cpu."""
+    n = gib << 30
+    h = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    h.fill_(1)
+    d = torch.empty(n, dtype=torch.uint8, device="cuda")
+    times = []
+    for i in range(6):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        d.copy_(h, non_blocking=True)
+        b.record()
+        b.synchronize()
+        if i:
+            times.append(a.elapsed_time(b))
+    ms = statistics.median(times)
+    return n / (ms / 1e3), ms
 
 
 def flop_per_token(params, layers, width, seq):
@@ -132,6 +181,11 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--json", default=None)
     ap.add_argument("--tp-peers", action="store_true")
+    ap.add_argument("--batch-of", nargs="*", default=[], metavar="MODEL=B",
+                    help="another batch for one model (llama2-7b=4: issue 12's one-GPU row)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print each model's CUDA kernels under each mode (torch.profiler), largest first")
+    ap.add_argument("--h2d", action="store_true", help="first measure the pinned host-to-device copy rate")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("torch_baseline: no CUDA device", file=sys.stderr)
@@ -139,12 +193,19 @@ def main():
     if a.tp_peers:
         return tp_peers(a)
     out = []
+    if a.h2d:
+        rate, ms = h2d_rate()
+        r = dict(impl="h2d-pinned", bytes_per_s=rate, ms_2gib=ms)
+        print(json.dumps(r), flush=True)
+        out.append(r)
+    batches = dict(kv.split("=") for kv in a.batch_of)
     torch.manual_seed(0)
     for name in a.models:
-        model, layers, width, vocab = build(name)
+        model, layers, width, vocab = build(name, device="cuda")
         params = sum(p.numel() for p in model.parameters())
         model = model.to(device="cuda", dtype=torch.bfloat16).eval()
-        ids = torch.randint(0, vocab, (a.batch, a.seq), device="cuda")
+        batch = int(batches.get(name, a.batch))
+        ids = torch.randint(0, vocab, (batch, a.seq), device="cuda")
         for mode in a.modes:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -159,14 +220,19 @@ def main():
             torch.cuda.synchronize()
             warm_s = time.time() - t0
             ms = time_forward(step, ids)
-            tok = a.batch * a.seq / (ms / 1e3)
+            tok = batch * a.seq / (ms / 1e3)
             tflops = tok * flop_per_token(params, layers, width, a.seq) / 1e12
-            r = dict(model=name, impl="torch-" + mode, ms=ms, tokens_per_s=tok, tflops=tflops,
+            r = dict(model=name, impl="torch-" + mode, batch=batch, ms=ms, tokens_per_s=tok, tflops=tflops,
                      peak_gib=torch.cuda.max_memory_allocated() / 2**30,
                      reserved_gib=torch.cuda.max_memory_reserved() / 2**30, params=params, layers=layers,
                      width=width, first_call_s=warm_s)
             print(json.dumps(r), flush=True)
             out.append(r)
+            if a.profile:
+                total, rows = kernel_table(step, ids)
+                print(f"== kernels {name} torch-{mode}: {total:.3f} ms of GPU time per forward", flush=True)
+                for t, n, k in rows:
+                    print(f"   {t:8.3f} ms {n:5d}x  {k[:110]}", flush=True)
             del fwd
         del model
         torch.cuda.empty_cache()

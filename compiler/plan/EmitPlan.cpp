@@ -949,7 +949,11 @@ struct Emitter {
           ints = {g.getAct() == "silu" ? 15 : g.getAct() == "gelu_tanh" ? 13 : 14};
         })
         .Case([&](graph::AttentionOp a) {
+          // The seq_major bits only when some are set, so that plans without
+          // folded head transposes keep their instruction bytes.
           ints = {a.getCausal() ? 1 : 0};
+          if (int64_t bits = a.getSeqMajorBits())
+            ints.push_back(bits);
           floats = {a.getScale().convertToDouble()};
         })
         .Case([&](graph::SampleOp) {

@@ -2,7 +2,11 @@
 //
 // Folds transposes of the last two dims into the matrix products that read
 // or produce them (zg.matmul's trans_a / trans_b), so that the plan holds no
-// copy BLAS could have avoided by reading an operand transposed.
+// copy BLAS could have avoided by reading an operand transposed; and the
+// head split / merge transposes around a forward attention into its
+// seq_major bits, so that the attention reads the projections' [B, S, H, D]
+// outputs and writes the output projection's input in place of four copies
+// per layer.
 //
 //===----------------------------------------------------------------------===//
 
@@ -46,6 +50,12 @@ Value swappedLast2(Value v) {
 
 int64_t rankOf(Value v) { return cast<ShapedType>(v.getType()).getRank(); }
 
+/// Whether `t` is a rank-4 zg.transpose that swaps dims 1 and 2 (the head
+/// split [B, S, H, D] -> [B, H, S, D], or the merge back).
+bool swapsHeads(graph::TransposeOp t) {
+  return t && t.getPerm() == ArrayRef<int64_t>{0, 2, 1, 3};
+}
+
 struct FoldTransposePass
     : impl::ZplanFoldTransposeBase<FoldTransposePass> {
   using ZplanFoldTransposeBase::ZplanFoldTransposeBase;
@@ -54,8 +64,61 @@ struct FoldTransposePass
     FailureOr<SmallVector<func::FuncOp>> funcs = getPrograms(getOperation());
     if (failed(funcs))
       return signalPassFailure();
-    for (func::FuncOp func : *funcs)
+    for (func::FuncOp func : *funcs) {
       foldProgram(func.getBody().front());
+      foldHeadTransposes(func.getBody().front());
+    }
+  }
+
+  /// q, k, v transposes with no other reader, and a result transpose that is
+  /// the only reader, become the attention's seq_major bits. The training
+  /// forward (with an lse) keeps head-major operands: its gradient op reads
+  /// them.
+  void foldHeadTransposes(Block &body) {
+    SmallVector<graph::AttentionOp> attentions(
+        body.getOps<graph::AttentionOp>());
+    for (graph::AttentionOp att : attentions) {
+      if (att.getLse())
+        continue;
+      int64_t bits = att.getSeqMajorBits();
+      SmallVector<Operation *> dead;
+      for (auto [index, bit] : {std::pair<unsigned, int64_t>{0, 1}, {1, 2}, {2, 4}}) {
+        auto t = att->getOperand(index).getDefiningOp<graph::TransposeOp>();
+        if ((bits & bit) || !swapsHeads(t) || !t->hasOneUse())
+          continue;
+        att->setOperand(index, t.getInput());
+        bits |= bit;
+        dead.push_back(t);
+        ++numHeadTransposes;
+      }
+      graph::TransposeOp merge;
+      if (!(bits & 8) && att.getResult().hasOneUse())
+        merge = dyn_cast<graph::TransposeOp>(*att.getResult().user_begin());
+      if (merge && !swapsHeads(merge))
+        merge = nullptr;
+      if (bits == att.getSeqMajorBits() && !merge)
+        continue;
+      if (!merge) {
+        att.setSeqMajorAttr(
+            IntegerAttr::get(IntegerType::get(att.getContext(), 64), bits));
+      } else {
+        // The result changes type: a new op in the merge's layout, with every
+        // attribute the passes before set.
+        OpBuilder b(att);
+        auto folded = graph::AttentionOp::create(
+            b, att.getLoc(), TypeRange{merge.getType()}, att->getOperands(),
+            att->getAttrs());
+        folded.setSeqMajorAttr(
+            IntegerAttr::get(IntegerType::get(att.getContext(), 64), bits | 8));
+        merge.getResult().replaceAllUsesWith(folded.getResult());
+        merge.erase();
+        att.erase();
+        ++numHeadTransposes;
+      }
+      for (Operation *op : dead)
+        if (op->use_empty())
+          op->erase();
+    }
   }
 
   void foldProgram(Block &body) {

@@ -65,11 +65,23 @@ def ZplanFoldTranspose : Pass<"zplan-fold-transpose", "mlir::ModuleOp"> {
     ```mlir
     %w = zg.matmul %x, %g {trans_a = true} : (tensor<8x4xbf16>, tensor<8x6xbf16>) -> tensor<4x6xbf16>
     ```
+
+    The head split and merge around a forward zg.attention fold the same
+    way: a q, k or v operand that is a transpose of dims 1 and 2 (the
+    [B, S, H, D] projection output made [B, H, S, D]) and has no other user
+    is read before the transpose, and a result whose only user is such a
+    transpose is written in its layout; each folded operand sets its bit of
+    the op's `seq_major` (1 q, 2 k, 4 v, 8 result), and the kernels address
+    it by strides. An attention with an lse result (the training forward,
+    whose zg.attention_grad reads head-major q, k, v and output) is left
+    alone.
   }];
   let dependentDialects = ["zplan::graph::GraphDialect"];
   let statistics = [
     Statistic<"numOperands", "operands", "operand transposes folded">,
     Statistic<"numResults", "results", "result transposes folded">,
+    Statistic<"numHeadTransposes", "head-transposes",
+              "head split / merge transposes folded into attention">,
   ];
 }
 

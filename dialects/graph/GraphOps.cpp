@@ -386,8 +386,13 @@ static LogicalResult verifyLse(Operation *op, Value lse,
 }
 
 LogicalResult AttentionOp::verify() {
-  auto q = rtt(getQ()).getShape(), k = rtt(getK()).getShape(),
-       v = rtt(getV()).getShape();
+  if (getSeqMajorBits() < 0 || getSeqMajorBits() > 15)
+    return emitOpError("seq_major must be bits of 1 (q), 2 (k), 4 (v) and "
+                       "8 (result)");
+  // The checks below are on the logical head-major shapes.
+  SmallVector<int64_t> q = headMajorShape(rtt(getQ()).getShape(), 1),
+                       k = headMajorShape(rtt(getK()).getShape(), 2),
+                       v = headMajorShape(rtt(getV()).getShape(), 4);
   if (q.size() != 4 || k.size() != 4 || v.size() != 4)
     return emitOpError("q, k and v must be 4-D [B, H, S, D]");
   if (k[0] != q[0] || v[0] != q[0])
@@ -400,8 +405,9 @@ LogicalResult AttentionOp::verify() {
   if (k[3] != q[3] || v[3] != q[3])
     return emitOpError("q, k and v head dims differ");
   SmallVector<int64_t> out = {q[0], q[1], q[2], v[3]};
-  if (ArrayRef<int64_t>(out) != rtt(getResult()).getShape())
-    return emitOpError("result shape should be ") << shapeStr(out);
+  if (out != headMajorShape(rtt(getResult()).getShape(), 8))
+    return emitOpError("result shape should be ")
+           << shapeStr(headMajorShape(out, 8));
   if (getMask()) {
     SmallVector<int64_t> scores = {q[0], q[1], q[2], k[2]};
     if (!broadcastsTo(rtt(getMask()).getShape(), scores))

@@ -474,10 +474,31 @@ def ZG_AttentionOp : ZG_Op<"attention", [Pure, ZG_Gradient, ZG_Tp]> {
 
     With a second result type, the op also returns `lse` [B, Hq, S] (f32):
     `log(sum_j exp(scores[i, j]))` per query row, over the unmasked keys.
+
+    `seq_major` (bits 1 q, 2 k, 4 v, 8 result; absent = 0) stores an operand
+    sequence-major: q [B, S, Hq, D], k and v [B, T, Hkv, D], result
+    [B, S, Hq, D]. The shapes above are then the logical ones, dims 1 and 2
+    swapped. --zplan-fold-transpose folds the head split / merge transposes
+    around a forward attention into these bits; the lse keeps [B, Hq, S].
   }];
   let arguments = (ins ZG_Tensor:$q, ZG_Tensor:$k, ZG_Tensor:$v,
                    Optional<ZG_Tensor>:$mask, F64Attr:$scale,
-                   BoolAttr:$causal);
+                   BoolAttr:$causal, OptionalAttr<I64Attr>:$seq_major);
+  let extraClassDeclaration = [{
+    /// The seq_major bits (0 when absent).
+    int64_t getSeqMajorBits() {
+      return getSeqMajor() ? int64_t(*getSeqMajor()) : 0;
+    }
+    /// The logical head-major [B, H, S, D] shape of operand `bit` (1 q,
+    /// 2 k, 4 v, 8 result) of shape `shape`.
+    ::llvm::SmallVector<int64_t> headMajorShape(::llvm::ArrayRef<int64_t> shape,
+                                                int64_t bit) {
+      ::llvm::SmallVector<int64_t> s(shape);
+      if ((getSeqMajorBits() & bit) && s.size() == 4)
+        std::swap(s[1], s[2]);
+      return s;
+    }
+  }];
   // The optional second result `lse` [B, Hq, S] (f32) is the log-sum-exp of
   // each query row's scaled, masked scores; the training step keeps it for
   // the flash-style backward (zg.attention_grad). A fully masked row has

@@ -2,6 +2,7 @@
 // at a time: scores into the scratch row, a numerically stable softmax, then the weighted sum of values.
 // The backward recomputes each head's probabilities from q, k and the forward's log-sum-exp, as a
 // flash-attention backward does, so that nothing of size S x T is kept between forward and backward.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -12,23 +13,58 @@ namespace cpu {
 
 size_t attention_scratch(const In &q, const In &k) {
   (void)q;
-  return k.shape.rank == 4 ? static_cast<size_t>(k.shape.d[2]) : 0;
+  // One score per key: T is dim 2 head-major and dim 1 sequence-major; the larger covers both layouts.
+  return k.shape.rank == 4 ? static_cast<size_t>(std::max(k.shape.d[1], k.shape.d[2])) : 0;
 }
 
 Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, bool causal, float scale,
                  float *scratch) {
-  return attention(q, k, v, mask, out, Out{}, causal, scale, scratch);
+  return attention(q, k, v, mask, out, Out{}, causal, scale, 0, scratch);
 }
 
 Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
                  float scale, float *scratch) {
-  if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape.rank != 4) return Result::fail("attention: q, k, v must be rank 4");
-  const int64_t B = q.shape.d[0], Hq = q.shape.d[1], S = q.shape.d[2], Dh = q.shape.d[3];
-  const int64_t Hkv = k.shape.d[1], T = k.shape.d[2];
-  if (k.shape.d[0] != B || k.shape.d[3] != Dh) return Result::fail("attention: k must be [B, Hkv, T, Dh]");
-  if (v.shape != k.shape) return Result::fail("attention: v's shape differs from k's");
+  return attention(q, k, v, mask, out, lse, causal, scale, 0, scratch);
+}
+
+namespace {
+
+/// The logical [B, H, S, Dh] dims of an attention operand stored head-major or sequence-major, and the element
+/// strides of its batch, head and position dims (the head dim is contiguous in both layouts).
+struct AttnOperand {
+  int64_t B = 0, H = 0, S = 0, Dh = 0;
+  int64_t sb = 0, sh = 0, ss = 0;
+};
+
+AttnOperand attn_operand(const Dims &d, bool seq_major) {
+  AttnOperand o;
+  o.B = d.d[0];
+  o.H = seq_major ? d.d[2] : d.d[1];
+  o.S = seq_major ? d.d[1] : d.d[2];
+  o.Dh = d.d[3];
+  o.sb = o.H * o.S * o.Dh;
+  o.sh = seq_major ? o.Dh : o.S * o.Dh;
+  o.ss = seq_major ? o.H * o.Dh : o.Dh;
+  return o;
+}
+
+bool same_dims(const AttnOperand &a, const AttnOperand &b) { return a.B == b.B && a.H == b.H && a.S == b.S && a.Dh == b.Dh; }
+
+}  // namespace
+
+Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                 float scale, int seq_major, float *scratch) {
+  if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape.rank != 4 || out.shape.rank != 4)
+    return Result::fail("attention: q, k, v and out must be rank 4");
+  if (seq_major & ~kAttnSeqMajorAll) return Result::fail("attention: unknown seq_major bits");
+  const AttnOperand qo = attn_operand(q.shape, seq_major & kAttnSeqMajorQ), ko = attn_operand(k.shape, seq_major & kAttnSeqMajorK),
+                    vo = attn_operand(v.shape, seq_major & kAttnSeqMajorV), oo = attn_operand(out.shape, seq_major & kAttnSeqMajorOut);
+  const int64_t B = qo.B, Hq = qo.H, S = qo.S, Dh = qo.Dh;
+  const int64_t Hkv = ko.H, T = ko.S;
+  if (ko.B != B || ko.Dh != Dh) return Result::fail("attention: k must be [B, Hkv, T, Dh]");
+  if (!same_dims(vo, ko)) return Result::fail("attention: v's shape differs from k's");
   if (Hkv <= 0 || Hq % Hkv != 0) return Result::fail("attention: Hq must be a multiple of Hkv");
-  if (out.shape != q.shape) return Result::fail("attention: output shape differs from q's");
+  if (!same_dims(oo, qo)) return Result::fail("attention: output shape differs from q's");
   if (!is_float(q.dtype) || !is_float(k.dtype) || !is_float(v.dtype) || !is_float(out.dtype))
     return Result::fail("attention: operands must be float");
   if (lse.data && (lse.dtype != DType::f32 || lse.shape != Dims{B, Hq, S}))
@@ -45,8 +81,8 @@ Result attention(const In &q, const In &k, const In &v, const In &mask, const Ou
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t kh = h / group;
-      const int64_t qbase = ((b * Hq + h) * S) * Dh;
-      const int64_t kbase = ((b * Hkv + kh) * T) * Dh;
+      const int64_t qbase = b * qo.sb + h * qo.sh, obase = b * oo.sb + h * oo.sh;
+      const int64_t kbase = b * ko.sb + kh * ko.sh, vbase = b * vo.sb + kh * vo.sh;
       for (int64_t i = 0; i < S; ++i) {
         float mx = ninf;
         for (int64_t j = 0; j < T; ++j) {
@@ -56,8 +92,8 @@ Result attention(const In &q, const In &k, const In &v, const In &mask, const Ou
           } else {
             double dot = 0.0;
             for (int64_t d = 0; d < Dh; ++d)
-              dot += static_cast<double>(load_f32(q.data, q.dtype, qbase + i * Dh + d)) *
-                     load_f32(k.data, k.dtype, kbase + j * Dh + d);
+              dot += static_cast<double>(load_f32(q.data, q.dtype, qbase + i * qo.ss + d)) *
+                     load_f32(k.data, k.dtype, kbase + j * ko.ss + d);
             s = static_cast<float>(dot) * scale;
             if (mask.data) s += load_f32(mask.data, mask.dtype, b * mst[0] + h * mst[1] + i * mst[2] + j * mst[3]);
           }
@@ -77,8 +113,8 @@ Result attention(const In &q, const In &k, const In &v, const In &mask, const Ou
               sum > 0.0 ? mx + static_cast<float>(std::log(sum)) : -std::numeric_limits<float>::infinity();
         for (int64_t d = 0; d < Dh; ++d) {
           double acc = 0.0;
-          for (int64_t j = 0; j < T; ++j) acc += static_cast<double>(scratch[j]) * load_f32(v.data, v.dtype, kbase + j * Dh + d);
-          store_f32(out.data, out.dtype, qbase + i * Dh + d, static_cast<float>(acc) * inv);
+          for (int64_t j = 0; j < T; ++j) acc += static_cast<double>(scratch[j]) * load_f32(v.data, v.dtype, vbase + j * vo.ss + d);
+          store_f32(out.data, out.dtype, obase + i * oo.ss + d, static_cast<float>(acc) * inv);
         }
       }
     }

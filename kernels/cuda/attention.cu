@@ -11,6 +11,10 @@
 // GQA: query head h reads kv head h / (Hq / Hkv). A fully masked row yields zeros, as the reference does.
 // Every path can also write each row's log-sum-exp (lse), which the backward (attention_grad.cu) recomputes
 // the probabilities from.
+// Layouts: every path addresses q, k, v and out through (batch, head, position) strides with the head dim
+// contiguous, so each operand may be head-major [B, H, S, Dh] or sequence-major [B, S, H, Dh] (the
+// `seq_major` bits of zk/cpu_kernels.h). Sequence-major is what the projections produce and the output
+// projection reads: with it the plan needs no head split / merge transposes around the attention.
 #include <mma.h>
 
 #include <cstdlib>
@@ -39,11 +43,21 @@ struct MaskView {
   int64_t st[4] = {};
 };
 
+/// Element strides of an operand's batch, head and position dims (its head dim is contiguous).
+struct Strides {
+  int64_t b = 0, h = 0, s = 0;
+};
+
 struct AttnDims {
   int B, Hq, Hkv, S, T;
   int causal;
   float scale;
   float *lse = nullptr;  // optional [B, Hq, S]: the natural log-sum-exp of each row's scaled, masked scores
+  Strides q, k, v, o;
+  // Scheduling of the register path: 1 = each block's query rows in launch order and every tile masked
+  // element by element (the kernel before longest-first scheduling and unmasked interior tiles; kept so
+  // that the two can be timed against each other, ZK_CUDA_ATTENTION_PLAIN=1).
+  int plain = 0;
 };
 
 // --- tier 1: tensor-core path ---------------------------------------------------------------------------------
@@ -61,16 +75,16 @@ struct FlashSmem {
   static constexpr size_t bytes = q + k + v + s + p + o;
 };
 
-/// Copies `rows` rows of Dh 16-bit elements (row stride Dh in global memory) into shared memory rows of
-/// stride `ld`, 16 bytes per thread per step; rows past `valid` are zero so that they add nothing.
+/// Copies `rows` rows of Dh 16-bit elements (row stride `stride` elements in global memory) into shared
+/// memory rows of stride `ld`, 16 bytes per thread per step; rows past `valid` are zero so that they add nothing.
 template <int Dh, class T>
-__device__ __forceinline__ void load_tile(T *dst, const T *src, int rows, int valid, int ld) {
+__device__ __forceinline__ void load_tile(T *dst, const T *src, int rows, int valid, int ld, int64_t stride) {
   constexpr int vec = 8;  // 16 bytes of 16-bit elements
   constexpr int per_row = Dh / vec;
   for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
     const int r = e / per_row, c = (e % per_row) * vec;
     uint4 val = make_uint4(0, 0, 0, 0);
-    if (r < valid) val = *reinterpret_cast<const uint4 *>(src + static_cast<int64_t>(r) * Dh + c);
+    if (r < valid) val = *reinterpret_cast<const uint4 *>(src + static_cast<int64_t>(r) * stride + c);
     *reinterpret_cast<uint4 *>(dst + r * ld + c) = val;
   }
 }
@@ -92,11 +106,11 @@ __global__ void __launch_bounds__(kWarps * 32) flash_kernel(const T *__restrict_
   const int bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq;
   const int kh = h / (d.Hq / d.Hkv);
   const int q0 = blockIdx.x * kBr;
-  const T *qp = q + (static_cast<int64_t>(bh) * d.S + q0) * Dh;
-  const T *kp = k + (static_cast<int64_t>(b) * d.Hkv + kh) * d.T * Dh;
-  const T *vp = v + (static_cast<int64_t>(b) * d.Hkv + kh) * d.T * Dh;
+  const T *qp = q + b * d.q.b + h * d.q.h + static_cast<int64_t>(q0) * d.q.s;
+  const T *kp = k + b * d.k.b + kh * d.k.h;
+  const T *vp = v + b * d.v.b + kh * d.v.h;
 
-  load_tile<Dh>(Qs, qp, kBr, min(kBr, d.S - q0), L::ld);
+  load_tile<Dh>(Qs, qp, kBr, min(kBr, d.S - q0), L::ld, d.q.s);
   for (int e = lane; e < 16 * L::ldo; e += 32) Os[e] = 0.0f;
   __syncthreads();
 
@@ -115,8 +129,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_kernel(const T *__restrict_
   if (d.causal) kend = min(d.T, q0 + kBr + shift);  // keys past the block's last visible one are skipped
   for (int k0 = 0; k0 < kend; k0 += kBc) {
     __syncthreads();  // every warp is done with the previous K and V tiles
-    load_tile<Dh>(Ks, kp + static_cast<int64_t>(k0) * Dh, kBc, min(kBc, d.T - k0), L::ld);
-    load_tile<Dh>(Vs, vp + static_cast<int64_t>(k0) * Dh, kBc, min(kBc, d.T - k0), L::ld);
+    load_tile<Dh>(Ks, kp + static_cast<int64_t>(k0) * d.k.s, kBc, min(kBc, d.T - k0), L::ld, d.k.s);
+    load_tile<Dh>(Vs, vp + static_cast<int64_t>(k0) * d.v.s, kBc, min(kBc, d.T - k0), L::ld, d.v.s);
     __syncthreads();
 
     // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
@@ -190,7 +204,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_kernel(const T *__restrict_
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     // m is in base-2 units (scores times log2 e); the lse is natural.
     if (d.lse && half == 0) d.lse[static_cast<int64_t>(bh) * d.S + qi] = l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY;
-    T *op = out + (static_cast<int64_t>(bh) * d.S + qi) * Dh + half * (Dh / 2);
+    T *op = out + b * d.o.b + h * d.o.h + static_cast<int64_t>(qi) * d.o.s + half * (Dh / 2);
 #pragma unroll 8
     for (int c = 0; c < Dh / 2; ++c) op[c] = from_f32<T>(Os[row * L::ldo + half * (Dh / 2) + c] * inv);
   }
@@ -203,6 +217,11 @@ __global__ void __launch_bounds__(kWarps * 32) flash_kernel(const T *__restrict_
 // tile). The score accumulators of two adjacent 8-key tiles are exactly the A fragment of P for 16 keys,
 // so P never leaves registers. K and V tiles arrive by cp.async, double-buffered, while the previous tile
 // is being multiplied; K is read with ldmatrix, V with ldmatrix.trans.
+// A block is W warps (16 W query rows) sharing each K/V tile: 8 warps halve the K/V traffic per query row
+// against 4. Causal blocks run longest first (the last query block of a head has the most key tiles), so
+// that the short ones fill the tail of the grid instead of the long ones. Only the tiles that cross the
+// diagonal or the end of the keys, or any tile under an additive mask, are masked element by element; a
+// warp skips the products of tiles that lie wholly past its own rows' diagonal.
 using mma::cp_async16;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
@@ -218,23 +237,25 @@ struct Mma2Smem {
   static constexpr size_t bytes = 4 * tile;                   // K and V, double-buffered (Q reuses buffer 1)
 };
 
-/// Issues the cp.async copies of `rows` rows (Dh 16-bit elements each) of K or V into a tile.
-template <int Dh, class T>
-__device__ __forceinline__ void async_tile(T *dst, const T *src, int valid) {
+/// Issues the cp.async copies of `Rows` rows (Dh 16-bit elements each, `stride` elements apart in global
+/// memory) into shared rows of stride Dh + 8; rows at or past `valid` are zero-filled.
+template <int Rows, int Dh, int Threads, class T>
+__device__ __forceinline__ void async_rows(T *dst, const T *src, int valid, int64_t stride) {
   constexpr int per_row = Dh / 8, ld = Dh + 8;
-  for (int e = threadIdx.x; e < kBc * per_row; e += kWarps * 32) {
+  for (int e = threadIdx.x; e < Rows * per_row; e += Threads) {
     const int r = e / per_row, c = (e % per_row) * 8;
     const bool in = r < valid;
-    cp_async16(dst + r * ld + c, in ? src + static_cast<int64_t>(r) * Dh + c : src, in ? 16 : 0);
+    cp_async16(dst + r * ld + c, in ? src + static_cast<int64_t>(r) * stride + c : src, in ? 16 : 0);
   }
 }
 
-template <class T, int Dh>
-__global__ void __launch_bounds__(kWarps * 32) flash_mma_kernel(const T *__restrict__ q, const T *__restrict__ k,
-                                                                 const T *__restrict__ v, T *__restrict__ out,
-                                                                 AttnDims d, MaskView mask) {
+template <class T, int Dh, int W>
+__global__ void __launch_bounds__(W * 32) flash_mma_kernel(const T *__restrict__ q, const T *__restrict__ k,
+                                                            const T *__restrict__ v, T *__restrict__ out,
+                                                            AttnDims d, MaskView mask) {
   using L = Mma2Smem<Dh>;
-  constexpr int ld = L::ld, ND = Dh / 8, KD = Dh / 16;
+  constexpr int ld = L::ld, ND = Dh / 8, KD = Dh / 16, Br = 16 * W, NT = W * 32;
+  static_assert(Br <= 2 * kBc, "Q is staged in the second K/V buffer pair");
   extern __shared__ __align__(16) unsigned char smem[];
   // Buffer i holds K at smem + 2i tiles and V right after it (computed, not indexed from an array, so
   // that nothing lands in local memory).
@@ -243,22 +264,23 @@ __global__ void __launch_bounds__(kWarps * 32) flash_mma_kernel(const T *__restr
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq;
   const int kh = h / (d.Hq / d.Hkv);
-  const int q0 = blockIdx.x * kBr;
-  const T *qp = q + (static_cast<int64_t>(bh) * d.S + q0) * Dh;
-  const T *kp = k + (static_cast<int64_t>(b) * d.Hkv + kh) * d.T * Dh;
-  const T *vp = v + (static_cast<int64_t>(b) * d.Hkv + kh) * d.T * Dh;
+  const int qblock = d.causal && !d.plain ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int q0 = qblock * Br;
+  const T *qp = q + b * d.q.b + h * d.q.h + static_cast<int64_t>(q0) * d.q.s;
+  const T *kp = k + b * d.k.b + kh * d.k.h;
+  const T *vp = v + b * d.v.b + kh * d.v.h;
   const int shift = d.T - d.S;
   int kend = d.T;
-  if (d.causal) kend = min(d.T, q0 + kBr + shift);
+  if (d.causal) kend = min(d.T, q0 + Br + shift);
   const int ntiles = (kend + kBc - 1) / kBc;
 
-  // Q through buffer 1 (free until the second K/V tile), tile 0 of K and V into buffer 0.
+  // Q through buffer pair 1 (free until the second K/V tile), tile 0 of K and V into buffer 0.
   T *Qs = Kb(1);
-  async_tile<Dh>(Qs, qp, min(kBr, d.S - q0));
+  async_rows<Br, Dh, NT>(Qs, qp, min(Br, d.S - q0), d.q.s);
   cp_async_commit();
   if (ntiles > 0) {
-    async_tile<Dh>(Kb(0), kp, min(kBc, d.T));
-    async_tile<Dh>(Vb(0), vp, min(kBc, d.T));
+    async_rows<kBc, Dh, NT>(Kb(0), kp, min(kBc, d.T), d.k.s);
+    async_rows<kBc, Dh, NT>(Vb(0), vp, min(kBc, d.T), d.v.s);
   }
   cp_async_commit();
   cp_async_wait<1>();
@@ -272,106 +294,126 @@ __global__ void __launch_bounds__(kWarps * 32) flash_mma_kernel(const T *__restr
     qa[kk][2] = *reinterpret_cast<const uint32_t *>(base + g * ld + 2 * t + 8);
     qa[kk][3] = *reinterpret_cast<const uint32_t *>(base + (g + 8) * ld + 2 * t + 8);
   }
-  __syncthreads();  // Q is in registers: buffer 1 may be overwritten
+  __syncthreads();  // Q is in registers: buffer pair 1 may be overwritten
 
   float o[ND][4];
 #pragma unroll
   for (int i = 0; i < ND; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
-  const int qi0 = q0 + warp * 16 + g, qi1 = qi0 + 8;
+  const int qw = q0 + warp * 16;  // this warp's first query row
+  const int qi0 = qw + g, qi1 = qi0 + 8;
   const float sl = d.scale * kLog2e;
 
   for (int it = 0; it < ntiles; ++it) {
     const int k0 = it * kBc, cur = it & 1;
     if (it + 1 < ntiles) {  // the next tile streams in while this one is multiplied
       const int n0 = k0 + kBc;
-      async_tile<Dh>(Kb(cur ^ 1), kp + static_cast<int64_t>(n0) * Dh, min(kBc, d.T - n0));
-      async_tile<Dh>(Vb(cur ^ 1), vp + static_cast<int64_t>(n0) * Dh, min(kBc, d.T - n0));
+      async_rows<kBc, Dh, NT>(Kb(cur ^ 1), kp + static_cast<int64_t>(n0) * d.k.s, min(kBc, d.T - n0), d.k.s);
+      async_rows<kBc, Dh, NT>(Vb(cur ^ 1), vp + static_cast<int64_t>(n0) * d.v.s, min(kBc, d.T - n0), d.v.s);
     }
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     const T *Ks = Kb(cur), *Vs = Vb(cur);
-
-    // S = Q K^T: 8 tiles of 8 keys; ldmatrix.x4 yields the B fragments of two key tiles for one k-step.
-    float s[8][4];
+    // Warp-uniform: a tile wholly past the diagonal of this warp's last row adds nothing to its rows.
+    const bool past = d.causal && !d.plain && k0 > qw + 15 + shift;
+    if (!past) {
+      // S = Q K^T: 8 tiles of 8 keys; ldmatrix.x4 yields the B fragments of two key tiles for one k-step.
+      float s[8][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+      for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
-    for (int nt = 0; nt < 8; nt += 2) {
+      for (int nt = 0; nt < 8; nt += 2) {
 #pragma unroll
-      for (int kk = 0; kk < KD; ++kk) {
-        const int m = lane >> 3, r = lane & 7;
-        uint32_t bf[4];
-        ldsm_x4(bf, Ks + (nt * 8 + r + (m >> 1) * 8) * ld + kk * 16 + (m & 1) * 8);
-        mma16816<T>(s[nt], qa[kk], bf[0], bf[1]);
-        mma16816<T>(s[nt + 1], qa[kk], bf[2], bf[3]);
+        for (int kk = 0; kk < KD; ++kk) {
+          const int m = lane >> 3, r = lane & 7;
+          uint32_t bf[4];
+          ldsm_x4(bf, Ks + (nt * 8 + r + (m >> 1) * 8) * ld + kk * 16 + (m & 1) * 8);
+          mma16816<T>(s[nt], qa[kk], bf[0], bf[1]);
+          mma16816<T>(s[nt + 1], qa[kk], bf[2], bf[3]);
+        }
       }
-    }
 
-    // Scale, mask, online softmax for rows g (elements 0, 1) and g + 8 (elements 2, 3).
-    float mx0 = -INFINITY, mx1 = -INFINITY;
+      // Scale, mask, online softmax for rows g (elements 0, 1) and g + 8 (elements 2, 3). Element by
+      // element only where something may be masked: a mask, the end of the keys, or the diagonal.
+      const bool masked = d.plain || mask.data || k0 + kBc > d.T || (d.causal && k0 + kBc - 1 > qw + shift);
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+      if (masked) {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+        for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = k0 + nt * 8 + 2 * t + (e & 1);
-        const int qi = e < 2 ? qi0 : qi1;
-        float val = s[nt][e] * sl;
-        const bool vis = j < d.T && qi < d.S && (!d.causal || j <= qi + shift);
-        if (vis && mask.data)
-          val += detail::load_f(mask.data, mask.dtype,
-                                b * mask.st[0] + h * mask.st[1] + static_cast<int64_t>(qi) * mask.st[2] +
-                                    static_cast<int64_t>(j) * mask.st[3]) *
-                 kLog2e;
-        val = vis ? val : -INFINITY;
-        s[nt][e] = val;
-        if (e < 2) mx0 = fmaxf(mx0, val);
-        else mx1 = fmaxf(mx1, val);
+          for (int e = 0; e < 4; ++e) {
+            const int j = k0 + nt * 8 + 2 * t + (e & 1);
+            const int qi = e < 2 ? qi0 : qi1;
+            float val = s[nt][e] * sl;
+            const bool vis = j < d.T && qi < d.S && (!d.causal || j <= qi + shift);
+            if (vis && mask.data)
+              val += detail::load_f(mask.data, mask.dtype,
+                                    b * mask.st[0] + h * mask.st[1] + static_cast<int64_t>(qi) * mask.st[2] +
+                                        static_cast<int64_t>(j) * mask.st[3]) *
+                     kLog2e;
+            val = vis ? val : -INFINITY;
+            s[nt][e] = val;
+            if (e < 2) mx0 = fmaxf(mx0, val);
+            else mx1 = fmaxf(mx1, val);
+          }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          s[nt][0] *= sl;
+          s[nt][1] *= sl;
+          s[nt][2] *= sl;
+          s[nt][3] *= sl;
+          mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+          mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+        }
       }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float n0m = fmaxf(m0, mx0), n1m = fmaxf(m1, mx1);
-    // A row with nothing visible yet stays empty: no (-inf) - (-inf).
-    const float a0 = n0m == -INFINITY ? 1.0f : exp2f(m0 - n0m), a1 = n1m == -INFINITY ? 1.0f : exp2f(m1 - n1m);
-    m0 = n0m;
-    m1 = n1m;
-    float ps0 = 0.0f, ps1 = 0.0f;
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float n0m = fmaxf(m0, mx0), n1m = fmaxf(m1, mx1);
+      // A row with nothing visible yet stays empty: no (-inf) - (-inf).
+      const float a0 = n0m == -INFINITY ? 1.0f : exp2f(m0 - n0m), a1 = n1m == -INFINITY ? 1.0f : exp2f(m1 - n1m);
+      m0 = n0m;
+      m1 = n1m;
+      const float b0 = n0m == -INFINITY ? 0.0f : n0m, b1 = n1m == -INFINITY ? 0.0f : n1m;
+      float ps0 = 0.0f, ps1 = 0.0f;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      s[nt][0] = n0m == -INFINITY ? 0.0f : exp2f(s[nt][0] - n0m);
-      s[nt][1] = n0m == -INFINITY ? 0.0f : exp2f(s[nt][1] - n0m);
-      s[nt][2] = n1m == -INFINITY ? 0.0f : exp2f(s[nt][2] - n1m);
-      s[nt][3] = n1m == -INFINITY ? 0.0f : exp2f(s[nt][3] - n1m);
-      ps0 += s[nt][0] + s[nt][1];
-      ps1 += s[nt][2] + s[nt][3];
-    }
-    l0 = l0 * a0 + ps0;  // per-thread partial sums; the quad is summed once at the end
-    l1 = l1 * a1 + ps1;
+      for (int nt = 0; nt < 8; ++nt) {
+        // exp2(-inf - finite) is 0, so an empty row (b = 0, every score -inf) gives zeros without a test.
+        s[nt][0] = exp2f(s[nt][0] - b0);
+        s[nt][1] = exp2f(s[nt][1] - b0);
+        s[nt][2] = exp2f(s[nt][2] - b1);
+        s[nt][3] = exp2f(s[nt][3] - b1);
+        ps0 += s[nt][0] + s[nt][1];
+        ps1 += s[nt][2] + s[nt][3];
+      }
+      l0 = l0 * a0 + ps0;  // per-thread partial sums; the quad is summed once at the end
+      l1 = l1 * a1 + ps1;
 #pragma unroll
-    for (int nd = 0; nd < ND; ++nd) {
-      o[nd][0] *= a0;
-      o[nd][1] *= a0;
-      o[nd][2] *= a1;
-      o[nd][3] *= a1;
-    }
+      for (int nd = 0; nd < ND; ++nd) {
+        o[nd][0] *= a0;
+        o[nd][1] *= a0;
+        o[nd][2] *= a1;
+        o[nd][3] *= a1;
+      }
 
-    // O += P V: the score tiles 2kk and 2kk + 1 are P's A fragment for keys 16kk .. 16kk + 15.
+      // O += P V: the score tiles 2kk and 2kk + 1 are P's A fragment for keys 16kk .. 16kk + 15.
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t pa[4];
-      pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t pa[4];
+        pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-      for (int nd = 0; nd < ND; nd += 2) {
-        uint32_t bf[4];
-        ldsm_x4_t(bf, Vs + (kk * 16 + (lane & 15)) * ld + nd * 8 + (lane >> 4) * 8);
-        mma16816<T>(o[nd], pa, bf[0], bf[1]);
-        mma16816<T>(o[nd + 1], pa, bf[2], bf[3]);
+        for (int nd = 0; nd < ND; nd += 2) {
+          uint32_t bf[4];
+          ldsm_x4_t(bf, Vs + (kk * 16 + (lane & 15)) * ld + nd * 8 + (lane >> 4) * 8);
+          mma16816<T>(o[nd], pa, bf[0], bf[1]);
+          mma16816<T>(o[nd + 1], pa, bf[2], bf[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with this buffer before it is refilled
@@ -383,7 +425,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_mma_kernel(const T *__restr
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-  T *op = out + static_cast<int64_t>(bh) * d.S * Dh;
+  T *op = out + b * d.o.b + h * d.o.h;
   if (d.lse && t == 0) {  // m is in base-2 units (scores times log2 e); the lse is natural
     if (qi0 < d.S) d.lse[static_cast<int64_t>(bh) * d.S + qi0] = l0 > 0.0f ? (m0 + log2f(l0)) * kLn2 : -INFINITY;
     if (qi1 < d.S) d.lse[static_cast<int64_t>(bh) * d.S + qi1] = l1 > 0.0f ? (m1 + log2f(l1)) * kLn2 : -INFINITY;
@@ -391,8 +433,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_mma_kernel(const T *__restr
 #pragma unroll
   for (int nd = 0; nd < ND; ++nd) {
     const int c = nd * 8 + 2 * t;
-    if (qi0 < d.S) *reinterpret_cast<uint32_t *>(op + static_cast<int64_t>(qi0) * Dh + c) = pack2<T>(o[nd][0] * i0, o[nd][1] * i0);
-    if (qi1 < d.S) *reinterpret_cast<uint32_t *>(op + static_cast<int64_t>(qi1) * Dh + c) = pack2<T>(o[nd][2] * i1, o[nd][3] * i1);
+    if (qi0 < d.S) *reinterpret_cast<uint32_t *>(op + static_cast<int64_t>(qi0) * d.o.s + c) = pack2<T>(o[nd][0] * i0, o[nd][1] * i0);
+    if (qi1 < d.S) *reinterpret_cast<uint32_t *>(op + static_cast<int64_t>(qi1) * d.o.s + c) = pack2<T>(o[nd][2] * i1, o[nd][3] * i1);
   }
 }
 
@@ -406,9 +448,9 @@ __global__ void row_kernel(const T *__restrict__ q, const T *__restrict__ k, con
   float *sc = sh + Dh;   // [T]
   const int i = blockIdx.x, bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq;
   const int kh = h / (d.Hq / d.Hkv);
-  const T *qp = q + (static_cast<int64_t>(bh) * d.S + i) * Dh;
-  const T *kp = k + (static_cast<int64_t>(b) * d.Hkv + kh) * d.T * Dh;
-  const T *vp = v + (static_cast<int64_t>(b) * d.Hkv + kh) * d.T * Dh;
+  const T *qp = q + b * d.q.b + h * d.q.h + static_cast<int64_t>(i) * d.q.s;
+  const T *kp = k + b * d.k.b + kh * d.k.h;
+  const T *vp = v + b * d.v.b + kh * d.v.h;
   for (int c = threadIdx.x; c < Dh; c += blockDim.x) qs[c] = to_f32(qp[c]);
   __syncthreads();
   const int shift = d.T - d.S;
@@ -417,7 +459,7 @@ __global__ void row_kernel(const T *__restrict__ q, const T *__restrict__ k, con
     float s = -INFINITY;
     if (!d.causal || j <= i + shift) {
       float dot = 0.0f;
-      for (int c = 0; c < Dh; ++c) dot = fmaf(qs[c], to_f32(kp[static_cast<int64_t>(j) * Dh + c]), dot);
+      for (int c = 0; c < Dh; ++c) dot = fmaf(qs[c], to_f32(kp[static_cast<int64_t>(j) * d.k.s + c]), dot);
       s = dot * d.scale;
       if (mask.data)
         s += detail::load_f(mask.data, mask.dtype,
@@ -440,8 +482,8 @@ __global__ void row_kernel(const T *__restrict__ q, const T *__restrict__ k, con
     d.lse[static_cast<int64_t>(bh) * d.S + i] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
   for (int c = threadIdx.x; c < Dh; c += blockDim.x) {
     float acc = 0.0f;
-    for (int j = 0; j < d.T; ++j) acc = fmaf(sc[j], to_f32(vp[static_cast<int64_t>(j) * Dh + c]), acc);
-    out[(static_cast<int64_t>(bh) * d.S + i) * Dh + c] = from_f32<T>(acc * inv);
+    for (int j = 0; j < d.T; ++j) acc = fmaf(sc[j], to_f32(vp[static_cast<int64_t>(j) * d.v.s + c]), acc);
+    out[b * d.o.b + h * d.o.h + static_cast<int64_t>(i) * d.o.s + c] = from_f32<T>(acc * inv);
   }
 }
 
@@ -463,15 +505,24 @@ cudaError_t flash(const T *q, const T *k, const T *v, T *out, const AttnDims &d,
   return detail::launched();
 }
 
-template <class T, int Dh>
+template <class T, int Dh, int W>
 cudaError_t flash_mma(const T *q, const T *k, const T *v, T *out, const AttnDims &d, const MaskView &mask, cudaStream_t s) {
   const size_t smem = Mma2Smem<Dh>::bytes;
-  static cudaError_t attr = cudaFuncSetAttribute(flash_mma_kernel<T, Dh>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  static cudaError_t attr = cudaFuncSetAttribute(flash_mma_kernel<T, Dh, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  static_cast<int>(smem));
   if (attr != cudaSuccess) return attr;
-  dim3 grid((d.S + kBr - 1) / kBr, d.B * d.Hq);
-  flash_mma_kernel<T, Dh><<<grid, kWarps * 32, smem, s>>>(q, k, v, out, d, mask);
+  constexpr int Br = 16 * W;
+  dim3 grid((d.S + Br - 1) / Br, d.B * d.Hq);
+  flash_mma_kernel<T, Dh, W><<<grid, W * 32, smem, s>>>(q, k, v, out, d, mask);
   return detail::launched();
+}
+
+/// The register path with the block size picked at run time: 8 warps (128 query rows) unless
+/// ZK_CUDA_ATTENTION=mma64 asks for 4 (64 rows, the kernel before the 128-row blocks; kept for timing).
+template <class T, int Dh>
+cudaError_t flash_mma_any(const T *q, const T *k, const T *v, T *out, const AttnDims &d, const MaskView &mask, int warps,
+                          cudaStream_t s) {
+  return warps == 4 ? flash_mma<T, Dh, 4>(q, k, v, out, d, mask, s) : flash_mma<T, Dh, 8>(q, k, v, out, d, mask, s);
 }
 
 template <class T>
@@ -492,18 +543,50 @@ cudaError_t rows(const T *q, const T *k, const T *v, T *out, const AttnDims &d, 
 // --- tier 3 ------------------------------------------------------------------------------------------------------------
 GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, bool causal, float scale,
                     cudaStream_t s) {
-  return attention(q, k, v, mask, out, Out{}, causal, scale, s);
+  return attention(q, k, v, mask, out, Out{}, causal, scale, 0, s);
 }
 
 GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
                     float scale, cudaStream_t s) {
-  if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape.rank != 4) return kernel_failure("attention: q, k, v must be rank 4");
-  const int64_t B = q.shape.d[0], Hq = q.shape.d[1], S = q.shape.d[2], Dh = q.shape.d[3];
-  const int64_t Hkv = k.shape.d[1], T = k.shape.d[2];
-  if (k.shape.d[0] != B || k.shape.d[3] != Dh) return kernel_failure("attention: k must be [B, Hkv, T, Dh]");
-  if (v.shape != k.shape) return kernel_failure("attention: v's shape differs from k's");
+  return attention(q, k, v, mask, out, lse, causal, scale, 0, s);
+}
+
+namespace {
+
+/// An operand's logical [B, H, S, Dh] dims and its strides, head-major or sequence-major.
+struct Operand {
+  int64_t B = 0, H = 0, S = 0, Dh = 0;
+  Strides st;
+  bool same(const Operand &o) const { return B == o.B && H == o.H && S == o.S && Dh == o.Dh; }
+};
+
+Operand operand(const Dims &d, bool seq_major) {
+  Operand o;
+  o.B = d.d[0];
+  o.H = seq_major ? d.d[2] : d.d[1];
+  o.S = seq_major ? d.d[1] : d.d[2];
+  o.Dh = d.d[3];
+  o.st.b = o.H * o.S * o.Dh;
+  o.st.h = seq_major ? o.Dh : o.S * o.Dh;
+  o.st.s = seq_major ? o.H * o.Dh : o.Dh;
+  return o;
+}
+
+}  // namespace
+
+GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                    float scale, int seq_major, cudaStream_t s) {
+  if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape.rank != 4 || out.shape.rank != 4)
+    return kernel_failure("attention: q, k, v and out must be rank 4");
+  if (seq_major & ~cpu::kAttnSeqMajorAll) return kernel_failure("attention: unknown seq_major bits");
+  const Operand qo = operand(q.shape, seq_major & cpu::kAttnSeqMajorQ), ko = operand(k.shape, seq_major & cpu::kAttnSeqMajorK),
+                vo = operand(v.shape, seq_major & cpu::kAttnSeqMajorV), oo = operand(out.shape, seq_major & cpu::kAttnSeqMajorOut);
+  const int64_t B = qo.B, Hq = qo.H, S = qo.S, Dh = qo.Dh;
+  const int64_t Hkv = ko.H, T = ko.S;
+  if (ko.B != B || ko.Dh != Dh) return kernel_failure("attention: k must be [B, Hkv, T, Dh]");
+  if (!vo.same(ko)) return kernel_failure("attention: v's shape differs from k's");
   if (Hkv <= 0 || Hq % Hkv != 0) return kernel_failure("attention: Hq must be a multiple of Hkv");
-  if (out.shape != q.shape) return kernel_failure("attention: output shape differs from q's");
+  if (!oo.same(qo)) return kernel_failure("attention: output shape differs from q's");
   if (!is_float(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype || out.dtype != q.dtype)
     return kernel_failure("attention: q, k, v and out must share one float dtype");
   if (causal && S > T) return kernel_failure("attention: causal needs S <= T");
@@ -524,13 +607,25 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
   if (out.shape.numel() == 0) return {};
   AttnDims d{static_cast<int>(B), static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(S), static_cast<int>(T),
              causal ? 1 : 0, scale, static_cast<float *>(lse.data)};
-  const bool aligned = (reinterpret_cast<uintptr_t>(q.data) | reinterpret_cast<uintptr_t>(k.data) |
-                        reinterpret_cast<uintptr_t>(v.data) | reinterpret_cast<uintptr_t>(out.data)) % 16 == 0;
-  const bool tc = (q.dtype == DType::bf16 || q.dtype == DType::f16) && (Dh == 64 || Dh == 128) && aligned && T > 0;
+  d.q = qo.st;
+  d.k = ko.st;
+  d.v = vo.st;
+  d.o = oo.st;
+  // ZK_CUDA_ATTENTION picks a tensor-core kernel for timing and bisection: wmma (the first one), mma64 (the
+  // register kernel with 64-row blocks); unset or anything else, the register kernel with 128-row blocks.
+  // ZK_CUDA_ATTENTION_PLAIN=1 turns off its longest-first order and interior-tile fast path.
+  const char *path = std::getenv("ZK_CUDA_ATTENTION");
+  const char *plain = std::getenv("ZK_CUDA_ATTENTION_PLAIN");
+  d.plain = plain && std::strcmp(plain, "1") == 0 ? 1 : 0;
+  const bool wmma = path && std::strcmp(path, "wmma") == 0;
+  const int warps = path && std::strcmp(path, "mma64") == 0 ? 4 : 8;
+  // The 16-byte copies need 16-byte aligned rows: the base pointers and every row stride.
+  auto aligned = [](const void *p, const Strides &st) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && st.b % 8 == 0 && st.h % 8 == 0 && st.s % 8 == 0;
+  };
+  const bool tc = (q.dtype == DType::bf16 || q.dtype == DType::f16) && (Dh == 64 || Dh == 128) && T > 0 &&
+                  aligned(q.data, d.q) && aligned(k.data, d.k) && aligned(v.data, d.v) && aligned(out.data, d.o);
   if (tc) {
-    // ZK_CUDA_ATTENTION=wmma selects the first tensor-core kernel (kept as a cross-check and for bisection).
-    const char *path = std::getenv("ZK_CUDA_ATTENTION");
-    const bool wmma = path && std::strcmp(path, "wmma") == 0;
     if (q.dtype == DType::bf16) {
       using E = __nv_bfloat16;
       auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);
@@ -538,8 +633,8 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
       if (wmma)
         ZK_CUDA_TRY((Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s)));
       else
-        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma<E, 64>(qp, kp, vp, op, d, mv, s)
-                              : launch::flash_mma<E, 128>(qp, kp, vp, op, d, mv, s)));
+        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma_any<E, 64>(qp, kp, vp, op, d, mv, warps, s)
+                              : launch::flash_mma_any<E, 128>(qp, kp, vp, op, d, mv, warps, s)));
     } else {
       using E = __half;
       auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);
@@ -547,8 +642,8 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
       if (wmma)
         ZK_CUDA_TRY((Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s)));
       else
-        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma<E, 64>(qp, kp, vp, op, d, mv, s)
-                              : launch::flash_mma<E, 128>(qp, kp, vp, op, d, mv, s)));
+        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma_any<E, 64>(qp, kp, vp, op, d, mv, warps, s)
+                              : launch::flash_mma_any<E, 128>(qp, kp, vp, op, d, mv, warps, s)));
     }
     return {};
   }

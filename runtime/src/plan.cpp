@@ -877,10 +877,20 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
     }
     case Op::fill: return {};
     case Op::attention: {
-      const Shape &q = I(0).shape, &k = I(1).shape;
-      if (q.size() != 4 || k.size() != 4 || I(2).shape != k) return bad("q, k, v must be rank 4 with v shaped like k");
+      // ints[1] (plan 2.7): which operands are stored sequence-major, [B, S, H, Dh]; the checks below are on
+      // the logical head-major [B, H, S, Dh] dims.
+      const int64_t layout = nints > 1 ? ints(1) : 0;
+      if (layout < 0 || layout > 15) return bad("seq_major bits " + std::to_string(layout) + " outside 0..15");
+      auto head_major = [&](const Shape &x, int bit) {
+        Shape h = x;
+        if ((layout & bit) && h.size() == 4) std::swap(h[1], h[2]);
+        return h;
+      };
+      const Shape q = head_major(I(0).shape, 1), k = head_major(I(1).shape, 2);
+      if (q.size() != 4 || k.size() != 4 || head_major(I(2).shape, 4) != k)
+        return bad("q, k, v must be rank 4 with v shaped like k");
       if (k[0] != q[0] || k[3] != q[3] || k[1] <= 0 || q[1] % k[1] != 0) return bad("k " + shape_str(k) + " does not fit q " + shape_str(q));
-      if (O().shape != q) return bad("output shape must equal q's");
+      if (head_major(O().shape, 8) != q) return bad("output shape must equal q's");
       if (ins.size() > 3 && ins[3] >= 0 && !broadcasts_to(I(3).shape, Shape{q[0], q[1], q[2], k[2]}))
         return bad("mask " + shape_str(I(3).shape) + " does not broadcast to [B, Hq, S, T]");
       if (outs.size() > 1 && (Ok(1).shape != Shape{q[0], q[1], q[2]} || Ok(1).dtype != DType::f32))

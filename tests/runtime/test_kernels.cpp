@@ -531,3 +531,45 @@ TEST(Kernels, Rotary) {
   EXPECT_FALSE(cpu::rotary(x.in(), c1.in(), c1.in(), y.out(), false).ok());
   EXPECT_FALSE(cpu::rotary(x.in(), co.in(), cb.in(), y.out(), false).ok());
 }
+
+// Sequence-major operands ([B, S, H, D], the seq_major bits) give the head-major result: every one of the 16
+// layout combinations against the head-major kernel on the same values, each operand swapped between the
+// two layouts by the loops below (not by a kernel).
+TEST(Kernels, AttentionSequenceMajor) {
+  std::mt19937 g(13);
+  const int64_t B = 2, Hq = 4, Hkv = 2, S = 3, T = 5, D = 4;
+  // x [B, A, C, D] -> [B, C, A, D].
+  auto swap12 = [](const Buf &x) {
+    const int64_t b = x.shape.d[0], a = x.shape.d[1], c = x.shape.d[2], d = x.shape.d[3];
+    Buf y(x.dt, {b, c, a, d});
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t j = 0; j < a; ++j)
+        for (int64_t l = 0; l < c; ++l)
+          for (int64_t e = 0; e < d; ++e) y.set(((i * c + l) * a + j) * d + e, x.get(((i * a + j) * c + l) * d + e));
+    return y;
+  };
+  for (bool causal : {false, true}) {
+    Buf q = rnd(DType::f32, {B, Hq, S, D}, g), k = rnd(DType::f32, {B, Hkv, T, D}, g), v = rnd(DType::f32, {B, Hkv, T, D}, g);
+    Buf m = rnd(DType::f32, {B, 1, S, T}, g);
+    Buf ref(DType::f32, {B, Hq, S, D}), ref_lse(DType::f32, {B, Hq, S});
+    std::vector<float> scratch(cpu::attention_scratch(q.in(), k.in()));
+    ASSERT_TRUE(cpu::attention(q.in(), k.in(), v.in(), m.in(), ref.out(), ref_lse.out(), causal, 0.5f, scratch.data()).ok());
+    for (int bits = 0; bits < 16; ++bits) {
+      SCOPED_TRACE("seq_major " + std::to_string(bits) + (causal ? " causal" : ""));
+      const Buf qs = bits & cpu::kAttnSeqMajorQ ? swap12(q) : q, ks = bits & cpu::kAttnSeqMajorK ? swap12(k) : k;
+      const Buf vs = bits & cpu::kAttnSeqMajorV ? swap12(v) : v;
+      Buf y(DType::f32, bits & cpu::kAttnSeqMajorOut ? Dims{B, S, Hq, D} : Dims{B, Hq, S, D});
+      Buf lse(DType::f32, {B, Hq, S});
+      std::vector<float> sc(cpu::attention_scratch(qs.in(), ks.in()));
+      ASSERT_TRUE(cpu::attention(qs.in(), ks.in(), vs.in(), m.in(), y.out(), lse.out(), causal, 0.5f, bits, sc.data()).ok());
+      const Buf back = bits & cpu::kAttnSeqMajorOut ? swap12(y) : y;
+      for (int64_t i = 0; i < ref.n(); ++i) EXPECT_EQ(back.get(i), ref.get(i)) << "element " << i;
+      for (int64_t i = 0; i < lse.n(); ++i) EXPECT_EQ(lse.get(i), ref_lse.get(i)) << "lse " << i;
+    }
+  }
+  // A sequence-major k whose heads do not divide q's is refused, as head-major is.
+  Buf q(DType::f32, {1, 2, 3, 4}), k(DType::f32, {1, 2, 3, 4}), y(DType::f32, {1, 2, 3, 4});
+  std::vector<float> sc(8);
+  EXPECT_FALSE(cpu::attention(q.in(), k.in(), k.in(), In{}, y.out(), Out{}, false, 1.0f, cpu::kAttnSeqMajorK, sc.data()).ok());
+  EXPECT_FALSE(cpu::attention(q.in(), q.in(), q.in(), In{}, y.out(), Out{}, false, 1.0f, 16, sc.data()).ok());
+}

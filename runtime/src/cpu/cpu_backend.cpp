@@ -189,7 +189,8 @@ class CpuBackend final : public Backend {
       case Op::fill: return fill(s.floats[0], out_of(s.outputs[0]));
       case Op::attention:
         return attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3), out_of(s.outputs[0]),
-                         opt_out(s, 1), s.ints[0] != 0, static_cast<float>(s.floats[0]), scratch);
+                         opt_out(s, 1), s.ints[0] != 0, static_cast<float>(s.floats[0]),
+                         s.ints.size() > 1 ? static_cast<int>(s.ints[1]) : 0, scratch);
       // Run-time ops of decoder exports.
       case Op::floor: return zk::cpu::floor(in_of(s.inputs[0]), out_of(s.outputs[0]));
       case Op::is_nan: return zk::cpu::is_nan(in_of(s.inputs[0]), out_of(s.outputs[0]));

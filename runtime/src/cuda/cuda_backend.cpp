@@ -737,7 +737,7 @@ class CudaBackend final : public Backend {
       case Op::attention:
         ZRT_GPU_CHECK(zc::attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3),
                                     out_of(s.outputs[0]), opt_out(s, 1), s.ints[0] != 0, static_cast<float>(s.floats[0]),
-                                    st));
+                                    s.ints.size() > 1 ? static_cast<int>(s.ints[1]) : 0, st));
         return {};
       // Run-time ops of decoder exports.
       case Op::floor: ZRT_GPU_CHECK(zc::floor(in_of(s.inputs[0]), out_of(s.outputs[0]), st)); return {};

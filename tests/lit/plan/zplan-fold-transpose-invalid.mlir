@@ -15,3 +15,21 @@ func.func @bad_dims(%x: tensor<8x4xf32>, %g: tensor<4x6xf32>) -> tensor<8x6xf32>
   %r = zg.matmul %x, %g {trans_a = true} : (tensor<8x4xf32>, tensor<4x6xf32>) -> tensor<8x6xf32>
   return %r : tensor<8x6xf32>
 }
+
+// -----
+
+// Tests the attention verifier with seq_major: bits outside 1..15, and a
+// sequence-major k whose logical shape does not fit q.
+func.func @bad_seq_major_bits(%q: tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32> {
+  // expected-error @+1 {{seq_major must be bits of 1 (q), 2 (k), 4 (v) and 8 (result)}}
+  %a = zg.attention %q, %q, %q {causal = false, scale = 1.0 : f64, seq_major = 16 : i64} : (tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  return %a : tensor<1x4x8x8xf32>
+}
+
+// -----
+
+func.func @bad_seq_major_shape(%q: tensor<1x4x8x8xf32>, %k: tensor<1x8x3x8xf32>) -> tensor<1x8x4x8xf32> {
+  // expected-error @+1 {{query heads (4) are not a multiple of kv heads (3)}}
+  %a = zg.attention %q, %k, %k {causal = false, scale = 1.0 : f64, seq_major = 14 : i64} : (tensor<1x4x8x8xf32>, tensor<1x8x3x8xf32>, tensor<1x8x3x8xf32>) -> tensor<1x8x4x8xf32>
+  return %a : tensor<1x8x4x8xf32>
+}

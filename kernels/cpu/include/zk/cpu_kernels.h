@@ -179,6 +179,14 @@ Result attention(const In &q, const In &k, const In &v, const In &mask, const Ou
 /// scaled, masked scores (-inf for a fully masked row), which attention_grad recomputes probabilities from.
 Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
                  float scale, float *scratch);
+/// Bits of attention's `seq_major` argument: the operand is stored sequence-major, [B, S, H, Dh] (q, out) or
+/// [B, T, Hkv, Dh] (k, v), instead of head-major [B, H, S, Dh]. The compiler folds the head split / merge
+/// transposes around the attention into it (compiler/plan/FoldTranspose.cpp), so that the kernels read the
+/// projections' outputs and write the output projection's input directly. The lse stays [B, Hq, S].
+constexpr int kAttnSeqMajorQ = 1, kAttnSeqMajorK = 2, kAttnSeqMajorV = 4, kAttnSeqMajorOut = 8, kAttnSeqMajorAll = 15;
+/// The same, with any operand sequence-major (`seq_major`, the bits above). attention_scratch covers it.
+Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                 float scale, int seq_major, float *scratch);
 
 // --- generation (docs/generation.md) -------------------------------------------------------------------------
 

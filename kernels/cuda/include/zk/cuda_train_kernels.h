@@ -36,6 +36,10 @@ GpuStatus rms_norm_grad(const In &x, const In &scale, const In &dy, const Out &d
 /// The attention forward of zk/cuda_kernels.h with the optional lse output [B, Hq, S] (f32).
 GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
                     float scale, cudaStream_t stream);
+/// The same with any of q, k, v, out stored sequence-major ([B, S, H, Dh]; the seq_major bits of
+/// zk/cpu_kernels.h), as the plan's folded head transposes leave them.
+GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                    float scale, int seq_major, cudaStream_t stream);
 /// Flash-style attention backward: probabilities recomputed tile by tile from q, k and lse; dk and dv of a
 /// kv head summed over its query heads (GQA) inside one block, so no atomics and a deterministic result.
 /// Head dims up to 256; q, k, v, out, dout, dq, dk, dv share one float dtype. bf16/f16 with head dims 64
