@@ -2,8 +2,9 @@
 # bench/gpu/fwd_call.sh BASE FWD - issue 12 item 5 (one GPU): one call that builds the runtime of two trees (BASE,
 # the code before a change, and FWD, the code with it), checks FWD's kernels and plans against the CPU reference
 # and PyTorch, and times both side by side with the PyTorch peers, so that the call itself says what each change
-# did. Each tree holds .gpu-deps (scripts/gpu-deps.sh) and .gpu-plans (bench/gpu/make_fwd_plans.sh, compiled by
-# that tree's zplan). Run from anywhere on a one-GPU machine:
+# did. Each tree holds .gpu-plans (bench/gpu/make_fwd_plans.sh, compiled by that tree's zplan); FWD_DEPS (default
+# ./.gpu-deps, made by scripts/gpu-deps.sh) holds FlatBuffers and GoogleTest for both builds. Run on a one-GPU
+# machine from the checkout that carries the trees:
 #   bench/gpu/fwd_call.sh .gpu-src-main .gpu-src-fwd
 # Order (the GPU is timed by one thing at a time):
 #   1. both builds in the background (niced) while the PyTorch peers run: eager and torch.compile for gpt2-350m
@@ -18,6 +19,7 @@
 set -uo pipefail
 base=$(cd "$1" && pwd)
 fwd=$(cd "$2" && pwd)
+deps=$(cd "${FWD_DEPS:-.gpu-deps}" && pwd)
 out=${OUT:-/tmp/fwd-call}
 mkdir -p "$out"
 deadline=${FWD_DEADLINE_S:-450}
@@ -28,7 +30,7 @@ build() {  # TREE TAG TARGETS...
   local t=$1 tag=$2
   shift 2
   cmake -S "$t" -B "$t/build-gpu" -G Ninja -DZPLAN_BUILD_COMPILER=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
-    -DZPLAN_FLATBUFFERS_ROOT="$t/.gpu-deps" -DZPLAN_GTEST_SOURCE_DIR="$t/.gpu-deps/googletest-src" \
+    -DZPLAN_FLATBUFFERS_ROOT="$deps" -DZPLAN_GTEST_SOURCE_DIR="$deps/googletest-src" \
     > "/tmp/cfg-$tag.log" 2>&1 || { echo "configure $tag failed"; tail -20 "/tmp/cfg-$tag.log"; return 1; }
   nice -n 10 ninja -C "$t/build-gpu" -j7 "$@" > "/tmp/build-$tag.log" 2>&1 || { echo "build $tag failed"; tail -30 "/tmp/build-$tag.log"; return 1; }
 }
@@ -79,6 +81,8 @@ run fwd-kernels-base-plan/gpt2-350m "$zf" "$base" gpt2-350m-tp1.zplan
 run fwd-kernels-base-plan/llama-1b "$zf" "$base" llama-1b-tp1.zplan
 run fwd-mma64/gpt2-350m "$zf" "$fwd" gpt2-350m-tp1.zplan ZK_CUDA_ATTENTION=mma64
 run fwd-mma64/llama-1b "$zf" "$fwd" llama-1b-tp1.zplan ZK_CUDA_ATTENTION=mma64
+run fwd-mma128r/gpt2-350m "$zf" "$fwd" gpt2-350m-tp1.zplan ZK_CUDA_ATTENTION=mma128r
+run fwd-mma128r/llama-1b "$zf" "$fwd" llama-1b-tp1.zplan ZK_CUDA_ATTENTION=mma128r
 run fwd-mma64-plain/gpt2-350m "$zf" "$fwd" gpt2-350m-tp1.zplan ZK_CUDA_ATTENTION=mma64 ZK_CUDA_ATTENTION_PLAIN=1
 run base/llama-1b-offload "$zb" "$base" llama-1b-offload.zplan
 run fwd/llama-1b-offload "$zf" "$fwd" llama-1b-offload.zplan

@@ -152,7 +152,8 @@ int main() {
   };
   const struct {
     const char *label, *path, *plain;
-  } variants[] = {{"", "", "0"}, {" mma64", "mma64", "0"}, {" plain", "", "1"}, {" mma64 plain", "mma64", "1"}, {" wmma", "wmma", "0"}};
+  } variants[] = {{"", "", "0"}, {" mma64", "mma64", "0"}, {" plain", "", "1"}, {" mma64 plain", "mma64", "1"}, {" mma128r", "mma128r", "0"},
+                  {" wmma", "wmma", "0"}};
   for (const auto &var : variants) {
     setenv("ZK_CUDA_ATTENTION", var.path, 1);
     setenv("ZK_CUDA_ATTENTION_PLAIN", var.plain, 1);

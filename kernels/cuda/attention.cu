@@ -249,8 +249,8 @@ __device__ __forceinline__ void async_rows(T *dst, const T *src, int valid, int6
   }
 }
 
-template <class T, int Dh, int W>
-__global__ void __launch_bounds__(W * 32) flash_mma_kernel(const T *__restrict__ q, const T *__restrict__ k,
+template <class T, int Dh, int W, int MinBlocks>
+__global__ void __launch_bounds__(W * 32, MinBlocks) flash_mma_kernel(const T *__restrict__ q, const T *__restrict__ k,
                                                             const T *__restrict__ v, T *__restrict__ out,
                                                             AttnDims d, MaskView mask) {
   using L = Mma2Smem<Dh>;
@@ -505,24 +505,29 @@ cudaError_t flash(const T *q, const T *k, const T *v, T *out, const AttnDims &d,
   return detail::launched();
 }
 
-template <class T, int Dh, int W>
+template <class T, int Dh, int W, int MinBlocks>
 cudaError_t flash_mma(const T *q, const T *k, const T *v, T *out, const AttnDims &d, const MaskView &mask, cudaStream_t s) {
   const size_t smem = Mma2Smem<Dh>::bytes;
-  static cudaError_t attr = cudaFuncSetAttribute(flash_mma_kernel<T, Dh, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(smem));
+  static cudaError_t attr = cudaFuncSetAttribute(flash_mma_kernel<T, Dh, W, MinBlocks>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (attr != cudaSuccess) return attr;
   constexpr int Br = 16 * W;
   dim3 grid((d.S + Br - 1) / Br, d.B * d.Hq);
-  flash_mma_kernel<T, Dh, W><<<grid, W * 32, smem, s>>>(q, k, v, out, d, mask);
+  flash_mma_kernel<T, Dh, W, MinBlocks><<<grid, W * 32, smem, s>>>(q, k, v, out, d, mask);
   return detail::launched();
 }
 
-/// The register path with the block size picked at run time: 8 warps (128 query rows) unless
-/// ZK_CUDA_ATTENTION=mma64 asks for 4 (64 rows, the kernel before the 128-row blocks; kept for timing).
+/// The register path with the block shape picked at run time (ZK_CUDA_ATTENTION): 8 warps (128 query rows)
+/// by default; mma64: 4 warps (64 rows, the kernel before the 128-row blocks); mma128r: 8 warps held to 128
+/// registers so that two blocks share a multiprocessor (head dim 64; a few registers spill).
 template <class T, int Dh>
-cudaError_t flash_mma_any(const T *q, const T *k, const T *v, T *out, const AttnDims &d, const MaskView &mask, int warps,
+cudaError_t flash_mma_any(const T *q, const T *k, const T *v, T *out, const AttnDims &d, const MaskView &mask, int shape,
                           cudaStream_t s) {
-  return warps == 4 ? flash_mma<T, Dh, 4>(q, k, v, out, d, mask, s) : flash_mma<T, Dh, 8>(q, k, v, out, d, mask, s);
+  // MinBlocks 0 leaves the register count to the compiler.
+  if (shape == 1) return flash_mma<T, Dh, 4, 0>(q, k, v, out, d, mask, s);
+  if constexpr (Dh == 64)
+    if (shape == 2) return flash_mma<T, Dh, 8, 2>(q, k, v, out, d, mask, s);
+  return flash_mma<T, Dh, 8, 0>(q, k, v, out, d, mask, s);
 }
 
 template <class T>
@@ -611,14 +616,15 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
   d.k = ko.st;
   d.v = vo.st;
   d.o = oo.st;
-  // ZK_CUDA_ATTENTION picks a tensor-core kernel for timing and bisection: wmma (the first one), mma64 (the
-  // register kernel with 64-row blocks); unset or anything else, the register kernel with 128-row blocks.
+  // ZK_CUDA_ATTENTION picks a tensor-core kernel for timing and bisection: wmma (the first one), mma64 or
+  // mma128r (the register kernel's other block shapes, see flash_mma_any); unset or anything else, the
+  // register kernel with 128-row blocks.
   // ZK_CUDA_ATTENTION_PLAIN=1 turns off its longest-first order and interior-tile fast path.
   const char *path = std::getenv("ZK_CUDA_ATTENTION");
   const char *plain = std::getenv("ZK_CUDA_ATTENTION_PLAIN");
   d.plain = plain && std::strcmp(plain, "1") == 0 ? 1 : 0;
   const bool wmma = path && std::strcmp(path, "wmma") == 0;
-  const int warps = path && std::strcmp(path, "mma64") == 0 ? 4 : 8;
+  const int shape = path && std::strcmp(path, "mma64") == 0 ? 1 : path && std::strcmp(path, "mma128r") == 0 ? 2 : 0;
   // The 16-byte copies need 16-byte aligned rows: the base pointers and every row stride.
   auto aligned = [](const void *p, const Strides &st) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && st.b % 8 == 0 && st.h % 8 == 0 && st.s % 8 == 0;
@@ -633,8 +639,8 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
       if (wmma)
         ZK_CUDA_TRY((Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s)));
       else
-        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma_any<E, 64>(qp, kp, vp, op, d, mv, warps, s)
-                              : launch::flash_mma_any<E, 128>(qp, kp, vp, op, d, mv, warps, s)));
+        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma_any<E, 64>(qp, kp, vp, op, d, mv, shape, s)
+                              : launch::flash_mma_any<E, 128>(qp, kp, vp, op, d, mv, shape, s)));
     } else {
       using E = __half;
       auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);
@@ -642,8 +648,8 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
       if (wmma)
         ZK_CUDA_TRY((Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s)));
       else
-        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma_any<E, 64>(qp, kp, vp, op, d, mv, warps, s)
-                              : launch::flash_mma_any<E, 128>(qp, kp, vp, op, d, mv, warps, s)));
+        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma_any<E, 64>(qp, kp, vp, op, d, mv, shape, s)
+                              : launch::flash_mma_any<E, 128>(qp, kp, vp, op, d, mv, shape, s)));
     }
     return {};
   }

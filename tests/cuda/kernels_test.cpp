@@ -457,8 +457,9 @@ TEST(CudaAttention, MatchesReference) {
       {1, 2, 2, 200, 1000, 128, true, 1}, // long keys, S < T, padding
   };
   // Every tensor-core kernel: the default (mma.sync, registers, 128-row blocks), the same with 64-row
-  // blocks, each also without longest-first order and the interior-tile fast path (plain), and the WMMA one.
-  for (const char *path : {"", "mma64", "wmma"})
+  // blocks and with 128 registers, each also without longest-first order and the interior-tile fast path
+  // (plain), and the WMMA one.
+  for (const char *path : {"", "mma64", "mma128r", "wmma"})
     for (const char *plain : {"0", "1"}) {
       if (std::string(path) == "wmma" && std::string(plain) == "1") continue;
       SCOPED_TRACE(std::string("path '") + path + "' plain " + plain);
@@ -487,26 +488,28 @@ TEST(CudaAttention, SequenceMajorOperands) {
       {2, 4, 1, 64, 96, 64, false, 2},     // full mask, multi-query
       {1, 2, 2, 20, 33, 32, true, 0},      // head dim off the tensor-core path (exact kernel)
   };
-  for (const char *path : {"", "mma64", "wmma"})
-    for (DType t : kFloats)
-      for (const AttnCase &c : cases)
+  for (DType t : kFloats)
+    for (const AttnCase &c : cases) {
+      // One reference per dtype and shape (the CPU kernel is the slow part); every path and layout against it.
+      HostT q = random_tensor(t, Dims{c.B, c.Hq, c.S, c.Dh}), k = random_tensor(t, Dims{c.B, c.Hkv, c.T, c.Dh});
+      HostT v = random_tensor(t, Dims{c.B, c.Hkv, c.T, c.Dh});
+      HostT mask;
+      if (c.mask == 1) mask = random_tensor(DType::f32, Dims{c.B, 1, 1, c.T}, -2.0f, 0.0f);
+      else if (c.mask == 2) mask = random_tensor(t, Dims{c.B, c.Hq, c.S, c.T}, -4.0f, 4.0f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.Dh));
+      HostT ref(t, q.shape), ref_lse(DType::f32, Dims{c.B, c.Hq, c.S});
+      std::vector<float> scratch(zk::cpu::attention_scratch(q.in(), k.in()) + 1);
+      ZT_CPU_OK(zk::cpu::attention(q.in(), k.in(), v.in(), c.mask ? mask.in() : zk::In{}, ref.out(), ref_lse.out(),
+                                   c.causal, scale, scratch.data()));
+      const HostT qs = swap12(q), ks = swap12(k), vs = swap12(v);
+      for (const char *path : {"", "mma64", "mma128r", "wmma"})
         for (int bits : {zk::cpu::kAttnSeqMajorAll, zk::cpu::kAttnSeqMajorV | zk::cpu::kAttnSeqMajorOut,
                          zk::cpu::kAttnSeqMajorQ, zk::cpu::kAttnSeqMajorK | zk::cpu::kAttnSeqMajorOut}) {
           SCOPED_TRACE(std::string("path '") + path + "' " + zk::dtype_name(t) + " seq_major " + std::to_string(bits) +
                        " S" + std::to_string(c.S) + " T" + std::to_string(c.T) + " Dh" + std::to_string(c.Dh));
           setenv("ZK_CUDA_ATTENTION", path, 1);
-          HostT q = random_tensor(t, Dims{c.B, c.Hq, c.S, c.Dh}), k = random_tensor(t, Dims{c.B, c.Hkv, c.T, c.Dh});
-          HostT v = random_tensor(t, Dims{c.B, c.Hkv, c.T, c.Dh});
-          HostT mask;
-          if (c.mask == 1) mask = random_tensor(DType::f32, Dims{c.B, 1, 1, c.T}, -2.0f, 0.0f);
-          else if (c.mask == 2) mask = random_tensor(t, Dims{c.B, c.Hq, c.S, c.T}, -4.0f, 4.0f);
-          const float scale = 1.0f / std::sqrt(static_cast<float>(c.Dh));
-          HostT ref(t, q.shape), ref_lse(DType::f32, Dims{c.B, c.Hq, c.S});
-          std::vector<float> scratch(zk::cpu::attention_scratch(q.in(), k.in()) + 1);
-          ZT_CPU_OK(zk::cpu::attention(q.in(), k.in(), v.in(), c.mask ? mask.in() : zk::In{}, ref.out(), ref_lse.out(),
-                                       c.causal, scale, scratch.data()));
-          DevT dq(bits & zk::cpu::kAttnSeqMajorQ ? swap12(q) : q), dk(bits & zk::cpu::kAttnSeqMajorK ? swap12(k) : k);
-          DevT dv(bits & zk::cpu::kAttnSeqMajorV ? swap12(v) : v);
+          DevT dq(bits & zk::cpu::kAttnSeqMajorQ ? qs : q), dk(bits & zk::cpu::kAttnSeqMajorK ? ks : k);
+          DevT dv(bits & zk::cpu::kAttnSeqMajorV ? vs : v);
           const bool om = bits & zk::cpu::kAttnSeqMajorOut;
           DevT dy(t, om ? Dims{c.B, c.S, c.Hq, c.Dh} : q.shape), dl(DType::f32, Dims{c.B, c.Hq, c.S});
           DevT dm(c.mask ? mask : HostT(DType::f32, Dims{1}));
@@ -516,6 +519,7 @@ TEST(CudaAttention, SequenceMajorOperands) {
           EXPECT_TRUE(close(om ? swap12(got) : got, ref, tol_for(t)));
           EXPECT_TRUE(close(dl.download(), ref_lse, 1e-3));
         }
+    }
   unsetenv("ZK_CUDA_ATTENTION");
 }
 
