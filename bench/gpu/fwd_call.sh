@@ -13,7 +13,8 @@
 #   2. FWD's attention kernel tests (tests/cuda, against the CPU reference) and check_models.sh (the test
 #      models' plans against PyTorch's outputs);
 #   3. zrun, CUDA graph replay, median of 10 after 3 warm-ups: BASE's runtime on BASE's plans, FWD's on FWD's,
-#      FWD's runtime on BASE's plans (the kernels alone) and FWD's plans under the attention variants;
+#      FWD's runtime on BASE's plans (the kernels alone) and FWD's plans under the attention variants
+#      (llama2-7b's runs take about 150 s each: zrun draws its 6.7 B random weights on the host);
 #      ZRT_CUDA_PROFILE breakdowns of both; then zplan_cuda_kernel_bench.
 # Writes a few logs and summary.txt to $OUT (at most 8 files come back) and prints the summary last.
 set -uo pipefail
@@ -79,8 +80,8 @@ run base/llama-1b "$zb" "$base" llama-1b-tp1.zplan
 run fwd/llama-1b "$zf" "$fwd" llama-1b-tp1.zplan
 run fwd-kernels-base-plan/gpt2-350m "$zf" "$base" gpt2-350m-tp1.zplan
 run fwd-kernels-base-plan/llama-1b "$zf" "$base" llama-1b-tp1.zplan
-run fwd-mma64/gpt2-350m "$zf" "$fwd" gpt2-350m-tp1.zplan ZK_CUDA_ATTENTION=mma64
-run fwd-mma64/llama-1b "$zf" "$fwd" llama-1b-tp1.zplan ZK_CUDA_ATTENTION=mma64
+run fwd-mma128/gpt2-350m "$zf" "$fwd" gpt2-350m-tp1.zplan ZK_CUDA_ATTENTION=mma128
+run fwd-mma128/llama-1b "$zf" "$fwd" llama-1b-tp1.zplan ZK_CUDA_ATTENTION=mma128
 run fwd-mma128r/gpt2-350m "$zf" "$fwd" gpt2-350m-tp1.zplan ZK_CUDA_ATTENTION=mma128r
 run fwd-mma128r/llama-1b "$zf" "$fwd" llama-1b-tp1.zplan ZK_CUDA_ATTENTION=mma128r
 run fwd-mma64-plain/gpt2-350m "$zf" "$fwd" gpt2-350m-tp1.zplan ZK_CUDA_ATTENTION=mma64 ZK_CUDA_ATTENTION_PLAIN=1

@@ -135,9 +135,9 @@ int main() {
   gemm("linear llama-1b down 8192x5632x2048 tw", 8192, 5632, 2048, true, zc::Epilogue::none);
   gemm("linear llama-1b lm head 8192x2048x32000 tw", 8192, 2048, 32000, true, zc::Epilogue::none);
 
-  // Attention: the default kernel (mma.sync, 128-row blocks, longest-first, unmasked interior tiles), and
-  // each change undone in turn (ZK_CUDA_ATTENTION=mma64: 64-row blocks; ZK_CUDA_ATTENTION_PLAIN=1: launch
-  // order and every tile masked), head-major and sequence-major (seq_major 15, the folded plan's layout).
+  // Attention: the default kernel (mma.sync, the head dim's block shape, longest-first, unmasked interior
+  // tiles), each block shape forced (ZK_CUDA_ATTENTION=mma64/mma128/mma128r), launch order with every tile
+  // masked (ZK_CUDA_ATTENTION_PLAIN=1), head-major and sequence-major (seq_major 15, the folded plan's layout).
   auto attn = [&](const char *name, int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t Dh, bool causal, int bits) {
     const bool qs = bits & zk::cpu::kAttnSeqMajorQ, ks = bits & zk::cpu::kAttnSeqMajorK;
     Buf q(DType::bf16, qs ? Dims{B, S, Hq, Dh} : Dims{B, Hq, S, Dh}), k(DType::bf16, ks ? Dims{B, S, Hkv, Dh} : Dims{B, Hkv, S, Dh}),
@@ -152,7 +152,7 @@ int main() {
   };
   const struct {
     const char *label, *path, *plain;
-  } variants[] = {{"", "", "0"}, {" mma64", "mma64", "0"}, {" plain", "", "1"}, {" mma64 plain", "mma64", "1"}, {" mma128r", "mma128r", "0"},
+  } variants[] = {{"", "", "0"}, {" mma64", "mma64", "0"}, {" plain", "", "1"}, {" mma64 plain", "mma64", "1"}, {" mma128", "mma128", "0"}, {" mma128r", "mma128r", "0"},
                   {" wmma", "wmma", "0"}};
   for (const auto &var : variants) {
     setenv("ZK_CUDA_ATTENTION", var.path, 1);

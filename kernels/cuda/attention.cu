@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_kernel(const T *__restrict_
 // so P never leaves registers. K and V tiles arrive by cp.async, double-buffered, while the previous tile
 // is being multiplied; K is read with ldmatrix, V with ldmatrix.trans.
 // A block is W warps (16 W query rows) sharing each K/V tile: 8 warps halve the K/V traffic per query row
-// against 4. Causal blocks run longest first (the last query block of a head has the most key tiles), so
+// against 4, 4 warps fit more warps on a multiprocessor at head dim 64 (flash_mma_any picks). Causal blocks run longest first (the last query block of a head has the most key tiles), so
 // that the short ones fill the tail of the grid instead of the long ones. Only the tiles that cross the
 // diagonal or the end of the keys, or any tile under an additive mask, are masked element by element; a
 // warp skips the products of tiles that lie wholly past its own rows' diagonal.
@@ -517,14 +517,17 @@ cudaError_t flash_mma(const T *q, const T *k, const T *v, T *out, const AttnDims
   return detail::launched();
 }
 
-/// The register path with the block shape picked at run time (ZK_CUDA_ATTENTION): 8 warps (128 query rows)
-/// by default; mma64: 4 warps (64 rows, the kernel before the 128-row blocks); mma128r: 8 warps held to 128
-/// registers so that two blocks share a multiprocessor (head dim 64; a few registers spill).
+/// The register path with the block shape picked at run time (ZK_CUDA_ATTENTION). By default 4 warps (64 query
+/// rows) at head dim 64 and 8 warps (128 rows) at head dim 128: measured on the H200 (docs/gpu-plan-runs.md,
+/// 2026-12-01), 64-row blocks ran gpt2-350m's forward in 14.43 ms against 14.97 ms with 128-row blocks (three
+/// 4-warp blocks fit a multiprocessor at 140 registers, one 8-warp block at 138); at head dim 128 both shapes
+/// fit 8 warps, and 128 rows halve the K/V traffic per row. mma64 / mma128 force a shape; mma128r holds the
+/// 8-warp kernel to 128 registers so that two blocks share a multiprocessor (head dim 64; a few spill).
 template <class T, int Dh>
 cudaError_t flash_mma_any(const T *q, const T *k, const T *v, T *out, const AttnDims &d, const MaskView &mask, int shape,
                           cudaStream_t s) {
   // MinBlocks 0 leaves the register count to the compiler.
-  if (shape == 1) return flash_mma<T, Dh, 4, 0>(q, k, v, out, d, mask, s);
+  if (shape == 1 || (shape == 0 && Dh == 64)) return flash_mma<T, Dh, 4, 0>(q, k, v, out, d, mask, s);
   if constexpr (Dh == 64)
     if (shape == 2) return flash_mma<T, Dh, 8, 2>(q, k, v, out, d, mask, s);
   return flash_mma<T, Dh, 8, 0>(q, k, v, out, d, mask, s);
@@ -616,15 +619,18 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
   d.k = ko.st;
   d.v = vo.st;
   d.o = oo.st;
-  // ZK_CUDA_ATTENTION picks a tensor-core kernel for timing and bisection: wmma (the first one), mma64 or
-  // mma128r (the register kernel's other block shapes, see flash_mma_any); unset or anything else, the
-  // register kernel with 128-row blocks.
+  // ZK_CUDA_ATTENTION picks a tensor-core kernel for timing and bisection: wmma (the first one), mma64,
+  // mma128 or mma128r (the register kernel's block shapes, see flash_mma_any); unset or anything else, the
+  // register kernel with the measured default shape of the head dim.
   // ZK_CUDA_ATTENTION_PLAIN=1 turns off its longest-first order and interior-tile fast path.
   const char *path = std::getenv("ZK_CUDA_ATTENTION");
   const char *plain = std::getenv("ZK_CUDA_ATTENTION_PLAIN");
   d.plain = plain && std::strcmp(plain, "1") == 0 ? 1 : 0;
   const bool wmma = path && std::strcmp(path, "wmma") == 0;
-  const int shape = path && std::strcmp(path, "mma64") == 0 ? 1 : path && std::strcmp(path, "mma128r") == 0 ? 2 : 0;
+  int shape = 0;
+  if (path && std::strcmp(path, "mma64") == 0) shape = 1;
+  else if (path && std::strcmp(path, "mma128r") == 0) shape = 2;
+  else if (path && std::strcmp(path, "mma128") == 0) shape = 3;
   // The 16-byte copies need 16-byte aligned rows: the base pointers and every row stride.
   auto aligned = [](const void *p, const Strides &st) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && st.b % 8 == 0 && st.h % 8 == 0 && st.s % 8 == 0;

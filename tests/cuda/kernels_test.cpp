@@ -456,10 +456,10 @@ TEST(CudaAttention, MatchesReference) {
       {1, 2, 1, 300, 300, 64, true, 0},   // many key tiles through the double buffer
       {1, 2, 2, 200, 1000, 128, true, 1}, // long keys, S < T, padding
   };
-  // Every tensor-core kernel: the default (mma.sync, registers, 128-row blocks), the same with 64-row
-  // blocks and with 128 registers, each also without longest-first order and the interior-tile fast path
-  // (plain), and the WMMA one.
-  for (const char *path : {"", "mma64", "mma128r", "wmma"})
+  // Every tensor-core kernel: the default (mma.sync, registers, the head dim's block shape), each block shape
+  // forced (64 rows, 128 rows, 128 rows held to 128 registers), each also without longest-first order and the
+  // interior-tile fast path (plain), and the WMMA one.
+  for (const char *path : {"", "mma64", "mma128", "mma128r", "wmma"})
     for (const char *plain : {"0", "1"}) {
       if (std::string(path) == "wmma" && std::string(plain) == "1") continue;
       SCOPED_TRACE(std::string("path '") + path + "' plain " + plain);
@@ -502,7 +502,7 @@ TEST(CudaAttention, SequenceMajorOperands) {
       ZT_CPU_OK(zk::cpu::attention(q.in(), k.in(), v.in(), c.mask ? mask.in() : zk::In{}, ref.out(), ref_lse.out(),
                                    c.causal, scale, scratch.data()));
       const HostT qs = swap12(q), ks = swap12(k), vs = swap12(v);
-      for (const char *path : {"", "mma64", "mma128r", "wmma"})
+      for (const char *path : {"", "mma64", "mma128", "mma128r", "wmma"})
         for (int bits : {zk::cpu::kAttnSeqMajorAll, zk::cpu::kAttnSeqMajorV | zk::cpu::kAttnSeqMajorOut,
                          zk::cpu::kAttnSeqMajorQ, zk::cpu::kAttnSeqMajorK | zk::cpu::kAttnSeqMajorOut}) {
           SCOPED_TRACE(std::string("path '") + path + "' " + zk::dtype_name(t) + " seq_major " + std::to_string(bits) +
