@@ -954,6 +954,12 @@ struct Emitter {
           ints = {a.getCausal() ? 1 : 0};
           if (int64_t bits = a.getSeqMajorBits())
             ints.push_back(bits);
+          // Plan 2.8: q, k and v's packing (offset, row stride, heads) after
+          // the bits, only when --zplan-fold-transpose packed some operand
+          // (which is then sequence-major, so the bits are there).
+          if (auto packed = a->getAttrOfType<DenseI64ArrayAttr>("zg.packed"))
+            ints.insert(ints.end(), packed.asArrayRef().begin(),
+                        packed.asArrayRef().end());
           floats = {a.getScale().convertToDouble()};
         })
         .Case([&](graph::SampleOp) {

@@ -6,7 +6,9 @@
 // head split / merge transposes around a forward attention into its
 // seq_major bits, so that the attention reads the projections' [B, S, H, D]
 // outputs and writes the output projection's input in place of four copies
-// per layer.
+// per layer; and then the last-dim split of a fused q/k/v projection into the
+// attention's `zg.packed` operands, so that it reads q, k and v out of the
+// projection's [B, S, 3D] output in place of three more copies.
 //
 //===----------------------------------------------------------------------===//
 
@@ -67,6 +69,97 @@ struct FoldTransposePass
     for (func::FuncOp func : *funcs) {
       foldProgram(func.getBody().front());
       foldHeadTransposes(func.getBody().front());
+      foldPackedOperands(func.getBody().front());
+    }
+  }
+
+  /// The source tensor and element offset of `part` when it is a piece of a
+  /// rank-3 [B, S, W] tensor along its last dim (a zg.split result, or a
+  /// unit-step zg.slice that keeps the other dims whole) and has one reader;
+  /// a null value otherwise.
+  static std::pair<Value, int64_t> lastDimPart(Value part) {
+    if (!part.hasOneUse() || rankOf(part) != 3)
+      return {nullptr, 0};
+    if (auto split = part.getDefiningOp<graph::SplitOp>()) {
+      Value src = split.getInput();
+      if (rankOf(src) != 3 || (split.getAxis() != 2 && split.getAxis() != -1))
+        return {nullptr, 0};
+      int64_t offset = 0;
+      for (Value r : split.getResults()) {
+        if (r == part)
+          return {src, offset};
+        offset += cast<ShapedType>(r.getType()).getDimSize(2);
+      }
+      return {nullptr, 0};
+    }
+    if (auto slice = part.getDefiningOp<graph::SliceOp>()) {
+      Value src = slice.getInput();
+      ArrayRef<int64_t> in = cast<ShapedType>(src.getType()).getShape();
+      ArrayRef<int64_t> out = cast<ShapedType>(part.getType()).getShape();
+      ArrayRef<int64_t> starts = slice.getStarts(), steps = slice.getSteps();
+      if (in.size() != 3 || starts.size() != 3 || steps.size() != 3 ||
+          in[0] != out[0] || in[1] != out[1] || starts[0] != 0 ||
+          starts[1] != 0 || steps[0] != 1 || steps[1] != 1 || steps[2] != 1)
+        return {nullptr, 0};
+      return {src, starts[2]};
+    }
+    return {nullptr, 0};
+  }
+
+  /// A sequence-major q, k or v that is a reshape [B, S, H * D] ->
+  /// [B, S, H, D] of a last-dim piece of a [B, S, W] tensor, with no other
+  /// reader along the way, is read by the attention out of that tensor: the
+  /// operand becomes the tensor, and `zg.packed` holds its element offset,
+  /// row stride W and heads. Forward attentions only, as above: the training
+  /// forward's gradient op reads its operands as they are.
+  void foldPackedOperands(Block &body) {
+    SmallVector<graph::AttentionOp> attentions(
+        body.getOps<graph::AttentionOp>());
+    for (graph::AttentionOp att : attentions) {
+      if (att.getLse() || att->hasAttr("zg.packed"))
+        continue;
+      SmallVector<int64_t> packed(9, 0);
+      // The reshapes go before the pieces' producers: a split dies only once
+      // all its pieces' reshapes have gone.
+      SmallVector<Operation *> reshapes;
+      llvm::SetVector<Operation *> producers;
+      bool any = false;
+      for (unsigned i = 0; i < 3; ++i) {
+        Value operand = att->getOperand(i);
+        auto reshape = operand.getDefiningOp<graph::ReshapeOp>();
+        if (!(att.getSeqMajorBits() & (int64_t(1) << i)) || !reshape ||
+            !operand.hasOneUse() || rankOf(operand) != 4)
+          continue;
+        ArrayRef<int64_t> shape =
+            cast<ShapedType>(operand.getType()).getShape();
+        Value part = reshape.getInput();
+        if (rankOf(part) != 3)
+          continue;
+        ArrayRef<int64_t> partShape =
+            cast<ShapedType>(part.getType()).getShape();
+        if (partShape[0] != shape[0] || partShape[1] != shape[1] ||
+            partShape[2] != shape[2] * shape[3])
+          continue;
+        auto [src, offset] = lastDimPart(part);
+        if (!src)
+          continue;
+        att->setOperand(i, src);
+        packed[3 * i] = offset;
+        packed[3 * i + 1] = cast<ShapedType>(src.getType()).getDimSize(2);
+        packed[3 * i + 2] = shape[2];
+        reshapes.push_back(reshape);
+        producers.insert(part.getDefiningOp());
+        any = true;
+      }
+      if (!any)
+        continue;
+      att->setAttr("zg.packed",
+                   DenseI64ArrayAttr::get(att.getContext(), packed));
+      for (Operation *op : reshapes)
+        op->erase();
+      for (Operation *op : producers)
+        if (op->use_empty())
+          op->erase();
     }
   }
 

@@ -389,10 +389,40 @@ LogicalResult AttentionOp::verify() {
   if (getSeqMajorBits() < 0 || getSeqMajorBits() > 15)
     return emitOpError("seq_major must be bits of 1 (q), 2 (k), 4 (v) and "
                        "8 (result)");
-  // The checks below are on the logical head-major shapes.
-  SmallVector<int64_t> q = headMajorShape(rtt(getQ()).getShape(), 1),
-                       k = headMajorShape(rtt(getK()).getShape(), 2),
-                       v = headMajorShape(rtt(getV()).getShape(), 4);
+  // The checks below are on the logical head-major shapes. The discardable
+  // `zg.packed` (nine ints: offset, row stride, heads of q, k and v; row
+  // stride 0: not packed) reads an operand out of a sequence-major [B, S, W]
+  // tensor: its [B, S, heads, D] part starts at that element offset of each
+  // row of W (--zplan-fold-transpose folds a fused q/k/v projection's split
+  // into it; D is the result's).
+  SmallVector<int64_t> logical[3];
+  auto packed = (*this)->getAttrOfType<DenseI64ArrayAttr>("zg.packed");
+  if (packed && packed.size() != 9)
+    return emitOpError("zg.packed must hold nine ints");
+  ArrayRef<int64_t> result = rtt(getResult()).getShape();
+  Value operands[3] = {getQ(), getK(), getV()};
+  for (int i = 0; i < 3; ++i) {
+    ArrayRef<int64_t> x = rtt(operands[i]).getShape();
+    int64_t rowStride = packed ? packed[3 * i + 1] : 0;
+    if (rowStride == 0) {
+      logical[i] = headMajorShape(x, int64_t(1) << i);
+      continue;
+    }
+    int64_t offset = packed[3 * i], heads = packed[3 * i + 2];
+    int64_t d = result.size() == 4 ? result[3] : 0;
+    if (!(getSeqMajorBits() & (int64_t(1) << i)))
+      return emitOpError("a packed operand must be sequence-major");
+    if (x.size() != 3 || x[2] != rowStride)
+      return emitOpError("a packed operand must be [B, S, W] with W its row "
+                         "stride ")
+             << rowStride;
+    if (offset < 0 || heads <= 0 || d <= 0 || offset + heads * d > rowStride)
+      return emitOpError("packed operand at offset ")
+             << offset << " with " << heads << " heads of " << d
+             << " does not fit rows of " << rowStride;
+    logical[i] = {x[0], heads, x[1], d};
+  }
+  SmallVector<int64_t> &q = logical[0], &k = logical[1], &v = logical[2];
   if (q.size() != 4 || k.size() != 4 || v.size() != 4)
     return emitOpError("q, k and v must be 4-D [B, H, S, D]");
   if (k[0] != q[0] || v[0] != q[0])

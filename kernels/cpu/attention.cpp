@@ -14,6 +14,8 @@ namespace cpu {
 size_t attention_scratch(const In &q, const In &k) {
   (void)q;
   // One score per key: T is dim 2 head-major and dim 1 sequence-major; the larger covers both layouts.
+  // A packed k ([B, T, W], AttnPacked) has T at dim 1.
+  if (k.shape.rank == 3) return static_cast<size_t>(k.shape.d[1]);
   return k.shape.rank == 4 ? static_cast<size_t>(std::max(k.shape.d[1], k.shape.d[2])) : 0;
 }
 
@@ -48,17 +50,55 @@ AttnOperand attn_operand(const Dims &d, bool seq_major) {
   return o;
 }
 
+/// A packed operand's dims and strides (AttnPacked): [B, S, heads, Dh] rows of row_stride elements; its
+/// element offset is added to the base by the caller. False when the packing does not fit the tensor.
+bool packed_operand(const Dims &d, const AttnPacked &p, int64_t Dh, AttnOperand &o) {
+  if (d.rank != 3 || p.offset < 0 || p.heads <= 0 || Dh <= 0 || p.row_stride != d.d[2] ||
+      p.offset + p.heads * Dh > p.row_stride)
+    return false;
+  o.B = d.d[0];
+  o.H = p.heads;
+  o.S = d.d[1];
+  o.Dh = Dh;
+  o.sb = o.S * p.row_stride;
+  o.sh = Dh;
+  o.ss = p.row_stride;
+  return true;
+}
+
 bool same_dims(const AttnOperand &a, const AttnOperand &b) { return a.B == b.B && a.H == b.H && a.S == b.S && a.Dh == b.Dh; }
 
 }  // namespace
 
 Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
                  float scale, int seq_major, float *scratch) {
-  if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape.rank != 4 || out.shape.rank != 4)
-    return Result::fail("attention: q, k, v and out must be rank 4");
+  return attention(q, k, v, mask, out, lse, causal, scale, seq_major, nullptr, scratch);
+}
+
+Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                 float scale, int seq_major, const AttnPacked *packed, float *scratch) {
+  const In *qkv[3] = {&q, &k, &v};
+  if (out.shape.rank != 4) return Result::fail("attention: out must be rank 4");
+  for (int i = 0; i < 3; ++i) {
+    const bool is_packed = packed && packed[i].row_stride != 0;
+    if (qkv[i]->shape.rank != (is_packed ? 3 : 4))
+      return Result::fail("attention: q, k and v must be rank 4, or rank 3 packed");
+    if (is_packed && !(seq_major & (1 << i))) return Result::fail("attention: a packed operand must be sequence-major");
+  }
   if (seq_major & ~kAttnSeqMajorAll) return Result::fail("attention: unknown seq_major bits");
-  const AttnOperand qo = attn_operand(q.shape, seq_major & kAttnSeqMajorQ), ko = attn_operand(k.shape, seq_major & kAttnSeqMajorK),
-                    vo = attn_operand(v.shape, seq_major & kAttnSeqMajorV), oo = attn_operand(out.shape, seq_major & kAttnSeqMajorOut);
+  AttnOperand ops[3];
+  int64_t base[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    if (packed && packed[i].row_stride != 0) {
+      if (!packed_operand(qkv[i]->shape, packed[i], out.shape.d[3], ops[i]))
+        return Result::fail("attention: a packed operand's offset and heads do not fit its tensor's rows");
+      base[i] = packed[i].offset;
+    } else {
+      ops[i] = attn_operand(qkv[i]->shape, seq_major & (1 << i));
+    }
+  }
+  const AttnOperand &qo = ops[0], &ko = ops[1], &vo = ops[2],
+                    oo = attn_operand(out.shape, seq_major & kAttnSeqMajorOut);
   const int64_t B = qo.B, Hq = qo.H, S = qo.S, Dh = qo.Dh;
   const int64_t Hkv = ko.H, T = ko.S;
   if (ko.B != B || ko.Dh != Dh) return Result::fail("attention: k must be [B, Hkv, T, Dh]");
@@ -81,8 +121,8 @@ Result attention(const In &q, const In &k, const In &v, const In &mask, const Ou
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t kh = h / group;
-      const int64_t qbase = b * qo.sb + h * qo.sh, obase = b * oo.sb + h * oo.sh;
-      const int64_t kbase = b * ko.sb + kh * ko.sh, vbase = b * vo.sb + kh * vo.sh;
+      const int64_t qbase = base[0] + b * qo.sb + h * qo.sh, obase = b * oo.sb + h * oo.sh;
+      const int64_t kbase = base[1] + b * ko.sb + kh * ko.sh, vbase = base[2] + b * vo.sb + kh * vo.sh;
       for (int64_t i = 0; i < S; ++i) {
         float mx = ninf;
         for (int64_t j = 0; j < T; ++j) {

@@ -580,15 +580,52 @@ Operand operand(const Dims &d, bool seq_major) {
   return o;
 }
 
+/// A packed operand (cpu::AttnPacked): [B, S, heads, Dh] rows of row_stride elements of a [B, S, W] tensor;
+/// the caller adds the element offset to the base pointer. False when the packing does not fit the tensor.
+bool packed_operand(const Dims &d, const cpu::AttnPacked &p, int64_t Dh, Operand &o) {
+  if (d.rank != 3 || p.offset < 0 || p.heads <= 0 || Dh <= 0 || p.row_stride != d.d[2] ||
+      p.offset + p.heads * Dh > p.row_stride)
+    return false;
+  o.B = d.d[0];
+  o.H = p.heads;
+  o.S = d.d[1];
+  o.Dh = Dh;
+  o.st.b = o.S * p.row_stride;
+  o.st.h = Dh;
+  o.st.s = p.row_stride;
+  return true;
+}
+
 }  // namespace
 
 GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
                     float scale, int seq_major, cudaStream_t s) {
-  if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape.rank != 4 || out.shape.rank != 4)
-    return kernel_failure("attention: q, k, v and out must be rank 4");
+  return attention(q, k, v, mask, out, lse, causal, scale, seq_major, nullptr, s);
+}
+
+GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &mask, const Out &out, const Out &lse,
+                    bool causal, float scale, int seq_major, const cpu::AttnPacked *packed, cudaStream_t s) {
+  if (out.shape.rank != 4) return kernel_failure("attention: out must be rank 4");
   if (seq_major & ~cpu::kAttnSeqMajorAll) return kernel_failure("attention: unknown seq_major bits");
-  const Operand qo = operand(q.shape, seq_major & cpu::kAttnSeqMajorQ), ko = operand(k.shape, seq_major & cpu::kAttnSeqMajorK),
-                vo = operand(v.shape, seq_major & cpu::kAttnSeqMajorV), oo = operand(out.shape, seq_major & cpu::kAttnSeqMajorOut);
+  // Every path below reads q, k and v through their base pointers and strides, so a packed operand is its
+  // tensor's pointer moved by the element offset, with the row stride as its position stride.
+  In q = q_in, k = k_in, v = v_in;
+  In *qkv[3] = {&q, &k, &v};
+  Operand ops[3];
+  for (int i = 0; i < 3; ++i) {
+    const bool is_packed = packed && packed[i].row_stride != 0;
+    if (qkv[i]->shape.rank != (is_packed ? 3 : 4))
+      return kernel_failure("attention: q, k and v must be rank 4, or rank 3 packed");
+    if (!is_packed) {
+      ops[i] = operand(qkv[i]->shape, seq_major & (1 << i));
+      continue;
+    }
+    if (!(seq_major & (1 << i))) return kernel_failure("attention: a packed operand must be sequence-major");
+    if (!packed_operand(qkv[i]->shape, packed[i], out.shape.d[3], ops[i]))
+      return kernel_failure("attention: a packed operand's offset and heads do not fit its tensor's rows");
+    qkv[i]->data = static_cast<const char *>(qkv[i]->data) + packed[i].offset * dtype_size(qkv[i]->dtype);
+  }
+  const Operand &qo = ops[0], &ko = ops[1], &vo = ops[2], oo = operand(out.shape, seq_major & cpu::kAttnSeqMajorOut);
   const int64_t B = qo.B, Hq = qo.H, S = qo.S, Dh = qo.Dh;
   const int64_t Hkv = ko.H, T = ko.S;
   if (ko.B != B || ko.Dh != Dh) return kernel_failure("attention: k must be [B, Hkv, T, Dh]");

@@ -886,9 +886,34 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
         if ((layout & bit) && h.size() == 4) std::swap(h[1], h[2]);
         return h;
       };
-      const Shape q = head_major(I(0).shape, 1), k = head_major(I(1).shape, 2);
-      if (q.size() != 4 || k.size() != 4 || head_major(I(2).shape, 4) != k)
-        return bad("q, k, v must be rank 4 with v shaped like k");
+      // ints[2..10] (plan 2.8): q, k and v packed (offset, row stride, heads; row stride 0: not packed), read
+      // out of a sequence-major [B, S, W] tensor. The operand's logical [B, S, heads, Dh] (Dh from the output)
+      // must fit each row: offset + heads * Dh <= W, with the row stride W.
+      if (nints != 2 && nints != 11 && nints > 1) return bad("attention takes 1, 2 or 11 ints");
+      if (O().shape.size() != 4) return bad("output must be rank 4");
+      Shape logical[3];
+      for (int i = 0; i < 3; ++i) {
+        const Shape &x = I(i).shape;
+        const int64_t off = nints == 11 ? ints(2 + 3 * i) : 0, rs = nints == 11 ? ints(3 + 3 * i) : 0,
+                      heads = nints == 11 ? ints(4 + 3 * i) : 0;
+        if (rs == 0) {
+          if (off != 0 || heads != 0) return bad("an unpacked operand has offset and heads 0");
+          logical[i] = head_major(x, 1 << i);
+          continue;
+        }
+        const int64_t dh = O().shape[3];
+        if (!(layout & (1 << i))) return bad("a packed operand must be sequence-major");
+        if (x.size() != 3) return bad("a packed operand must be rank 3 [B, S, W], not " + shape_str(x));
+        if (rs != x[2])
+          return bad("packed row stride " + std::to_string(rs) + " is not the tensor's last dim " +
+                     std::to_string(x[2]));
+        if (off < 0 || heads <= 0 || dh <= 0 || off + heads * dh > rs)
+          return bad("packed operand at offset " + std::to_string(off) + " with " + std::to_string(heads) +
+                     " heads of " + std::to_string(dh) + " does not fit rows of " + std::to_string(rs));
+        logical[i] = Shape{x[0], heads, x[1], dh};
+      }
+      const Shape &q = logical[0], &k = logical[1];
+      if (q.size() != 4 || k.size() != 4 || logical[2] != k) return bad("q, k, v must be rank 4 with v shaped like k");
       if (k[0] != q[0] || k[3] != q[3] || k[1] <= 0 || q[1] % k[1] != 0) return bad("k " + shape_str(k) + " does not fit q " + shape_str(q));
       if (head_major(O().shape, 8) != q) return bad("output shape must equal q's");
       if (ins.size() > 3 && ins[3] >= 0 && !broadcasts_to(I(3).shape, Shape{q[0], q[1], q[2], k[2]}))

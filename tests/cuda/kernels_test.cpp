@@ -2,6 +2,7 @@
 // ones included: sizes that are not multiples of any tile or block) and for each storage dtype. Outputs are
 // poisoned with NaN before each launch, so an element the kernel never writes fails the comparison.
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <cstdlib>
 #include <limits>
@@ -519,6 +520,40 @@ TEST(CudaAttention, SequenceMajorOperands) {
           EXPECT_TRUE(close(om ? swap12(got) : got, ref, tol_for(t)));
           EXPECT_TRUE(close(dl.download(), ref_lse, 1e-3));
         }
+      // Packed operands (plan 2.8, zk::cpu::AttnPacked, the plan's folded q/k/v split): q read out of a
+      // [B, S, Wq] tensor and k, v out of one [B, T, Wkv] tensor at element offsets, rows padded by `pad`
+      // elements before each part. A pad of 8 keeps every part 16-byte aligned (the tensor-core paths); 3
+      // does not (the exact kernel). Against the same reference, every path.
+      for (int64_t pad : {8, 3}) {
+        const int64_t qw = c.Hq * c.Dh, kw = c.Hkv * c.Dh;
+        const int64_t Wq = pad + qw, Wkv = 2 * (pad + kw);
+        HostT pq = random_tensor(t, Dims{c.B, c.S, Wq}), pkv = random_tensor(t, Dims{c.B, c.T, Wkv});
+        const size_t es = zk::dtype_size(t);
+        auto pack = [&](HostT &dst, int64_t w, const HostT &src, int64_t off, int64_t rows, int64_t part) {
+          for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(dst.bytes.data() + (r * w + off) * es, src.bytes.data() + r * part * es, part * es);
+        };
+        pack(pq, Wq, qs, pad, c.B * c.S, qw);
+        pack(pkv, Wkv, ks, pad, c.B * c.T, kw);
+        pack(pkv, Wkv, vs, 2 * pad + kw, c.B * c.T, kw);
+        const zk::cpu::AttnPacked pk[3] = {{pad, Wq, c.Hq}, {pad, Wkv, c.Hkv}, {2 * pad + kw, Wkv, c.Hkv}};
+        DevT dq(pq), dkv(pkv);
+        for (const char *path : {"", "mma64", "mma128", "mma128r", "wmma"})
+          for (int bits : {zk::cpu::kAttnSeqMajorAll, zk::cpu::kAttnSeqMajorAll & ~zk::cpu::kAttnSeqMajorOut}) {
+            SCOPED_TRACE(std::string("packed, pad ") + std::to_string(pad) + " path '" + path + "' " +
+                         zk::dtype_name(t) + " seq_major " + std::to_string(bits) + " S" + std::to_string(c.S) +
+                         " T" + std::to_string(c.T) + " Dh" + std::to_string(c.Dh));
+            setenv("ZK_CUDA_ATTENTION", path, 1);
+            const bool om = bits & zk::cpu::kAttnSeqMajorOut;
+            DevT dy(t, om ? Dims{c.B, c.S, c.Hq, c.Dh} : q.shape), dl(DType::f32, Dims{c.B, c.Hq, c.S});
+            DevT dm(c.mask ? mask : HostT(DType::f32, Dims{1}));
+            ZT_GPU_OK(zc::attention(dq.in(), dkv.in(), dkv.in(), c.mask ? dm.in() : zk::In{}, dy.out(), dl.out(),
+                                    c.causal, scale, bits, pk, nullptr));
+            HostT got = dy.download();
+            EXPECT_TRUE(close(om ? swap12(got) : got, ref, tol_for(t)));
+            EXPECT_TRUE(close(dl.download(), ref_lse, 1e-3));
+          }
+      }
     }
   unsetenv("ZK_CUDA_ATTENTION");
 }

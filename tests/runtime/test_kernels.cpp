@@ -573,3 +573,67 @@ TEST(Kernels, AttentionSequenceMajor) {
   EXPECT_FALSE(cpu::attention(q.in(), k.in(), k.in(), In{}, y.out(), Out{}, false, 1.0f, cpu::kAttnSeqMajorK, sc.data()).ok());
   EXPECT_FALSE(cpu::attention(q.in(), q.in(), q.in(), In{}, y.out(), Out{}, false, 1.0f, 16, sc.data()).ok());
 }
+
+// Packed operands (plan 2.8, cpu::AttnPacked): q, k and v read out of one [B, S, W] tensor at element
+// offsets, as the plan's folded q/k/v split leaves them, give bitwise the result of the same values passed as
+// separate sequence-major tensors. The packing is written by the loops below (not by a kernel), with padding
+// columns before q and between the parts so that no offset is 0 and rows are wider than the parts.
+TEST(Kernels, AttentionPackedOperands) {
+  std::mt19937 g(17);
+  const int64_t B = 2, Hq = 4, Hkv = 2, S = 5, D = 4;
+  const int64_t qoff = 3, koff = qoff + Hq * D + 1, voff = koff + Hkv * D, W = voff + Hkv * D + 2;
+  for (bool causal : {false, true}) {
+    // Sequence-major [B, S, H, D] operands, and the one tensor holding all three.
+    Buf q = rnd(DType::f32, {B, S, Hq, D}, g), k = rnd(DType::f32, {B, S, Hkv, D}, g),
+        v = rnd(DType::f32, {B, S, Hkv, D}, g);
+    Buf packed = rnd(DType::f32, {B, S, W}, g);
+    auto pack = [&](const Buf& x, int64_t off) {
+      const int64_t hd = x.shape.d[2] * D;
+      for (int64_t r = 0; r < B * S; ++r)
+        for (int64_t e = 0; e < hd; ++e) packed.set(r * W + off + e, x.get(r * hd + e));
+    };
+    pack(q, qoff);
+    pack(k, koff);
+    pack(v, voff);
+    Buf m = rnd(DType::f32, {B, 1, S, S}, g);
+    const int bits = cpu::kAttnSeqMajorAll;
+    Buf ref(DType::f32, {B, S, Hq, D}), ref_lse(DType::f32, {B, Hq, S});
+    std::vector<float> scratch(cpu::attention_scratch(q.in(), k.in()));
+    ASSERT_TRUE(cpu::attention(q.in(), k.in(), v.in(), m.in(), ref.out(), ref_lse.out(), causal, 0.5f, bits,
+                               scratch.data())
+                    .ok());
+    const cpu::AttnPacked all[3] = {{qoff, W, Hq}, {koff, W, Hkv}, {voff, W, Hkv}};
+    // Every subset of q, k, v packed, the others passed as their own tensors.
+    for (int which = 1; which < 8; ++which) {
+      SCOPED_TRACE("packed " + std::to_string(which) + (causal ? " causal" : ""));
+      cpu::AttnPacked pk[3];
+      const Buf* ops[3] = {&q, &k, &v};
+      In ins[3];
+      for (int i = 0; i < 3; ++i) {
+        if (which & (1 << i)) pk[i] = all[i];
+        ins[i] = which & (1 << i) ? packed.in() : ops[i]->in();
+      }
+      Buf y(DType::f32, {B, S, Hq, D}), lse(DType::f32, {B, Hq, S});
+      std::vector<float> sc(cpu::attention_scratch(ins[0], ins[1]));
+      ASSERT_TRUE(cpu::attention(ins[0], ins[1], ins[2], m.in(), y.out(), lse.out(), causal, 0.5f, bits, pk,
+                                 sc.data())
+                      .ok());
+      for (int64_t i = 0; i < ref.n(); ++i) EXPECT_EQ(y.get(i), ref.get(i)) << "element " << i;
+      for (int64_t i = 0; i < lse.n(); ++i) EXPECT_EQ(lse.get(i), ref_lse.get(i)) << "lse " << i;
+    }
+  }
+  // Refusals: heads that run past the row, a row stride other than the tensor's last dim, a packed operand
+  // that is not sequence-major, and a negative offset.
+  Buf x(DType::f32, {1, 3, 16}), y(DType::f32, {1, 3, 2, 4});
+  std::vector<float> sc(8);
+  auto refused = [&](cpu::AttnPacked p, int bits) {
+    const cpu::AttnPacked pk[3] = {p, {0, 16, 2}, {8, 16, 2}};
+    return !cpu::attention(x.in(), x.in(), x.in(), In{}, y.out(), Out{}, false, 1.0f, bits, pk, sc.data())
+                .ok();
+  };
+  EXPECT_FALSE(refused({4, 16, 2}, cpu::kAttnSeqMajorAll));
+  EXPECT_TRUE(refused({12, 16, 2}, cpu::kAttnSeqMajorAll));
+  EXPECT_TRUE(refused({0, 8, 2}, cpu::kAttnSeqMajorAll));
+  EXPECT_TRUE(refused({0, 16, 2}, cpu::kAttnSeqMajorK | cpu::kAttnSeqMajorV));
+  EXPECT_TRUE(refused({-1, 16, 2}, cpu::kAttnSeqMajorAll));
+}

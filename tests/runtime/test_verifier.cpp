@@ -141,6 +141,25 @@ TEST(Verifier, ShapesAndBindings) {
   expect_reject(verify(z.file(), 2), "a ZeRO shard of dp index 1 must keep");
 }
 
+// Plan 2.8: an attention's packed operands (offset, row stride, heads per q, k, v) must fit their tensor's
+// rows, keep the row stride at the tensor's last dim, and be sequence-major.
+TEST(Verifier, AttentionPackedOperands) {
+  auto with = [](std::vector<int64_t> ints) {
+    PlanBuilder p = good();
+    const int x = p.act("qkv", {4, 3, 48}), y = p.act("att", {4, 3, 2, 8});
+    p.op(zrt::Op::attention, {x, x, x}, {y}, std::move(ints), {1.0});
+    return p;
+  };
+  EXPECT_TRUE(verify(with({1, 15, 0, 48, 2, 16, 48, 2, 32, 48, 2}).file(), 2).ok());
+  expect_reject(verify(with({1, 15, 0, 48, 2, 16, 48, 2, 40, 48, 2}).file(), 2),
+                "packed operand at offset 40 with 2 heads of 8 does not fit rows of 48");
+  expect_reject(verify(with({1, 15, 0, 48, 2, 16, 48, 2, 32, 32, 2}).file(), 2),
+                "packed row stride 32 is not the tensor's last dim 48");
+  expect_reject(verify(with({1, 14, 0, 48, 2, 16, 48, 2, 32, 48, 2}).file(), 2),
+                "a packed operand must be sequence-major");
+  expect_reject(verify(with({1, 15, 0, 48, 2, 16, 48, 2, 32, 48}).file(), 2), "ints");
+}
+
 TEST(PlanFile, WriterRoundTripAndNoPartialFile) {
   std::string dir = ::testing::TempDir();
   if (dir.size() > 1 && dir.back() == '/') dir.pop_back();

@@ -187,10 +187,15 @@ class CpuBackend final : public Backend {
         return embedding(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
                          static_cast<int64_t>(rank_.tp_index()) * s.ints[0]);
       case Op::fill: return fill(s.floats[0], out_of(s.outputs[0]));
-      case Op::attention:
+      case Op::attention: {
+        // Plan 2.8: ints[2..10] are q, k and v's packing (offset, row stride, heads), zk::cpu::AttnPacked.
+        AttnPacked packed[3];
+        const bool has_packed = s.ints.size() >= 11;
+        for (int i = 0; has_packed && i < 3; ++i) packed[i] = {s.ints[2 + 3 * i], s.ints[3 + 3 * i], s.ints[4 + 3 * i]};
         return attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3), out_of(s.outputs[0]),
                          opt_out(s, 1), s.ints[0] != 0, static_cast<float>(s.floats[0]),
-                         s.ints.size() > 1 ? static_cast<int>(s.ints[1]) : 0, scratch);
+                         s.ints.size() > 1 ? static_cast<int>(s.ints[1]) : 0, has_packed ? packed : nullptr, scratch);
+      }
       // Run-time ops of decoder exports.
       case Op::floor: return zk::cpu::floor(in_of(s.inputs[0]), out_of(s.outputs[0]));
       case Op::is_nan: return zk::cpu::is_nan(in_of(s.inputs[0]), out_of(s.outputs[0]));

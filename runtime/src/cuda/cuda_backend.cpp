@@ -734,11 +734,17 @@ class CudaBackend final : public Backend {
                                     static_cast<int64_t>(rank_.tp_index()) * s.ints[0], st));
         return {};
       case Op::fill: ZRT_GPU_CHECK(zc::fill(s.floats[0], out_of(s.outputs[0]), st)); return {};
-      case Op::attention:
-        ZRT_GPU_CHECK(zc::attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3),
-                                    out_of(s.outputs[0]), opt_out(s, 1), s.ints[0] != 0, static_cast<float>(s.floats[0]),
-                                    s.ints.size() > 1 ? static_cast<int>(s.ints[1]) : 0, st));
+      case Op::attention: {
+        // Plan 2.8: ints[2..10] are q, k and v's packing (offset, row stride, heads), zk::cpu::AttnPacked.
+        zk::cpu::AttnPacked packed[3];
+        const bool has_packed = s.ints.size() >= 11;
+        for (int i = 0; has_packed && i < 3; ++i) packed[i] = {s.ints[2 + 3 * i], s.ints[3 + 3 * i], s.ints[4 + 3 * i]};
+        ZRT_GPU_CHECK(
+            zc::attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3),
+                          out_of(s.outputs[0]), opt_out(s, 1), s.ints[0] != 0, static_cast<float>(s.floats[0]),
+                          s.ints.size() > 1 ? static_cast<int>(s.ints[1]) : 0, has_packed ? packed : nullptr, st));
         return {};
+      }
       // Run-time ops of decoder exports.
       case Op::floor: ZRT_GPU_CHECK(zc::floor(in_of(s.inputs[0]), out_of(s.outputs[0]), st)); return {};
       case Op::is_nan: ZRT_GPU_CHECK(zc::is_nan(in_of(s.inputs[0]), out_of(s.outputs[0]), st)); return {};

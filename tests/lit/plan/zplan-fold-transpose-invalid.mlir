@@ -33,3 +33,22 @@ func.func @bad_seq_major_shape(%q: tensor<1x4x8x8xf32>, %k: tensor<1x8x3x8xf32>)
   %a = zg.attention %q, %k, %k {causal = false, scale = 1.0 : f64, seq_major = 14 : i64} : (tensor<1x4x8x8xf32>, tensor<1x8x3x8xf32>, tensor<1x8x3x8xf32>) -> tensor<1x8x4x8xf32>
   return %a : tensor<1x8x4x8xf32>
 }
+
+// -----
+
+// Tests the attention verifier with zg.packed: a packed q whose heads run past
+// its tensor's rows (offset 64 + 4 heads of 8 > 64), and a packed operand
+// that is not sequence-major.
+func.func @packed_past_row(%x: tensor<1x8x64xf32>) -> tensor<1x8x4x8xf32> {
+  // expected-error @+1 {{packed operand at offset 64 with 4 heads of 8 does not fit rows of 64}}
+  %a = zg.attention %x, %x, %x {causal = false, scale = 1.0 : f64, seq_major = 15 : i64, zg.packed = array<i64: 64, 64, 4, 0, 64, 4, 32, 64, 4>} : (tensor<1x8x64xf32>, tensor<1x8x64xf32>, tensor<1x8x64xf32>) -> tensor<1x8x4x8xf32>
+  return %a : tensor<1x8x4x8xf32>
+}
+
+// -----
+
+func.func @packed_head_major(%x: tensor<1x8x64xf32>) -> tensor<1x8x4x8xf32> {
+  // expected-error @+1 {{a packed operand must be sequence-major}}
+  %a = zg.attention %x, %x, %x {causal = false, scale = 1.0 : f64, seq_major = 14 : i64, zg.packed = array<i64: 0, 64, 4, 0, 64, 4, 32, 64, 4>} : (tensor<1x8x64xf32>, tensor<1x8x64xf32>, tensor<1x8x64xf32>) -> tensor<1x8x4x8xf32>
+  return %a : tensor<1x8x4x8xf32>
+}

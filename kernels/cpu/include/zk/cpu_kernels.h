@@ -187,6 +187,17 @@ constexpr int kAttnSeqMajorQ = 1, kAttnSeqMajorK = 2, kAttnSeqMajorV = 4, kAttnS
 /// The same, with any operand sequence-major (`seq_major`, the bits above). attention_scratch covers it.
 Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
                  float scale, int seq_major, float *scratch);
+/// A q, k or v operand read out of a wider sequence-major tensor (plan 2.8): the tensor is [B, S, W] and the
+/// operand's [B, S, heads, Dh] rows start `offset` elements into each position's row of `row_stride` (= W)
+/// elements; Dh is the output's. The compiler folds the last-dim split of a fused q/k/v projection into it
+/// (compiler/plan/FoldTranspose.cpp), so that the attention reads the projection's output in place of three
+/// copies. row_stride 0: the operand is a plain tensor.
+struct AttnPacked {
+  int64_t offset = 0, row_stride = 0, heads = 0;
+};
+/// The same, with q, k and v (packed[0..2]; null: none) possibly packed. A packed operand is sequence-major.
+Result attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                 float scale, int seq_major, const AttnPacked *packed, float *scratch);
 
 // --- generation (docs/generation.md) -------------------------------------------------------------------------
 

@@ -40,6 +40,10 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
 /// zk/cpu_kernels.h), as the plan's folded head transposes leave them.
 GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
                     float scale, int seq_major, cudaStream_t stream);
+/// The same with q, k and v possibly packed (packed[0..2], zk::cpu::AttnPacked; null: none): read at an element
+/// offset out of a wider [B, S, W] tensor, as the plan's folded q/k/v splits leave them.
+GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                    float scale, int seq_major, const cpu::AttnPacked *packed, cudaStream_t stream);
 /// Flash-style attention backward: probabilities recomputed tile by tile from q, k and lse; dk and dv of a
 /// kv head summed over its query heads (GQA) inside one block, so no atomics and a deterministic result.
 /// Head dims up to 256; q, k, v, out, dout, dq, dk, dv share one float dtype. bf16/f16 with head dims 64
