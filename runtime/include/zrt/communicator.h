@@ -51,6 +51,25 @@ struct CollectiveHeader {
 /// "all_reduce over tp of 4096 B f32 (collective #3, plan step 17)".
 std::string describe(const CollectiveHeader &h);
 
+/// The size of `axis`'s group on a tp x dp mesh (the group rules above); 1 for Axis::none.
+inline int mesh_group_size(Axis axis, int tp, int dp) {
+  switch (axis) {
+    case Axis::tp: return tp;
+    case Axis::dp: return dp;
+    case Axis::world: return tp * dp;
+    default: return 1;
+  }
+}
+/// World rank `rank`'s index in its `axis` group on a mesh of tp ranks per dp index; 0 for Axis::none.
+inline int mesh_group_rank(Axis axis, int rank, int tp) {
+  switch (axis) {
+    case Axis::tp: return rank % tp;
+    case Axis::dp: return rank / tp;
+    case Axis::world: return rank;
+    default: return 0;
+  }
+}
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -357,22 +357,8 @@ class TcpCommunicator final : public Communicator {
     return {};
   }
 
-  int group_size(Axis a) const override {
-    switch (a) {
-      case Axis::tp: return tp_size_;
-      case Axis::dp: return dp_size_;
-      case Axis::world: return world_;
-      default: return 1;
-    }
-  }
-  int group_rank(Axis a) const override {
-    switch (a) {
-      case Axis::tp: return rank_ % tp_size_;
-      case Axis::dp: return rank_ / tp_size_;
-      case Axis::world: return rank_;
-      default: return 0;
-    }
-  }
+  int group_size(Axis a) const override { return a == Axis::world ? world_ : mesh_group_size(a, tp_size_, dp_size_); }
+  int group_rank(Axis a) const override { return mesh_group_rank(a, rank_, tp_size_); }
 
   Status all_reduce(Axis axis, const void *send, void *recv, size_t count, DType dtype, void *,
                     Reduction red) override {
