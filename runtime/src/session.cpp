@@ -684,9 +684,9 @@ Status Session::bind_random_inputs(uint64_t seed) {
       if (bound < 1) bound = 2;
       const size_t n = io.global_bytes() / dtype_size(io.dtype);
       std::vector<uint8_t> buf(io.global_bytes());
-      const std::string key = "input:" + io.name;
+      const uint64_t key = random_weight_key(seed, "input:" + io.name);
       for (size_t e = 0; e < n; ++e) {
-        const float u = random_weight_value(seed, key, e) * 10.0f;  // [-1, 1)
+        const float u = random_weight_at(key, e) * 10.0f;  // [-1, 1)
         if (io.dtype == DType::f32 || io.dtype == DType::bf16 || io.dtype == DType::f16)
           zk::store_f32(buf.data(), static_cast<zk::DType>(io.dtype), static_cast<int64_t>(e), u);
         else

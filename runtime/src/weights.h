@@ -34,6 +34,11 @@ class MappedFiles {
 /// the same weight sees the same values.
 float random_weight_value(uint64_t seed, const std::string &name, uint64_t index);
 
+/// The same value split in two: the key of (seed, name) once per tensor, then the value of each index.
+/// random_weight_value(seed, name, i) == random_weight_at(random_weight_key(seed, name), i).
+uint64_t random_weight_key(uint64_t seed, const std::string &name);
+float random_weight_at(uint64_t key, uint64_t index);
+
 /// Fills `dst` (the tensor's storage, `dst_elems` elements of `dst_dtype`, zeroed by the caller) with the
 /// flat range of the tp-local tensor that `rank` keeps. `base_dir` resolves relative source paths.
 Status assemble_weight(const fb::Plan &plan, const fb::WeightBinding &binding, int rank, const std::string &base_dir,
