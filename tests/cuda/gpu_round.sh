@@ -14,7 +14,8 @@
 # Table (unless --no-table): planned vs measured peak and median time of every plan in
 # .gpu-plans/manifest.txt (tests/cuda/plan_memory.sh), llama-1b's ZeRO-3 and chunked tp 2 at fewer NCCL channels,
 # then the PyTorch peers (bench/gpu/torch_baseline.py on
-# one GPU; its --tp-peers under torchrun on two).
+# one GPU, the models of ZPLAN_TORCH_MODELS, default gpt2-350m llama-1b, llama2-7b at batch 4 if named; its
+# --tp-peers under torchrun on two).
 # Plans come from bench/gpu/make_overlap_plans.sh (.gpu-plans), tests/cuda/make_train_plans.sh (.gpu-train)
 # and tests/cuda/make_nvme_plans.sh (.gpu-nvme), compiled on the compiling machine; the call carries them and
 # .gpu-deps (scripts/gpu-deps.sh). Logs travel back as $OUT/round-logs.tgz; the summary is printed last.
@@ -24,6 +25,8 @@ table=1
 [[ ${1:-} == --no-table ]] && table=0
 budget=${ZPLAN_CALL_BUDGET_S:-560}
 left() { [[ $SECONDS -lt $1 ]]; }  # left SECONDS: is the call still under that many seconds?
+# wanted STEP: not named in ZPLAN_ROUND_SKIP (a space-separated list of train, nvme, gen, torchrun, sweep).
+wanted() { [[ " ${ZPLAN_ROUND_SKIP:-} " != *" $1 "* ]]; }
 logs_to /tmp/zplan-round round-logs.tgz
 cd "$top" || exit 1
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
@@ -53,11 +56,11 @@ if [[ -d .gpu-plans ]]; then
   step models tests/cuda/check_models.sh "$b/bin/zrun" .gpu-plans
   cat "$out/models.log"
 fi
-if [[ -d .gpu-train ]] && left $((budget - 200)); then
+if [[ -d .gpu-train ]] && wanted train && left $((budget - 200)); then
   step train env ZPLAN_TRAIN_ONLY='*-z0-w1' tests/cuda/train_gpu.sh
   grep -E "ok|FAIL|rc=" "$out/train.log" | grep -v "^build" | head -40
 fi
-if [[ -d .gpu-nvme ]] && left $((budget - 180)); then
+if [[ -d .gpu-nvme ]] && wanted nvme && left $((budget - 180)); then
   step nvme tests/cuda/nvme_bench.sh --dirs ""
   grep -iE "ok|fail|bytes|error" "$out/nvme.log" | head -30
 fi
@@ -65,7 +68,7 @@ fi
 # prompt and 256 new tokens (zrun's own figures); llama2-7b-offload-b64.zplan (ZeRO-Inference: the weights in
 # pinned host memory, streamed layer by layer each decode step) with 32 new tokens, next to the pinned
 # host-to-device rate measured here, which sets its floor (the plan's report gives the bytes per step).
-if [[ -d .gpu-gen ]] && left $((budget - 200)); then
+if [[ -d .gpu-gen ]] && wanted gen && left $((budget - 200)); then
   step h2d python3 - <<'PY'
 import json, torch
 n = 1 << 30
@@ -96,7 +99,7 @@ PY
     echo "$name:"; grep -iE "first token|tokens/s|error" "$out/gen-$name.log" | head -4
   done
 fi
-if [[ $gpus -ge 2 && -f .gpu-plans/gpt2-fp32-tp2.zplan ]] && left $((budget - 150)); then
+if [[ $gpus -ge 2 && -f .gpu-plans/gpt2-fp32-tp2.zplan ]] && wanted torchrun && left $((budget - 150)); then
   step torchrun tests/cuda/torchrun_nccl.sh "$b/bin/zrun" .gpu-plans/gpt2-fp32-tp2.zplan "$out/torchrun"
   tail -3 "$out/torchrun.log"
 fi
@@ -107,7 +110,7 @@ fi
 # NCCL's channel count against the overlap (timing only: the plans' NCCL bytes assume 32 channels, so the
 # memory check of these runs fails by design): fewer channels leave more SMs to the compute that the
 # gathers and all-reduces overlap.
-if [[ $table == 1 && $gpus -ge 2 ]] && left $((budget - 150)); then
+if [[ $table == 1 && $gpus -ge 2 ]] && wanted sweep && left $((budget - 150)); then
   grep -E "^llama-1b-(zero3|tp2-chunks2) " .gpu-plans/manifest.txt > .gpu-plans/manifest-sweep.txt
   for ctas in 8 16; do
     left $((budget - 130)) || break
@@ -117,7 +120,8 @@ if [[ $table == 1 && $gpus -ge 2 ]] && left $((budget - 150)); then
 fi
 if [[ $table == 1 ]] && left $((budget - 90)); then
   step torch env CUDA_VISIBLE_DEVICES=0 PYTHONUNBUFFERED=1 timeout $((budget - SECONDS - 20)) python3 \
-    bench/gpu/torch_baseline.py --models gpt2-350m llama-1b --json "$out/torch.json"
+    bench/gpu/torch_baseline.py --models ${ZPLAN_TORCH_MODELS:-gpt2-350m llama-1b} --batch-of llama2-7b=4 \
+    --json "$out/torch.json"
   grep '^{' "$out/torch.log"
 fi
 if [[ $table == 1 && $gpus -ge 2 ]] && left $((budget - 90)); then
