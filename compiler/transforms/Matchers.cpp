@@ -43,6 +43,25 @@ bool transforms::isSplatNear(Value v, double expected, double relTol) {
   return s && (*s == expected || near(*s, expected, relTol));
 }
 
+std::optional<transforms::SqrtMeanPlusEps>
+transforms::matchSqrtMeanPlusEps(Value s) {
+  auto sqrt = s.getDefiningOp<graph::SqrtOp>();
+  if (!sqrt)
+    return std::nullopt;
+  auto add = sqrt.getInput().getDefiningOp<graph::AddOp>();
+  if (!add)
+    return std::nullopt;
+  // A splat constant is no mean, so at most one operand order matches: the
+  // callers' further checks need not be part of the match.
+  auto m = matchCommutative<graph::ReduceMeanOp>(
+      add, [](graph::ReduceMeanOp, Value eps) {
+        return getSplatValue(eps).has_value();
+      });
+  if (!m)
+    return std::nullopt;
+  return SqrtMeanPlusEps{add, m->first, *getSplatValue(m->second)};
+}
+
 graph::WeightOp transforms::getWeight2D(Value v) {
   auto w = v.getDefiningOp<graph::WeightOp>();
   if (!w || cast<RankedTensorType>(w.getType()).getRank() != 2)

@@ -2,7 +2,9 @@
 //
 // The matcher library of the recognition passes: scalar constants, weights,
 // squares, product trees, and the operands of commutative ops in either
-// order (each pass used to peel them with its own loop over both orders).
+// order (each pass used to peel them with its own loop over both orders);
+// and the one driver every pattern-based recognition pass runs (each used to
+// repeat it in its runOnOperation).
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +14,8 @@
 #include "dialects/graph/GraphOps.h"
 
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <optional>
 
@@ -75,6 +79,16 @@ struct LastDimPart {
 /// such a part.
 std::optional<LastDimPart> matchLastDimPart(mlir::Value v);
 
+/// The denominator of a normalisation, sqrt(reduce_mean(...) + eps) with a
+/// scalar constant eps on either side of the sum: its sum, its mean and eps.
+/// What is averaged, and over which axes, is the caller's to check.
+struct SqrtMeanPlusEps {
+  graph::AddOp add;
+  graph::ReduceMeanOp mean;
+  double eps = 0.0;
+};
+std::optional<SqrtMeanPlusEps> matchSqrtMeanPlusEps(mlir::Value s);
+
 /// The zg.weight defining v when it is 2-D, else null.
 graph::WeightOp getWeight2D(mlir::Value v);
 
@@ -94,6 +108,22 @@ template <typename OpTy> int64_t countOps(mlir::Operation *root) {
   int64_t n = 0;
   root->walk([&](OpTy) { ++n; });
   return n;
+}
+
+/// The body of a recognition pass: applies `Patterns` greedily under `root`
+/// and adds to `recognised` how many more OpTy ops there are afterwards, the
+/// pass's statistic. Fails when the greedy driver does; the pass then signals
+/// failure.
+template <typename OpTy, typename... Patterns>
+mlir::LogicalResult recognise(mlir::Operation *root,
+                              mlir::Pass::Statistic &recognised) {
+  int64_t before = countOps<OpTy>(root);
+  mlir::RewritePatternSet patterns(root->getContext());
+  patterns.add<Patterns...>(root->getContext());
+  if (mlir::failed(mlir::applyPatternsGreedily(root, std::move(patterns))))
+    return mlir::failure();
+  recognised += countOps<OpTy>(root) - before;
+  return mlir::success();
 }
 
 } // namespace zplan::transforms

@@ -10,8 +10,6 @@
 #include "compiler/transforms/Matchers.h"
 #include "compiler/transforms/Passes.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-
 namespace zplan::transforms {
 #define GEN_PASS_DEF_RECOGNISEATTENTION
 #include "compiler/transforms/Passes.h.inc"
@@ -85,17 +83,14 @@ Value transposedKey(Value kt) {
 Value peelScale(Value v, double &scale) {
   while (true) {
     if (auto m = v.getDefiningOp<zg::MulOp>()) {
-      bool done = false;
-      for (int k = 0; k < 2 && !done; ++k) {
-        auto s = getSplatValue(m->getOperand(1 - k));
-        if (s && m->getOperand(k).getType() == m.getType()) {
-          scale *= *s;
-          v = m->getOperand(k);
-          done = true;
-        }
-      }
-      if (done)
+      auto f = matchEitherOrder(m, [&](Value x, Value c) {
+        return getSplatValue(c) && x.getType() == m.getType();
+      });
+      if (f) {
+        scale *= *getSplatValue(f->second);
+        v = f->first;
         continue;
+      }
     }
     if (auto d = v.getDefiningOp<zg::DivOp>()) {
       auto s = getSplatValue(d.getRhs());
@@ -144,14 +139,11 @@ struct AttentionPattern : OpRewritePattern<zg::MatmulOp> {
       return core;
     };
     if (auto add = scores.getDefiningOp<zg::AddOp>()) {
-      for (int k = 0; k < 2 && !qk; ++k) {
-        if (add->getOperand(k).getType() != add.getType())
-          continue;
-        if (Value core = tryCore(add->getOperand(k))) {
-          qk = core;
-          mask = add->getOperand(1 - k);
-        }
-      }
+      auto m = matchEitherOrder(add, [&](Value s, Value) {
+        return s.getType() == add.getType() && (qk = tryCore(s));
+      });
+      if (m)
+        mask = m->second;
     } else if (auto w = scores.getDefiningOp<zg::WhereOp>()) {
       // Boolean mask: where(keep, scores, -big).
       auto neg = getSplatValue(w.getRhs());
@@ -251,12 +243,9 @@ struct AttentionPattern : OpRewritePattern<zg::MatmulOp> {
 struct RecogniseAttentionPass
     : transforms::impl::RecogniseAttentionBase<RecogniseAttentionPass> {
   void runOnOperation() override {
-    int64_t before = countOps<zg::AttentionOp>(getOperation());
-    RewritePatternSet patterns(&getContext());
-    patterns.add<AttentionPattern>(&getContext());
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    if (failed(recognise<zg::AttentionOp, AttentionPattern>(getOperation(),
+                                                            numAttention)))
       return signalPassFailure();
-    numAttention += countOps<zg::AttentionOp>(getOperation()) - before;
     // The runtime has no kernel for a causal mask on its own: one that no
     // attention absorbed means the attention core was not recognised.
     getOperation().walk([&](zg::CausalMaskOp cm) {

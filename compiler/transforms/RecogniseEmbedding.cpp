@@ -7,8 +7,6 @@
 #include "compiler/transforms/Matchers.h"
 #include "compiler/transforms/Passes.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-
 namespace zplan::transforms {
 #define GEN_PASS_DEF_RECOGNISEEMBEDDING
 #include "compiler/transforms/Passes.h.inc"
@@ -16,6 +14,7 @@ namespace zplan::transforms {
 
 using namespace mlir;
 using namespace zplan;
+using namespace zplan::transforms;
 namespace zg = zplan::graph;
 
 namespace {
@@ -24,7 +23,7 @@ struct EmbeddingPattern : OpRewritePattern<zg::GatherOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(zg::GatherOp op,
                                 PatternRewriter &rewriter) const override {
-    if (op.getAxis() != 0 || !transforms::getWeight2D(op.getData()))
+    if (op.getAxis() != 0 || !getWeight2D(op.getData()))
       return failure();
     // Runtime ids may be negative (ONNX Gather allows it); zg.embedding
     // takes ids in [0, V). Only ids that are graph inputs, computed values
@@ -39,13 +38,9 @@ struct EmbeddingPattern : OpRewritePattern<zg::GatherOp> {
 struct RecogniseEmbeddingPass
     : transforms::impl::RecogniseEmbeddingBase<RecogniseEmbeddingPass> {
   void runOnOperation() override {
-    int64_t before = transforms::countOps<zg::EmbeddingOp>(getOperation());
-    RewritePatternSet patterns(&getContext());
-    patterns.add<EmbeddingPattern>(&getContext());
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    if (failed(recognise<zg::EmbeddingOp, EmbeddingPattern>(getOperation(),
+                                                            numEmbedding)))
       return signalPassFailure();
-    numEmbedding +=
-        transforms::countOps<zg::EmbeddingOp>(getOperation()) - before;
   }
 };
 

@@ -9,8 +9,6 @@
 #include "compiler/transforms/Matchers.h"
 #include "compiler/transforms/Passes.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-
 #include <cmath>
 
 namespace zplan::transforms {
@@ -98,15 +96,12 @@ struct GeluPattern : OpRewritePattern<zg::MulOp> {
         if (g.size() != 1 || !near(c1, std::sqrt(2.0 / M_PI)))
           continue;
         auto add = g[0].getDefiningOp<zg::AddOp>();
-        if (!add)
-          continue;
-        for (int j = 0; j < 2; ++j) {
-          if (add->getOperand(j) == x &&
-              isCubeScaled(add->getOperand(1 - j), x, 0.044715)) {
-            rewriter.replaceOpWithNewOp<zg::GeluOp>(
-                op, op.getType(), x, rewriter.getStringAttr("tanh"));
-            return success();
-          }
+        if (add && matchEitherOrder(add, [&](Value a, Value cube) {
+              return a == x && isCubeScaled(cube, x, 0.044715);
+            })) {
+          rewriter.replaceOpWithNewOp<zg::GeluOp>(
+              op, op.getType(), x, rewriter.getStringAttr("tanh"));
+          return success();
         }
       }
     }
@@ -117,12 +112,8 @@ struct GeluPattern : OpRewritePattern<zg::MulOp> {
 struct RecogniseGeluPass
     : transforms::impl::RecogniseGeluBase<RecogniseGeluPass> {
   void runOnOperation() override {
-    int64_t before = countOps<zg::GeluOp>(getOperation());
-    RewritePatternSet patterns(&getContext());
-    patterns.add<GeluPattern>(&getContext());
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    if (failed(recognise<zg::GeluOp, GeluPattern>(getOperation(), numGelu)))
       return signalPassFailure();
-    numGelu += countOps<zg::GeluOp>(getOperation()) - before;
   }
 };
 

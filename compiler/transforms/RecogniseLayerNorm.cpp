@@ -10,8 +10,6 @@
 #include "compiler/transforms/Matchers.h"
 #include "compiler/transforms/Passes.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-
 namespace zplan::transforms {
 #define GEN_PASS_DEF_RECOGNISELAYERNORM
 #include "compiler/transforms/Passes.h.inc"
@@ -44,20 +42,11 @@ Value centredInput(Value d) {
 
 /// Matches sqrt(mean(d^2) + eps) and returns eps.
 std::optional<double> matchStd(Value s, Value d) {
-  auto sqrt = s.getDefiningOp<zg::SqrtOp>();
-  if (!sqrt)
+  auto m = matchSqrtMeanPlusEps(s);
+  if (!m || !isLastAxisMean(m->mean) || !isSquareOf(m->mean.getInput(), d) ||
+      m->add.getType() != m->mean.getType())
     return std::nullopt;
-  auto add = sqrt.getInput().getDefiningOp<zg::AddOp>();
-  if (!add)
-    return std::nullopt;
-  auto m = matchCommutative<zg::ReduceMeanOp>(
-      add, [&](zg::ReduceMeanOp var, Value eps) {
-        return getSplatValue(eps) && isLastAxisMean(var) &&
-               isSquareOf(var.getInput(), d) && add.getType() == var.getType();
-      });
-  if (!m)
-    return std::nullopt;
-  return getSplatValue(m->second);
+  return m->eps;
 }
 
 /// Returns true when v has exactly the shape of ln's normalised dims (a
@@ -158,13 +147,10 @@ struct LayerNormBias : OpRewritePattern<zg::AddOp> {
 struct RecogniseLayerNormPass
     : transforms::impl::RecogniseLayerNormBase<RecogniseLayerNormPass> {
   void runOnOperation() override {
-    int64_t before = countOps<zg::LayerNormOp>(getOperation());
-    RewritePatternSet patterns(&getContext());
-    patterns.add<LayerNormDiv, LayerNormMul, LayerNormScale, LayerNormBias>(
-        &getContext());
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    if (failed(recognise<zg::LayerNormOp, LayerNormDiv, LayerNormMul,
+                         LayerNormScale, LayerNormBias>(getOperation(),
+                                                        numLayerNorm)))
       return signalPassFailure();
-    numLayerNorm += countOps<zg::LayerNormOp>(getOperation()) - before;
   }
 };
 

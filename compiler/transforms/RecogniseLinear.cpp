@@ -10,8 +10,6 @@
 #include "compiler/transforms/Matchers.h"
 #include "compiler/transforms/Passes.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-
 namespace zplan::transforms {
 #define GEN_PASS_DEF_RECOGNISELINEAR
 #include "compiler/transforms/Passes.h.inc"
@@ -137,13 +135,9 @@ struct LinearReshapeSandwich : OpRewritePattern<zg::ReshapeOp> {
 struct RecogniseLinearPass
     : transforms::impl::RecogniseLinearBase<RecogniseLinearPass> {
   void runOnOperation() override {
-    int64_t before = countOps<zg::LinearOp>(getOperation());
-    RewritePatternSet patterns(&getContext());
-    patterns.add<MatmulToLinear, LinearBias, LinearAlpha,
-                 LinearReshapeSandwich>(&getContext());
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    if (failed(recognise<zg::LinearOp, MatmulToLinear, LinearBias, LinearAlpha,
+                         LinearReshapeSandwich>(getOperation(), numLinear)))
       return signalPassFailure();
-    numLinear += countOps<zg::LinearOp>(getOperation()) - before;
   }
 };
 

@@ -10,8 +10,6 @@
 #include "compiler/transforms/Matchers.h"
 #include "compiler/transforms/Passes.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-
 namespace zplan::transforms {
 #define GEN_PASS_DEF_RECOGNISERMSNORM
 #include "compiler/transforms/Passes.h.inc"
@@ -38,24 +36,17 @@ bool isCentred(Value x) {
 std::optional<double> matchRms(Value s, Value x) {
   if (isCentred(x))
     return std::nullopt;
-  auto sqrt = s.getDefiningOp<zg::SqrtOp>();
-  if (!sqrt)
-    return std::nullopt;
-  auto add = sqrt.getInput().getDefiningOp<zg::AddOp>();
-  if (!add)
-    return std::nullopt;
-  int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
-  auto m = matchCommutative<zg::ReduceMeanOp>(
-      add, [&](zg::ReduceMeanOp mean, Value eps) {
-        return getSplatValue(eps) && mean.getKeepdims() &&
-               mean.getAxes().size() == 1 && mean.getAxes()[0] == rank - 1 &&
-               isSquareOf(mean.getInput(), x) &&
-               cast<RankedTensorType>(add.getType()).getNumElements() ==
-                   cast<RankedTensorType>(mean.getType()).getNumElements();
-      });
+  auto m = matchSqrtMeanPlusEps(s);
   if (!m)
     return std::nullopt;
-  return getSplatValue(m->second);
+  int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
+  zg::ReduceMeanOp mean = m->mean;
+  if (!mean.getKeepdims() || mean.getAxes().size() != 1 ||
+      mean.getAxes()[0] != rank - 1 || !isSquareOf(mean.getInput(), x) ||
+      cast<RankedTensorType>(m->add.getType()).getNumElements() !=
+          cast<RankedTensorType>(mean.getType()).getNumElements())
+    return std::nullopt;
+  return m->eps;
 }
 
 struct RmsNormMul : OpRewritePattern<zg::MulOp> {
@@ -119,12 +110,9 @@ struct RmsNormScale : OpRewritePattern<zg::MulOp> {
 struct RecogniseRmsNormPass
     : transforms::impl::RecogniseRmsNormBase<RecogniseRmsNormPass> {
   void runOnOperation() override {
-    int64_t before = countOps<zg::RmsNormOp>(getOperation());
-    RewritePatternSet patterns(&getContext());
-    patterns.add<RmsNormMul, RmsNormDiv, RmsNormScale>(&getContext());
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    if (failed(recognise<zg::RmsNormOp, RmsNormMul, RmsNormDiv, RmsNormScale>(
+            getOperation(), numRmsNorm)))
       return signalPassFailure();
-    numRmsNorm += countOps<zg::RmsNormOp>(getOperation()) - before;
   }
 };
 

@@ -12,8 +12,6 @@
 #include "compiler/transforms/Matchers.h"
 #include "compiler/transforms/Passes.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-
 namespace zplan::transforms {
 #define GEN_PASS_DEF_RECOGNISEROTARY
 #include "compiler/transforms/Passes.h.inc"
@@ -100,12 +98,9 @@ struct RotaryPattern : OpRewritePattern<zg::AddOp> {
 struct RecogniseRotaryPass
     : transforms::impl::RecogniseRotaryBase<RecogniseRotaryPass> {
   void runOnOperation() override {
-    int64_t before = countOps<zg::RotaryOp>(getOperation());
-    RewritePatternSet patterns(&getContext());
-    patterns.add<RotaryPattern>(&getContext());
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    if (failed(
+            recognise<zg::RotaryOp, RotaryPattern>(getOperation(), numRotary)))
       return signalPassFailure();
-    numRotary += countOps<zg::RotaryOp>(getOperation()) - before;
   }
 };
 

@@ -7,8 +7,6 @@
 #include "compiler/transforms/Matchers.h"
 #include "compiler/transforms/Passes.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-
 namespace zplan::transforms {
 #define GEN_PASS_DEF_RECOGNISESILU
 #include "compiler/transforms/Passes.h.inc"
@@ -41,12 +39,8 @@ struct SiluPattern : OpRewritePattern<zg::MulOp> {
 struct RecogniseSiluPass
     : transforms::impl::RecogniseSiluBase<RecogniseSiluPass> {
   void runOnOperation() override {
-    int64_t before = transforms::countOps<zg::SiluOp>(getOperation());
-    RewritePatternSet patterns(&getContext());
-    patterns.add<SiluPattern>(&getContext());
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    if (failed(recognise<zg::SiluOp, SiluPattern>(getOperation(), numSilu)))
       return signalPassFailure();
-    numSilu += transforms::countOps<zg::SiluOp>(getOperation()) - before;
   }
 };
 

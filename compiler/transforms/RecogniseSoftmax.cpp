@@ -7,8 +7,6 @@
 #include "compiler/transforms/Matchers.h"
 #include "compiler/transforms/Passes.h"
 
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-
 namespace zplan::transforms {
 #define GEN_PASS_DEF_RECOGNISESOFTMAX
 #include "compiler/transforms/Passes.h.inc"
@@ -51,12 +49,9 @@ struct SoftmaxPattern : OpRewritePattern<zg::DivOp> {
 struct RecogniseSoftmaxPass
     : transforms::impl::RecogniseSoftmaxBase<RecogniseSoftmaxPass> {
   void runOnOperation() override {
-    int64_t before = countOps<zg::SoftmaxOp>(getOperation());
-    RewritePatternSet patterns(&getContext());
-    patterns.add<SoftmaxPattern>(&getContext());
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+    if (failed(recognise<zg::SoftmaxOp, SoftmaxPattern>(getOperation(),
+                                                        numSoftmax)))
       return signalPassFailure();
-    numSoftmax += countOps<zg::SoftmaxOp>(getOperation()) - before;
   }
 };
 
