@@ -957,9 +957,8 @@ struct Emitter {
           // Plan 2.8: q, k and v's packing (offset, row stride, heads) after
           // the bits, only when --zplan-fold-transpose packed some operand
           // (which is then sequence-major, so the bits are there).
-          if (auto packed = a->getAttrOfType<DenseI64ArrayAttr>("zg.packed"))
-            ints.insert(ints.end(), packed.asArrayRef().begin(),
-                        packed.asArrayRef().end());
+          if (std::optional<ArrayRef<int64_t>> packed = a.getPacked())
+            ints.insert(ints.end(), packed->begin(), packed->end());
           floats = {a.getScale().convertToDouble()};
         })
         .Case([&](graph::SampleOp) {

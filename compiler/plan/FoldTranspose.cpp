@@ -7,7 +7,7 @@
 // seq_major bits, so that the attention reads the projections' [B, S, H, D]
 // outputs and writes the output projection's input in place of four copies
 // per layer; and then the last-dim split of a fused q/k/v projection into the
-// attention's `zg.packed` operands, so that it reads q, k and v out of the
+// attention's `packed` operands, so that it reads q, k and v out of the
 // projection's [B, S, 3D] output in place of three more copies.
 //
 //===----------------------------------------------------------------------===//
@@ -109,14 +109,14 @@ struct FoldTransposePass
   /// A sequence-major q, k or v that is a reshape [B, S, H * D] ->
   /// [B, S, H, D] of a last-dim piece of a [B, S, W] tensor, with no other
   /// reader along the way, is read by the attention out of that tensor: the
-  /// operand becomes the tensor, and `zg.packed` holds its element offset,
+  /// operand becomes the tensor, and `packed` holds its element offset,
   /// row stride W and heads. Forward attentions only, as above: the training
   /// forward's gradient op reads its operands as they are.
   void foldPackedOperands(Block &body) {
     SmallVector<graph::AttentionOp> attentions(
         body.getOps<graph::AttentionOp>());
     for (graph::AttentionOp att : attentions) {
-      if (att.getLse() || att->hasAttr("zg.packed"))
+      if (att.getLse() || att.getPacked())
         continue;
       SmallVector<int64_t> packed(9, 0);
       // The reshapes go before the pieces' producers: a split dies only once
@@ -153,8 +153,7 @@ struct FoldTransposePass
       }
       if (!any)
         continue;
-      att->setAttr("zg.packed",
-                   DenseI64ArrayAttr::get(att.getContext(), packed));
+      att.setPacked(ArrayRef<int64_t>(packed));
       for (Operation *op : reshapes)
         op->erase();
       for (Operation *op : producers)

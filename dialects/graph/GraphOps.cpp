@@ -389,26 +389,30 @@ LogicalResult AttentionOp::verify() {
   if (getSeqMajorBits() < 0 || getSeqMajorBits() > 15)
     return emitOpError("seq_major must be bits of 1 (q), 2 (k), 4 (v) and "
                        "8 (result)");
-  // The checks below are on the logical head-major shapes. The discardable
-  // `zg.packed` (nine ints: offset, row stride, heads of q, k and v; row
-  // stride 0: not packed) reads an operand out of a sequence-major [B, S, W]
-  // tensor: its [B, S, heads, D] part starts at that element offset of each
-  // row of W (--zplan-fold-transpose folds a fused q/k/v projection's split
-  // into it; D is the result's).
+  // The checks below are on the logical head-major shapes, a packed
+  // operand's read out of its [B, S, W] tensor. ODS has checked that
+  // `packed` holds nine non-negative ints.
+  static constexpr const char *names[3] = {"q", "k", "v"};
   SmallVector<int64_t> logical[3];
-  auto packed = (*this)->getAttrOfType<DenseI64ArrayAttr>("zg.packed");
-  if (packed && packed.size() != 9)
-    return emitOpError("zg.packed must hold nine ints");
+  std::optional<ArrayRef<int64_t>> packed = getPacked();
+  if (packed && llvm::all_of(*packed, [](int64_t x) { return x == 0; }))
+    return emitOpError("packed packs no operand (every row stride is 0): "
+                       "leave it out");
   ArrayRef<int64_t> result = rtt(getResult()).getShape();
   Value operands[3] = {getQ(), getK(), getV()};
   for (int i = 0; i < 3; ++i) {
     ArrayRef<int64_t> x = rtt(operands[i]).getShape();
-    int64_t rowStride = packed ? packed[3 * i + 1] : 0;
+    int64_t rowStride = packed ? (*packed)[3 * i + 1] : 0;
+    int64_t offset = packed ? (*packed)[3 * i] : 0;
+    int64_t heads = packed ? (*packed)[3 * i + 2] : 0;
     if (rowStride == 0) {
+      if (offset != 0 || heads != 0)
+        return emitOpError("packed: ")
+               << names[i] << " is not packed (row stride 0), so its offset "
+               << "and heads must be 0, not " << offset << " and " << heads;
       logical[i] = headMajorShape(x, int64_t(1) << i);
       continue;
     }
-    int64_t offset = packed[3 * i], heads = packed[3 * i + 2];
     int64_t d = result.size() == 4 ? result[3] : 0;
     if (!(getSeqMajorBits() & (int64_t(1) << i)))
       return emitOpError("a packed operand must be sequence-major");

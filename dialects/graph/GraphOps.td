@@ -480,10 +480,22 @@ def ZG_AttentionOp : ZG_Op<"attention", [Pure, ZG_Gradient, ZG_Tp]> {
     [B, S, Hq, D]. The shapes above are then the logical ones, dims 1 and 2
     swapped. --zplan-fold-transpose folds the head split / merge transposes
     around a forward attention into these bits; the lse keeps [B, Hq, S].
+
+    `packed` (absent: none) reads operands out of a fused projection: nine
+    ints, the offset, row stride and heads of q, k and v in turn. An operand
+    with a row stride W > 0 is a sequence-major [B, S, W] tensor whose
+    [B, S, heads, D] part (D the result's head dim) starts at that element
+    offset of each row; one with row stride 0 is not packed, and its offset
+    and heads are 0. --zplan-fold-transpose folds the last-dim split of a
+    fused q/k/v projection (GPT-2's c_attn) into it; the plan carries it as
+    the attention's ints 2..10 (plan 2.8).
   }];
   let arguments = (ins ZG_Tensor:$q, ZG_Tensor:$k, ZG_Tensor:$v,
                    Optional<ZG_Tensor>:$mask, F64Attr:$scale,
-                   BoolAttr:$causal, OptionalAttr<I64Attr>:$seq_major);
+                   BoolAttr:$causal, OptionalAttr<I64Attr>:$seq_major,
+                   OptionalAttr<ConfinedAttr<DenseI64ArrayAttr, [
+                     DenseArrayCount<9>,
+                     DenseArrayNonNegative<DenseI64ArrayAttr>]>>:$packed);
   let extraClassDeclaration = [{
     /// The seq_major bits (0 when absent).
     int64_t getSeqMajorBits() {

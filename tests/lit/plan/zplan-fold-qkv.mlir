@@ -9,7 +9,7 @@
 // CHECK-NOT: zg.split
 // CHECK-NOT: zg.reshape
 // CHECK-NOT: zg.transpose
-// CHECK: %[[A:.*]] = zg.attention %arg0, %arg0, %arg0 {causal = true, scale = 2.500000e-01 : f64, seq_major = 15 : i64, zg.packed = array<i64: 0, 96, 4, 32, 96, 4, 64, 96, 4>} : (tensor<2x8x96xf32>, tensor<2x8x96xf32>, tensor<2x8x96xf32>) -> tensor<2x8x4x8xf32>
+// CHECK: %[[A:.*]] = zg.attention %arg0, %arg0, %arg0 {causal = true, packed = array<i64: 0, 96, 4, 32, 96, 4, 64, 96, 4>, scale = 2.500000e-01 : f64, seq_major = 15 : i64} : (tensor<2x8x96xf32>, tensor<2x8x96xf32>, tensor<2x8x96xf32>) -> tensor<2x8x4x8xf32>
 // CHECK: return %[[A]]
 func.func @fused_qkv(%x: tensor<2x8x96xf32>) -> tensor<2x8x4x8xf32> {
   %s:3 = zg.split %x {axis = 2 : i64} : (tensor<2x8x96xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>)
@@ -31,7 +31,7 @@ func.func @fused_qkv(%x: tensor<2x8x96xf32>) -> tensor<2x8x4x8xf32> {
 // 64.
 // CHECK-LABEL: func.func @sliced_gqa
 // CHECK-NOT: zg.slice
-// CHECK: zg.attention %arg0, %arg0, %arg0 {causal = false, scale = 1.000000e+00 : f64, seq_major = 7 : i64, zg.packed = array<i64: 0, 64, 4, 32, 64, 2, 48, 64, 2>} : (tensor<1x8x64xf32>, tensor<1x8x64xf32>, tensor<1x8x64xf32>) -> tensor<1x4x8x8xf32>
+// CHECK: zg.attention %arg0, %arg0, %arg0 {causal = false, packed = array<i64: 0, 64, 4, 32, 64, 2, 48, 64, 2>, scale = 1.000000e+00 : f64, seq_major = 7 : i64} : (tensor<1x8x64xf32>, tensor<1x8x64xf32>, tensor<1x8x64xf32>) -> tensor<1x4x8x8xf32>
 func.func @sliced_gqa(%x: tensor<1x8x64xf32>) -> tensor<1x4x8x8xf32> {
   %qs = zg.slice %x {starts = array<i64: 0, 0, 0>, steps = array<i64: 1, 1, 1>} : (tensor<1x8x64xf32>) -> tensor<1x8x32xf32>
   %ks = zg.slice %x {starts = array<i64: 0, 0, 32>, steps = array<i64: 1, 1, 1>} : (tensor<1x8x64xf32>) -> tensor<1x8x16xf32>
@@ -54,7 +54,7 @@ func.func @sliced_gqa(%x: tensor<1x8x64xf32>) -> tensor<1x4x8x8xf32> {
 // CHECK-LABEL: func.func @other_reader
 // CHECK: %[[S:.*]]:3 = zg.split %arg0
 // CHECK: %[[K:.*]] = zg.reshape %[[S]]#1
-// CHECK: zg.attention %arg0, %[[K]], %arg0 {{.*}}seq_major = 15 : i64, zg.packed = array<i64: 0, 96, 4, 0, 0, 0, 64, 96, 4>}
+// CHECK: zg.attention %arg0, %[[K]], %arg0 {{.*}}packed = array<i64: 0, 96, 4, 0, 0, 0, 64, 96, 4>, scale = 2.500000e-01 : f64, seq_major = 15 : i64}
 // CHECK: return {{.*}}, %[[S]]#1
 func.func @other_reader(%x: tensor<2x8x96xf32>) -> (tensor<2x8x4x8xf32>, tensor<2x8x32xf32>) {
   %s:3 = zg.split %x {axis = 2 : i64} : (tensor<2x8x96xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>)
@@ -73,10 +73,10 @@ func.func @other_reader(%x: tensor<2x8x96xf32>) -> (tensor<2x8x4x8xf32>, tensor<
 
 // Tests that a split along a dim other than the last stays: the pieces are
 // [B, S / 2, W] halves, not columns of each row, so q and k keep their
-// (sequence-major) reshapes and no zg.packed appears.
+// (sequence-major) reshapes and no packed attribute appears.
 // CHECK-LABEL: func.func @seq_split
 // CHECK: zg.split %arg0 {axis = 1 : i64}
-// CHECK-NOT: zg.packed
+// CHECK-NOT: packed =
 // CHECK: return
 func.func @seq_split(%x: tensor<2x16x32xf32>) -> tensor<2x4x8x8xf32> {
   %s:2 = zg.split %x {axis = 1 : i64} : (tensor<2x16x32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>)
@@ -94,7 +94,7 @@ func.func @seq_split(%x: tensor<2x16x32xf32>) -> tensor<2x4x8x8xf32> {
 // gradient op reads them.
 // CHECK-LABEL: func.func @training
 // CHECK: zg.split
-// CHECK-NOT: zg.packed
+// CHECK-NOT: packed =
 // CHECK: return
 func.func @training(%x: tensor<2x8x64xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8xf32>) {
   %s:2 = zg.split %x {axis = 2 : i64} : (tensor<2x8x64xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>)
