@@ -62,6 +62,24 @@ if not rel.max() <= tol:
     sys.exit("FAIL: the resumed losses differ from the straight run's")
 PY
 }
+save_first() {  # STEPS PLAN WORLD: straight.npy, 10 steps of PLAN; first.npy, STEPS steps saved into ck
+  local steps=$1 plan=$2 world=$3
+  train "$plan" "$world" --steps 10 --losses-out straight.npy >/dev/null
+  train "$plan" "$world" --steps "$steps" --save-dir ck --save-every "$steps" --losses-out first.npy >/dev/null
+}
+resume_ck() {  # TOLERANCE PLAN WORLD OUT.npy: the steps after ck's resumed under PLAN, against the straight run
+  local tol=$1 plan=$2 world=$3 out=$4
+  train "$plan" "$world" --steps 10 --resume ck --losses-out "$out" | grep resumed
+  compare "$tol" straight.npy first.npy "$out"
+}
+resume_here_and_at() {  # TP ZERO TOLERANCE: 5 steps saved at (tp 1, zero 1, world 2), resumed by the same
+  # plan within 1e-6 and by one of (TP, ZERO, world 2) within TOLERANCE
+  compile src 1 1 2
+  save_first 5 src 2
+  resume_ck 1e-6 src 2 same.npy
+  compile dst "$1" "$2" 2
+  resume_ck "$3" dst 2 other.npy
+}
 expect_fail() {  # WHAT FILE-NAME-IN-MESSAGE PLAN WORLD FLAGS...
   local what=$1 needle=$2 plan=$3 world=$4
   shift 4
@@ -79,10 +97,8 @@ case "$mode" in
 resume)
   tp=$1 zero=$2 world=$3
   compile p "$tp" "$zero" "$world"
-  train p "$world" --steps 10 --losses-out straight.npy >/dev/null
-  train p "$world" --steps 5 --save-dir ck --save-every 5 --losses-out first.npy
-  train p "$world" --steps 10 --resume ck --losses-out second.npy
-  compare 1e-6 straight.npy first.npy second.npy
+  save_first 5 p "$world"
+  resume_ck 1e-6 p "$world" second.npy
   ;;
 reshard)
   compile one 1 0 1
@@ -96,8 +112,7 @@ reshard)
     set -- $mesh
     compile "dst$1$2$3${4:-}" "$1" "$2" "$3" --offload-optimizer "${4:-none}"
     echo "== resume at tp $1 zero $2 world $3 offload-optimizer ${4:-none}"
-    train "dst$1$2$3${4:-}" "$3" --steps 10 --resume ck --losses-out "second$1$2$3${4:-}.npy"
-    compare 1e-5 straight.npy first.npy "second$1$2$3${4:-}.npy"
+    resume_ck 1e-5 "dst$1$2$3${4:-}" "$3" "second$1$2$3${4:-}.npy"
   done
   # dp 3 does not divide the tensors evenly: the last ZeRO partition of every moment and shard is padded.
   # Steps 6-7 at (1, 3, 3) with a global batch of 6 (the two samples three times: the same mean loss and
@@ -149,8 +164,7 @@ import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[len(b) - 9] 
   ;;
 kill)
   compile p 1 1 2
-  train p 2 --steps 10 --losses-out straight.npy >/dev/null
-  train p 2 --steps 4 --save-dir ck --save-every 4 --losses-out first.npy >/dev/null
+  save_first 4 p 2
   before=$(cat ck/latest)
   # The second save pauses 100 ms after every slice: kill a rank once a rank file is half written.
   ZRT_CHECKPOINT_PAUSE_MS=100 $mpirun -x ZRT_CHECKPOINT_PAUSE_MS -np 2 "$bin/zrun" p.zplan --train --data "$ids" \
@@ -177,8 +191,7 @@ kill)
   [ "$(cat ck/latest)" = "$before" ] || { echo "FAIL: latest moved to $(cat ck/latest)"; exit 1; }
   [ ! -e "ck/step-00000008/manifest.zckpt" ] || { echo "FAIL: the killed save has a manifest"; exit 1; }
   echo "ok: latest still names $before"
-  train p 2 --steps 10 --resume ck --losses-out second.npy
-  compare 1e-6 straight.npy first.npy second.npy
+  resume_ck 1e-6 p 2 second.npy
   ;;
 state)
   # The rows differ from each other: the token rows, rolled and reversed along the sequence (the same ids,
@@ -189,14 +202,7 @@ import sys, numpy as np; a = np.load(sys.argv[1])
 np.save('ids6.npy', np.concatenate([a, np.roll(a, 5, axis=1), a[:, ::-1]]))" "$ids"
   ids=$PWD/ids6.npy
   flags+=(--lr 0.002 --lr-schedule warmup-decay --warmup-steps 3 --total-steps 12)
-  compile src 1 1 2
-  train src 2 --steps 10 --losses-out straight.npy >/dev/null
-  train src 2 --steps 5 --save-dir ck --save-every 5 --losses-out first.npy >/dev/null
-  train src 2 --steps 10 --resume ck --losses-out same.npy | grep resumed
-  compare 1e-6 straight.npy first.npy same.npy
-  compile dst 2 3 2
-  train dst 2 --steps 10 --resume ck --losses-out other.npy | grep resumed
-  compare 1e-5 straight.npy first.npy other.npy
+  resume_here_and_at 2 3 1e-5
   ;;
 durable)
   if ! strace -qq -o /dev/null true 2>/dev/null; then echo "SKIP: strace cannot trace here"; exit 77; fi
@@ -277,22 +283,14 @@ bf16)
   # zero-3 plan (bf16 shards, fp32 masters) loads the zero-1 checkpoint within the tolerance of the bf16
   # training tests (its own reduction order differs).
   flags+=(--dtype bf16)
-  compile src 1 1 2
-  train src 2 --steps 10 --losses-out straight.npy >/dev/null
-  train src 2 --steps 5 --save-dir ck --save-every 5 --losses-out first.npy >/dev/null
-  train src 2 --steps 10 --resume ck --losses-out same.npy | grep resumed
-  compare 1e-6 straight.npy first.npy same.npy
-  compile dst 1 3 2
-  train dst 2 --steps 10 --resume ck --losses-out other.npy | grep resumed
-  compare 2e-2 straight.npy first.npy other.npy
+  resume_here_and_at 1 3 2e-2
   ;;
 kill-random)
   # Saves after every step, each paused 10 ms per slice; a rank is killed at a random moment (a seeded
   # sequence), six times over. Every restart resumes from whatever `latest` names, which must always load;
   # the run that finally completes gives the straight run's losses from its checkpoint on.
   compile p 1 1 2
-  train p 2 --steps 10 --losses-out straight.npy >/dev/null
-  train p 2 --steps 1 --save-dir ck --save-every 1 >/dev/null
+  save_first 1 p 2
   RANDOM=20261130
   for round in 1 2 3 4 5 6; do
     ZRT_CHECKPOINT_PAUSE_MS=10 $mpirun -x ZRT_CHECKPOINT_PAUSE_MS -np 2 "$bin/zrun" p.zplan --train --data "$ids" \
