@@ -6,10 +6,13 @@
 #   static cache + torch.compile, timed the same way -> one table with the batch-1 memory-bandwidth floor.
 #
 #   bash tests/cuda/generate_bench.sh [--batches "1 8 64"] [--modes "zrun eager compile"] [--no-test] [--model llama-1b]
-#                                     [--profile] [--kernels] [--ab]
+#                                     [--profile] [--kernels] [--ab] [--ab-vars "V..."] [--ab-late "V..."]
 # --kernels: one decode step's kernels at batch 1 under Nsight Compute (ncu, each kernel's own duration, graphs
 # off), as a per-kernel table, after the peers. --ab: batch 1 again with the programmatic launches off
-# (ZK_PDL=0) and with cuBLASLt for every product (ZK_SKINNY=0), after the peers.
+# (ZK_PDL=0) and with cuBLASLt for every product (ZK_SKINNY=0), after the peers. --ab-vars: zrun again with
+# each setting (VAR=VALUE, several joined by commas; a setting may end in @B1+B2 for the batches to run it at,
+# default 1) before the peers, --ab-late after them; each run's tokens are compared with the first run's at
+# that batch and its decode tokens/s joins the table's rows (config = the setting).
 # --modes picks the rows (zrun; Hugging Face eager; Hugging Face static cache + torch.compile), so that a call
 # that would outlast the 10-minute limit can be split in two (the table joins what each call measured only
 # within one call: run the modes to compare in the same call).
@@ -31,7 +34,7 @@
 # floor / measured step time (the issue's bar: >= 0.6).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-batches="1 8 64" modes="zrun eager compile" test=1 model=llama-1b profile=0 kernels=0 ab=0
+batches="1 8 64" modes="zrun eager compile" test=1 model=llama-1b profile=0 kernels=0 ab=0 ab_vars="" ab_late=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --batches) batches=$2; shift ;;
@@ -41,6 +44,8 @@ while [[ $# -gt 0 ]]; do
     --profile) profile=1 ;;
     --kernels) kernels=1 ;;
     --ab) ab=1 ;;
+    --ab-vars) ab_vars=$2; shift ;;
+    --ab-late) ab_late=$2; shift ;;
     *) echo "generate_bench: unknown flag $1" >&2; exit 2 ;;
   esac
   shift
@@ -169,6 +174,38 @@ print('b1 tokens with $v equal to the first run:', bool((a == b).all()), '(diffe
 " 2>&1 | tail -1
 }
 ab_run ZK_PDL=0
+# --ab-vars / --ab-late: SETTING[@B1+B2] at each of its batches, tokens against the first run's at that batch.
+ab_set() {
+  local spec=$1 v bs_list bs
+  v=${spec%@*}
+  bs_list=1
+  [[ $spec == *@* ]] && bs_list=${spec#*@}
+  for bs in ${bs_list//+/ }; do
+    [[ -f $out/tokens-b$bs.npy ]] || { echo "ab $v b$bs: no first run"; continue; }
+    left $((budget - 50)) || { echo "ab $v b$bs: skipped (call budget)"; continue; }
+    local name="abv-b$bs-${v//[,=]/_}"
+    step "$name" env ${v//,/ } timeout 100 "$b/bin/zrun" .gpu-gen/$model-b$bs.zplan --backend cuda --init random \
+      --generate --warmup 1 --prompt "$out/prompt-b$bs.npy" --max-new-tokens 256 --tokens-out "$out/tok-$name.npy"
+    echo "b$bs with $v: $(grep -E 'tokens/s' "$out/$name.log")"
+    python3 - "$out/$name.log" "$bs" "$v" "$out/tokens-b$bs.npy" "$out/tok-$name.npy" >> "$out/zrun.jsonl" <<'PY'
+import json, re, sys, os
+import numpy as np
+log, bs, v, first, mine = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+text = open(log).read()
+m = re.search(r"time to first token ([0-9.]+) (ms|s)\b", text)
+d = re.search(r"decode[^\n]*?([0-9.]+)\s*tokens/s", text)
+r = dict(impl="zrun", batch=bs, config=v, ttft_ms=(float(m.group(1)) * (1.0 if m.group(2) == "ms" else 1e3)) if m else None,
+         decode_tok_s=float(d.group(1)) if d else None)
+if os.path.exists(mine):
+    a, b = np.load(first), np.load(mine)
+    r["tokens_equal_first_run"] = bool((a == b).all())
+    r["tokens_differing"] = int((a != b).sum())
+print(json.dumps(r))
+print(f"ab {v} b{bs}: {json.dumps(r)}", file=sys.stderr)
+PY
+  done
+}
+for spec in $ab_vars; do ab_set "$spec"; done
 
 # Hugging Face generate, eager then static cache + torch.compile, in this call.
 : > "$out/hf.jsonl"
@@ -258,6 +295,7 @@ for bs in ${profile_batches:-$batches}; do
 done
 
 ab_run ZK_SKINNY=0
+for spec in $ab_late; do ab_set "$spec"; done
 
 # --kernels: one decode step's kernels at batch 1 under Nsight Compute (graphs off: a kernel per launch; each
 # kernel's own duration, so the sum is the step's GPU busy time and the rest of the measured step is gaps).
@@ -315,7 +353,10 @@ import json, sys
 out, batches = sys.argv[1], [int(x) for x in sys.argv[2].split()]
 rows = [json.loads(l) for f in ("zrun.jsonl", "hf.jsonl") for l in open(f"{out}/{f}") if l.startswith("{")]
 rate = json.load(open(f"{out}/rate.json"))
-by = {(r["impl"], r["batch"]): r for r in rows}
+by = {}
+for r in rows:
+    by.setdefault((r["impl"], r["batch"]), r)  # the first run of each batch (default settings) is the row
+variants = [r for r in rows if r["impl"] == "zrun" and r is not by.get(("zrun", r["batch"]))]
 kv_mean = rate["kv_bytes_per_token"] * (512 + 128)
 table = []
 print(f"copy rate {rate['copy_GBps']:.0f} GB/s (read + write); weights read per step {rate['weight_bytes'] / 1e9:.3f} GB;"
@@ -338,6 +379,18 @@ for b in batches:
         f = lambda k, fmt: (fmt % row[k]) if row.get(k) is not None else "-"
         print(f"{b:>5} {impl:>12} {f('ttft_ms', '%.1f'):>9} {f('decode_tok_s', '%.1f'):>13} {f('x_eager', '%.2fx'):>9}"
               f" {f('x_compile', '%.2fx'):>10} {f('floor_tok_s', '%.0f'):>12} {f('floor_over_measured', '%.2f'):>10}")
-json.dump(dict(rate=rate, rows=table), open(f"{out}/generate.json", "w"), indent=1)
+for r in variants:
+    b = r["batch"]
+    floor_s = (rate["weight_bytes"] + b * kv_mean) / (rate["copy_GBps"] * 1e9)
+    d = r.get("decode_tok_s")
+    r["floor_over_measured"] = floor_s * d / b if d else None
+    c = by.get(("hf-compile", b), {}).get("decode_tok_s")
+    if d and c: r["x_compile"] = d / c
+    fm = r["floor_over_measured"]
+    xc = r.get("x_compile")
+    print(f"{b:>5} {'zrun ' + r['config']:>40} decode {d if d else '-':>10} tok/s, floor/meas "
+          f"{'%.3f' % fm if fm else '-'}, vs compile {'%.2fx' % xc if xc else '-'}, "
+          f"tokens equal to the first run: {r.get('tokens_equal_first_run')} ({r.get('tokens_differing')} differ)")
+json.dump(dict(rate=rate, rows=table, variants=variants), open(f"{out}/generate.json", "w"), indent=1)
 PY
 printf '%s\n' "${summary[@]}"
