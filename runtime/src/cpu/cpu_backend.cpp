@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernel_args.h"
 #include "zk/cpu_kernels.h"
 #include "zrt/backend.h"
 
@@ -19,29 +20,6 @@ static_assert(static_cast<int>(zk::cpu::Binary::greater_equal) + 32 == static_ca
               "binary opcodes");
 static_assert(static_cast<int>(zk::cpu::Binary::and_) + 32 == static_cast<int>(Op::and_), "binary opcodes");
 static_assert(static_cast<int>(zk::DType::bool8) == static_cast<int>(DType::bool8), "dtypes");
-
-zk::In in_of(const TensorRef &t) {
-  zk::In r;
-  r.data = t.data;
-  r.dtype = static_cast<zk::DType>(t.dtype);
-  r.shape.rank = t.rank;
-  for (int i = 0; i < t.rank; ++i) r.shape.d[i] = t.shape[i];
-  return r;
-}
-
-zk::Out out_of(const TensorRef &t) {
-  zk::Out r;
-  r.data = t.data;
-  r.dtype = static_cast<zk::DType>(t.dtype);
-  r.shape.rank = t.rank;
-  for (int i = 0; i < t.rank; ++i) r.shape.d[i] = t.shape[i];
-  return r;
-}
-
-/// An absent optional operand.
-zk::In opt_in(const Step &s, size_t i) { return i < s.inputs.size() ? in_of(s.inputs[i]) : zk::In{}; }
-/// An absent optional result.
-zk::Out opt_out(const Step &s, size_t i) { return i < s.outputs.size() ? out_of(s.outputs[i]) : zk::Out{}; }
 
 class CpuBackend final : public Backend {
  public:

@@ -44,6 +44,7 @@
 
 #include "cuda_hooks.h"
 #include "cuda_status.h"
+#include "kernel_args.h"
 #include "zk/cuda_decode.h"
 #include "zk/cuda_kernels.h"
 #include "zk/cuda_rotary.h"
@@ -108,27 +109,6 @@ Status select_cuda_device(int *device) {
 namespace {
 
 using zk::cuda::Epilogue;
-
-zk::In in_of(const TensorRef &t) {
-  zk::In r;
-  r.data = t.data;
-  r.dtype = static_cast<zk::DType>(t.dtype);
-  r.shape.rank = t.rank;
-  for (int i = 0; i < t.rank; ++i) r.shape.d[i] = t.shape[i];
-  return r;
-}
-
-zk::Out out_of(const TensorRef &t) {
-  zk::Out r;
-  r.data = t.data;
-  r.dtype = static_cast<zk::DType>(t.dtype);
-  r.shape.rank = t.rank;
-  for (int i = 0; i < t.rank; ++i) r.shape.d[i] = t.shape[i];
-  return r;
-}
-
-zk::In opt_in(const Step &s, size_t i) { return i < s.inputs.size() ? in_of(s.inputs[i]) : zk::In{}; }
-zk::Out opt_out(const Step &s, size_t i) { return i < s.outputs.size() ? out_of(s.outputs[i]) : zk::Out{}; }
 
 /// Bytes of device workspace a training or run-time kernel needs for this step (0 for every other op).
 size_t kernel_workspace(const Step &s) {
