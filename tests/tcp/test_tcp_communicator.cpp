@@ -239,8 +239,6 @@ std::vector<uint8_t> fold_expected(DType d, Reduction red, const std::vector<int
   return acc;
 }
 
-const char *axis_name(Axis a) { return a == Axis::tp ? "tp" : a == Axis::dp ? "dp" : a == Axis::world ? "world" : "none"; }
-
 int check_bytes(const std::vector<uint8_t> &got, const std::vector<uint8_t> &want, const std::string &what,
                 std::string *log) {
   if (got.size() == want.size() && std::memcmp(got.data(), want.data(), got.size()) == 0) return 0;

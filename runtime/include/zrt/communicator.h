@@ -50,6 +50,10 @@ struct CollectiveHeader {
 };
 /// "all_reduce over tp of 4096 B f32 (collective #3, plan step 17)".
 std::string describe(const CollectiveHeader &h);
+/// "tp", "dp", "world" or "none", as messages name an axis.
+const char *axis_name(Axis a);
+/// set_mesh's check, alike for every communicator: a tp x dp mesh must cover the job's `world` ranks.
+Status check_mesh(int tp, int dp, int world);
 
 /// The size of `axis`'s group on a tp x dp mesh (the group rules above); 1 for Axis::none.
 inline int mesh_group_size(Axis axis, int tp, int dp) {

@@ -25,16 +25,6 @@ const char *op_name(CollectiveOp op) {
   return "unknown collective";
 }
 
-const char *axis_name(Axis a) {
-  switch (a) {
-    case Axis::tp: return "tp";
-    case Axis::dp: return "dp";
-    case Axis::world: return "world";
-    case Axis::none: return "none";
-  }
-  return "unknown axis";
-}
-
 // The header as four words; unpack() is its inverse. The small fields share one word (root + 1 keeps
 // "no root" at zero), so one agree() of four values compares everything.
 void pack(const CollectiveHeader &h, uint64_t *w) {
@@ -58,6 +48,23 @@ CollectiveHeader unpack(const uint64_t *w) {
 }
 
 }  // namespace
+
+const char *axis_name(Axis a) {
+  switch (a) {
+    case Axis::tp: return "tp";
+    case Axis::dp: return "dp";
+    case Axis::world: return "world";
+    case Axis::none: return "none";
+  }
+  return "unknown axis";
+}
+
+Status check_mesh(int tp, int dp, int world) {
+  if (tp < 1 || dp < 1 || tp * dp != world)
+    return error(Code::mismatch, "mesh tp " + std::to_string(tp) + " x dp " + std::to_string(dp) +
+                                     " does not cover the " + std::to_string(world) + " ranks of the job");
+  return {};
+}
 
 std::string describe(const CollectiveHeader &h) {
   std::string s = std::string(op_name(h.op)) + " over " + axis_name(h.axis);

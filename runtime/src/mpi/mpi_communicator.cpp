@@ -85,9 +85,7 @@ class MpiCommunicator final : public Communicator {
   int world_size() const override { return world_; }
 
   Status set_mesh(int tp, int dp) override {
-    if (tp < 1 || dp < 1 || tp * dp != world_)
-      return error(Code::mismatch, "mesh tp " + std::to_string(tp) + " x dp " + std::to_string(dp) +
-                                       " does not cover the " + std::to_string(world_) + " ranks of the job");
+    ZRT_RETURN_IF_ERROR(check_mesh(tp, dp, world_));
     if (tp_ != MPI_COMM_NULL) MPI_Comm_free(&tp_);
     if (dp_ != MPI_COMM_NULL) MPI_Comm_free(&dp_);
     // Rank r has tp index r % tp and dp index r / tp (docs/design.md): a tp group is the consecutive ranks

@@ -89,16 +89,6 @@ const char *kind_name(uint8_t k) {
   return "unknown message";
 }
 
-const char *axis_text(Axis a) {
-  switch (a) {
-    case Axis::tp: return "tp";
-    case Axis::dp: return "dp";
-    case Axis::world: return "world";
-    case Axis::none: return "none";
-  }
-  return "?";
-}
-
 void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (24 - 8 * i));
 }
@@ -349,9 +339,7 @@ class TcpCommunicator final : public Communicator {
   int world_size() const override { return world_; }
 
   Status set_mesh(int tp, int dp) override {
-    if (tp < 1 || dp < 1 || tp * dp != world_)
-      return error(Code::mismatch, "mesh tp " + std::to_string(tp) + " x dp " + std::to_string(dp) +
-                                       " does not cover the " + std::to_string(world_) + " ranks of the job");
+    ZRT_RETURN_IF_ERROR(check_mesh(tp, dp, world_));
     tp_size_ = tp;
     dp_size_ = dp;
     return {};
@@ -456,7 +444,7 @@ class TcpCommunicator final : public Communicator {
     const std::vector<int> m = members(axis);
     if (root < 0 || root >= static_cast<int>(m.size()))
       return error(Code::comm_error, "broadcast: root " + std::to_string(root) + " is not a member of the " +
-                                         axis_text(axis) + " group of " + std::to_string(m.size()));
+                                         axis_name(axis) + " group of " + std::to_string(m.size()));
     return bcast(m, group_rank(axis), static_cast<uint8_t *>(buf), bytes, root,
                  static_cast<uint8_t>(CollectiveOp::broadcast), axis);
   }
@@ -616,7 +604,7 @@ Status TcpCommunicator::progress(Xfer *x, uint8_t kind, Axis axis) {
   const int fd = fd_[static_cast<size_t>(x->peer)];
   auto closed = [&](int e) {
     std::string what = std::string(kind_name(kind));
-    if (kind < kAgree) what += std::string(" over ") + axis_text(axis);
+    if (kind < kAgree) what += std::string(" over ") + axis_name(axis);
     return error(Code::comm_error,
                  "tcp: rank " + std::to_string(x->peer) + " closed its connection during " + what +
                      (e ? " (" + errno_text(e) + ")" : std::string()) + ": it exited or failed (see its own error)");
@@ -703,7 +691,7 @@ Status TcpCommunicator::exchange(std::vector<Xfer> *xs, uint8_t kind, Axis axis)
       std::string who;
       for (size_t i = 0; i < peers.size(); ++i) who += (i ? ", " : "") + std::to_string(peers[i]);
       std::string what = kind_name(kind);
-      if (kind < kAgree) what += std::string(" over ") + axis_text(axis);
+      if (kind < kAgree) what += std::string(" over ") + axis_name(axis);
       return fail(error(Code::comm_error, "tcp: rank " + std::to_string(rank_) + " timed out after " +
                                               seconds_text(cfg_.timeout_s) + " s in " + what + " waiting for rank" +
                                               (peers.size() > 1 ? "s " : " ") + who +
