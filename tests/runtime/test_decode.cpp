@@ -1,8 +1,8 @@
 // The executor decodes every opcode's operands and attributes (ints / floats layouts of plan.fbs) as the
 // reference kernels expect: one-instruction plans run through a Session, compared with a direct call of
-// the kernel (itself checked against float64 in test_kernels.cpp). Runs under mpirun -np 1.
+// the kernel (itself checked against float64 in test_kernels.cpp). Runs under mpirun -np 1
+// (main: mpi_gtest_main.cpp).
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <cstdio>
 #include <cmath>
@@ -231,12 +231,4 @@ TEST(Programs, InitThenTrainStepsUpdateSharedState) {
   std::vector<float> back(4, 1.0f);
   ASSERT_TRUE(ses->read_state("w.master", back.data(), 16).ok());
   EXPECT_EQ(back, zeros);
-}
-
-int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  const int rc = RUN_ALL_TESTS();
-  MPI_Finalize();
-  return rc;
 }

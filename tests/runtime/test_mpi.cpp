@@ -352,14 +352,3 @@ TEST(World4, MlpTp2Dp2Zero3) {
 TEST(World4, CollectivesTp2Dp2) { NEED_WORLD(4); check_collectives(2, 2); }
 TEST(World4, CollectivesTp4) { NEED_WORLD(4); check_collectives(4, 1); }
 TEST(World4, CollectivesDp4) { NEED_WORLD(4); check_collectives(1, 4); }
-
-int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  // Every rank prints its own report (a failure may happen on one rank only); the exit code is the worst.
-  const int rc = RUN_ALL_TESTS();
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}

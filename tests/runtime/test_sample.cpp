@@ -396,11 +396,3 @@ TEST(World2, DpRanksNumberTheirRowsGlobally) {
     EXPECT_EQ(got, draw(full, rows, v, k)) << "T " << k.temperature << " k " << k.top_k << " p " << k.top_p;
   }
 }
-
-int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  const int rc = RUN_ALL_TESTS();
-  MPI_Finalize();
-  return rc;
-}

@@ -2,9 +2,9 @@
 // Session on the CPU backend: the backend's dispatch (operand order, ints and floats layouts, optional
 // results, in-place updates, scratch sizing) must give exactly what direct calls of the reference kernels
 // give (the kernels themselves are checked against finite differences and float64 in
-// test_train_kernels.cpp and test_runtime_ops.cpp). Runs under mpirun -np 1.
+// test_train_kernels.cpp and test_runtime_ops.cpp). Runs under mpirun -np 1
+// (main: mpi_gtest_main.cpp).
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <cstring>
 #include <map>
@@ -125,12 +125,4 @@ TEST(World1, RuntimeOpsOfDecoderExports) {
     EXPECT_TRUE(kv.second->same(got[kv.first])) << kv.first;
   const int64_t want_range[] = {2, 5, 8, 11};
   EXPECT_EQ(std::memcmp(got["range"].data(), want_range, sizeof(want_range)), 0);
-}
-
-int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  const int rc = RUN_ALL_TESTS();
-  MPI_Finalize();
-  return rc;
 }
