@@ -9,24 +9,11 @@
 #include "plan.h"
 #include "plan_builder.h"
 #include "test_plans.h"
+#include "verify_helpers.h"
 
 using namespace zrt_test;
 
 namespace {
-
-zrt::Status verify(const PlanBuilder &p) {
-  zrt::Launch l;
-  l.world = p.world();
-  const fb::Plan *plan = nullptr;
-  uint64_t h = 0;
-  std::vector<uint8_t> f = p.file();
-  return zrt::verify_plan(f.data(), f.size(), l, &plan, &h);
-}
-
-void expect_reject(const zrt::Status &s, const std::string &needle) {
-  ASSERT_FALSE(s.ok()) << "expected a rejection mentioning '" << needle << "'";
-  EXPECT_NE(s.message().find(needle), std::string::npos) << "message was: " << s.message();
-}
 
 /// A small training-shaped plan: a parameter with its master copy and moments, a gradient buffer, programs
 /// "init" (master = cast(w)) and "train_step" (grad += g; adamw on the master; w = cast(master)).

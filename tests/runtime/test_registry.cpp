@@ -8,20 +8,12 @@
 #include "plan.h"
 #include "plan_builder.h"
 #include "step_decoder.h"
+#include "verify_helpers.h"
 #include "zrt/ops.h"
 
 using namespace zrt_test;
 
 namespace {
-
-zrt::Status verify(const PlanBuilder &p) {
-  zrt::Launch l;
-  l.world = p.world();
-  const fb::Plan *plan = nullptr;
-  uint64_t h = 0;
-  std::vector<uint8_t> f = p.file();
-  return zrt::verify_plan(f.data(), f.size(), l, &plan, &h);
-}
 
 /// A plan of one instruction of `op` with the given counts; every operand and result is its own f32 [2]
 /// activation (the count checks come before any shape rule, so shapes do not matter here).

@@ -5,26 +5,12 @@
 
 #include "plan.h"
 #include "test_plans.h"
+#include "verify_helpers.h"
 #include "zrt/plan_file.h"
 
 using namespace zrt_test;
 
 namespace {
-
-zrt::Status verify(const std::vector<uint8_t> &file, int world, zrt::BackendKind be = zrt::BackendKind::cpu, int rank = 0) {
-  zrt::Launch l;
-  l.world = world;
-  l.rank = rank;
-  l.backend = be;
-  const fb::Plan *p = nullptr;
-  uint64_t h = 0;
-  return zrt::verify_plan(file.data(), file.size(), l, &p, &h);
-}
-
-void expect_reject(const zrt::Status &s, const std::string &needle) {
-  ASSERT_FALSE(s.ok()) << "expected a rejection mentioning '" << needle << "'";
-  EXPECT_NE(s.message().find(needle), std::string::npos) << "message was: " << s.message();
-}
 
 PlanBuilder good() { return Mlp().plan(2, 1, false); }
 
