@@ -146,21 +146,21 @@ Status NvmeStore::submit(Request r, Ticket *ticket) {
   return {};
 }
 
-Status NvmeStore::submit_read(uint64_t offset, void *dst, uint64_t bytes, Ticket *ticket) {
+NvmeStore::Request NvmeStore::request(bool write, uint64_t offset, const void *buf, uint64_t bytes) {
   Request r;
+  r.write = write;
   r.offset = offset;
-  r.buf = dst;
+  r.buf = const_cast<void *>(buf);
   r.bytes = bytes;
-  return submit(r, ticket);
+  return r;
+}
+
+Status NvmeStore::submit_read(uint64_t offset, void *dst, uint64_t bytes, Ticket *ticket) {
+  return submit(request(false, offset, dst, bytes), ticket);
 }
 
 Status NvmeStore::submit_write(uint64_t offset, const void *src, uint64_t bytes, Ticket *ticket) {
-  Request r;
-  r.write = true;
-  r.offset = offset;
-  r.buf = const_cast<void *>(src);
-  r.bytes = bytes;
-  return submit(r, ticket);
+  return submit(request(true, offset, src, bytes), ticket);
 }
 
 Status NvmeStore::wait(Ticket ticket) {
@@ -191,21 +191,12 @@ Status NvmeStore::wait_all() {
 
 Status NvmeStore::read(uint64_t offset, void *dst, uint64_t bytes) {
   ZRT_RETURN_IF_ERROR(check(offset, dst, bytes, "a read"));
-  Request r;
-  r.offset = offset;
-  r.buf = dst;
-  r.bytes = bytes;
-  return transfer(r);
+  return transfer(request(false, offset, dst, bytes));
 }
 
 Status NvmeStore::write(uint64_t offset, const void *src, uint64_t bytes) {
   ZRT_RETURN_IF_ERROR(check(offset, src, bytes, "a write"));
-  Request r;
-  r.write = true;
-  r.offset = offset;
-  r.buf = const_cast<void *>(src);
-  r.bytes = bytes;
-  return transfer(r);
+  return transfer(request(true, offset, src, bytes));
 }
 
 }  // namespace zrt

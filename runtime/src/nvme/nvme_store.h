@@ -82,6 +82,8 @@ class NvmeStore {
     uint64_t offset = 0, bytes = 0;
     void *buf = nullptr;
   };
+  /// A read into `buf` (write false) or a write from it (a write's buffer is only read, so it may be const).
+  static Request request(bool write, uint64_t offset, const void *buf, uint64_t bytes);
   NvmeStore() = default;
   Status check(uint64_t offset, const void *buf, uint64_t bytes, const char *what) const;
   Status transfer(const Request &r);
