@@ -67,6 +67,30 @@ matchEitherOrder(mlir::Operation *op, Pred &&pred) {
   return std::nullopt;
 }
 
+/// Matches a quotient, `n / d` (zg.div) or `n * reciprocal(d)` (zg.mul, the
+/// reciprocal tried on the right first): returns (n, d) when `pred(n, d)`
+/// holds.
+template <typename Pred>
+std::optional<std::pair<mlir::Value, mlir::Value>>
+matchQuotient(mlir::Operation *op, Pred &&pred) {
+  if (auto div = llvm::dyn_cast<graph::DivOp>(op)) {
+    if (!pred(div.getLhs(), div.getRhs()))
+      return std::nullopt;
+    return std::make_pair(div.getLhs(), div.getRhs());
+  }
+  if (!llvm::isa<graph::MulOp>(op))
+    return std::nullopt;
+  auto m = matchCommutative<graph::ReciprocalOp>(
+      op,
+      [&](graph::ReciprocalOp rec, mlir::Value n) {
+        return pred(n, rec.getInput());
+      },
+      /*first=*/1);
+  if (!m)
+    return std::nullopt;
+  return std::make_pair(m->second, m->first.getInput());
+}
+
 /// A contiguous part of a tensor's last dim, every other dim whole: a
 /// zg.slice with unit steps, or one result of a zg.split on the last axis.
 struct LastDimPart {

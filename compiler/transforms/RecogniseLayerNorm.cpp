@@ -67,38 +67,21 @@ Value makeLayerNorm(PatternRewriter &rewriter, Operation *op, Value x,
                                  rewriter.getF64FloatAttr(eps));
 }
 
-struct LayerNormDiv : OpRewritePattern<zg::DivOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(zg::DivOp op,
+/// d * reciprocal(dev) or d / dev, d = x - mean(x) and dev its standard
+/// deviation -> layer_norm(x, ones).
+template <typename OpTy> struct LayerNormQuotient : OpRewritePattern<OpTy> {
+  using OpRewritePattern<OpTy>::OpRewritePattern;
+  LogicalResult matchAndRewrite(OpTy op,
                                 PatternRewriter &rewriter) const override {
-    Value x = centredInput(op.getLhs());
-    if (!x || x.getType() != op.getType())
-      return failure();
-    auto eps = matchStd(op.getRhs(), op.getLhs());
-    if (!eps)
+    Value x;
+    std::optional<double> eps;
+    auto q = matchQuotient(op, [&](Value d, Value dev) {
+      x = centredInput(d);
+      return x && x.getType() == op.getType() && (eps = matchStd(dev, d));
+    });
+    if (!q)
       return failure();
     rewriter.replaceOp(op, makeLayerNorm(rewriter, op, x, *eps));
-    return success();
-  }
-};
-
-struct LayerNormMul : OpRewritePattern<zg::MulOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(zg::MulOp op,
-                                PatternRewriter &rewriter) const override {
-    auto m = matchCommutative<zg::ReciprocalOp>(
-        op,
-        [&](zg::ReciprocalOp rec, Value d) {
-          Value x = centredInput(d);
-          return x && x.getType() == op.getType() &&
-                 matchStd(rec.getInput(), d).has_value();
-        },
-        /*first=*/1);
-    if (!m)
-      return failure();
-    auto [rec, d] = *m;
-    rewriter.replaceOp(op, makeLayerNorm(rewriter, op, centredInput(d),
-                                         *matchStd(rec.getInput(), d)));
     return success();
   }
 };
@@ -147,9 +130,9 @@ struct LayerNormBias : OpRewritePattern<zg::AddOp> {
 struct RecogniseLayerNormPass
     : transforms::impl::RecogniseLayerNormBase<RecogniseLayerNormPass> {
   void runOnOperation() override {
-    if (failed(recognise<zg::LayerNormOp, LayerNormDiv, LayerNormMul,
-                         LayerNormScale, LayerNormBias>(getOperation(),
-                                                        numLayerNorm)))
+    if (failed(recognise<zg::LayerNormOp, LayerNormQuotient<zg::DivOp>,
+                         LayerNormQuotient<zg::MulOp>, LayerNormScale,
+                         LayerNormBias>(getOperation(), numLayerNorm)))
       return signalPassFailure();
   }
 };

@@ -49,39 +49,19 @@ std::optional<double> matchRms(Value s, Value x) {
   return m->eps;
 }
 
-struct RmsNormMul : OpRewritePattern<zg::MulOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(zg::MulOp op,
+/// x * reciprocal(rms) or x / rms -> rms_norm(x).
+template <typename OpTy> struct RmsNormQuotient : OpRewritePattern<OpTy> {
+  using OpRewritePattern<OpTy>::OpRewritePattern;
+  LogicalResult matchAndRewrite(OpTy op,
                                 PatternRewriter &rewriter) const override {
-    auto m = matchCommutative<zg::ReciprocalOp>(
-        op,
-        [&](zg::ReciprocalOp rec, Value x) {
-          return x.getType() == op.getType() &&
-                 matchRms(rec.getInput(), x).has_value();
-        },
-        /*first=*/1);
-    if (!m)
+    std::optional<double> eps;
+    auto q = matchQuotient(op, [&](Value x, Value rms) {
+      return x.getType() == op.getType() && (eps = matchRms(rms, x));
+    });
+    if (!q)
       return failure();
-    auto [rec, x] = *m;
     rewriter.replaceOpWithNewOp<zg::RmsNormOp>(
-        op, op.getType(), x, Value(),
-        rewriter.getF64FloatAttr(*matchRms(rec.getInput(), x)));
-    return success();
-  }
-};
-
-struct RmsNormDiv : OpRewritePattern<zg::DivOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(zg::DivOp op,
-                                PatternRewriter &rewriter) const override {
-    Value x = op.getLhs();
-    if (x.getType() != op.getType())
-      return failure();
-    auto eps = matchRms(op.getRhs(), x);
-    if (!eps)
-      return failure();
-    rewriter.replaceOpWithNewOp<zg::RmsNormOp>(op, op.getType(), x, Value(),
-                                               rewriter.getF64FloatAttr(*eps));
+        op, op.getType(), q->first, Value(), rewriter.getF64FloatAttr(*eps));
     return success();
   }
 };
@@ -110,7 +90,8 @@ struct RmsNormScale : OpRewritePattern<zg::MulOp> {
 struct RecogniseRmsNormPass
     : transforms::impl::RecogniseRmsNormBase<RecogniseRmsNormPass> {
   void runOnOperation() override {
-    if (failed(recognise<zg::RmsNormOp, RmsNormMul, RmsNormDiv, RmsNormScale>(
+    if (failed(recognise<zg::RmsNormOp, RmsNormQuotient<zg::MulOp>,
+                         RmsNormQuotient<zg::DivOp>, RmsNormScale>(
             getOperation(), numRmsNorm)))
       return signalPassFailure();
   }
