@@ -50,6 +50,8 @@ struct CollectiveHeader {
 };
 /// "all_reduce over tp of 4096 B f32 (collective #3, plan step 17)".
 std::string describe(const CollectiveHeader &h);
+/// "all_reduce", "all_gather", ..., as messages name a collective.
+const char *collective_name(CollectiveOp op);
 /// "tp", "dp", "world" or "none", as messages name an axis.
 const char *axis_name(Axis a);
 /// set_mesh's check, alike for every communicator: a tp x dp mesh must cover the job's `world` ranks.

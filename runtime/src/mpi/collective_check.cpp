@@ -14,17 +14,6 @@ namespace {
 
 constexpr int kWords = 4;
 
-const char *op_name(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::all_reduce: return "all_reduce";
-    case CollectiveOp::all_gather: return "all_gather";
-    case CollectiveOp::reduce_scatter: return "reduce_scatter";
-    case CollectiveOp::broadcast: return "broadcast";
-    case CollectiveOp::barrier: return "barrier";
-  }
-  return "unknown collective";
-}
-
 // The header as four words; unpack() is its inverse. The small fields share one word (root + 1 keeps
 // "no root" at zero), so one agree() of four values compares everything.
 void pack(const CollectiveHeader &h, uint64_t *w) {
@@ -49,6 +38,17 @@ CollectiveHeader unpack(const uint64_t *w) {
 
 }  // namespace
 
+const char *collective_name(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::all_reduce: return "all_reduce";
+    case CollectiveOp::all_gather: return "all_gather";
+    case CollectiveOp::reduce_scatter: return "reduce_scatter";
+    case CollectiveOp::broadcast: return "broadcast";
+    case CollectiveOp::barrier: return "barrier";
+  }
+  return "unknown collective";
+}
+
 const char *axis_name(Axis a) {
   switch (a) {
     case Axis::tp: return "tp";
@@ -67,7 +67,7 @@ Status check_mesh(int tp, int dp, int world) {
 }
 
 std::string describe(const CollectiveHeader &h) {
-  std::string s = std::string(op_name(h.op)) + " over " + axis_name(h.axis);
+  std::string s = std::string(collective_name(h.op)) + " over " + axis_name(h.axis);
   if (h.op != CollectiveOp::barrier) s += " of " + std::to_string(h.bytes) + " B";
   if (h.op == CollectiveOp::all_reduce || h.op == CollectiveOp::reduce_scatter)
     s += std::string(" ") + dtype_name(h.dtype);

@@ -75,17 +75,14 @@ constexpr size_t kHeaderBytes = 16;
 
 const char *kind_name(uint8_t k) {
   switch (k) {
-    case static_cast<uint8_t>(CollectiveOp::all_reduce): return "all_reduce";
-    case static_cast<uint8_t>(CollectiveOp::all_gather): return "all_gather";
-    case static_cast<uint8_t>(CollectiveOp::reduce_scatter): return "reduce_scatter";
-    case static_cast<uint8_t>(CollectiveOp::broadcast): return "broadcast";
-    case static_cast<uint8_t>(CollectiveOp::barrier): return "barrier";
     case kAgree: return "agree";
     case kBroadcastHost: return "broadcast_host";
     case kGatherHost: return "gather_host";
     case kHello: return "rendezvous";
     case kTable: return "rendezvous";
   }
+  if (k >= static_cast<uint8_t>(CollectiveOp::all_reduce) && k <= static_cast<uint8_t>(CollectiveOp::barrier))
+    return collective_name(static_cast<CollectiveOp>(k));
   return "unknown message";
 }
 
