@@ -21,6 +21,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "attention.cuh"
 #include "common.cuh"
 #include "mma.cuh"
 #include "zk/cuda_train_kernels.h"
@@ -33,32 +34,11 @@ using detail::from_f32;
 using detail::to_f32;
 namespace wmma = nvcuda::wmma;
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-/// The additive mask as a broadcast view: element (b, h, i, j) at b*st[0] + h*st[1] + i*st[2] + j*st[3].
-struct MaskView {
-  const void *data = nullptr;
-  DType dtype = DType::f32;
-  int64_t st[4] = {};
-};
-
-/// Element strides of an operand's batch, head and position dims (its head dim is contiguous).
-struct Strides {
-  int64_t b = 0, h = 0, s = 0;
-};
-
-struct AttnDims {
-  int B, Hq, Hkv, S, T;
-  int causal;
-  float scale;
-  float *lse = nullptr;  // optional [B, Hq, S]: the natural log-sum-exp of each row's scaled, masked scores
-  Strides q, k, v, o;
-  // Scheduling of the register path: 1 = each block's query rows in launch order and every tile masked
-  // element by element (the kernel before longest-first scheduling and unmasked interior tiles; kept so
-  // that the two can be timed against each other, ZK_CUDA_ATTENTION_PLAIN=1).
-  int plain = 0;
-};
+using attn::AttnDims;
+using attn::kLn2;
+using attn::kLog2e;
+using attn::MaskView;
+using attn::Strides;
 
 // --- tier 1: tensor-core path ---------------------------------------------------------------------------------
 constexpr int kBr = 64, kBc = 64, kWarps = 4;
@@ -438,6 +418,280 @@ __global__ void __launch_bounds__(W * 32, MinBlocks) flash_mma_kernel(const T *_
   }
 }
 
+// --- tier 1: the second register kernel (fa; the default where the launcher picks it) ----------------------------
+// FlashAttention-2 on mma.sync again, rebuilt around what held the first one near 120 TFLOP/s on the H200
+// (docs/gpu-plan-runs.md): per 64-key tile and warp it issued about as many ordinary instructions as tensor
+// instructions, and each B fragment that ldmatrix brought from shared memory fed only one 16-row product.
+//  - A warp may own MT = 2 row tiles (32 query rows), so every K and V fragment feeds two products: half the
+//    ldmatrix traffic per product.
+//  - The exponentials are single ex2.approx instructions (exp2f without fast-math is several), and the
+//    scale is folded into one fused multiply-add per score: the running max is taken over the raw scores
+//    (the scale is positive), p = 2^(s * scale * log2 e - m). Tiles that need element masks (the diagonal,
+//    the key end, an additive mask, or a scale that is not positive) scale first and use a factor of 1.
+//  - Probabilities are packed two at a time with one conversion (cvt.rn.bf16x2 / f16x2).
+//  - One barrier per key tile: the copy of tile j + 1 is issued right after the barrier that opens tile j,
+//    into the buffer every warp finished with in tile j - 1.
+//  - Q may stay in shared memory (QR false) and be read with ldmatrix at each tile, which frees 32 or 64
+//    registers for the larger row tiles.
+//  - The output leaves through shared memory (the warp's own Q rows) as 16-byte row stores.
+// Everything else is the first kernel's: fragment layouts, longest-first causal order, GQA, the strides
+// that carry every layout (sequence-major, packed), the lse and the additive mask.
+namespace fa {
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  }
+  return r;
+}
+
+template <int Dh, int W, int MT>
+struct Smem {
+  static constexpr int ld = Dh + 8;  // 16-byte padded rows: conflict-free ldmatrix and staging
+  static constexpr int Br = 16 * MT * W;
+  static constexpr size_t q = size_t(Br) * ld * 2;
+  static constexpr size_t tile = size_t(kBc) * ld * 2;
+  static constexpr size_t bytes = q + 4 * tile;  // Q, then K and V double-buffered
+};
+
+template <class T, int Dh, int W, int MT, bool QR, int MinBlocks>
+__global__ void __launch_bounds__(W * 32, MinBlocks) fa_kernel(const T *__restrict__ q, const T *__restrict__ k,
+                                                                const T *__restrict__ v, T *__restrict__ out,
+                                                                AttnDims d, MaskView mask) {
+  using L = Smem<Dh, W, MT>;
+  constexpr int ld = L::ld, ND = Dh / 8, KD = Dh / 16, Br = L::Br, NT = W * 32, WR = 16 * MT;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T *Qs = reinterpret_cast<T *>(smem);
+  auto Kb = [&](int i) { return reinterpret_cast<T *>(smem + L::q + 2 * i * L::tile); };
+  auto Vb = [&](int i) { return reinterpret_cast<T *>(smem + L::q + (2 * i + 1) * L::tile); };
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq;
+  const int kh = h / (d.Hq / d.Hkv);
+  const int qblock = d.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int q0 = qblock * Br;
+  const T *qp = q + b * d.q.b + h * d.q.h + static_cast<int64_t>(q0) * d.q.s;
+  const T *kp = k + b * d.k.b + kh * d.k.h;
+  const T *vp = v + b * d.v.b + kh * d.v.h;
+  const int shift = d.T - d.S;
+  int kend = d.T;
+  if (d.causal) kend = min(d.T, q0 + Br + shift);
+  const int ntiles = (kend + kBc - 1) / kBc;
+
+  async_rows<Br, Dh, NT>(Qs, qp, min(Br, d.S - q0), d.q.s);
+  cp_async_commit();
+  if (ntiles > 0) {
+    async_rows<kBc, Dh, NT>(Kb(0), kp, min(kBc, d.T), d.k.s);
+    async_rows<kBc, Dh, NT>(Vb(0), vp, min(kBc, d.T), d.v.s);
+  }
+  cp_async_commit();
+
+  const int wrow = warp * WR;      // this warp's first row in the block
+  const int qw = q0 + wrow;        // and its query position
+  const float sl = d.scale * kLog2e;
+  // ldmatrix.x4 of an A fragment: lanes 0-15 address rows 0-15 at column 0, lanes 16-31 the same rows at 8.
+  const int arow = lane & 15, acol = (lane >> 4) * 8;
+  uint32_t qa[QR ? MT : 1][QR ? KD : 1][4];
+  if constexpr (QR) {
+    cp_async_wait<1>();
+    __syncthreads();  // every thread's part of Q has landed
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk) ldsm_x4(qa[mt][kk], Qs + (wrow + mt * 16 + arow) * ld + kk * 16 + acol);
+  }
+
+  float o[MT][ND][4];
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < ND; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
+
+  for (int it = 0; it < ntiles; ++it) {
+    const int k0 = it * kBc, cur = it & 1;
+    cp_async_wait<0>();
+    __syncthreads();  // tile it has landed everywhere, and every warp is done with tile it - 1's buffer
+    if (it + 1 < ntiles) {
+      const int n0 = k0 + kBc;
+      async_rows<kBc, Dh, NT>(Kb(cur ^ 1), kp + static_cast<int64_t>(n0) * d.k.s, min(kBc, d.T - n0), d.k.s);
+      async_rows<kBc, Dh, NT>(Vb(cur ^ 1), vp + static_cast<int64_t>(n0) * d.v.s, min(kBc, d.T - n0), d.v.s);
+    }
+    cp_async_commit();
+    const T *Ks = Kb(cur), *Vs = Vb(cur);
+    // Warp-uniform: a tile wholly past the diagonal of this warp's last row adds nothing to its rows.
+    if (d.causal && k0 > qw + WR - 1 + shift) continue;
+
+    // S = Q K^T: 8 tiles of 8 keys per row tile; one ldmatrix.x4 gives the B fragments of two key tiles.
+    float s[MT][8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      uint32_t a[QR ? 1 : MT][4];
+      if constexpr (!QR) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) ldsm_x4(a[mt], Qs + (wrow + mt * 16 + arow) * ld + kk * 16 + acol);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; nt += 2) {
+        const int mi = lane >> 3, r = lane & 7;
+        uint32_t bf[4];
+        ldsm_x4(bf, Ks + (nt * 8 + r + (mi >> 1) * 8) * ld + kk * 16 + (mi & 1) * 8);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          if constexpr (QR) {
+            mma16816<T>(s[mt][nt], qa[mt][kk], bf[0], bf[1]);
+            mma16816<T>(s[mt][nt + 1], qa[mt][kk], bf[2], bf[3]);
+          } else {
+            mma16816<T>(s[mt][nt], a[mt], bf[0], bf[1]);
+            mma16816<T>(s[mt][nt + 1], a[mt], bf[2], bf[3]);
+          }
+        }
+      }
+    }
+
+    // Online softmax, rows g (elements 0, 1) and g + 8 (2, 3) of each row tile.
+    const bool masked = !(sl > 0.0f) || mask.data || k0 + kBc > d.T || (d.causal && k0 + kBc - 1 > qw + shift);
+    float mx[MT][2];
+    float mul;  // what turns the values in s into base-2 scaled scores
+    if (masked) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mx[mt][0] = mx[mt][1] = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = k0 + nt * 8 + 2 * t + (e & 1);
+            const int qi = qw + mt * 16 + g + (e >> 1) * 8;
+            float val = s[mt][nt][e] * sl;
+            const bool vis = j < d.T && (!d.causal || j <= qi + shift);
+            if (vis && mask.data && qi < d.S)
+              val += detail::load_f(mask.data, mask.dtype,
+                                    b * mask.st[0] + h * mask.st[1] + static_cast<int64_t>(qi) * mask.st[2] +
+                                        static_cast<int64_t>(j) * mask.st[3]) *
+                     kLog2e;
+            val = vis ? val : -INFINITY;
+            s[mt][nt][e] = val;
+            mx[mt][e >> 1] = fmaxf(mx[mt][e >> 1], val);
+          }
+      }
+      mul = 1.0f;
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mx[mt][0] = fmaxf(s[mt][0][0], s[mt][0][1]);
+        mx[mt][1] = fmaxf(s[mt][0][2], s[mt][0][3]);
+#pragma unroll
+        for (int nt = 1; nt < 8; ++nt) {
+          mx[mt][0] = fmaxf(mx[mt][0], fmaxf(s[mt][nt][0], s[mt][nt][1]));
+          mx[mt][1] = fmaxf(mx[mt][1], fmaxf(s[mt][nt][2], s[mt][nt][3]));
+        }
+      }
+      mul = sl;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float x = mx[mt][r];
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+        const float nm = fmaxf(m[mt][r], x * mul);
+        // A row with nothing visible yet stays empty: no (-inf) - (-inf).
+        const float alpha = nm == -INFINITY ? 1.0f : ex2(m[mt][r] - nm);
+        m[mt][r] = nm;
+        const float base = nm == -INFINITY ? 0.0f : nm;
+        float ps = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          // 2^(-inf) is 0, so masked scores and an empty row (base 0) give zeros without a test.
+          s[mt][nt][2 * r] = ex2(fmaf(s[mt][nt][2 * r], mul, -base));
+          s[mt][nt][2 * r + 1] = ex2(fmaf(s[mt][nt][2 * r + 1], mul, -base));
+          ps += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
+        }
+        l[mt][r] = l[mt][r] * alpha + ps;  // per-thread partial sums; the quad is summed once at the end
+#pragma unroll
+        for (int nd = 0; nd < ND; ++nd) {
+          o[mt][nd][2 * r] *= alpha;
+          o[mt][nd][2 * r + 1] *= alpha;
+        }
+      }
+
+    // O += P V: the score tiles 2kk and 2kk + 1 are P's A fragment for keys 16kk .. 16kk + 15.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        pa[mt][0] = pack<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = pack<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = pack<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = pack<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int nd = 0; nd < ND; nd += 2) {
+        uint32_t bf[4];
+        ldsm_x4_t(bf, Vs + (kk * 16 + (lane & 15)) * ld + nd * 8 + (lane >> 4) * 8);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(o[mt][nd], pa[mt], bf[0], bf[1]);
+          mma16816<T>(o[mt][nd + 1], pa[mt], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Normalise, write the lse, and stage the rows in this warp's own rows of Qs (no other warp reads them)
+  // so that they leave as 16-byte stores along each row.
+  T *op = out + b * d.o.b + h * d.o.h;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float x = l[mt][r];
+      x += __shfl_xor_sync(0xffffffffu, x, 1);
+      x += __shfl_xor_sync(0xffffffffu, x, 2);
+      const int qi = qw + mt * 16 + g + 8 * r;
+      if (d.lse && t == 0 && qi < d.S)  // m is in base-2 units (scores times log2 e); the lse is natural
+        d.lse[static_cast<int64_t>(bh) * d.S + qi] = x > 0.0f ? (m[mt][r] + log2f(x)) * kLn2 : -INFINITY;
+      const float inv = x > 0.0f ? 1.0f / x : 0.0f;
+      T *row = Qs + (wrow + mt * 16 + g + 8 * r) * ld + 2 * t;
+#pragma unroll
+      for (int nd = 0; nd < ND; ++nd)
+        *reinterpret_cast<uint32_t *>(row + nd * 8) = pack<T>(o[mt][nd][2 * r] * inv, o[mt][nd][2 * r + 1] * inv);
+    }
+  __syncwarp();
+  constexpr int per_row = Dh / 8;
+#pragma unroll
+  for (int e = lane; e < WR * per_row; e += 32) {
+    const int r = e / per_row, c = (e % per_row) * 8, qi = qw + r;
+    if (qi < d.S)
+      *reinterpret_cast<uint4 *>(op + static_cast<int64_t>(qi) * d.o.s + c) =
+          *reinterpret_cast<const uint4 *>(Qs + (wrow + r) * ld + c);
+  }
+}
+
+}  // namespace fa
+
 // --- tier 1: exact path -------------------------------------------------------------------------------------------
 template <class T>
 __global__ void row_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, T *__restrict__ out,
@@ -531,6 +785,36 @@ cudaError_t flash_mma_any(const T *q, const T *k, const T *v, T *out, const Attn
   if constexpr (Dh == 64)
     if (shape == 2) return flash_mma<T, Dh, 8, 2>(q, k, v, out, d, mask, s);
   return flash_mma<T, Dh, 8, 0>(q, k, v, out, d, mask, s);
+}
+
+template <class T, int Dh, int W, int MT, bool QR, int MinBlocks = 0>
+cudaError_t fa(const T *q, const T *k, const T *v, T *out, const AttnDims &d, const MaskView &mask, cudaStream_t s) {
+  using L = fa::Smem<Dh, W, MT>;
+  static cudaError_t attr = cudaFuncSetAttribute(fa::fa_kernel<T, Dh, W, MT, QR, MinBlocks>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::bytes));
+  if (attr != cudaSuccess) return attr;
+  dim3 grid((d.S + L::Br - 1) / L::Br, d.B * d.Hq);
+  fa::fa_kernel<T, Dh, W, MT, QR, MinBlocks><<<grid, W * 32, L::bytes, s>>>(q, k, v, out, d, mask);
+  return detail::launched();
+}
+
+/// The second register kernel's shapes (ZK_CUDA_ATTENTION=faWxM[s]: W warps of M row tiles of 16 each, s =
+/// Q read from shared memory at every tile instead of held in registers). At head dim 128 a warp of two row
+/// tiles keeps Q in shared memory (fa4x2 is fa4x2s there): held in registers it would spill.
+enum class FaShape { w4m1, w4m2, w8m1, w4m2s };
+
+template <class T, int Dh>
+cudaError_t fa_any(const T *q, const T *k, const T *v, T *out, const AttnDims &d, const MaskView &mask, FaShape shape,
+                   cudaStream_t s) {
+  switch (shape) {
+    case FaShape::w4m1: return fa<T, Dh, 4, 1, true>(q, k, v, out, d, mask, s);
+    case FaShape::w8m1: return fa<T, Dh, 8, 1, true>(q, k, v, out, d, mask, s);
+    case FaShape::w4m2:
+      if constexpr (Dh == 64) return fa<T, Dh, 4, 2, true>(q, k, v, out, d, mask, s);
+      [[fallthrough]];
+    case FaShape::w4m2s: break;
+  }
+  return fa<T, Dh, 4, 2, false>(q, k, v, out, d, mask, s);
 }
 
 template <class T>
@@ -657,17 +941,31 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   d.v = vo.st;
   d.o = oo.st;
   // ZK_CUDA_ATTENTION picks a tensor-core kernel for timing and bisection: wmma (the first one), mma64,
-  // mma128 or mma128r (the register kernel's block shapes, see flash_mma_any); unset or anything else, the
-  // register kernel with the measured default shape of the head dim.
-  // ZK_CUDA_ATTENTION_PLAIN=1 turns off its longest-first order and interior-tile fast path.
+  // mma128 or mma128r (the first register kernel's block shapes, see flash_mma_any), old (that kernel with
+  // its measured default shape of the head dim: the default before the second register kernel), fa4x1,
+  // fa4x2, fa8x1 or fa4x2s (the second register kernel's shapes, see fa_any); unset or anything else, the
+  // default of the head dim (kDefault below).
+  // ZK_CUDA_ATTENTION_PLAIN=1 turns off the first register kernel's longest-first order and interior-tile fast
+  // path.
   const char *path = std::getenv("ZK_CUDA_ATTENTION");
   const char *plain = std::getenv("ZK_CUDA_ATTENTION_PLAIN");
   d.plain = plain && std::strcmp(plain, "1") == 0 ? 1 : 0;
-  const bool wmma = path && std::strcmp(path, "wmma") == 0;
-  int shape = 0;
-  if (path && std::strcmp(path, "mma64") == 0) shape = 1;
-  else if (path && std::strcmp(path, "mma128r") == 0) shape = 2;
-  else if (path && std::strcmp(path, "mma128") == 0) shape = 3;
+  enum class Kern { mma, wmma, fa, wg };
+  Kern kern = Kern::mma;  // the default: see the comment above
+  int shape = 0, groups = 1;
+  launch::FaShape fs = Dh == 64 ? launch::FaShape::w4m2 : launch::FaShape::w4m1;
+  auto is = [&](const char *name) { return path && std::strcmp(path, name) == 0; };
+  if (is("wmma")) kern = Kern::wmma;
+  else if (is("old")) kern = Kern::mma;
+  else if (is("mma64")) kern = Kern::mma, shape = 1;
+  else if (is("mma128r")) kern = Kern::mma, shape = 2;
+  else if (is("mma128")) kern = Kern::mma, shape = 3;
+  else if (is("fa4x1")) kern = Kern::fa, fs = launch::FaShape::w4m1;
+  else if (is("fa4x2")) kern = Kern::fa, fs = launch::FaShape::w4m2;
+  else if (is("fa8x1")) kern = Kern::fa, fs = launch::FaShape::w8m1;
+  else if (is("fa4x2s")) kern = Kern::fa, fs = launch::FaShape::w4m2s;
+  else if (is("wg1")) kern = Kern::wg, groups = 1;
+  else if (is("wg2")) kern = Kern::wg, groups = 2;
   // The 16-byte copies need 16-byte aligned rows: the base pointers and every row stride.
   auto aligned = [](const void *p, const Strides &st) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && st.b % 8 == 0 && st.h % 8 == 0 && st.s % 8 == 0;
@@ -675,25 +973,25 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   const bool tc = (q.dtype == DType::bf16 || q.dtype == DType::f16) && (Dh == 64 || Dh == 128) && T > 0 &&
                   aligned(q.data, d.q) && aligned(k.data, d.k) && aligned(v.data, d.v) && aligned(out.data, d.o);
   if (tc) {
-    if (q.dtype == DType::bf16) {
-      using E = __nv_bfloat16;
+    auto run = [&](auto tag) -> cudaError_t {
+      using E = decltype(tag);
       auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);
       auto *op = static_cast<E *>(out.data);
-      if (wmma)
-        ZK_CUDA_TRY((Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s)));
-      else
-        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma_any<E, 64>(qp, kp, vp, op, d, mv, shape, s)
-                              : launch::flash_mma_any<E, 128>(qp, kp, vp, op, d, mv, shape, s)));
-    } else {
-      using E = __half;
-      auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);
-      auto *op = static_cast<E *>(out.data);
-      if (wmma)
-        ZK_CUDA_TRY((Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s)));
-      else
-        ZK_CUDA_TRY((Dh == 64 ? launch::flash_mma_any<E, 64>(qp, kp, vp, op, d, mv, shape, s)
-                              : launch::flash_mma_any<E, 128>(qp, kp, vp, op, d, mv, shape, s)));
-    }
+      switch (kern) {
+        case Kern::wmma:
+          return Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s);
+        case Kern::mma:
+          return Dh == 64 ? launch::flash_mma_any<E, 64>(qp, kp, vp, op, d, mv, shape, s)
+                          : launch::flash_mma_any<E, 128>(qp, kp, vp, op, d, mv, shape, s);
+        case Kern::wg:
+          return attn::wgmma_forward(qp, kp, vp, op, d, mv, static_cast<int>(Dh), std::is_same_v<E, __nv_bfloat16>,
+                                     groups, s);
+        case Kern::fa: break;
+      }
+      return Dh == 64 ? launch::fa_any<E, 64>(qp, kp, vp, op, d, mv, fs, s)
+                      : launch::fa_any<E, 128>(qp, kp, vp, op, d, mv, fs, s);
+    };
+    ZK_CUDA_TRY(q.dtype == DType::bf16 ? run(__nv_bfloat16{}) : run(__half{}));
     return {};
   }
   if ((static_cast<size_t>(Dh) + T) * sizeof(float) > 200 * 1024)

@@ -445,7 +445,14 @@ void check_attention(DType t, const AttnCase &c) {
   EXPECT_TRUE(close(dy.download(), ref, tol_for(t)));
 }
 
-TEST(CudaAttention, MatchesReference) {
+// The tensor-core kernels that ZK_CUDA_ATTENTION selects: the default, the first register kernel (old = its
+// default shape; mma64, mma128, mma128r force one), the second register kernel's shapes (fa*), and the WMMA
+// one. The wgmma kernel (sm_90a) has tests of its own below, so that a fault there cannot hide these results.
+const std::vector<const char *> kAttnPaths = {"", "old", "mma64", "mma128", "mma128r", "fa4x1", "fa4x2", "fa8x1",
+                                              "fa4x2s", "wmma"};
+const std::vector<const char *> kWgmmaPaths = {"wg1", "wg2"};
+
+void attention_matches_reference(const std::vector<const char *> &paths) {
   const AttnCase cases[] = {
       {2, 4, 2, 37, 37, 64, true, 0},     // ragged tiles, GQA, causal
       {1, 2, 2, 100, 150, 128, true, 1},  // S < T (queries are the last S positions), padding mask
@@ -460,9 +467,10 @@ TEST(CudaAttention, MatchesReference) {
   // Every tensor-core kernel: the default (mma.sync, registers, the head dim's block shape), each block shape
   // forced (64 rows, 128 rows, 128 rows held to 128 registers), each also without longest-first order and the
   // interior-tile fast path (plain), and the WMMA one.
-  for (const char *path : {"", "mma64", "mma128", "mma128r", "wmma"})
+  for (const char *path : paths)
     for (const char *plain : {"0", "1"}) {
-      if (std::string(path) == "wmma" && std::string(plain) == "1") continue;
+      // Plain changes only the first register kernel.
+      if (std::string(plain) == "1" && std::string(path).rfind("mma", 0) != 0 && std::string(path) != "old") continue;
       SCOPED_TRACE(std::string("path '") + path + "' plain " + plain);
       setenv("ZK_CUDA_ATTENTION", path, 1);
       setenv("ZK_CUDA_ATTENTION_PLAIN", plain, 1);
@@ -473,10 +481,12 @@ TEST(CudaAttention, MatchesReference) {
   unsetenv("ZK_CUDA_ATTENTION_PLAIN");
 }
 
+TEST(CudaAttention, MatchesReference) { attention_matches_reference(kAttnPaths); }
+
 // Sequence-major operands (the seq_major bits: the plan's folded head transposes): q, k, v laid out
 // [B, S, H, Dh] by the CPU transpose kernel, the GPU result (transposed back where out is sequence-major)
 // against the CPU reference on the head-major tensors, with the lse. Every bit pattern, every kernel path.
-TEST(CudaAttention, SequenceMajorOperands) {
+void attention_sequence_major(const std::vector<const char *> &paths) {
   const int64_t perm[4] = {0, 2, 1, 3};
   auto swap12 = [&](const HostT &x) {
     HostT y(x.dtype, Dims{x.shape.d[0], x.shape.d[2], x.shape.d[1], x.shape.d[3]});
@@ -503,7 +513,7 @@ TEST(CudaAttention, SequenceMajorOperands) {
       ZT_CPU_OK(zk::cpu::attention(q.in(), k.in(), v.in(), c.mask ? mask.in() : zk::In{}, ref.out(), ref_lse.out(),
                                    c.causal, scale, scratch.data()));
       const HostT qs = swap12(q), ks = swap12(k), vs = swap12(v);
-      for (const char *path : {"", "mma64", "mma128", "mma128r", "wmma"})
+      for (const char *path : paths)
         for (int bits : {zk::cpu::kAttnSeqMajorAll, zk::cpu::kAttnSeqMajorV | zk::cpu::kAttnSeqMajorOut,
                          zk::cpu::kAttnSeqMajorQ, zk::cpu::kAttnSeqMajorK | zk::cpu::kAttnSeqMajorOut}) {
           SCOPED_TRACE(std::string("path '") + path + "' " + zk::dtype_name(t) + " seq_major " + std::to_string(bits) +
@@ -538,7 +548,7 @@ TEST(CudaAttention, SequenceMajorOperands) {
         pack(pkv, Wkv, vs, 2 * pad + kw, c.B * c.T, kw);
         const zk::cpu::AttnPacked pk[3] = {{pad, Wq, c.Hq}, {pad, Wkv, c.Hkv}, {2 * pad + kw, Wkv, c.Hkv}};
         DevT dq(pq), dkv(pkv);
-        for (const char *path : {"", "mma64", "mma128", "mma128r", "wmma"})
+        for (const char *path : paths)
           for (int bits : {zk::cpu::kAttnSeqMajorAll, zk::cpu::kAttnSeqMajorAll & ~zk::cpu::kAttnSeqMajorOut}) {
             SCOPED_TRACE(std::string("packed, pad ") + std::to_string(pad) + " path '" + path + "' " +
                          zk::dtype_name(t) + " seq_major " + std::to_string(bits) + " S" + std::to_string(c.S) +
@@ -557,6 +567,13 @@ TEST(CudaAttention, SequenceMajorOperands) {
     }
   unsetenv("ZK_CUDA_ATTENTION");
 }
+
+TEST(CudaAttention, SequenceMajorOperands) { attention_sequence_major(kAttnPaths); }
+
+// The wgmma kernel (attention_sm90a.cu) through the same checks: every shape, dtype, mask, layout, packing
+// and the lse against the CPU reference, one and two warpgroups per block.
+TEST(CudaAttentionWgmma, MatchesReference) { attention_matches_reference(kWgmmaPaths); }
+TEST(CudaAttentionWgmma, SequenceMajorOperands) { attention_sequence_major(kWgmmaPaths); }
 
 TEST(CudaAttention, FullyMaskedRowIsZero) {
   for (DType t : kFloats) {
