@@ -11,13 +11,15 @@
 #      passed its tests (on gpt2-350m's shape); then, while time remains, torch.compile's forwards of the two
 #      models (bench/gpu/torch_baseline.py --modes compile).
 # Run from the tree's root:  bash bench/gpu/attention_call.sh [PLANS]
-# Logs go to $OUT (or /tmp/attn-call); the summary prints last.
+# Logs go to /tmp/attn-call, and as attn-logs.tgz and summary.txt to $OUT; the summary prints last.
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 plans=${1:-}
 [[ -n $plans ]] && plans=$(cd "$plans" && pwd)
-out=${OUT:-/tmp/attn-call}
+out=/tmp/attn-call
 mkdir -p "$out"
+# The device tool returns a few files only: the logs travel as one archive, the summary beside it.
+trap '[[ -n ${OUT:-} ]] && { tar czf "$OUT/attn-logs.tgz" -C "$out" .; cp -f "$out/summary.txt" "$OUT/"; }' EXIT
 deadline=${ATTN_DEADLINE_S:-380}
 b=$top/build-gpu
 sum=$out/summary.txt
