@@ -50,16 +50,16 @@ wg_rc=$?
 log "CudaAttentionWgmma.* rc $wg_rc: $(grep -E '^\[  (PASSED|FAILED)' "$out/tests-wg.log" | tr '\n' ' ')"
 grep -m 20 -E "Failure|path '|Which is|error" "$out/tests.log" "$out/tests-wg.log" | head -40 >> "$sum"
 
-timeout 120 "$b/bin/zplan_cuda_attention_bench" default old mma64 mma128 fa4x1 fa4x2 fa8x1 fa4x2s > "$out/bench.log" 2>&1
+timeout 120 "$b/bin/zplan_cuda_attention_bench" default old mma64 mma128 fa4x1 fa4x1r fa4x2 fa8x1 fa8x1r fa4x2s > "$out/bench.log" 2>&1
 log "bench rc $?"
-timeout 60 "$b/bin/zplan_cuda_attention_bench" wg1 wg2 > "$out/bench-wg.log" 2>&1
+timeout 60 "$b/bin/zplan_cuda_attention_bench" wg1 wg2 wgp > "$out/bench-wg.log" 2>&1
 log "bench wg rc $?"
 { echo "--- attention bench (zk)"; cat "$out/bench.log" "$out/bench-wg.log"; echo "--- SDPA peers"; cat "$out/sdpa.log"; } >> "$sum"
 
 if [[ -n $plans ]]; then
   cands=()
-  [[ $fa_rc == 0 ]] && cands+=(fa4x1 fa4x2 fa8x1 fa4x2s)
-  [[ $wg_rc == 0 ]] && cands+=(wg1 wg2)
+  [[ $fa_rc == 0 ]] && cands+=(fa4x1 fa4x1r fa4x2 fa8x1 fa8x1r fa4x2s)
+  [[ $wg_rc == 0 ]] && cands+=(wg1 wg2 wgp)
   best=$(cat "$out/bench.log" "$out/bench-wg.log" | awk -v c=" ${cands[*]} " '$1 == "gpt2-350m" && $2 != "head-major" &&
          index(c, " " $2 " ") && ($4 + 0) > bt { bt = $4 + 0; b = $2 } END { print b }')
   log "fastest new kernel on gpt2-350m's shape: ${best:-none}"

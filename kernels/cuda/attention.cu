@@ -799,16 +799,19 @@ cudaError_t fa(const T *q, const T *k, const T *v, T *out, const AttnDims &d, co
 }
 
 /// The second register kernel's shapes (ZK_CUDA_ATTENTION=faWxM[s]: W warps of M row tiles of 16 each, s =
-/// Q read from shared memory at every tile instead of held in registers). At head dim 128 a warp of two row
+/// Q read from shared memory at every tile instead of held in registers; fa4x1r and fa8x1r: fa4x1 and fa8x1
+/// held to the registers that let four and two blocks share a multiprocessor at head dim 64). At head dim 128 a warp of two row
 /// tiles keeps Q in shared memory (fa4x2 is fa4x2s there): held in registers it would spill.
-enum class FaShape { w4m1, w4m2, w8m1, w4m2s };
+enum class FaShape { w4m1, w4m2, w8m1, w4m2s, w4m1r, w8m1r };
 
 template <class T, int Dh>
 cudaError_t fa_any(const T *q, const T *k, const T *v, T *out, const AttnDims &d, const MaskView &mask, FaShape shape,
                    cudaStream_t s) {
   switch (shape) {
     case FaShape::w4m1: return fa<T, Dh, 4, 1, true>(q, k, v, out, d, mask, s);
+    case FaShape::w4m1r: return fa<T, Dh, 4, 1, true, Dh == 64 ? 4 : 2>(q, k, v, out, d, mask, s);
     case FaShape::w8m1: return fa<T, Dh, 8, 1, true>(q, k, v, out, d, mask, s);
+    case FaShape::w8m1r: return fa<T, Dh, 8, 1, true, Dh == 64 ? 2 : 1>(q, k, v, out, d, mask, s);
     case FaShape::w4m2:
       if constexpr (Dh == 64) return fa<T, Dh, 4, 2, true>(q, k, v, out, d, mask, s);
       [[fallthrough]];
@@ -887,6 +890,28 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
   return attention(q, k, v, mask, out, lse, causal, scale, seq_major, nullptr, s);
 }
 
+namespace {
+
+/// The forward kernel that ZK_CUDA_ATTENTION unset selects, per head dim (names as that variable takes them).
+constexpr const char *kDefault64 = "old";
+constexpr const char *kDefault128 = "old";
+
+/// Whether the current device is compute capability 9.0 (the target of attention_sm90a.cu), cached per device.
+bool sm90() {
+  static int cached[64];  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (!cached[dev]) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cached[dev] = major == 9 && minor == 0 ? 1 : 2;
+  }
+  return cached[dev] == 1;
+}
+
+}  // namespace
+
 GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &mask, const Out &out, const Out &lse,
                     bool causal, float scale, int seq_major, const cpu::AttnPacked *packed, cudaStream_t s) {
   if (out.shape.rank != 4) return kernel_failure("attention: out must be rank 4");
@@ -942,19 +967,23 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   d.o = oo.st;
   // ZK_CUDA_ATTENTION picks a tensor-core kernel for timing and bisection: wmma (the first one), mma64,
   // mma128 or mma128r (the first register kernel's block shapes, see flash_mma_any), old (that kernel with
-  // its measured default shape of the head dim: the default before the second register kernel), fa4x1,
-  // fa4x2, fa8x1 or fa4x2s (the second register kernel's shapes, see fa_any); unset or anything else, the
-  // default of the head dim (kDefault below).
+  // its measured default shape of the head dim), fa4x1, fa4x1r, fa4x2, fa8x1, fa8x1r or fa4x2s (the second register
+  // kernel's shapes, see fa_any), wg1, wg2 or wgp (the wgmma kernels, attention_sm90a.cu: one or two
+  // warpgroups per block, or one whose products overlap its softmax); unset or anything else, the default.
   // ZK_CUDA_ATTENTION_PLAIN=1 turns off the first register kernel's longest-first order and interior-tile fast
   // path.
-  const char *path = std::getenv("ZK_CUDA_ATTENTION");
+  const char *env = std::getenv("ZK_CUDA_ATTENTION");
   const char *plain = std::getenv("ZK_CUDA_ATTENTION_PLAIN");
   d.plain = plain && std::strcmp(plain, "1") == 0 ? 1 : 0;
+  // The default of each head dim; the wgmma kernels only where the device is sm_90 (they are built for
+  // sm_90a alone), the default register kernel elsewhere.
+  const char *path = env && *env ? env : (Dh == 64 ? kDefault64 : kDefault128);
+  if (!(env && *env) && std::strncmp(path, "wg", 2) == 0 && !sm90()) path = "old";
   enum class Kern { mma, wmma, fa, wg };
-  Kern kern = Kern::mma;  // the default: see the comment above
+  Kern kern = Kern::mma;  // unknown names: the first register kernel's default shape
   int shape = 0, groups = 1;
-  launch::FaShape fs = Dh == 64 ? launch::FaShape::w4m2 : launch::FaShape::w4m1;
-  auto is = [&](const char *name) { return path && std::strcmp(path, name) == 0; };
+  launch::FaShape fs = launch::FaShape::w4m1;
+  auto is = [&](const char *name) { return std::strcmp(path, name) == 0; };
   if (is("wmma")) kern = Kern::wmma;
   else if (is("old")) kern = Kern::mma;
   else if (is("mma64")) kern = Kern::mma, shape = 1;
@@ -963,9 +992,12 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   else if (is("fa4x1")) kern = Kern::fa, fs = launch::FaShape::w4m1;
   else if (is("fa4x2")) kern = Kern::fa, fs = launch::FaShape::w4m2;
   else if (is("fa8x1")) kern = Kern::fa, fs = launch::FaShape::w8m1;
+  else if (is("fa8x1r")) kern = Kern::fa, fs = launch::FaShape::w8m1r;
   else if (is("fa4x2s")) kern = Kern::fa, fs = launch::FaShape::w4m2s;
+  else if (is("fa4x1r")) kern = Kern::fa, fs = launch::FaShape::w4m1r;
   else if (is("wg1")) kern = Kern::wg, groups = 1;
   else if (is("wg2")) kern = Kern::wg, groups = 2;
+  else if (is("wgp")) kern = Kern::wg, groups = 0;
   // The 16-byte copies need 16-byte aligned rows: the base pointers and every row stride.
   auto aligned = [](const void *p, const Strides &st) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && st.b % 8 == 0 && st.h % 8 == 0 && st.s % 8 == 0;

@@ -141,7 +141,9 @@ __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4]
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wg_wait0() { wg_wait<0>(); }
 /// Keeps the compiler from moving reads or writes of an accumulator across the asynchronous products.
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&r)[N]) {
@@ -210,13 +212,132 @@ __device__ __forceinline__ void load_rows(T *dst, const T *src, int valid, int64
   }
 }
 
+/// The online softmax of one tile of 64 keys for a warp's 16 rows (rows g and g + 8 of the warp, whose first
+/// query position is qw): scales and masks the scores in s, turns them into probabilities against the new
+/// running max, updates m and l, and returns in alpha the factors that the output rows must be rescaled by.
+/// s[4 nt + e] is key k0 + 8 nt + 2t + (e & 1) of row g (e < 2) or g + 8: the accumulator layout of m64n64.
+__device__ __forceinline__ void softmax_tile(float (&s)[32], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                             const AttnDims &d, const MaskView &mask, int k0, int qw, int g, int t,
+                                             int b, int h, float sl) {
+  const int shift = d.T - d.S;
+  const bool masked = !(sl > 0.0f) || mask.data || k0 + kBc > d.T || (d.causal && k0 + kBc - 1 > qw + shift);
+  float mx[2];
+  float mul;  // what turns the values in s into base-2 scaled scores
+  if (masked) {
+    mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = k0 + nt * 8 + 2 * t + (e & 1);
+        const int qi = qw + g + (e >> 1) * 8;
+        float val = s[4 * nt + e] * sl;
+        const bool vis = j < d.T && (!d.causal || j <= qi + shift);
+        if (vis && mask.data && qi < d.S)
+          val += detail::load_f(mask.data, mask.dtype,
+                                b * mask.st[0] + h * mask.st[1] + static_cast<int64_t>(qi) * mask.st[2] +
+                                    static_cast<int64_t>(j) * mask.st[3]) *
+                 kLog2e;
+        val = vis ? val : -INFINITY;
+        s[4 * nt + e] = val;
+        mx[e >> 1] = fmaxf(mx[e >> 1], val);
+      }
+    mul = 1.0f;
+  } else {
+    // The scale is positive: the max of the raw scores is the max of the scaled ones.
+    mx[0] = fmaxf(s[0], s[1]);
+    mx[1] = fmaxf(s[2], s[3]);
+#pragma unroll
+    for (int nt = 1; nt < 8; ++nt) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[4 * nt], s[4 * nt + 1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[4 * nt + 2], s[4 * nt + 3]));
+    }
+    mul = sl;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float x = mx[r];
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    const float nm = fmaxf(m[r], x * mul);
+    alpha[r] = nm == -INFINITY ? 1.0f : ex2(m[r] - nm);  // a row with nothing visible yet stays empty
+    m[r] = nm;
+    const float base = nm == -INFINITY ? 0.0f : nm;
+    float ps = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      // 2^(-inf) is 0: masked scores and an empty row (base 0) give zeros without a test.
+      s[4 * nt + 2 * r] = ex2(fmaf(s[4 * nt + 2 * r], mul, -base));
+      s[4 * nt + 2 * r + 1] = ex2(fmaf(s[4 * nt + 2 * r + 1], mul, -base));
+      ps += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
+    }
+    l[r] = l[r] * alpha[r] + ps;  // per-thread partial sums; the quad is summed once at the end
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void rescale(float (&o)[N], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < N; i += 4) {
+    o[i] *= alpha[0];
+    o[i + 1] *= alpha[0];
+    o[i + 2] *= alpha[1];
+    o[i + 3] *= alpha[1];
+  }
+}
+
+/// P's A fragments for the four 16-key steps: score tiles 2kk and 2kk + 1 are keys 16kk .. 16kk + 15.
+template <class T>
+__device__ __forceinline__ void pack_p(uint32_t (&pa)[4][4], const float (&s)[32]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    pa[kk][0] = pack<T>(s[8 * kk], s[8 * kk + 1]);
+    pa[kk][1] = pack<T>(s[8 * kk + 2], s[8 * kk + 3]);
+    pa[kk][2] = pack<T>(s[8 * kk + 4], s[8 * kk + 5]);
+    pa[kk][3] = pack<T>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+/// Normalises the output rows, writes the lse, and stores the rows through the warp's own 16 staging rows
+/// (st, row stride ldq) as 16-byte stores along each row.
+template <class T, int Dh, int ldq>
+__device__ __forceinline__ void write_rows(const float (&o)[Dh / 2], const float (&m)[2], const float (&l)[2], T *st,
+                                           const AttnDims &d, int bh, int b, int h, int qw, int g, int t, int lane,
+                                           T *out) {
+  constexpr int ND = Dh / 8;
+  T *op = out + b * d.o.b + h * d.o.h;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float x = l[r];
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    const int qi = qw + g + 8 * r;
+    if (d.lse && t == 0 && qi < d.S)  // m is in base-2 units (scores times log2 e); the lse is natural
+      d.lse[static_cast<int64_t>(bh) * d.S + qi] = x > 0.0f ? (m[r] + log2f(x)) * kLn2 : -INFINITY;
+    const float inv = x > 0.0f ? 1.0f / x : 0.0f;
+    T *row = st + (g + 8 * r) * ldq + 2 * t;
+#pragma unroll
+    for (int nd = 0; nd < ND; ++nd)
+      *reinterpret_cast<uint32_t *>(row + nd * 8) = pack<T>(o[4 * nd + 2 * r] * inv, o[4 * nd + 2 * r + 1] * inv);
+  }
+  __syncwarp();
+  constexpr int per_row = Dh / 8;
+#pragma unroll
+  for (int e = lane; e < 16 * per_row; e += 32) {
+    const int r = e / per_row, c = (e % per_row) * 8, qi = qw + r;
+    if (qi < d.S)
+      *reinterpret_cast<uint4 *>(op + static_cast<int64_t>(qi) * d.o.s + c) =
+          *reinterpret_cast<const uint4 *>(st + r * ldq + c);
+  }
+}
+
 template <class T, int Dh, int G>
 __global__ void __launch_bounds__(G * 128) wg_kernel(const T *__restrict__ q, const T *__restrict__ k,
                                                       const T *__restrict__ v, T *__restrict__ out, AttnDims d,
                                                       MaskView mask) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Layout<Dh, G>;
-  constexpr int Br = L::Br, NT = G * 128, KD = Dh / 16, ND = Dh / 8, ldq = L::ldq;
+  constexpr int Br = L::Br, NT = G * 128, KD = Dh / 16, ldq = L::ldq;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The swizzle repeats every 1024 bytes of address: align the tiles to that.
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -283,6 +404,7 @@ __global__ void __launch_bounds__(G * 128) wg_kernel(const T *__restrict__ q, co
 #pragma unroll
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
     fence_regs(s);
+    __syncwarp();  // wgmma is .aligned: the warp converged
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk)
@@ -291,74 +413,16 @@ __global__ void __launch_bounds__(G * 128) wg_kernel(const T *__restrict__ q, co
     wg_wait0();
     fence_regs(s);
 
-    // Online softmax; s[4 nt + e] is key k0 + 8 nt + 2t + (e & 1) of row g (e < 2) or g + 8.
-    const bool masked = !(sl > 0.0f) || mask.data || k0 + kBc > d.T || (d.causal && k0 + kBc - 1 > qw + shift);
-    float mx[2];
-    float mul;
-    if (masked) {
-      mx[0] = mx[1] = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = k0 + nt * 8 + 2 * t + (e & 1);
-          const int qi = qw + g + (e >> 1) * 8;
-          float val = s[4 * nt + e] * sl;
-          const bool vis = j < d.T && (!d.causal || j <= qi + shift);
-          if (vis && mask.data && qi < d.S)
-            val += detail::load_f(mask.data, mask.dtype,
-                                  b * mask.st[0] + h * mask.st[1] + static_cast<int64_t>(qi) * mask.st[2] +
-                                      static_cast<int64_t>(j) * mask.st[3]) *
-                   kLog2e;
-          val = vis ? val : -INFINITY;
-          s[4 * nt + e] = val;
-          mx[e >> 1] = fmaxf(mx[e >> 1], val);
-        }
-      mul = 1.0f;
-    } else {
-      mx[0] = fmaxf(s[0], s[1]);
-      mx[1] = fmaxf(s[2], s[3]);
-#pragma unroll
-      for (int nt = 1; nt < 8; ++nt) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[4 * nt], s[4 * nt + 1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[4 * nt + 2], s[4 * nt + 3]));
-      }
-      mul = sl;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float x = mx[r];
-      x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-      x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-      const float nm = fmaxf(m[r], x * mul);
-      const float alpha = nm == -INFINITY ? 1.0f : ex2(m[r] - nm);  // an empty row stays empty
-      m[r] = nm;
-      const float base = nm == -INFINITY ? 0.0f : nm;
-      float ps = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        s[4 * nt + 2 * r] = ex2(fmaf(s[4 * nt + 2 * r], mul, -base));
-        s[4 * nt + 2 * r + 1] = ex2(fmaf(s[4 * nt + 2 * r + 1], mul, -base));
-        ps += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
-      }
-      l[r] = l[r] * alpha + ps;
-#pragma unroll
-      for (int nd = 0; nd < ND; ++nd) {
-        o[4 * nd + 2 * r] *= alpha;
-        o[4 * nd + 2 * r + 1] *= alpha;
-      }
-    }
+    // Online softmax, then the output rows rescaled to the new running max.
+    float alpha[2];
+    softmax_tile(s, m, l, alpha, d, mask, k0, qw, g, t, b, h, sl);
+    rescale(o, alpha);
 
-    // O += P V: score tiles 2kk and 2kk + 1 are P's A fragment for keys 16kk .. 16kk + 15.
+    // O += P V.
     uint32_t pa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      pa[kk][0] = pack<T>(s[8 * kk], s[8 * kk + 1]);
-      pa[kk][1] = pack<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack<T>(s[8 * kk + 6], s[8 * kk + 7]);
-    }
+    pack_p<T>(pa, s);
     fence_regs(o);
+    __syncwarp();
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_rs<Dh, 1, T>(o, pa[kk], desc(Vs + kk * 2048, kBc * 128, 1024));
@@ -368,31 +432,7 @@ __global__ void __launch_bounds__(G * 128) wg_kernel(const T *__restrict__ q, co
   }
   mma::cp_async_wait<0>();
 
-  // Normalise, write the lse, stage the rows in this warp's own Q rows, then 16-byte stores along each row.
-  T *op = out + b * d.o.b + h * d.o.h;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float x = l[r];
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    x += __shfl_xor_sync(0xffffffffu, x, 2);
-    const int qi = qw + g + 8 * r;
-    if (d.lse && t == 0 && qi < d.S)
-      d.lse[static_cast<int64_t>(bh) * d.S + qi] = x > 0.0f ? (m[r] + log2f(x)) * kLn2 : -INFINITY;
-    const float inv = x > 0.0f ? 1.0f / x : 0.0f;
-    T *row = Qs + (wrow + g + 8 * r) * ldq + 2 * t;
-#pragma unroll
-    for (int nd = 0; nd < ND; ++nd)
-      *reinterpret_cast<uint32_t *>(row + nd * 8) = pack<T>(o[4 * nd + 2 * r] * inv, o[4 * nd + 2 * r + 1] * inv);
-  }
-  __syncwarp();
-  constexpr int per_row = Dh / 8;
-#pragma unroll
-  for (int e = lane; e < 16 * per_row; e += 32) {
-    const int r = e / per_row, c = (e % per_row) * 8, qi = qw + r;
-    if (qi < d.S)
-      *reinterpret_cast<uint4 *>(op + static_cast<int64_t>(qi) * d.o.s + c) =
-          *reinterpret_cast<const uint4 *>(Qs + (wrow + r) * ldq + c);
-  }
+  write_rows<T, Dh, ldq>(o, m, l, Qs + wrow * ldq, d, bh, b, h, qw, g, t, lane, out);
 #endif
 }
 
@@ -409,9 +449,147 @@ cudaError_t launch(const void *q, const void *k, const void *v, void *out, const
   return cudaGetLastError();
 }
 
+/// Shared memory of the pipelined kernel: three K/V buffer pairs (tile j + 1 streams in while S of tile j and
+/// P V of tile j - 1 are multiplied), then the Q / output staging rows.
+template <int Dh>
+struct Layout3 {
+  static constexpr int ldq = Dh + 8;
+  static constexpr uint32_t tile = kBc * Dh * 2;
+  static constexpr uint32_t q = 6 * tile;
+  static constexpr size_t bytes = q + size_t(64) * ldq * 2 + 1024;
+};
+
+/// The wgmma kernel with the two products of a warpgroup overlapped with its softmax (ZK_CUDA_ATTENTION=wgp):
+/// one warpgroup of 64 rows per block. At tile j it issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} together,
+/// waits for S_j only, computes the softmax of tile j while the tensor cores finish P_{j-1} V_{j-1}, and
+/// only then waits for that product, rescales O and packs P_j. P V of the last tile follows the loop.
+/// A block's tiles never lie past its diagonal here (64 rows, 64 keys per tile), so every warpgroup runs every
+/// tile; the buffers are computed from the tile index mod 3.
+template <class T, int Dh>
+__global__ void __launch_bounds__(128) wgp_kernel(const T *__restrict__ q, const T *__restrict__ k,
+                                                  const T *__restrict__ v, T *__restrict__ out, AttnDims d,
+                                                  MaskView mask) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Layout3<Dh>;
+  constexpr int NT = 128, KD = Dh / 16, ldq = L::ldq;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  unsigned char *smem = smem_raw + ((1024 - (raw & 1023)) & 1023);
+  auto Kb = [&](int i) { return smem + (2 * i) * L::tile; };
+  auto Vb = [&](int i) { return smem + (2 * i + 1) * L::tile; };
+  T *Qs = reinterpret_cast<T *>(smem + L::q);
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int bh = blockIdx.y, b = bh / d.Hq, h = bh % d.Hq;
+  const int kh = h / (d.Hq / d.Hkv);
+  const int qblock = d.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int q0 = qblock * 64;
+  const T *qp = q + b * d.q.b + h * d.q.h + static_cast<int64_t>(q0) * d.q.s;
+  const T *kp = k + b * d.k.b + kh * d.k.h;
+  const T *vp = v + b * d.v.b + kh * d.v.h;
+  int kend = d.T;
+  if (d.causal) kend = min(d.T, q0 + 64 + (d.T - d.S));
+  const int ntiles = (kend + kBc - 1) / kBc;
+
+  load_rows<64, Dh, NT>(Qs, qp, min(64, d.S - q0), d.q.s);
+  mma::cp_async_commit();
+  if (ntiles > 0) {
+    load_swizzled<Dh, NT>(Kb(0), kp, min(kBc, d.T), d.k.s);
+    load_swizzled<Dh, NT>(Vb(0), vp, min(kBc, d.T), d.v.s);
+  }
+  mma::cp_async_commit();
+
+  const int wrow = warp * 16, qw = q0 + wrow;
+  const float sl = d.scale * kLog2e;
+  uint32_t qa[KD][4];
+  mma::cp_async_wait<1>();
+  __syncthreads();
+#pragma unroll
+  for (int kk = 0; kk < KD; ++kk) mma::ldsm_x4(qa[kk], Qs + (wrow + (lane & 15)) * ldq + kk * 16 + (lane >> 4) * 8);
+
+  float o[Dh / 2];
+#pragma unroll
+  for (int i = 0; i < Dh / 2; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  uint32_t pa[4][4];  // P of the previous tile
+  int prev = 0;       // its buffer
+
+  for (int it = 0; it < ntiles; ++it) {
+    const int k0 = it * kBc, cur = it % 3;
+    mma::cp_async_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    // Tile it is visible to the tensor cores; tile it - 2's buffer, which tile it + 1 reuses, was last read by
+    // P V of tile it - 2, waited for in iteration it - 1.
+    __syncthreads();
+    if (it + 1 < ntiles) {
+      const int n0 = k0 + kBc, nb = (it + 1) % 3;
+      load_swizzled<Dh, NT>(Kb(nb), kp + static_cast<int64_t>(n0) * d.k.s, min(kBc, d.T - n0), d.k.s);
+      load_swizzled<Dh, NT>(Vb(nb), vp + static_cast<int64_t>(n0) * d.v.s, min(kBc, d.T - n0), d.v.s);
+    }
+    mma::cp_async_commit();
+
+    float s[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+    fence_regs(s);
+    fence_regs(o);
+    __syncwarp();
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk)
+      mma_rs<64, 0, T>(s, qa[kk], desc(Kb(cur) + (kk >> 2) * (kBc * 128) + (kk & 3) * 32, 16, 1024));
+    wg_commit();
+    if (it > 0) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) mma_rs<Dh, 1, T>(o, pa[kk], desc(Vb(prev) + kk * 2048, kBc * 128, 1024));
+      wg_commit();
+      wg_wait<1>();  // S of this tile; P V of the previous one may still run
+    } else {
+      wg_wait<0>();
+    }
+    fence_regs(s);
+    float alpha[2];
+    softmax_tile(s, m, l, alpha, d, mask, k0, qw, g, t, b, h, sl);
+    wg_wait<0>();  // P V of the previous tile: O and pa are free again
+    fence_regs(o);
+    rescale(o, alpha);
+    pack_p<T>(pa, s);
+    prev = cur;
+  }
+  if (ntiles > 0) {
+    fence_regs(o);
+    __syncwarp();
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_rs<Dh, 1, T>(o, pa[kk], desc(Vb(prev) + kk * 2048, kBc * 128, 1024));
+    wg_commit();
+    wg_wait<0>();
+    fence_regs(o);
+  }
+  mma::cp_async_wait<0>();
+  write_rows<T, Dh, ldq>(o, m, l, Qs + wrow * ldq, d, bh, b, h, qw, g, t, lane, out);
+#endif
+}
+
+template <class T, int Dh>
+cudaError_t launch_pipelined(const void *q, const void *k, const void *v, void *out, const AttnDims &d,
+                             const MaskView &mask, cudaStream_t s) {
+  using L = Layout3<Dh>;
+  static cudaError_t attr = cudaFuncSetAttribute(wgp_kernel<T, Dh>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(L::bytes));
+  if (attr != cudaSuccess) return attr;
+  dim3 grid((d.S + 63) / 64, d.B * d.Hq);
+  wgp_kernel<T, Dh><<<grid, 128, L::bytes, s>>>(static_cast<const T *>(q), static_cast<const T *>(k),
+                                                static_cast<const T *>(v), static_cast<T *>(out), d, mask);
+  return cudaGetLastError();
+}
+
 template <class T>
 cudaError_t launch_t(const void *q, const void *k, const void *v, void *out, const AttnDims &d, const MaskView &mask,
                      int head_dim, int groups, cudaStream_t s) {
+  if (groups == 0)
+    return head_dim == 64 ? launch_pipelined<T, 64>(q, k, v, out, d, mask, s)
+                          : launch_pipelined<T, 128>(q, k, v, out, d, mask, s);
   if (head_dim == 64)
     return groups == 2 ? launch<T, 64, 2>(q, k, v, out, d, mask, s) : launch<T, 64, 1>(q, k, v, out, d, mask, s);
   return groups == 2 ? launch<T, 128, 2>(q, k, v, out, d, mask, s) : launch<T, 128, 1>(q, k, v, out, d, mask, s);

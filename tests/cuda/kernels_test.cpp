@@ -448,9 +448,9 @@ void check_attention(DType t, const AttnCase &c) {
 // The tensor-core kernels that ZK_CUDA_ATTENTION selects: the default, the first register kernel (old = its
 // default shape; mma64, mma128, mma128r force one), the second register kernel's shapes (fa*), and the WMMA
 // one. The wgmma kernel (sm_90a) has tests of its own below, so that a fault there cannot hide these results.
-const std::vector<const char *> kAttnPaths = {"", "old", "mma64", "mma128", "mma128r", "fa4x1", "fa4x2", "fa8x1",
-                                              "fa4x2s", "wmma"};
-const std::vector<const char *> kWgmmaPaths = {"wg1", "wg2"};
+const std::vector<const char *> kAttnPaths = {"", "old", "mma64", "mma128", "mma128r", "fa4x1", "fa4x1r", "fa4x2",
+                                              "fa8x1", "fa8x1r", "fa4x2s", "wmma"};
+const std::vector<const char *> kWgmmaPaths = {"wg1", "wg2", "wgp"};
 
 void attention_matches_reference(const std::vector<const char *> &paths) {
   const AttnCase cases[] = {
