@@ -1,6 +1,9 @@
-// Fused attention. Three paths:
-//  - flash_mma_kernel (bf16/f16, head dim 64 or 128; the default): FlashAttention-2 on mma.sync with
-//    everything per row in registers; see its comment.
+// Fused attention. The paths:
+//  - fa::fa_kernel (bf16/f16, head dim 64 or 128; the default): the second FlashAttention-2 kernel on
+//    mma.sync, everything per row in registers; see its comment.
+//  - the wgmma kernels (attention_sm90a.cu, sm_90a; ZK_CUDA_ATTENTION=wg1, wg2, wgp): not defaults yet.
+//  - flash_mma_kernel (bf16/f16, head dim 64 or 128; ZK_CUDA_ATTENTION=old and the mma* shapes): the first
+//    register kernel, the default before fa_kernel.
 //  - flash_kernel (bf16/f16, head dim 64 or 128): flash-attention style. A block of 4 warps owns 64 query
 //    rows of one (batch, head); K and V stream through shared memory in tiles of 64 keys; each warp computes
 //    its 16x64 score tile on tensor cores (WMMA, fp32 accumulation), updates its rows' running max and sum
@@ -190,7 +193,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_kernel(const T *__restrict_
   }
 }
 
-// --- tier 1: register-level tensor-core path (the default) ---------------------------------------------------
+// --- tier 1: the first register-level tensor-core path (ZK_CUDA_ATTENTION=old) --------------------------------
 // FlashAttention-2 layout on mma.sync.m16n8k16: each warp keeps its 16 query rows' Q fragments, its scores,
 // probabilities and output accumulators in registers (fragment layouts as the PTX ISA defines them:
 // groupID g = lane / 4 owns rows g and g + 8, thread t = lane % 4 owns columns 2t, 2t + 1 of each 8-wide
@@ -418,7 +421,7 @@ __global__ void __launch_bounds__(W * 32, MinBlocks) flash_mma_kernel(const T *_
   }
 }
 
-// --- tier 1: the second register kernel (fa; the default where the launcher picks it) ----------------------------
+// --- tier 1: the second register kernel (fa; the default) -------------------------------------------------------
 // FlashAttention-2 on mma.sync again, rebuilt around what held the first one near 120 TFLOP/s on the H200
 // (docs/gpu-plan-runs.md): per 64-key tile and warp it issued about as many ordinary instructions as tensor
 // instructions, and each B fragment that ldmatrix brought from shared memory fed only one 16-row product.
@@ -893,8 +896,13 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
 namespace {
 
 /// The forward kernel that ZK_CUDA_ATTENTION unset selects, per head dim (names as that variable takes them).
-constexpr const char *kDefault64 = "old";
-constexpr const char *kDefault128 = "old";
+/// Measured on the H200 (docs/gpu-plan-runs.md, "Attention forward kernels", 2026-12-01; bf16, causal, seq
+/// 1024): at head dim 64 fa4x1r ran gpt2-350m's attention at 153 TFLOP/s and llama-1b's at 171 against 127 and
+/// 141 for the old default (fa8x1r within 1%), at head dim 128 fa4x1 ran llama2-7b's at 179 against 154. The
+/// wgmma kernels are not defaults: wg1 and wg2 failed the kernel tests at head dim 64 in that call (wgp passed
+/// them), for a reason not yet found.
+constexpr const char *kDefault64 = "fa4x1r";
+constexpr const char *kDefault128 = "fa4x1";
 
 /// Whether the current device is compute capability 9.0 (the target of attention_sm90a.cu), cached per device.
 bool sm90() {

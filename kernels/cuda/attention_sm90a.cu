@@ -1,5 +1,10 @@
 // Fused attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a; this file is built for
-// that target alone, kernels/cuda/CMakeLists.txt). ZK_CUDA_ATTENTION=wg64 / wg128 selects it (attention.cu).
+// that target alone, kernels/cuda/CMakeLists.txt). ZK_CUDA_ATTENTION=wg1, wg2 (one or two warpgroups per block)
+// or wgp (one warpgroup whose products overlap its softmax) selects them (attention.cu); none is a default.
+// Status (docs/gpu-plan-runs.md, "Attention forward kernels", 2026-12-01, H200): wgp passed every kernel test
+// against the CPU reference; wg1 and wg2 passed at head dim 128 and with one key tile at head dim 64, and
+// failed with two or more key tiles at head dim 64 (large errors, bf16 and f16), for a reason not yet found.
+// Their timings there: wg2 172 / 197 / 197 TFLOP/s and wgp 164 / 184 / 143 on gpt2-350m / llama-1b / llama2-7b.
 //
 // The register kernels (attention.cu) issue mma.sync: 16 x 8 x 16 products per warp, each B fragment first
 // brought from shared memory by ldmatrix, and on Hopper that path tops out well below the tensor cores' rate.
