@@ -45,7 +45,8 @@ zpid=$!
 timeout 200 "$b/bin/zplan_cuda_kernels_test" --gtest_filter='CudaAttention.*' > "$out/tests.log" 2>&1
 fa_rc=$?
 log "CudaAttention.* rc $fa_rc: $(grep -E '^\[  (PASSED|FAILED)' "$out/tests.log" | tr '\n' ' ')"
-timeout 90 "$b/bin/zplan_cuda_kernels_test" --gtest_filter='CudaAttentionWgmma.*' > "$out/tests-wg.log" 2>&1
+timeout 90 "$b/bin/zplan_cuda_kernels_test" --gtest_filter='CudaAttentionWgmma.*' --gtest_also_run_disabled_tests \
+  > "$out/tests-wg.log" 2>&1
 wg_rc=$?
 log "CudaAttentionWgmma.* rc $wg_rc: $(grep -E '^\[  (PASSED|FAILED)' "$out/tests-wg.log" | tr '\n' ' ')"
 grep -m 20 -E "Failure|path '|Which is|error" "$out/tests.log" "$out/tests-wg.log" | head -40 >> "$sum"
