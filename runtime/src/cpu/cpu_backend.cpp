@@ -146,13 +146,8 @@ class CpuBackend final : public Backend {
         return concat(xs, static_cast<int>(s.inputs.size()), out_of(s.outputs[0]), static_cast<int>(s.ints[0]));
       }
       case Op::local_slice: {
-        // This tp rank's part along dim: starts 0 except tp_index * part there, steps 1.
-        const int r = s.inputs[0].rank;
-        const int64_t dim = s.ints[0];
-        std::vector<int64_t> se(2 * static_cast<size_t>(r), 0);
-        for (int k = 0; k < r; ++k) se[r + k] = 1;
-        se[dim] = static_cast<int64_t>(rank_.tp_index()) * s.outputs[0].shape[dim];
-        return slice(in_of(s.inputs[0]), out_of(s.outputs[0]), se.data(), se.data() + r);
+        const std::vector<int64_t> se = local_slice_bounds(s, rank_.tp_index());
+        return slice(in_of(s.inputs[0]), out_of(s.outputs[0]), se.data(), se.data() + s.inputs[0].rank);
       }
       case Op::slice: {
         const int r = s.inputs[0].rank;

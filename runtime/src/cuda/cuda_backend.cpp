@@ -691,13 +691,8 @@ class CudaBackend final : public Backend {
         return {};
       }
       case Op::local_slice: {
-        // This tp rank's part along dim: starts 0 except tp_index * part there, steps 1.
-        const int r = s.inputs[0].rank;
-        const int64_t dim = s.ints[0];
-        std::vector<int64_t> se(2 * static_cast<size_t>(r), 0);
-        for (int k = 0; k < r; ++k) se[r + k] = 1;
-        se[dim] = static_cast<int64_t>(rank_.tp_index()) * s.outputs[0].shape[dim];
-        ZRT_GPU_CHECK(zc::slice(in_of(s.inputs[0]), out_of(s.outputs[0]), se.data(), se.data() + r, st));
+        const std::vector<int64_t> se = local_slice_bounds(s, rank_.tp_index());
+        ZRT_GPU_CHECK(zc::slice(in_of(s.inputs[0]), out_of(s.outputs[0]), se.data(), se.data() + s.inputs[0].rank, st));
         return {};
       }
       case Op::slice: {
