@@ -34,7 +34,7 @@ gpus=$(nvidia-smi -L | grep -c '^GPU')
 gpu_env
 gpu_build zrun zplan_cuda_kernels_test zplan_cuda_train_kernels_test zplan_cuda_generate_kernels_test \
   zplan_cuda_sample_test zplan_cuda_rotary_test zplan_cuda_backend_test zplan_cuda_train_backend_test \
-  zplan_cuda_nccl_test
+  zplan_cuda_nccl_test zplan_cuda_attention_bench
 
 # gtest NAME BINARY: one GoogleTest binary on GPU 0, its verdicts and failures printed.
 gtest() {
@@ -47,6 +47,16 @@ gtest generate_kernels "$b/bin/zplan_cuda_generate_kernels_test"
 gtest sample "$b/bin/zplan_cuda_sample_test"
 gtest rotary "$b/bin/zplan_cuda_rotary_test"
 gtest backend "$b/bin/zplan_cuda_backend_test"
+# The wgmma attention kernels that are not a default (their checks disabled while a case fails), run by
+# name, then the attention kernels' timings (bench/gpu/attention_bench.cpp; the wgmma ones in their own
+# process, so that a faulting kernel cannot take the default's figures with it). Informative: the defaults'
+# checks are the kernels step above.
+step wgmma_disabled env CUDA_VISIBLE_DEVICES=0 "$b/bin/zplan_cuda_kernels_test" --gtest_also_run_disabled_tests \
+  --gtest_filter='*Wgmma*'
+grep -E "^\[  (PASSED|FAILED) |^\[       OK|^\[  FAILED  \]|Failure" "$out/wgmma_disabled.log" | head -16
+step attention_bench env CUDA_VISIBLE_DEVICES=0 timeout 90 "$b/bin/zplan_cuda_attention_bench" default old
+step attention_bench_wg env CUDA_VISIBLE_DEVICES=0 timeout 60 "$b/bin/zplan_cuda_attention_bench" wg1 wg2 wgp
+cat "$out/attention_bench.log" "$out/attention_bench_wg.log" | grep -v "^$" | head -40
 gtest train_backend "$b/bin/zplan_cuda_train_backend_test"
 if [[ $gpus -ge 2 ]]; then
   step nccl mpirun --allow-run-as-root --oversubscribe -np 2 -x NCCL_NVLS_ENABLE=0 "$b/bin/zplan_cuda_nccl_test"
