@@ -5,7 +5,11 @@
 # OUTDIR/manifest.txt (tests/cuda/plan_memory.sh: planned vs measured peak and median time of each plan):
 # llama-1b plain dp 2, ZeRO-3 over dp 2 without the prefetch window (--prefetch-bytes 0, the old placement)
 # and with the default window, tp 1, tp 2, and tp 2 with --overlap-chunks 2 and 4; gpt2-350m tp 1, tp 2 and
-# tp 2 with --overlap-chunks 2. bf16, global batch 8, seq 1024, --target cuda.
+# tp 2 with --overlap-chunks 2; llama-1b on one GPU with --offload-param cpu, with the default copy window
+# (llama-1b-offload) and with the placement of before, one parameter ahead (llama-1b-offload-nowindow,
+# --prefetch-bytes 0), next to the resident tp 1 plan. bf16, global batch 8, seq 1024, --target cuda.
+# OUTDIR/host-copies.txt: NAME BYTES, the host -> device bytes one run of each offload plan moves (its
+# report's host_copies), which tests/cuda/gpu_round.sh divides by the pinned rate it measures: the floor.
 # OUTDIR also gets the test models' plans under the names tests/cuda/check_models.sh reads, their -tp2
 # variants compiled with --overlap-chunks 2 and their -zero3 variants with the default window: the chunked
 # and prefetched plans against PyTorch's outputs on the GPU (cross-stream events decide correctness there).
@@ -28,6 +32,17 @@ for model in llama-1b gpt2-350m; do
   b $model-tp2-chunks2 $model --tp 2 --overlap-chunks 2; m $model-tp2-chunks2 2
 done
 b llama-1b-tp2-chunks4 llama-1b --tp 2 --overlap-chunks 4; m llama-1b-tp2-chunks4 2
+: > "$out/host-copies.txt"
+# o NAME FLAGS...: a one-GPU llama-1b plan with the parameters in pinned host memory, its bytes per run noted.
+o() {
+  local o=$1; shift
+  b "$o" llama-1b --offload-param cpu --report-json "$out/$o.json" "$@"; m "$o" 1
+  python3 -c 'import json, sys; print(sys.argv[2], json.load(open(sys.argv[1]))["host_copies"]["bytes_per_run"]["main"])' \
+    "$out/$o.json" "$o" >> "$out/host-copies.txt"
+  rm -f "$out/$o.json"
+}
+o llama-1b-offload
+o llama-1b-offload-nowindow --prefetch-bytes 0
 for model in gpt2 llama bert; do
   for dt in fp32 bf16; do
     c $model-$dt.zplan "$top/tests/models/$model/model.onnx" --batch 2 --seq 16 --dtype $dt --tp 1

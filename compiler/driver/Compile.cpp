@@ -279,6 +279,12 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
   }
   auto imported = Clock::now();
 
+  // The window of the parameter fetches (--zplan-prefetch-gathers): -1, the
+  // pass's automatic one, unless --prefetch-bytes is given; the search below
+  // may narrow it to fit --gpu-mem.
+  int64_t fetchWindow = f.origin("--prefetch-bytes").source == Source::Default
+                            ? -1
+                            : f.prefetchBytes;
   plan::RuntimeReserve reserve = plan::RuntimeReserve::forTarget(
       f.target == "cuda" ? 1 : 0, limits.cudaContext, limits.commPerGroup,
       limits.commOverride, limits.commReserve);
@@ -351,13 +357,11 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     pm.addPass(plan::createZplanFoldTranspose());
     // The CUDA backend has kernels for the fused steps; the CPU reference
     // backend runs the unfused ones.
-    // ZeRO-3 gathers a window ahead of their use; without --prefetch-bytes,
-    // one layer's parameters ahead.
+    // ZeRO-3 gathers and the host copies of offloaded parameters a window
+    // ahead of their use; without --prefetch-bytes, about one layer's
+    // parameters ahead.
     plan::ZplanPrefetchGathersOptions prefetch;
-    prefetch.windowBytes = f.origin("--prefetch-bytes").source ==
-                                   Source::Default
-                               ? -1
-                               : f.prefetchBytes;
+    prefetch.windowBytes = fetchWindow;
     prefetch.maxLiveBytes = f.maxLiveBytes;
     pm.addPass(plan::createZplanPrefetchGathers(prefetch));
     if (f.target == "cuda" && !f.noFuse)
@@ -379,43 +383,93 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
   emit.zeroStage = int(f.zero);
   emit.producer = "zplan 0.1 (" + commandLine(f, options) + ")";
   emit.reserve = reserve;
-  if (f.train && f.recompute == "auto") {
+  // Plans a copy of the module with one --recompute choice, its diagnostics
+  // held back: success when the plan fits --gpu-mem.
+  std::vector<std::string> held;
+  auto tryPlan = [&](const std::string &recompute,
+                     OwningOpRef<ModuleOp> &copy) -> FailureOr<bool> {
+    copy = module->clone();
+    PassManager trial(&context, ModuleOp::getOperationName());
+    buildPipeline(trial, recompute);
+    held.clear();
+    LogicalResult ok = success();
+    {
+      ScopedDiagnosticHandler capture(&context, [&](Diagnostic &diag) {
+        if (diag.getSeverity() == DiagnosticSeverity::Error)
+          held.push_back(diag.str());
+        return success();
+      });
+      ok = trial.run(*copy);
+    }
+    if (failed(ok))
+      return false;
+    // The emitter's figures (figures only: no constant payloads) decide
+    // whether the whole process peak fits, not only the arena.
+    plan::EmitOptions figures = emit;
+    figures.figuresOnly = true;
+    std::vector<uint8_t> ignored;
+    plan::PlanSummary summary;
+    if (failed(plan::emitPlan(*copy, figures, ignored, summary)))
+      return failure();
+    std::string over = peakOverGpuMem(summary, limits.gpuMem);
+    if (!over.empty()) {
+      held.assign(1, over);
+      return false;
+    }
+    return true;
+  };
+  // --offload-param cpu with --gpu-mem and no --prefetch-bytes: the automatic
+  // window holds about a layer of parameters more on the device than the
+  // placement one parameter ahead. When the plan does not fit with it, the
+  // window halves (down to a sixteenth of the automatic one) until it fits;
+  // 0 (gathers at their use, copies one parameter ahead) is the last try.
+  const bool searchWindow = fetchWindow < 0 && limits.gpuMem > 0 &&
+                            f.offloadParam == "cpu" &&
+                            !(f.train && f.recompute == "auto");
+  if (searchWindow) {
+    int64_t automatic = -1;
+    for (;;) {
+      OwningOpRef<ModuleOp> copy;
+      FailureOr<bool> fits = tryPlan(f.recompute, copy);
+      if (failed(fits))
+        return failure();
+      if (*fits) {
+        if (fetchWindow >= 0)
+          std::cerr << "zplan: parameter fetch window " << fetchWindow
+                    << " bytes (the automatic " << automatic
+                    << " does not fit --gpu-mem " << f.gpuMem << ")\n";
+        module = std::move(copy);
+        break;
+      }
+      if (fetchWindow < 0) {
+        // The window the pass chose, from the failed trial's programs.
+        copy->walk([&](func::FuncOp func) {
+          for (const char *name :
+               {"zplan.copy_window_bytes", "zplan.gather_window_bytes"})
+            if (auto w = func->getAttrOfType<IntegerAttr>(name))
+              automatic = std::max(automatic, w.getInt());
+        });
+        fetchWindow = automatic > 0 ? automatic / 2 : 0;
+      } else if (fetchWindow > 0) {
+        fetchWindow = fetchWindow / 2 >= automatic / 16 ? fetchWindow / 2 : 0;
+      } else {
+        for (const std::string &h : held)
+          emitError(UnknownLoc::get(&context), h);
+        return failure();
+      }
+    }
+  } else if (f.train && f.recompute == "auto") {
     // The least recomputation whose plan fits --gpu-mem: each choice is
     // planned on a copy of the module, its diagnostics held back; the first
     // that plans wins. When even full recomputation does not fit, its
     // messages (how far over the budget) are reported.
-    std::vector<std::string> held;
     bool chosen = false;
     for (const char *choice : {"none", "selective", "full"}) {
-      OwningOpRef<ModuleOp> copy(module->clone());
-      PassManager trial(&context, ModuleOp::getOperationName());
-      buildPipeline(trial, choice);
-      held.clear();
-      LogicalResult ok = success();
-      {
-        ScopedDiagnosticHandler capture(&context, [&](Diagnostic &diag) {
-          if (diag.getSeverity() == DiagnosticSeverity::Error)
-            held.push_back(diag.str());
-          return success();
-        });
-        ok = trial.run(*copy);
-      }
-      if (succeeded(ok)) {
-        // The emitter's figures (figures only: no constant payloads) decide
-        // whether the whole process peak fits, not only the arena.
-        plan::EmitOptions figures = emit;
-        figures.figuresOnly = true;
-        std::vector<uint8_t> ignored;
-        plan::PlanSummary summary;
-        if (failed(plan::emitPlan(*copy, figures, ignored, summary)))
-          return failure();
-        std::string over = peakOverGpuMem(summary, limits.gpuMem);
-        if (!over.empty()) {
-          held.assign(1, over);
-          ok = failure();
-        }
-      }
-      if (succeeded(ok)) {
+      OwningOpRef<ModuleOp> copy;
+      FailureOr<bool> fits = tryPlan(choice, copy);
+      if (failed(fits))
+        return failure();
+      if (*fits) {
         std::cerr << "zplan: --recompute auto: " << choice << " fits --gpu-mem "
                   << f.gpuMem << "\n";
         module = std::move(copy);

@@ -153,11 +153,15 @@ std::vector<OptionRow> buildTable() {
                   "ZeRO-3: parameters below this many bytes stay whole")
                   .checked(Check::NonNegative));
   t.push_back(row("--prefetch-bytes", &C::prefetchBytes,
-                  "ZeRO-3: bytes of parameters gathered ahead of use "
-                  "(default: one layer's parameters; 0: none)")
+                  "ZeRO-3 gathers and --offload-param cpu copies: bytes of "
+                  "parameters fetched ahead of use, counted in fp32 bytes "
+                  "(default: one layer's parameters, and for the copies the "
+                  "largest parameter on top; 0: gathers at their use, "
+                  "copies one parameter ahead)")
                   .checked(Check::NonNegative));
   t.push_back(row("--max-live-bytes", &C::maxLiveBytes,
-                  "ZeRO-3: cap on gathered parameter bytes alive at once")
+                  "ZeRO-3 gathers and --offload-param cpu copies: cap on the "
+                  "fetched parameter bytes of each kind alive at once")
                   .checked(Check::NonNegative));
   t.push_back(row("--overlap-chunks", &C::overlapChunks,
                   "tp forward: split the batch into N chunks so that one "
@@ -250,8 +254,9 @@ std::vector<OptionRow> buildTable() {
                   "--generate: positions of the KV cache (prompt and new "
                   "tokens together)"));
   t.push_back(row("--link-bandwidth", &C::linkBandwidth,
-                  "--generate: host link bytes/s for the report's "
-                  "ZeRO-Inference floor (default 55000000000)")
+                  "host link bytes/s for the report's floors of the host -> "
+                  "device copies (--offload-param cpu, ZeRO-Inference; "
+                  "default 55000000000)")
                   .checked(Check::Bytes, "per second (e.g. 55G)"));
   t.push_back(row("--nvme-path", &C::nvmePath,
                   "Folder of the NVMe offload files (one per rank, created "

@@ -1113,15 +1113,17 @@ struct Emitter {
   /// gathered parameter that other ranks send (docs/generation.md).
   void noteDecodeTraffic(Operation *op) {
     GenerationFigures &g = summary.generation;
-    auto exact = [&](Value v) {
-      auto dt = planDTypeOfValue(v, summary.dtype);
-      return elementCount(v) * (dt ? dtypeBytes(*dt) : 4);
-    };
     if (isa<dist::PrefetchOp>(op))
-      g.decodePrefetchBytes += exact(op->getOperand(0));
+      g.decodePrefetchBytes += exactBytes(op->getOperand(0));
     else if (isa<dist::GatherParamOp>(op))
-      g.decodeGatherBytes += exact(op->getResult(0)) *
+      g.decodeGatherBytes += exactBytes(op->getResult(0)) *
                              uint64_t(summary.dp - 1) / uint64_t(summary.dp);
+  }
+
+  /// The bytes of a tensor in the plan's dtype (as the runtime holds it).
+  uint64_t exactBytes(Value v) {
+    auto dt = planDTypeOfValue(v, summary.dtype);
+    return elementCount(v) * (dt ? dtypeBytes(*dt) : 4);
   }
 
   /// One Program table: instructions, bindings, scalars, events, hash.
@@ -1141,7 +1143,13 @@ struct Emitter {
         return failure();
       if (func.getName() == "decode")
         noteDecodeTraffic(op);
+      if (isa<dist::PrefetchOp>(op))
+        summary.hostCopies.bytes[func.getName().str()] +=
+            exactBytes(op->getOperand(0));
     }
+    if (auto window = func->getAttrOfType<IntegerAttr>(
+            "zplan.copy_window_bytes"))
+      summary.hostCopies.windowBytes[func.getName().str()] = window.getInt();
     summary.numInstructions += instrs.size();
     uint64_t recorded = hashAttr.getValue().getZExtValue();
     if (recorded != hash)

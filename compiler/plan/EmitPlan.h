@@ -104,6 +104,17 @@ struct GenerationFigures {
   double linkBandwidth = 0;
 };
 
+/// Host -> device copies (zd.prefetch: parameters kept in host memory by
+/// --offload-param cpu, master parts coming back from a host update, NVMe
+/// staging buffers), per rank.
+struct HostCopyFigures {
+  /// Per program run: the bytes copied, by program name.
+  std::map<std::string, uint64_t> bytes;
+  /// The copy window --zplan-prefetch-gathers decided for each program that
+  /// copies parameters (zplan.copy_window_bytes; IR element widths).
+  std::map<std::string, int64_t> windowBytes;
+};
+
 /// NVMe offload figures (docs/nvme.md), per rank.
 struct NvmeFigures {
   bool present = false;
@@ -151,6 +162,7 @@ struct PlanSummary {
   std::vector<std::string> programs;
   GenerationFigures generation;
   NvmeFigures nvme;
+  HostCopyFigures hostCopies;
 };
 
 /// Builds the plan FlatBuffer (without the 24-byte file header) into

@@ -225,28 +225,43 @@ def ZplanOverlapChunks : Pass<"zplan-overlap-chunks", "mlir::ModuleOp"> {
 }
 
 def ZplanPrefetchGathers : Pass<"zplan-prefetch-gathers", "mlir::ModuleOp"> {
-  let summary = "Issue ZeRO-3 parameter gathers a window ahead of their use";
+  let summary = "Issue parameter fetches (ZeRO-3 gathers, offload copies) a window ahead of their use";
   let description = [{
     In every program (forward, generation, training step), moves each
-    `zd.gather_param` earlier in the block order, which is the plan's one
-    SPMD order: the gather goes to the first reader of an earlier gather
-    while the bytes gathered from there up to its own first reader, its own
-    included, fit window-bytes, and while the gathered bytes alive at every
-    position stay within max-live-bytes (0: no cap). The gathers keep their
-    order (the comm stream issues the one needed first, first), and no
-    gather moves above its operand's producer or above a write to the
-    persistent shard it reads (the training step updates shards in place).
-    `zd.release` stays after the last use. window-bytes = -1 (auto) is one
-    layer's parameters: the distinct gathered bytes over the number of
-    `zg.attention` ops, at least the largest single gather.
+    parameter fetch earlier in the block order, which is the plan's one SPMD
+    order. Two kinds of fetch, each in order on its own stream: the
+    `zd.gather_param` of ZeRO-3 (comm stream) and the `zd.prefetch` of a
+    parameter that --zplan-offload keeps in host memory (copy stream; a
+    resident weight or a ZeRO shard, not a master part or an NVMe staging
+    buffer). The copies move first, then the gathers, which cannot go
+    above their shard's copy. A fetch goes to the first reader of an
+    earlier fetch of its kind while the bytes fetched from there up to its
+    own first reader, its own included, fit window-bytes, and while the
+    fetched bytes of its kind alive at every position stay within
+    max-live-bytes (0: no cap). Fetches keep their order (the stream issues
+    the one needed first, first), and no fetch moves above its operand's
+    producer or above a write to the persistent shard it reads (the training
+    step updates shards in place). `zd.release` stays after the last use.
 
-    --zplan-schedule then puts the gather on the comm stream and makes its
-    first reader wait on its event, and --zplan-memory-plan sees the longer
-    life of the gathered buffer (and makes the gather wait for the compute
-    step that last touched the bytes it reuses), so the gather runs while
-    the compute stream works through the window, inside the planned peak.
-    Run after sharding and before --zplan-fuse (a norm's parameter gathered
-    earlier no longer blocks the residual-norm fusion).
+    window-bytes = -1 (auto) is, for the gathers, one layer's parameters (the
+    distinct gathered bytes over the number of `zg.attention` ops), at least
+    the largest single gather; for the copies, one layer's parameters plus
+    the largest copy, so that the host link, the slower stream, never waits
+    for the compute stream to reach a copy's place, the LM head's included.
+    window-bytes = 0 moves nothing: the gathers stay at their use and the
+    copies where --zplan-offload put them (one parameter ahead). The window
+    decided goes on the program as `zplan.gather_window_bytes` /
+    `zplan.copy_window_bytes`. Bytes are counted by the IR element type's
+    width, as --zplan-zero counts them.
+
+    --zplan-schedule then puts a gather on the comm stream and a copy on the
+    copy stream and makes the first reader wait on its event, and
+    --zplan-memory-plan sees the longer life of the fetched buffer (and makes
+    the fetch wait for the compute step that last touched the bytes it
+    reuses), so the fetch runs while the compute stream works through the
+    window, inside the planned peak. Run after sharding and offload and
+    before --zplan-fuse (a norm's parameter fetched earlier no longer blocks
+    the residual-norm fusion).
 
     Before (window-bytes = 2048):
     ```mlir
@@ -268,14 +283,17 @@ def ZplanPrefetchGathers : Pass<"zplan-prefetch-gathers", "mlir::ModuleOp"> {
   let dependentDialects = ["zplan::graph::GraphDialect"];
   let options = [
     Option<"windowBytes", "window-bytes", "int64_t", "-1",
-           "bytes of parameters gathered ahead of their first use (-1: one "
-           "layer's parameters, 0: none)">,
+           "bytes of parameters fetched ahead of their first use (-1: auto, "
+           "about one layer's parameters; 0: none beyond the offload "
+           "pass's placement)">,
     Option<"maxLiveBytes", "max-live-bytes", "int64_t", "0",
-           "cap on gathered parameter bytes alive at once (0 = none)">,
+           "cap on fetched parameter bytes of one kind alive at once "
+           "(0 = none)">,
   ];
   let statistics = [
     Statistic<"numGathers", "gathers", "zd.gather_param ops seen">,
-    Statistic<"numHoisted", "hoisted", "Gathers issued ahead of their place">,
+    Statistic<"numCopies", "copies", "Parameter zd.prefetch ops seen">,
+    Statistic<"numHoisted", "hoisted", "Fetches issued ahead of their place">,
   ];
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 namespace zplan::plan {
@@ -166,6 +167,44 @@ std::string formatReport(const PlanSummary &s) {
        << ", written " << human(n.stepWriteBytes()) << "; time floor " << floor
        << " at " << human(uint64_t(n.bandwidth)) << "/s (--nvme-bandwidth)\n";
   }
+  if (!s.hostCopies.bytes.empty()) {
+    // Every byte a run moves over the host link sets a floor on its time:
+    // the copies run in order on the copy stream, at most at the link's rate.
+    const double rate = s.generation.linkBandwidth;
+    os << "host -> device copies, per rank:\n";
+    for (const std::string &p : s.programs) {
+      auto it = s.hostCopies.bytes.find(p);
+      if (it == s.hostCopies.bytes.end())
+        continue;
+      os << "  @" << p << " run: " << human(it->second);
+      if (rate > 0) {
+        char buf[96];
+        std::snprintf(buf, sizeof(buf),
+                      "; floor %.3f ms at --link-bandwidth %.3g GB/s",
+                      double(it->second) / rate * 1e3, rate / 1e9);
+        os << buf;
+      }
+      os << "\n";
+    }
+    // The copy window of each program that copies parameters; one line when
+    // every program has the same (a generation plan's prefill buckets and
+    // decode step usually do).
+    std::set<int64_t> windows;
+    for (const auto &[p, w] : s.hostCopies.windowBytes)
+      windows.insert(w);
+    for (const auto &[p, w] : s.hostCopies.windowBytes) {
+      os << "  parameter copies"
+         << (windows.size() == 1 ? std::string() : " of @" + p);
+      if (w == 0)
+        os << " one parameter ahead of their use (--prefetch-bytes 0)\n";
+      else
+        os << " issued up to " << human(uint64_t(w))
+           << " ahead of their use (--prefetch-bytes, counted in fp32 "
+              "bytes)\n";
+      if (windows.size() == 1)
+        break;
+    }
+  }
   os << "communication per step, per rank (bytes sent, ring algorithms):\n";
   if (s.comm.empty())
     os << "  none\n";
@@ -285,6 +324,13 @@ std::string formatReportJson(const PlanSummary &s) {
                           {"bandwidth_bytes_per_second", s.nvme.bandwidth},
                           {"step_floor_seconds", s.nvme.floorSeconds()}}
                    : json(nullptr)},
+      {"host_copies",
+       s.hostCopies.bytes.empty()
+           ? json(nullptr)
+           : json{{"bytes_per_run", s.hostCopies.bytes},
+                  {"window_bytes", s.hostCopies.windowBytes},
+                  {"link_bandwidth_bytes_per_second",
+                   s.generation.linkBandwidth}}},
       {"ranks", ranks}};
   return out.dump(2) + "\n";
 }

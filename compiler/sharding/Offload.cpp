@@ -4,7 +4,11 @@
 // and reach the device through zd.prefetch on the copy stream. Prefetches are
 // pipelined one parameter ahead: the copy for parameter k is issued where
 // parameter k - 1 is gathered (ZeRO-3) or first used (resident weights), so
-// it overlaps the compute that uses k - 1.
+// it overlaps the compute that uses k - 1. That is the least overlap; the
+// plan phase (--zplan-prefetch-gathers) then moves each copy a window of
+// parameter bytes further ahead, as it does the ZeRO-3 gathers, so that the
+// copy stream (the host link, slower than the compute) never waits for the
+// compute stream to reach a copy's place.
 //
 //===----------------------------------------------------------------------===//
 

@@ -200,7 +200,8 @@ def ZplanOffload : Pass<"zplan-offload", "mlir::ModuleOp"> {
     weight `zd.space = "host"`; a `zd.prefetch` (host -> device on the copy
     stream) is placed one parameter ahead of the use (before the previous
     parameter's gather or use). A prefetched resident weight is released
-    after its last use. param=none changes nothing.
+    after its last use. param=none changes nothing. --zplan-prefetch-gathers
+    later moves the copies a window of parameter bytes further ahead.
 
     ```mlir
     %w = zd.gather_param %s : ...

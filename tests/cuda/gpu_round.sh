@@ -10,6 +10,8 @@
 #      plans named *-z0-w1: fp32, bf16, fp16, full recompute, the optimizer on the host)
 #   -> the NVMe plans (tests/cuda/nvme_bench.sh over .gpu-nvme, without the disk sweep)
 #   -> generation (.gpu-gen: zrun's figures; the pinned host-to-device rate for the offload plan's floor)
+#   (the pinned rate is measured once a call, also when the manifest holds --offload-param cpu plans: each
+#   one's median is printed next to its floor, the bytes it moves at that rate)
 #   -> torchrun against mpirun (tests/cuda/torchrun_nccl.sh, 2 GPUs)
 # Table (unless --no-table): planned vs measured peak and median time of every plan in
 # .gpu-plans/manifest.txt (tests/cuda/plan_memory.sh), llama-1b's ZeRO-3 and chunked tp 2 at fewer NCCL channels,
@@ -78,7 +80,12 @@ fi
 # prompt and 256 new tokens (zrun's own figures); llama2-7b-offload-b64.zplan (ZeRO-Inference: the weights in
 # pinned host memory, streamed layer by layer each decode step) with 32 new tokens, next to the pinned
 # host-to-device rate measured here, which sets its floor (the plan's report gives the bytes per step).
-if [[ -d .gpu-gen ]] && wanted gen && left $((budget - 200)); then
+# The pinned host-to-device copy rate (1 GiB, the median of 10 after 3 warm-ups), measured once per call: it
+# sets the floor of every plan that streams its weights from host memory (the generation offload plan, the
+# --offload-param cpu plans of the manifest).
+h2d_gbps=
+h2d() {
+  [[ -n $h2d_gbps ]] && return 0
   step h2d python3 - <<'PY'
 import json, torch
 n = 1 << 30
@@ -96,6 +103,10 @@ times.sort()
 print(json.dumps({"pinned_h2d_GBps": round(n / times[5] / 1e9, 2)}))
 PY
   cat "$out/h2d.log"
+  h2d_gbps=$(grep -o '"pinned_h2d_GBps": [0-9.]*' "$out/h2d.log" | grep -o '[0-9.]*$')
+}
+if [[ -d .gpu-gen ]] && wanted gen && left $((budget - 200)); then
+  h2d
   for plan in .gpu-gen/*.zplan; do
     name=$(basename "$plan" .zplan)
     bs=${name##*-b}
@@ -114,8 +125,30 @@ if [[ $gpus -ge 2 && -f .gpu-plans/gpt2-fp32-tp2.zplan ]] && wanted torchrun && 
   tail -3 "$out/torchrun.log"
 fi
 if [[ $table == 1 && -f .gpu-plans/manifest.txt ]] && left $((budget - 120)); then
+  # Offload plans in the manifest (bench/gpu/make_overlap_plans.sh notes their bytes per run): the rate their
+  # floor divides by, measured in this call.
+  [[ -s .gpu-plans/host-copies.txt ]] && h2d
   step memory timeout $((budget - SECONDS - 100)) tests/cuda/plan_memory.sh "$b/bin/zrun" .gpu-plans/manifest.txt "$out/mem"
   grep -E '^\{|FAIL|skip' "$out/memory.log"
+  if [[ -s .gpu-plans/host-copies.txt && -n $h2d_gbps ]]; then
+    # Each offload plan's median against its floor: the bytes it moves at the pinned rate just measured.
+    python3 - "$h2d_gbps" .gpu-plans/host-copies.txt "$out/memory.log" <<'PY'
+import json, sys
+rate = float(sys.argv[1]) * 1e9
+medians = {}
+for line in open(sys.argv[3], errors="replace"):
+    if line.startswith("{"):
+        row = json.loads(line)
+        medians[row["plan"]] = row["median_ms"]
+for line in open(sys.argv[2]):
+    name, moved = line.split()
+    floor_ms = int(moved) / rate * 1e3
+    med = medians.get(name)
+    print(json.dumps({"plan": name, "host_to_device_bytes": int(moved), "pinned_h2d_GBps": rate / 1e9,
+                      "floor_ms": round(floor_ms, 2), "median_ms": med,
+                      "over_floor": round(med / floor_ms, 3) if med else None}))
+PY
+  fi
 fi
 # NCCL's channel count against the overlap (timing only: the plans' NCCL bytes assume 32 channels, so the
 # memory check of these runs fails by design): fewer channels leave more SMs to the compute that the
