@@ -3,8 +3,16 @@
 // or wgp (one warpgroup whose products overlap its softmax) selects them (attention.cu); none is a default.
 // Status (docs/gpu-plan-runs.md, "Attention forward kernels", 2026-12-01, H200): wgp passed every kernel test
 // against the CPU reference; wg1 and wg2 passed at head dim 128 and with one key tile at head dim 64, and
-// failed with two or more key tiles at head dim 64 (large errors, bf16 and f16), for a reason not yet found.
-// Their timings there: wg2 172 / 197 / 197 TFLOP/s and wgp 164 / 184 / 143 on gpt2-350m / llama-1b / llama2-7b.
+// failed with two or more key tiles at head dim 64 (large errors, bf16 and f16). Their timings there: wg2 172 /
+// 197 / 197 TFLOP/s and wgp 164 / 184 / 143 on gpt2-350m / llama-1b / llama2-7b.
+//
+// That failure was a miscompile, found in the machine code (tests/cuda/check_wgmma_sass.py checks for it): Q's
+// A fragments were loaded by ldmatrix once, before the key-tile loop, and held in registers for every tile. The
+// PTX keeps them live around the loop, but ptxas (CUDA 13.0) gave them, in wg_kernel at head dim 64 only, the
+// same physical registers as the softmax temporaries and P (the A operand of O += P V), so from the second
+// tile on S = Q K^T multiplied the previous tile's probabilities by K. wg_kernel now reads Q's fragments from
+// the staging rows again at every tile (four or eight ldmatrix per warp and tile), so that no A operand of its
+// products lives across the loop. wgp still holds Q across its loop; its registers were checked untouched.
 //
 // The register kernels (attention.cu) issue mma.sync: 16 x 8 x 16 products per warp, each B fragment first
 // brought from shared memory by ldmatrix, and on Hopper that path tops out well below the tensor cores' rate.
@@ -26,10 +34,10 @@
 //    16 keys starts 2048k bytes in.
 // K and V arrive by cp.async, double-buffered (tile j + 1 streams in while tile j is multiplied); each thread
 // fences its copies into the async proxy (fence.proxy.async) before the barrier that publishes them to the
-// tensor cores. Q is staged in padded rows and taken into registers by ldmatrix; the output leaves through
-// the same rows as 16-byte stores. Causal blocks run longest first; tiles wholly past a warpgroup's diagonal are
-// skipped; element masks only where needed; the lse, GQA, every stride layout and the additive mask as in
-// the register kernels.
+// tensor cores. Q is staged in padded rows and taken into registers by ldmatrix (per tile in wg_kernel, once in
+// wgp_kernel); the output leaves through the same rows as 16-byte stores. Causal blocks run longest first;
+// tiles wholly past a warpgroup's diagonal are skipped; element masks only where needed; the lse, GQA, every
+// stride layout and the additive mask as in the register kernels.
 #include <cstring>
 #include <type_traits>
 
@@ -377,11 +385,8 @@ __global__ void __launch_bounds__(G * 128) wg_kernel(const T *__restrict__ q, co
   const int qw = q0 + wrow;             // and its first query position
   const int qg = q0 + wg * 64;          // the warpgroup's first query position
   const float sl = d.scale * kLog2e;
-  uint32_t qa[KD][4];
   mma::cp_async_wait<1>();
   __syncthreads();  // every thread's part of Q has landed
-#pragma unroll
-  for (int kk = 0; kk < KD; ++kk) mma::ldsm_x4(qa[kk], Qs + (wrow + (lane & 15)) * ldq + kk * 16 + (lane >> 4) * 8);
 
   float o[Dh / 2];
 #pragma unroll
@@ -404,7 +409,13 @@ __global__ void __launch_bounds__(G * 128) wg_kernel(const T *__restrict__ q, co
     if (d.causal && k0 > qg + 63 + shift) continue;
     const unsigned char *Ks = Kb(cur), *Vs = Vb(cur);
 
-    // S = Q K^T, 64 x 64, accumulated over the head dim in steps of 16.
+    // S = Q K^T, 64 x 64, accumulated over the head dim in steps of 16. Q's A fragments are read from the
+    // staging rows again for every tile rather than held in registers across the loop: ptxas (CUDA 13.0) gave
+    // the loop-invariant fragments of the head-dim-64 instances the registers of P and of the softmax
+    // temporaries (the header comment). Fragments made within the iteration that uses them were not.
+    uint32_t qa[KD][4];
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) mma::ldsm_x4(qa[kk], Qs + (wrow + (lane & 15)) * ldq + kk * 16 + (lane >> 4) * 8);
     float s[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
