@@ -1,6 +1,7 @@
 // Fused attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a; this file is built for
-// that target alone, kernels/cuda/CMakeLists.txt). ZK_CUDA_ATTENTION=wg1, wg2 (one or two warpgroups per block)
-// or wgp (one warpgroup whose products overlap its softmax) selects them (attention.cu); none is a default.
+// that target alone, kernels/cuda/CMakeLists.txt). ZK_CUDA_ATTENTION=wg1, wg2 (one or two warpgroups per block),
+// wg2r (wg2 held to 128 registers at head dim 128) or wgp (one warpgroup whose products overlap its softmax)
+// selects them (attention.cu); none is a default.
 // Status (docs/gpu-plan-runs.md, "Attention forward kernels", 2026-12-01, H200): wgp passed every kernel test
 // against the CPU reference; wg1 and wg2 passed at head dim 128 and with one key tile at head dim 64, and
 // failed with two or more key tiles at head dim 64 (large errors, bf16 and f16). Their timings there: wg2 172 /
@@ -344,8 +345,12 @@ __device__ __forceinline__ void write_rows(const float (&o)[Dh / 2], const float
   }
 }
 
-template <class T, int Dh, int G>
-__global__ void __launch_bounds__(G * 128) wg_kernel(const T *__restrict__ q, const T *__restrict__ k,
+/// MinBlocks 2 with G 2 (ZK_CUDA_ATTENTION=wg2r) holds the kernel to 128 registers so that two blocks share a
+/// multiprocessor: at head dim 128 it otherwise takes 165 registers x 256 threads, one block (two warpgroups)
+/// per multiprocessor, with nothing to hide the latency of its serial products and softmax. The price is a
+/// spill of part of the output accumulator around the S product (120 bytes per thread, ptxas -v, CUDA 13.0).
+template <class T, int Dh, int G, int MinBlocks>
+__global__ void __launch_bounds__(G * 128, MinBlocks) wg_kernel(const T *__restrict__ q, const T *__restrict__ k,
                                                       const T *__restrict__ v, T *__restrict__ out, AttnDims d,
                                                       MaskView mask) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -452,15 +457,15 @@ __global__ void __launch_bounds__(G * 128) wg_kernel(const T *__restrict__ q, co
 #endif
 }
 
-template <class T, int Dh, int G>
+template <class T, int Dh, int G, int MinBlocks = 1>
 cudaError_t launch(const void *q, const void *k, const void *v, void *out, const AttnDims &d, const MaskView &mask,
                    cudaStream_t s) {
   using L = Layout<Dh, G>;
-  static cudaError_t attr = cudaFuncSetAttribute(wg_kernel<T, Dh, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(L::bytes));
+  static cudaError_t attr = cudaFuncSetAttribute(wg_kernel<T, Dh, G, MinBlocks>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::bytes));
   if (attr != cudaSuccess) return attr;
   dim3 grid((d.S + L::Br - 1) / L::Br, d.B * d.Hq);
-  wg_kernel<T, Dh, G><<<grid, G * 128, L::bytes, s>>>(static_cast<const T *>(q), static_cast<const T *>(k),
+  wg_kernel<T, Dh, G, MinBlocks><<<grid, G * 128, L::bytes, s>>>(static_cast<const T *>(q), static_cast<const T *>(k),
                                                       static_cast<const T *>(v), static_cast<T *>(out), d, mask);
   return cudaGetLastError();
 }
@@ -606,8 +611,11 @@ cudaError_t launch_t(const void *q, const void *k, const void *v, void *out, con
   if (groups == 0)
     return head_dim == 64 ? launch_pipelined<T, 64>(q, k, v, out, d, mask, s)
                           : launch_pipelined<T, 128>(q, k, v, out, d, mask, s);
+  // groups 3 (wg2r): two warpgroups held to two blocks per multiprocessor. At head dim 64 the kernel already
+  // takes 120 registers (two blocks fit), so there it is wg2.
   if (head_dim == 64)
-    return groups == 2 ? launch<T, 64, 2>(q, k, v, out, d, mask, s) : launch<T, 64, 1>(q, k, v, out, d, mask, s);
+    return groups >= 2 ? launch<T, 64, 2>(q, k, v, out, d, mask, s) : launch<T, 64, 1>(q, k, v, out, d, mask, s);
+  if (groups == 3) return launch<T, 128, 2, 2>(q, k, v, out, d, mask, s);
   return groups == 2 ? launch<T, 128, 2>(q, k, v, out, d, mask, s) : launch<T, 128, 1>(q, k, v, out, d, mask, s);
 }
 

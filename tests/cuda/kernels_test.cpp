@@ -453,8 +453,9 @@ const std::vector<const char *> kAttnPaths = {"", "old", "mma64", "mma128", "mma
 const std::vector<const char *> kWgmmaPaths = {"wgp"};
 // wg1 and wg2 (the two-buffer wgmma kernels) failed these checks on the H200 at head dim 64 with two or more key
 // tiles (docs/gpu-plan-runs.md, "Attention forward kernels"): ptxas gave Q's loop-carried A fragments the
-// registers of P. They read Q per tile since; their tests run apart from wgp's so that each names its kernels.
-const std::vector<const char *> kWgmmaTwoBufferPaths = {"wg1", "wg2"};
+// registers of P. They read Q per tile since; their tests run apart from wgp's so that each names its kernels
+// (wg2r: wg2 held to 128 registers).
+const std::vector<const char *> kWgmmaTwoBufferPaths = {"wg1", "wg2", "wg2r"};
 
 void attention_matches_reference(const std::vector<const char *> &paths) {
   const AttnCase cases[] = {
