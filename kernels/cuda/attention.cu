@@ -1006,6 +1006,7 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   else if (is("wg1")) kern = Kern::wg, groups = 1;
   else if (is("wg2")) kern = Kern::wg, groups = 2;
   else if (is("wg2r")) kern = Kern::wg, groups = 3;
+  else if (is("wg2pp")) kern = Kern::wg, groups = 4;
   else if (is("wgp")) kern = Kern::wg, groups = 0;
   // The 16-byte copies need 16-byte aligned rows: the base pointers and every row stride.
   auto aligned = [](const void *p, const Strides &st) {

@@ -43,7 +43,7 @@ struct AttnDims {
 };
 
 /// The wgmma kernels (attention_sm90a.cu): one or two warpgroups of 64 query rows per block (`groups` 1 or 2; 3:
-/// two, held to 128 registers), or (`groups` 0) one warpgroup whose products overlap its softmax; head dim 64 or 128, bf16 or f16 (`bf16`). Its operands and rules are the register kernels' (16-byte aligned rows).
+/// two, held to 128 registers; 4: two in ping-pong), or (`groups` 0) one warpgroup whose products overlap its softmax; head dim 64 or 128, bf16 or f16 (`bf16`). Its operands and rules are the register kernels' (16-byte aligned rows).
 /// Fails with cudaErrorNoKernelImageForDevice off sm_90 (it is built for sm_90a alone).
 cudaError_t wgmma_forward(const void *q, const void *k, const void *v, void *out, const AttnDims &d,
                           const MaskView &mask, int head_dim, bool bf16, int groups, cudaStream_t s);

@@ -1,7 +1,7 @@
 // Fused attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a; this file is built for
 // that target alone, kernels/cuda/CMakeLists.txt). ZK_CUDA_ATTENTION=wg1, wg2 (one or two warpgroups per block),
-// wg2r (wg2 held to 128 registers at head dim 128) or wgp (one warpgroup whose products overlap its softmax)
-// selects them (attention.cu); none is a default.
+// wg2r (wg2 held to 128 registers at head dim 128), wg2pp (wg2 with its warpgroups' products in ping-pong) or
+// wgp (one warpgroup whose products overlap its softmax) selects them (attention.cu); none is a default.
 // Status (docs/gpu-plan-runs.md, "Attention forward kernels", 2026-12-01, H200): wgp passed every kernel test
 // against the CPU reference; wg1 and wg2 passed at head dim 128 and with one key tile at head dim 64, and
 // failed with two or more key tiles at head dim 64 (large errors, bf16 and f16). Their timings there: wg2 172 /
@@ -345,11 +345,25 @@ __device__ __forceinline__ void write_rows(const float (&o)[Dh / 2], const float
   }
 }
 
+/// Hardware barrier `id` (1-15; 0 is __syncthreads) for `n` threads: wait for the others, or only count in.
+__device__ __forceinline__ void named_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
 /// MinBlocks 2 with G 2 (ZK_CUDA_ATTENTION=wg2r) holds the kernel to 128 registers so that two blocks share a
 /// multiprocessor: at head dim 128 it otherwise takes 165 registers x 256 threads, one block (two warpgroups)
 /// per multiprocessor, with nothing to hide the latency of its serial products and softmax. The price is a
 /// spill of part of the output accumulator around the S product (120 bytes per thread, ptxas -v, CUDA 13.0).
-template <class T, int Dh, int G, int MinBlocks>
+/// PingPong with G 2 (wg2pp) orders the two warpgroups' products within each tile: warpgroup 1 issues its S only
+/// once warpgroup 0's S is done (named barrier 1), so the tensor cores run S0, then S1 while warpgroup 0 does
+/// its softmax, then P0 V while warpgroup 1 does its own, instead of both S at once and both softmaxes at once
+/// (the per-tile __syncthreads otherwise keeps the two in lockstep). Barrier 1 completes once per tile: every
+/// thread of warpgroup 0 arrives once per tile and every thread of warpgroup 1 waits once per tile, whether or
+/// not the tile is skipped past its diagonal, and the next tile's __syncthreads keeps the tiles paired.
+template <class T, int Dh, int G, int MinBlocks, bool PingPong = false>
 __global__ void __launch_bounds__(G * 128, MinBlocks) wg_kernel(const T *__restrict__ q, const T *__restrict__ k,
                                                       const T *__restrict__ v, T *__restrict__ out, AttnDims d,
                                                       MaskView mask) {
@@ -411,7 +425,15 @@ __global__ void __launch_bounds__(G * 128, MinBlocks) wg_kernel(const T *__restr
     mma::cp_async_commit();
     // Warpgroup-uniform (wgmma is issued by all four warps together): a tile wholly past the diagonal of the
     // warpgroup's last row adds nothing to its rows.
-    if (d.causal && k0 > qg + 63 + shift) continue;
+    const bool skip = d.causal && k0 > qg + 63 + shift;
+    if constexpr (PingPong) {
+      if (skip) {
+        __syncwarp();
+        if (wg == 0) named_arrive(1, 256);
+        else named_sync(1, 256);
+      }
+    }
+    if (skip) continue;
     const unsigned char *Ks = Kb(cur), *Vs = Vb(cur);
 
     // S = Q K^T, 64 x 64, accumulated over the head dim in steps of 16. Q's A fragments are read from the
@@ -426,6 +448,9 @@ __global__ void __launch_bounds__(G * 128, MinBlocks) wg_kernel(const T *__restr
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
     fence_regs(s);
     __syncwarp();  // wgmma is .aligned: the warp converged
+    if constexpr (PingPong) {
+      if (wg == 1) named_sync(1, 256);  // warpgroup 0's S is done
+    }
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk)
@@ -433,6 +458,9 @@ __global__ void __launch_bounds__(G * 128, MinBlocks) wg_kernel(const T *__restr
     wg_commit();
     wg_wait0();
     fence_regs(s);
+    if constexpr (PingPong) {
+      if (wg == 0) named_arrive(1, 256);  // the tensor cores are warpgroup 1's for its S
+    }
 
     // Online softmax, then the output rows rescaled to the new running max.
     float alpha[2];
@@ -457,16 +485,17 @@ __global__ void __launch_bounds__(G * 128, MinBlocks) wg_kernel(const T *__restr
 #endif
 }
 
-template <class T, int Dh, int G, int MinBlocks = 1>
+template <class T, int Dh, int G, int MinBlocks = 1, bool PingPong = false>
 cudaError_t launch(const void *q, const void *k, const void *v, void *out, const AttnDims &d, const MaskView &mask,
                    cudaStream_t s) {
   using L = Layout<Dh, G>;
-  static cudaError_t attr = cudaFuncSetAttribute(wg_kernel<T, Dh, G, MinBlocks>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::bytes));
+  const auto kernel = wg_kernel<T, Dh, G, MinBlocks, PingPong>;
+  static cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::bytes));
   if (attr != cudaSuccess) return attr;
   dim3 grid((d.S + L::Br - 1) / L::Br, d.B * d.Hq);
-  wg_kernel<T, Dh, G, MinBlocks><<<grid, G * 128, L::bytes, s>>>(static_cast<const T *>(q), static_cast<const T *>(k),
-                                                      static_cast<const T *>(v), static_cast<T *>(out), d, mask);
+  kernel<<<grid, G * 128, L::bytes, s>>>(static_cast<const T *>(q), static_cast<const T *>(k),
+                                         static_cast<const T *>(v), static_cast<T *>(out), d, mask);
   return cudaGetLastError();
 }
 
@@ -612,7 +641,10 @@ cudaError_t launch_t(const void *q, const void *k, const void *v, void *out, con
     return head_dim == 64 ? launch_pipelined<T, 64>(q, k, v, out, d, mask, s)
                           : launch_pipelined<T, 128>(q, k, v, out, d, mask, s);
   // groups 3 (wg2r): two warpgroups held to two blocks per multiprocessor. At head dim 64 the kernel already
-  // takes 120 registers (two blocks fit), so there it is wg2.
+  // takes 120 registers (two blocks fit), so there it is wg2. groups 4 (wg2pp): two warpgroups in ping-pong.
+  if (groups == 4)
+    return head_dim == 64 ? launch<T, 64, 2, 1, true>(q, k, v, out, d, mask, s)
+                          : launch<T, 128, 2, 1, true>(q, k, v, out, d, mask, s);
   if (head_dim == 64)
     return groups >= 2 ? launch<T, 64, 2>(q, k, v, out, d, mask, s) : launch<T, 64, 1>(q, k, v, out, d, mask, s);
   if (groups == 3) return launch<T, 128, 2, 2>(q, k, v, out, d, mask, s);

@@ -454,8 +454,9 @@ const std::vector<const char *> kWgmmaPaths = {"wgp"};
 // wg1 and wg2 (the two-buffer wgmma kernels) failed these checks on the H200 at head dim 64 with two or more key
 // tiles (docs/gpu-plan-runs.md, "Attention forward kernels"): ptxas gave Q's loop-carried A fragments the
 // registers of P. They read Q per tile since; their tests run apart from wgp's so that each names its kernels
-// (wg2r: wg2 held to 128 registers).
+// (wg2r: wg2 held to 128 registers). wg2pp (wg2 with named barriers between its warpgroups) has its own tests.
 const std::vector<const char *> kWgmmaTwoBufferPaths = {"wg1", "wg2", "wg2r"};
+const std::vector<const char *> kWgmmaPingPongPaths = {"wg2pp"};
 
 void attention_matches_reference(const std::vector<const char *> &paths) {
   const AttnCase cases[] = {
@@ -581,6 +582,8 @@ TEST(CudaAttentionWgmma, MatchesReference) { attention_matches_reference(kWgmmaP
 TEST(CudaAttentionWgmma, SequenceMajorOperands) { attention_sequence_major(kWgmmaPaths); }
 TEST(CudaAttentionWgmma, TwoBufferMatchesReference) { attention_matches_reference(kWgmmaTwoBufferPaths); }
 TEST(CudaAttentionWgmma, TwoBufferSequenceMajorOperands) { attention_sequence_major(kWgmmaTwoBufferPaths); }
+TEST(CudaAttentionWgmma, PingPongMatchesReference) { attention_matches_reference(kWgmmaPingPongPaths); }
+TEST(CudaAttentionWgmma, PingPongSequenceMajorOperands) { attention_sequence_major(kWgmmaPingPongPaths); }
 
 TEST(CudaAttention, FullyMaskedRowIsZero) {
   for (DType t : kFloats) {
