@@ -210,6 +210,8 @@ std::string commandLine(const CompileConfig &f, const CommonOptions &o) {
     os << " --train";
   if (f.generate)
     os << " --generate --max-seq " << f.maxSeq;
+  if (f.generate && f.decodeFusion != "auto")
+    os << " --decode-fusion " << f.decodeFusion;
   if (f.microBatches != 1)
     os << " --micro-batches " << f.microBatches;
   if (f.recompute != "none")
@@ -366,6 +368,29 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     pm.addPass(plan::createZplanPrefetchGathers(prefetch));
     if (f.target == "cuda" && !f.noFuse)
       pm.addPass(plan::createZplanFuse());
+    // The decode program's few-row products: fused by input, and the
+    // kernel of each other one decided here rather than timed at run time.
+    if (f.generate) {
+      plan::ZplanDecodeProductsOptions decode;
+      decode.fuse = f.decodeFusion != "off";
+      // The cuda target's default follows the H200 measurements
+      // (docs/generation.md, session 6): one launch for q / k / v beat three
+      // cuBLASLt products at one row (13.3 against 21.0 us at llama-1b's
+      // shapes) and lost from 8 rows; gate / up with the SiLU in one launch
+      // lost to two cuBLASLt products and the gated kernel at every row count.
+      // The same launch over the gate / up pair without the SiLU would read
+      // 44 MiB: the byte cap keeps it to q / k / v (12 MiB at llama-1b).
+      if (f.target == "cuda" && f.decodeFusion == "auto") {
+        decode.multiMaxRows = 1;
+        decode.multiMaxBytes = 16 << 20;
+        decode.gatedMaxRows = 0;
+      }
+      decode.chooseKernel = f.target == "cuda" && f.fewRowsMaxRows > 0;
+      decode.fewRowsMax = f.fewRowsMaxRows;
+      decode.fewRowsMaxBytes = f.fewRowsMaxBytes;
+      decode.dtype = f.dtype;
+      pm.addPass(plan::createZplanDecodeProducts(decode));
+    }
     pm.addPass(plan::createZplanSchedule(schedule));
     plan::ZplanMemoryPlanOptions memory;
     memory.dtype = f.dtype;

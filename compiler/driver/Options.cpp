@@ -175,6 +175,22 @@ std::vector<OptionRow> buildTable() {
                   "product followed by slices (--zplan-merge-linears; off "
                   "by default: each slice is a copy until the memory plan "
                   "has offset views)"));
+  t.push_back(row("--decode-fusion", &C::decodeFusion,
+                  "--generate: the decode program's products of one input "
+                  "as one step (q/k/v; gate/up with the activation), "
+                  "--zplan-decode-products (auto: every few-row group on "
+                  "the cpu target; on cuda only q/k/v at one row, as "
+                  "measured; on: every few-row group)")
+                  .oneOf({"auto", "on", "off"}));
+  t.push_back(row("--few-rows-max-rows", &C::fewRowsMaxRows,
+                  "cuda target, --generate: products of at most this many "
+                  "rows (and --few-rows-max-bytes of weight) run the "
+                  "few-row kernel instead of cuBLASLt (default 1; 0: none)")
+                  .checked(Check::NonNegative));
+  t.push_back(row("--few-rows-max-bytes", &C::fewRowsMaxBytes,
+                  "cuda target, --generate: the largest weight the few-row "
+                  "kernel runs by that rule (default 4194304)")
+                  .checked(Check::NonNegative));
   t.push_back(row("--keep-logits-sharded", &C::keepLogitsSharded,
                   "Leave the LM head's logits split over tp"));
   t.push_back(row("--train", &C::train,

@@ -68,6 +68,13 @@ struct CompileConfig {
   bool keepLogitsSharded = false;
   bool noFuse = false;
   bool mergeLinears = false;
+  /// --decode-fusion: one step for the products of one input in a decode
+  /// program (auto: every few-row group on the cpu target; on the cuda
+  /// target q/k/v at one row only, where the H200 measured a gain).
+  std::string decodeFusion = "auto";
+  /// --few-rows-max-rows / --few-rows-max-bytes: the cuda target's rule for
+  /// the products the few-row kernel runs instead of cuBLASLt.
+  int64_t fewRowsMaxRows = 1, fewRowsMaxBytes = 4 * 1024 * 1024;
   bool report = false;
   std::string reportJson;
   // Training (docs/training-contract.md): --train builds @init and

@@ -35,6 +35,13 @@ namespace fs = std::filesystem;
 namespace zplan::plan {
 namespace {
 
+/// Whether --zplan-decode-products chose the few-row kernel for a product.
+bool fewRowsKernel(mlir::Operation *op) {
+  auto kernel = op->getAttrOfType<mlir::StringAttr>("zd.kernel");
+  return kernel && kernel.getValue() == "few_rows";
+}
+
+
 /// The largest constant carried inline in a plan file.
 constexpr uint64_t kMaxInlineConstantBytes = 64ull << 20;
 
@@ -894,9 +901,26 @@ struct Emitter {
     llvm::TypeSwitch<Operation *>(op)
         .Case([&](graph::MatmulOp m) {
           ints = {m.getTransA() ? 1 : 0, m.getTransB() ? 1 : 0};
+          // Plan 2.9: the kernel --zplan-decode-products chose, only when
+          // it chose the few-row kernel (other plans keep their bytes).
+          if (fewRowsKernel(m))
+            ints.push_back(1);
         })
         .Case([&](graph::LinearOp l) {
           ints = {l.getTransW() ? 1 : 0};
+          if (fewRowsKernel(l))
+            ints.push_back(1);
+          floats = {l.getAlpha().convertToDouble()};
+        })
+        .Case([&](graph::LinearMultiOp l) {
+          ints = {l.getTransW() ? 1 : 0};
+          floats = {l.getAlpha().convertToDouble()};
+        })
+        .Case([&](graph::LinearGatedOp l) {
+          ints = {l.getTransW() ? 1 : 0,
+                  l.getAct() == "silu"        ? 15
+                  : l.getAct() == "gelu_tanh" ? 13
+                                              : 14};
           floats = {l.getAlpha().convertToDouble()};
         })
         .Case([&](graph::SoftmaxOp s) { ints = {int64_t(s.getAxis())}; })

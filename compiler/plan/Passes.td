@@ -127,6 +127,69 @@ def ZplanMergeLinears : Pass<"zplan-merge-linears", "mlir::ModuleOp"> {
   ];
 }
 
+def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
+  let summary = "Decide and fuse the few-row products of a decode program";
+  let description = [{
+    A decode step's products have one row per sequence, so each is a short
+    stream over its weight whose fixed cost (launch, ramp-up, reduction)
+    weighs as much as its bytes (docs/generation.md). Two rewrites, in the
+    `decode` program only (a generation plan's one-token step):
+
+    - `fuse`: the gated MLP's two bias-free linears of one input and their
+      activation product (`zg.gated`, or `zg.mul` of a `zg.silu` / `zg.gelu`
+      and the other linear) become one `zg.linear_gated`; then the other
+      bias-free linears that read one input (llama's q / k / v) become one
+      `zg.linear_multi` (two to four weights with the same `trans_w`, alpha,
+      element type and K). Only products of at most 16 rows (and at most
+      `gated-max-rows` / `multi-max-rows`) whose K the few-row kernel holds (K x rows, rows rounded up to a power of two, at
+      most 98304). The fused op sits where the last former linear was; the
+      ops between that read a former result (and the releases of the fused
+      operands) move after it, in order.
+    - `choose-kernel` (the cuda target): each remaining `zg.linear` /
+      `zg.matmul` of at most `few-rows-max` rows whose weight holds at most
+      `few-rows-max-bytes` bytes gets `zd.kernel = "few_rows"`: the plan
+      then runs it with the few-row kernel (kernels/cuda/skinny_gemm.cu)
+      instead of cuBLASLt. The defaults follow the session 5 measurements on
+      the H200: the few-row kernel won only at one row and a 2 MiB weight.
+
+    Before (one row):
+    ```mlir
+    %g = zg.linear %x, %wg : (tensor<1x1x64xf32>, tensor<64x176xf32>) -> tensor<1x1x176xf32>
+    %u = zg.linear %x, %wu : (tensor<1x1x64xf32>, tensor<64x176xf32>) -> tensor<1x1x176xf32>
+    %h = zg.gated %g, %u {act = "silu"} : ...
+    ```
+    After:
+    ```mlir
+    %h = zg.linear_gated %x, %wg, %wu {act = "silu"} : ...
+    ```
+  }];
+  let dependentDialects = ["zplan::graph::GraphDialect"];
+  let options = [
+    Option<"fuse", "fuse", "bool", "false",
+           "fuse q/k/v-like groups and gate/up with their activation">,
+    Option<"multiMaxRows", "multi-max-rows", "int64_t", "16",
+           "fuse: the most rows of a zg.linear_multi (at most 16)">,
+    Option<"multiMaxBytes", "multi-max-bytes", "int64_t", "0",
+           "fuse: the most weight bytes of a zg.linear_multi (0: no cap)">,
+    Option<"gatedMaxRows", "gated-max-rows", "int64_t", "16",
+           "fuse: the most rows of a zg.linear_gated (at most 16)">,
+    Option<"chooseKernel", "choose-kernel", "bool", "false",
+           "mark the few-row products the few-row kernel runs">,
+    Option<"fewRowsMax", "few-rows-max", "int64_t", "1",
+           "choose-kernel: the most rows of a product the rule marks">,
+    Option<"fewRowsMaxBytes", "few-rows-max-bytes", "int64_t",
+           "4 * 1024 * 1024",
+           "choose-kernel: the largest weight (bytes) the rule marks">,
+    Option<"dtype", "dtype", "std::string", "\"fp32\"",
+           "the plan's float dtype (a weight's bytes)">,
+  ];
+  let statistics = [
+    Statistic<"numGated", "gated", "gate/up pairs fused with their act">,
+    Statistic<"numMulti", "multi", "groups of linears fused into one step">,
+    Statistic<"numFewRows", "few-rows", "products marked for the few-row kernel">,
+  ];
+}
+
 def ZplanFuse : Pass<"zplan-fuse", "mlir::ModuleOp"> {
   let summary = "Fuse producer/consumer pairs the CUDA kernels run as one step";
   let description = [{

@@ -178,6 +178,53 @@ LogicalResult LinearOp::verify() {
   return success();
 }
 
+/// The shared rule of the fused few-row products: x [..., K], each weight 2-D
+/// with that K and x's element type, each result x's shape with N replaced.
+static LogicalResult verifyProduct(Operation *op, Value input, Value weight,
+                                   Value result, bool transW) {
+  auto x = rtt(input).getShape(), w = rtt(weight).getShape();
+  if (x.empty())
+    return op->emitOpError("input must have rank >= 1");
+  if (w.size() != 2)
+    return op->emitOpError("weight must be 2-D, got rank ") << w.size();
+  int64_t k = transW ? w[1] : w[0];
+  int64_t n = transW ? w[0] : w[1];
+  if (x.back() != k)
+    return op->emitOpError("input's last dim ")
+           << x.back() << " does not match a weight's K = " << k;
+  if (rtt(weight).getElementType() != rtt(input).getElementType() ||
+      rtt(result).getElementType() != rtt(input).getElementType())
+    return op->emitOpError("input, weights and results must share one "
+                           "element type");
+  SmallVector<int64_t> out(x);
+  out.back() = n;
+  if (ArrayRef<int64_t>(out) != rtt(result).getShape())
+    return op->emitOpError("result shape should be ") << shapeStr(out);
+  return success();
+}
+
+LogicalResult LinearMultiOp::verify() {
+  if (getWeights().size() < 2 || getWeights().size() > 4)
+    return emitOpError("takes two to four weights, got ")
+           << getWeights().size();
+  if (getWeights().size() != getResults().size())
+    return emitOpError("needs one result per weight");
+  for (auto [w, r] : llvm::zip(getWeights(), getResults()))
+    if (failed(verifyProduct(*this, getInput(), w, r, getTransW())))
+      return failure();
+  return success();
+}
+
+LogicalResult LinearGatedOp::verify() {
+  if (getAct() != "silu" && getAct() != "gelu_tanh" && getAct() != "gelu_erf")
+    return emitOpError("act must be silu, gelu_tanh or gelu_erf, got ")
+           << getAct();
+  if (rtt(getGateWeight()).getShape() != rtt(getUpWeight()).getShape())
+    return emitOpError("gate and up weights must have one shape");
+  return verifyProduct(*this, getInput(), getGateWeight(), getResult(),
+                       getTransW());
+}
+
 static LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
   if (axis < 0 || axis >= rank)
     return op->emitOpError("axis ")

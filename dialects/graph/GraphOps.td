@@ -957,4 +957,42 @@ def ZG_GatedOp : ZG_Op<"gated", [Pure, SameOperandsAndResultType, ZG_TpWhole]> {
   let results = (outs ZG_Tensor:$result);
 }
 
+def ZG_LinearMultiOp : ZG_Op<"linear_multi", [Pure, ZG_TpWhole]> {
+  let summary = "several bias-free linears of one input, as one step";
+  let description = [{
+    `result_i = alpha * input x weights_i` for two to four weights that share
+    the input, `trans_w`, `alpha` and the element type (llama's q / k / v
+    projections of one layer's normed activation). Written by
+    `--zplan-decode-products` in a decode program, where the input has few
+    rows: one few-row kernel launch reads every weight (kernels/cuda/
+    skinny_gemm.cu), where three cuBLASLt products each paid their own fixed
+    cost. Each result is what `zg.linear` of its weight gives.
+  }];
+  let arguments = (ins ZG_Tensor:$input, Variadic<ZG_Tensor>:$weights,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_w,
+                   DefaultValuedAttr<F64Attr, "1.0">:$alpha);
+  let results = (outs Variadic<ZG_Tensor>:$results);
+  let hasVerifier = 1;
+}
+
+def ZG_LinearGatedOp : ZG_Op<"linear_gated", [Pure, ZG_TpWhole]> {
+  let summary = "act(input x gate_weight) * (input x up_weight), as one step";
+  let description = [{
+    The gated MLP's two bias-free projections of one input and their
+    `zg.gated` combination: `act(alpha * input x gate) * (alpha * input x
+    up)`, `act` "silu", "gelu_tanh" or "gelu_erf". Written by
+    `--zplan-decode-products` in a decode program (few rows): one few-row
+    kernel launch reads both weights and writes the gated product, where the
+    unfused step ran two products and an elementwise kernel. The CPU
+    reference rounds as the unfused ops do (each product, then the
+    activation, then the product of the two, each to the storage type).
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$gate_weight,
+                   ZG_Tensor:$up_weight, StrAttr:$act,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_w,
+                   DefaultValuedAttr<F64Attr, "1.0">:$alpha);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
 #endif // ZPLAN_DIALECTS_GRAPH_GRAPHOPS_TD

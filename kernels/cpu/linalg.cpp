@@ -168,5 +168,33 @@ Result linear(const In &x, const In &w, const In &bias, const Out &out, bool tw,
   return {};
 }
 
+Result linear_multi(const In &x, const In *w, const Out *out, int n, bool tw, float alpha, float *scratch) {
+  if (n < 1) return Result::fail("linear_multi: no weights");
+  for (int i = 0; i < n; ++i) {
+    Result r = linear(x, w[i], In{}, out[i], tw, alpha, scratch);
+    if (!r.ok()) return r;
+  }
+  return {};
+}
+
+size_t linear_gated_scratch(const In &x, const In &w, const Out &out, bool tw) {
+  // The up product in out's storage type (at most a float per element), then linear's own scratch.
+  return static_cast<size_t>(out.shape.numel()) + linear_scratch(x, w, out, tw);
+}
+
+Result linear_gated(Unary act, const In &x, const In &wg, const In &wu, const Out &out, bool tw, float alpha,
+                    float *scratch) {
+  if (act != Unary::silu && act != Unary::gelu_tanh && act != Unary::gelu_erf)
+    return Result::fail("linear_gated: act must be silu, gelu_tanh or gelu_erf");
+  if (wg.shape != wu.shape || wg.dtype != wu.dtype) return Result::fail("linear_gated: the weights differ in shape or dtype");
+  const Out up{scratch, out.dtype, out.shape};
+  float *rest = scratch + out.shape.numel();
+  Result r = linear(x, wg, In{}, out, tw, alpha, rest);
+  if (r.ok()) r = linear(x, wu, In{}, up, tw, alpha, rest);
+  if (r.ok()) r = unary(act, In{out.data, out.dtype, out.shape}, out);
+  if (r.ok()) r = binary(Binary::mul, In{out.data, out.dtype, out.shape}, In{up.data, up.dtype, up.shape}, out);
+  return r;
+}
+
 }  // namespace cpu
 }  // namespace zk

@@ -25,8 +25,6 @@ struct Blas::Impl {
   cublasLtHandle_t lt = nullptr;
   std::mutex mu;
   std::unordered_map<std::string, cublasLtMatmulAlgo_t> algos;
-  /// Per product of few rows: whether skinny_linear (true) or cuBLASLt (false) ran it faster when timed.
-  std::unordered_map<std::string, bool> skinny;
   /// set_written_ranges, sorted by begin; `written_known` once set.
   std::vector<std::pair<uintptr_t, uintptr_t>> written;
   bool written_known = false;
@@ -235,7 +233,7 @@ void broadcast_strides(const Dims &in, const Dims &out, int64_t *st) {
   }
 }
 
-/// set_skinny_mode's setting; initially from ZK_SKINNY ("0" never, "1" always, unset: timed).
+/// set_skinny_mode's setting; initially from ZK_SKINNY ("0" never, "1" always, unset: the plan's choice).
 std::atomic<int> g_skinny_mode{[] {
   const char* e = std::getenv("ZK_SKINNY");
   if (!e || !*e) return -1;
@@ -244,95 +242,20 @@ std::atomic<int> g_skinny_mode{[] {
 
 int skinny_override() { return g_skinny_mode.load(std::memory_order_relaxed); }
 
-/// Median time in ms of `reps` runs of `run` on stream s, each after `flush` (which evicts the weights from
-/// L2, as a decode step's products find them), timed with events.
-template <class Run, class Flush>
-GpuStatus time_median(Run&& run, Flush&& flush, int reps, cudaStream_t s, float* ms) {
-  cudaEvent_t a = nullptr, b = nullptr;
-  ZK_CUDA_TRY(cudaEventCreate(&a));
-  cudaError_t e = cudaEventCreate(&b);
-  if (e != cudaSuccess) {
-    cudaEventDestroy(a);
-    ZK_CUDA_TRY(e);
-  }
-  float t[16];
-  GpuStatus st;
-  for (int r = 0; r < reps && st.ok(); ++r) {
-    st = flush();
-    if (!st.ok()) break;
-    if ((e = cudaEventRecord(a, s)) != cudaSuccess) break;
-    st = run();
-    if (!st.ok()) break;
-    if ((e = cudaEventRecord(b, s)) != cudaSuccess || (e = cudaEventSynchronize(b)) != cudaSuccess ||
-        (e = cudaEventElapsedTime(&t[r], a, b)) != cudaSuccess)
-      break;
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  ZK_GPU_TRY(st);
-  ZK_CUDA_TRY(e);
-  std::sort(t, t + reps);
-  *ms = t[reps / 2];
-  return {};
-}
-
-/// A product of M <= kSkinnyMaxRows rows of x against one weight matrix: skinny_linear or cuBLASLt, by
-/// measurement. The first time a shape is seen outside a stream capture, both run (after one untimed run
-/// each, which loads the modules and picks cuBLASLt's algorithm) five times with the L2 cleared before each
-/// run, and the faster is kept for that shape; both compute the same result, so the output holds it either
-/// way. Inside a capture nothing is timed: a shape not measured yet takes the few-row kernel.
-GpuStatus few_rows(Blas::Impl* impl, const LtGemm& g, const In& x, const In& w, const In& bias,
-                   const Out& out, bool tw, int64_t M, int64_t K, int64_t N, float alpha, Epilogue epi,
-                   void* ws, size_t ws_bytes, cudaStream_t s, bool* done) {
+/// A product of M <= kSkinnyMaxRows rows of x against one weight matrix: skinny_linear where the plan chose
+/// it (`chosen`, plan 2.9: --zplan-decode-products decides by rows and weight bytes) or ZK_SKINNY=1 forces
+/// it, and where the kernel holds the shape; *done stays false otherwise and cuBLASLt runs the product. No
+/// timing at run time: two runs of one plan run the same kernels and round alike.
+GpuStatus few_rows(Blas::Impl* impl, const In& x, const In& w, const In& bias, const Out& out, bool tw,
+                   int64_t M, int64_t K, int64_t N, float alpha, Epilogue epi, bool chosen, cudaStream_t s,
+                   bool* done) {
   *done = false;
-  if (M > kSkinnyMaxRows || skinny_override() == 0 || !skinny_linear_fits(x.dtype, M, K, N, tw)) return {};
+  const int mode = skinny_override();
+  const bool want = mode == 1 || (mode == -1 && chosen);
+  if (!want || M > kSkinnyMaxRows || !skinny_linear_fits(x.dtype, M, K, N, tw)) return {};
   const bool early = impl->never_written(w.data, static_cast<size_t>(K * N) * dtype_size(w.dtype));
-  auto skinny = [&] { return skinny_linear(x, w, bias, out, tw, alpha, epi, early, s); };
-  if (skinny_override() == 1) {
-    *done = true;
-    return skinny();
-  }
-  char key[128];
-  std::snprintf(key, sizeof key, "%d|%d|%lld,%lld,%lld|%d|%d", static_cast<int>(x.dtype), tw,
-                static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(N),
-                static_cast<int>(epi), bias.data != nullptr);
-  {
-    std::lock_guard<std::mutex> lock(impl->mu);
-    auto it = impl->skinny.find(key);
-    if (it != impl->skinny.end()) {
-      if (!it->second) return {};
-      *done = true;
-      return skinny();
-    }
-  }
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  ZK_CUDA_TRY(cudaStreamIsCapturing(s, &cs));
   *done = true;
-  if (cs != cudaStreamCaptureStatusNone) return skinny();
-  // Clearing L2 writes the GEMM workspace (which neither product needs here); without one, warm L2.
-  auto flush = [&]() -> GpuStatus {
-    if (ws && ws_bytes) ZK_CUDA_TRY(cudaMemsetAsync(ws, 0, ws_bytes, s));
-    return {};
-  };
-  auto lt = [&] { return run_lt(impl, g, ws, ws_bytes, s); };
-  ZK_GPU_TRY(skinny());
-  ZK_GPU_TRY(lt());
-  float t_skinny = 0, t_lt = 0;
-  ZK_GPU_TRY(time_median(skinny, flush, 5, s, &t_skinny));
-  ZK_GPU_TRY(time_median(lt, flush, 5, s, &t_lt));
-  // Timed alone, each product starts cold; in a stream of kernels the few-row kernel with early weight
-  // loads streams its weight while the previous kernel ends, which the timing does not see: it is kept
-  // within 10% of cuBLASLt then.
-  const bool pick = t_skinny <= t_lt * (early ? 1.1f : 1.0f);
-  if (std::getenv("ZK_SKINNY_REPORT"))
-    std::fprintf(stderr, "zk cuda: product %s: few-row kernel %.2f us, cuBLASLt %.2f us -> %s\n", key,
-                 t_skinny * 1e3, t_lt * 1e3, pick ? "few-row kernel" : "cuBLASLt");
-  {
-    std::lock_guard<std::mutex> lock(impl->mu);
-    impl->skinny[key] = pick;
-  }
-  // The output holds the last run's result; both are the product.
-  return pick ? skinny() : lt();
+  return skinny_linear(x, w, bias, out, tw, alpha, epi, early, s);
 }
 
 }  // namespace
@@ -342,7 +265,7 @@ void set_skinny_mode(int mode) {
 }
 
 GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool ta, bool tb, void *ws, size_t ws_bytes,
-                 cudaStream_t s) {
+                 cudaStream_t s, bool few) {
   if (a.shape.rank < 1 || b.shape.rank < 1) return kernel_failure("matmul: operands must have rank >= 1");
   MatShape ma = mat_of(a.shape, false), mb = mat_of(b.shape, true);
   const bool tae = ta && !ma.vec, tbe = tb && !mb.vec;
@@ -378,8 +301,7 @@ GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool ta, 
       // As a linear: x [rows, K], W = B ([K, N], or [N, K] transposed), no epilogue.
       const In x{a.data, a.dtype, Dims{rows, K}}, w{b.data, b.dtype, tbe ? Dims{N, K} : Dims{K, N}};
       const Out o{out.data, out.dtype, Dims{rows, N}};
-      ZK_GPU_TRY(few_rows(blas.impl(), g, x, w, In{}, o, tbe, rows, K, N, 1.0f, Epilogue::none, ws, ws_bytes,
-                          s, &done));
+      ZK_GPU_TRY(few_rows(blas.impl(), x, w, In{}, o, tbe, rows, K, N, 1.0f, Epilogue::none, few, s, &done));
     }
     if (done) return {};
     return run_lt(blas.impl(), g, ws, ws_bytes, s);
@@ -413,7 +335,7 @@ GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool ta, 
 }
 
 GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool tw, float alpha,
-                 Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s) {
+                 Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, bool few) {
   if (x.shape.rank < 1 || w.shape.rank != 2) return kernel_failure("linear: x must have rank >= 1 and W rank 2");
   const int64_t K = x.shape.d[x.shape.rank - 1];
   const int64_t N = tw ? w.shape.d[0] : w.shape.d[1];
@@ -460,9 +382,24 @@ GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out
   }
   LtGemm g{x.dtype, tw, false, N, M, K, w.data, tw ? K : N, 0, x.data, K, 0, out.data, N, 0, 1, alpha, epi, bias.data};
   bool done = false;
-  ZK_GPU_TRY(few_rows(blas.impl(), g, x, w, bias, out, tw, M, K, N, alpha, epi, ws, ws_bytes, s, &done));
+  ZK_GPU_TRY(few_rows(blas.impl(), x, w, bias, out, tw, M, K, N, alpha, epi, few, s, &done));
   if (done) return {};
   return run_lt(blas.impl(), g, ws, ws_bytes, s);
+}
+
+GpuStatus linear_multi(Blas &blas, const In &x, const In *w, const Out *out, int n, bool tw, float alpha,
+                       cudaStream_t s) {
+  bool early = true;
+  for (int i = 0; i < n; ++i)
+    early = early && blas.impl()->never_written(w[i].data, static_cast<size_t>(w[i].shape.numel()) * dtype_size(w[i].dtype));
+  return skinny_linear_multi(x, w, out, n, tw, alpha, early, s);
+}
+
+GpuStatus linear_gated(Blas &blas, Unary act, const In &x, const In &wg, const In &wu, const Out &out, bool tw,
+                       float alpha, cudaStream_t s) {
+  const size_t bytes = static_cast<size_t>(wg.shape.numel()) * dtype_size(wg.dtype);
+  const bool early = blas.impl()->never_written(wg.data, bytes) && blas.impl()->never_written(wu.data, bytes);
+  return skinny_linear_gated(act, x, wg, wu, out, tw, alpha, early, s);
 }
 
 }  // namespace cuda

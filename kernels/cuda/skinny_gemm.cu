@@ -274,6 +274,266 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// --- Fused few-row products (plan 2.9: linear_multi, linear_gated) ------------------------------------------
+// Several weights read by one launch: a decode step's q / k / v (linear_multi), or the gated MLP's gate and
+// up with the activation product in the epilogue (linear_gated). At one row a product's time is mostly the
+// kernel's fixed cost (docs/generation.md), so one launch for three weights saves two of them, and the gated
+// form also saves the elementwise kernel and the round trip of both products through memory.
+
+/// The weights of one fused launch. [K, N] layout: segment i covers blocks [end[i-1], end[i]) along x;
+/// [N, K]: warps (output columns) [end[i-1], end[i]). Gated: one segment of N columns, w[0] the gate and
+/// w[1] the up weight, out[0] the gated product.
+struct Segs {
+  const void* w[4];
+  void* out[4];
+  int n[4];
+  int end[4];
+  int count;
+  int act;  // gated: the Unary code of the activation (silu 15, gelu_tanh 13, gelu_erf 14)
+};
+
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+
+// The activations as kernels/cuda/elementwise.cu computes them.
+__device__ __forceinline__ float activation(int act, float v) {
+  if (act == static_cast<int>(Unary::silu)) return v / (1.0f + expf(-v));
+  if (act == static_cast<int>(Unary::gelu_tanh))
+    return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+  return 0.5f * v * (1.0f + erff(v * kInvSqrt2));
+}
+
+/// The gated output from the two fp32 sums: each product rounded to the storage type as the unfused
+/// products are stored, then act(gate) * up in fp32 and one rounding, as the unfused gated kernel.
+template <class T>
+__device__ __forceinline__ T gated_out(float g, float u, float alpha, int act) {
+  const float gr = to_f32(from_f32<T>(g * alpha)), ur = to_f32(from_f32<T>(u * alpha));
+  return from_f32<T>(activation(act, gr) * ur);
+}
+
+/// Which segment `i` (a block or a warp index) falls in, and its index within it; selects instead of a
+/// dynamically indexed parameter array, which would go through local memory.
+__device__ __forceinline__ void segment_of(const Segs& sg, int i, int* seg, int* local) {
+  int s = 0, start = 0;
+#pragma unroll
+  for (int k = 0; k < 3; ++k)
+    if (k + 1 < sg.count && i >= sg.end[k]) {
+      s = k + 1;
+      start = sg.end[k];
+    }
+  *seg = s;
+  *local = i - start;
+}
+template <class P>
+__device__ __forceinline__ P pick(const P (&a)[4], int i) {
+  return i == 0 ? a[0] : i == 1 ? a[1] : i == 2 ? a[2] : a[3];
+}
+
+// W [K, N] fused: as skinny_kn_kernel, with the block's weight, columns and output taken from its segment.
+// Gated: a block covers 32 output columns; its column threads 0-3 read the gate's and 4-7 the up's.
+template <class T, int MR, bool kVec, bool kGated>
+__global__ void __launch_bounds__(kThreads)
+    skinny_kn_fused_kernel(const T* __restrict__ x, Segs sg, int M, int K, int kc, int splits, float alpha,
+                           int early) {
+  extern __shared__ __align__(16) float smem[];
+  constexpr int kCols = kGated ? kTileN / 2 : kTileN;  // output columns of a block
+  const int tid = threadIdx.x, cl = tid % kColThreads, rl = tid / kColThreads;
+  int seg = 0, tile = 0;
+  segment_of(sg, static_cast<int>(blockIdx.x), &seg, &tile);
+  const T* __restrict__ w = static_cast<const T*>(pick(sg.w, kGated ? (cl < 4 ? 0 : 1) : seg));
+  T* __restrict__ out = static_cast<T*>(pick(sg.out, kGated ? 0 : seg));
+  const int N = pick(sg.n, kGated ? 0 : seg);
+  const int n_tile = tile * kCols, n0 = n_tile + (kGated ? cl % 4 : cl) * 8;
+  const int split = blockIdx.y;
+  const int kbeg = split * kc, kend = min(K, kbeg + kc);
+  const bool cols_in = n0 < N;
+  const int first = kbeg + rl;
+  const int rows = first < kend ? (kend - first + kRowLanes - 1) / kRowLanes : 0;
+
+  constexpr int kUnroll = unroll_of<T, MR>();
+  if (!early) wait_for_producer();
+  Pack<T> buf[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+    if (u < rows && cols_in)
+      load_pack<T, kVec>(buf[u], w + static_cast<int64_t>(first + kRowLanes * u) * N, n0, N);
+  if (early) wait_for_producer();
+  release_dependents();
+
+  const int span = kend - kbeg;
+  float* xs = smem;
+  for (int e = tid; e < MR * kc; e += kThreads) {
+    const int m = e / kc, kk = e % kc;
+    xs[e] = m < M && kk < span ? to_f32(x[static_cast<int64_t>(m) * K + kbeg + kk]) : 0.0f;
+  }
+  __syncthreads();
+
+  float acc[MR][8];
+#pragma unroll
+  for (int m = 0; m < MR; ++m)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[m][e] = 0.0f;
+
+  for (int base = 0; base < rows; base += kUnroll) {
+    Pack<T> cur[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) cur[u] = buf[u];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + kUnroll + u;
+      if (i < rows && cols_in)
+        load_pack<T, kVec>(buf[u], w + static_cast<int64_t>(first + kRowLanes * i) * N, n0, N);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u;
+      if (i < rows) {
+        const int kk = rl + kRowLanes * i;
+        float wf[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) wf[e] = to_f32(cur[u].v[e]);
+#pragma unroll
+        for (int m = 0; m < MR; ++m) {
+          const float xv = xs[m * kc + kk];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[m][e] = fmaf(xv, wf[e], acc[m][e]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int m = 0; m < MR; ++m)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float v = acc[m][e];
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      acc[m][e] = v;
+    }
+  __syncthreads();
+  const int warp = tid / 32, lane = tid % 32;
+  float* red = smem;
+  float* part = smem + 8 * MR * kTileN;  // [MR][kTileN]: gated, columns 0-31 the gate's, 32-63 the up's
+  if (lane < kColThreads)
+#pragma unroll
+    for (int m = 0; m < MR; ++m)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) red[(warp * MR + m) * kTileN + lane * 8 + e] = acc[m][e];
+  __syncthreads();
+  for (int o = tid; o < MR * kTileN; o += kThreads) {
+    float s = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kThreads / 32; ++g) s += red[g * MR * kTileN + o];
+    part[o] = s;
+  }
+  // Output o < MR x kCols: row m = o / kCols, column j = o % kCols of the block.
+  auto store = [&](int o, float s0, float s1) {
+    const int m = o / kCols, j = o % kCols, n = n_tile + j;
+    if (m < M && n < N)
+      out[static_cast<int64_t>(m) * N + n] = kGated ? gated_out<T>(s0, s1, alpha, sg.act) : from_f32<T>(s0 * alpha);
+  };
+  auto index = [&](int o, int half) { return (o / kCols) * kTileN + o % kCols + half * kCols; };
+  if (splits == 1) {
+    __syncthreads();
+    for (int o = tid; o < MR * kCols; o += kThreads) store(o, part[index(o, 0)], kGated ? part[index(o, 1)] : 0.0f);
+    return;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  for (int o = static_cast<int>(cluster.block_rank()) + splits * tid; o < MR * kCols; o += splits * kThreads) {
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int r = 0; r < splits; ++r) {
+      const float* pr = cluster.map_shared_rank(part, r);
+      s0 += pr[index(o, 0)];
+      if (kGated) s1 += pr[index(o, 1)];
+    }
+    store(o, s0, s1);
+  }
+  cluster.sync();
+}
+
+// W [N, K] fused: a warp per output column of the concatenated segments (multi), or per gated column with
+// both of its weight rows (gated).
+template <class T, int MR, bool kVec, bool kGated>
+__global__ void __launch_bounds__(kThreads)
+    skinny_nk_fused_kernel(const T* __restrict__ x, Segs sg, int M, int K, float alpha, int early) {
+  constexpr int kU = kGated ? 2 : 4;
+  constexpr int kW = kGated ? 2 : 1;  // weight rows per warp
+  const int lane = threadIdx.x % 32;
+  const int c = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  // Past the last segment's columns, n >= N: the warp computes nothing.
+  int seg = 0, n = 0;
+  segment_of(sg, c, &seg, &n);
+  const int N = pick(sg.n, seg);
+  const bool live = n < N;
+  const T* wr[kW];
+#pragma unroll
+  for (int q = 0; q < kW; ++q)
+    wr[q] = static_cast<const T*>(pick(sg.w, kGated ? q : seg)) + static_cast<int64_t>(live ? n : 0) * K;
+  T* out = static_cast<T*>(pick(sg.out, seg));
+  const int pieces = (K + 7) / 8;
+  const int mine = lane < pieces ? (pieces - lane + 31) / 32 : 0;
+  if (!early) wait_for_producer();
+  Pack<T> buf[kW][kU];
+#pragma unroll
+  for (int q = 0; q < kW; ++q)
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (live && u < mine) load_pack<T, kVec>(buf[q][u], wr[q], 8 * (lane + 32 * u), K);
+  if (early) wait_for_producer();
+  release_dependents();
+  float acc[kW][MR];
+#pragma unroll
+  for (int q = 0; q < kW; ++q)
+#pragma unroll
+    for (int m = 0; m < MR; ++m) acc[q][m] = 0.0f;
+  for (int base = 0; base < mine; base += kU) {
+    Pack<T> cur[kW][kU];
+#pragma unroll
+    for (int q = 0; q < kW; ++q)
+#pragma unroll
+      for (int u = 0; u < kU; ++u) cur[q][u] = buf[q][u];
+#pragma unroll
+    for (int q = 0; q < kW; ++q)
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int i = base + kU + u;
+        if (live && i < mine) load_pack<T, kVec>(buf[q][u], wr[q], 8 * (lane + 32 * i), K);
+      }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int i = base + u;
+      if (live && i < mine) {
+        const int k0 = 8 * (lane + 32 * i);
+#pragma unroll
+        for (int m = 0; m < MR; ++m) {
+          if (m < M) {
+            Pack<T> xp;
+            load_pack<T, kVec>(xp, x + static_cast<int64_t>(m) * K, k0, K);
+#pragma unroll
+            for (int q = 0; q < kW; ++q)
+#pragma unroll
+              for (int e = 0; e < 8; ++e) acc[q][m] = fmaf(to_f32(xp.v[e]), to_f32(cur[q][u].v[e]), acc[q][m]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MR; ++m) {
+    float v[kW];
+#pragma unroll
+    for (int q = 0; q < kW; ++q) {
+      v[q] = acc[q][m];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v[q] += __shfl_xor_sync(0xffffffffu, v[q], o);
+    }
+    if (lane == 0 && live && m < M)
+      out[static_cast<int64_t>(m) * N + n] = kGated ? gated_out<T>(v[0], v[kW - 1], alpha, sg.act)
+                                                    : from_f32<T>(v[0] * alpha);
+  }
+}
+
 /// The launch of a kernel that may start while the previous kernel of the stream ends (programmatic
 /// dependent launch), in a cluster of `cluster_y` blocks along y when that is above 1.
 template <class... KArgs, class... Args>
@@ -384,6 +644,126 @@ cudaError_t launch_typed(const In& x, const In& w, const In& bias, const Out& ou
   }
 }
 
+/// The K split of a [K, N] launch over `tiles` column blocks (kn_splits' rule).
+int kn_splits_tiles(int64_t M, int64_t K, int64_t tiles) {
+  const int mr = rows_template(M);
+  const int64_t kc_max = static_cast<int64_t>(kSmemBytes / sizeof(float)) / mr;
+  int splits = 1;
+  while (splits < kMaxSplits && tiles * splits < 2 * sm_count() && K / (2 * splits) >= 128) splits *= 2;
+  const int64_t need = (K + kc_max - 1) / kc_max;
+  if (need > kMaxSplits) return 0;
+  return static_cast<int>(std::max<int64_t>(splits, need));
+}
+
+template <class T, int MR, bool kGated>
+cudaError_t launch_fused_rows(const In& x, Segs sg, bool tw, int64_t M, int64_t K, float alpha, int early,
+                              cudaStream_t s) {
+  const T* xp = static_cast<const T*>(x.data);
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int nw = kGated ? 2 : sg.count;
+  bool w_aligned = true;
+  for (int i = 0; i < nw; ++i) w_aligned = w_aligned && aligned(sg.w[i]);
+  if (tw) {
+    // Warps (output columns) per segment, cumulative.
+    int64_t total = 0;
+    for (int i = 0; i < sg.count; ++i) sg.end[i] = static_cast<int>(total += sg.n[i]);
+    const bool vec = K % 8 == 0 && aligned(xp) && w_aligned;
+    const dim3 grid(static_cast<unsigned>((total + kThreads / 32 - 1) / (kThreads / 32)));
+    if (vec)
+      return launch_dependent(skinny_nk_fused_kernel<T, MR, true, kGated>, grid, 0, 1, s, xp, sg,
+                              static_cast<int>(M), static_cast<int>(K), alpha, early);
+    return launch_dependent(skinny_nk_fused_kernel<T, MR, false, kGated>, grid, 0, 1, s, xp, sg,
+                            static_cast<int>(M), static_cast<int>(K), alpha, early);
+  }
+  constexpr int kCols = kGated ? kTileN / 2 : kTileN;
+  int64_t tiles = 0;
+  bool n_vec = true;
+  for (int i = 0; i < sg.count; ++i) {
+    sg.end[i] = static_cast<int>(tiles += (sg.n[i] + kCols - 1) / kCols);
+    n_vec = n_vec && sg.n[i] % 8 == 0;
+  }
+  const int splits = kn_splits_tiles(M, K, tiles);
+  const int kc = static_cast<int>((K + splits - 1) / splits);
+  const size_t smem =
+      std::max(static_cast<size_t>(MR) * kc, static_cast<size_t>(9) * MR * kTileN) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
+  if (n_vec && w_aligned)
+    return launch_dependent(skinny_kn_fused_kernel<T, MR, true, kGated>, grid, smem, splits, s, xp, sg,
+                            static_cast<int>(M), static_cast<int>(K), kc, splits, alpha, early);
+  return launch_dependent(skinny_kn_fused_kernel<T, MR, false, kGated>, grid, smem, splits, s, xp, sg,
+                          static_cast<int>(M), static_cast<int>(K), kc, splits, alpha, early);
+}
+
+template <class T, bool kGated>
+cudaError_t launch_fused_typed(const In& x, const Segs& sg, bool tw, int64_t M, int64_t K, float alpha, int early,
+                               cudaStream_t s) {
+  switch (rows_template(M)) {
+    case 1:
+      return launch_fused_rows<T, 1, kGated>(x, sg, tw, M, K, alpha, early, s);
+    case 2:
+      return launch_fused_rows<T, 2, kGated>(x, sg, tw, M, K, alpha, early, s);
+    case 4:
+      return launch_fused_rows<T, 4, kGated>(x, sg, tw, M, K, alpha, early, s);
+    case 8:
+      return launch_fused_rows<T, 8, kGated>(x, sg, tw, M, K, alpha, early, s);
+    default:
+      return launch_fused_rows<T, 16, kGated>(x, sg, tw, M, K, alpha, early, s);
+  }
+}
+
+/// Checks the fused products' operands and launches: gated with act != 0.
+GpuStatus fused_products(const In& x, const In* w, const Out* out, int n, bool tw, float alpha, int act,
+                         bool early_weights, cudaStream_t s) {
+  if (n < 1 || n > 4) return kernel_failure("skinny fused products: one to four weights");
+  if (x.shape.rank < 1) return kernel_failure("skinny fused products: x must have rank >= 1");
+  const int64_t K = x.shape.d[x.shape.rank - 1];
+  if (!is_float(x.dtype)) return kernel_failure("skinny fused products: x must be a float tensor");
+  Segs sg = {};
+  sg.count = act ? 1 : n;
+  sg.act = act;
+  int64_t M = 0;
+  for (int i = 0; i < n; ++i) {
+    if (w[i].shape.rank != 2 || (tw ? w[i].shape.d[1] : w[i].shape.d[0]) != K)
+      return kernel_failure("skinny fused products: a weight does not match x's last dim");
+    if (w[i].dtype != x.dtype) return kernel_failure("skinny fused products: x and the weights must share one dtype");
+    const int64_t N = tw ? w[i].shape.d[0] : w[i].shape.d[1];
+    const Out& o = out[act ? 0 : i];
+    if (o.dtype != x.dtype || o.shape.rank != x.shape.rank || o.shape.d[o.shape.rank - 1] != N)
+      return kernel_failure("skinny fused products: an output is not [..., N] of x's dtype");
+    for (int d = 0; d + 1 < x.shape.rank; ++d)
+      if (o.shape.d[d] != x.shape.d[d]) return kernel_failure("skinny fused products: output leading dims differ");
+    if (!skinny_linear_fits(x.dtype, o.shape.numel() / (N ? N : 1), K, N, tw))
+      return kernel_failure("skinny fused products: a product is outside the kernel's cases (skinny_linear_fits)");
+    M = o.shape.numel() / (N ? N : 1);
+    sg.w[i] = w[i].data;
+    if (!act || i == 0) {
+      sg.out[i] = o.data;
+      sg.n[i] = static_cast<int>(N);
+    }
+  }
+  if (act && (n != 2 || w[0].shape != w[1].shape))
+    return kernel_failure("skinny_linear_gated: the gate and up weights must have one shape");
+  if (M == 0 || K == 0) return kernel_failure("skinny fused products: empty products are not fused");
+  const int early = early_weights ? 1 : 0;
+  cudaError_t e;
+  switch (x.dtype) {
+    case DType::bf16:
+      e = act ? launch_fused_typed<__nv_bfloat16, true>(x, sg, tw, M, K, alpha, early, s)
+              : launch_fused_typed<__nv_bfloat16, false>(x, sg, tw, M, K, alpha, early, s);
+      break;
+    case DType::f16:
+      e = act ? launch_fused_typed<__half, true>(x, sg, tw, M, K, alpha, early, s)
+              : launch_fused_typed<__half, false>(x, sg, tw, M, K, alpha, early, s);
+      break;
+    default:
+      e = act ? launch_fused_typed<float, true>(x, sg, tw, M, K, alpha, early, s)
+              : launch_fused_typed<float, false>(x, sg, tw, M, K, alpha, early, s);
+      break;
+  }
+  ZK_CUDA_TRY(e);
+  return {};
+}
+
 }  // namespace
 
 bool skinny_linear_fits(DType dtype, int64_t M, int64_t K, int64_t N, bool trans_w) {
@@ -431,6 +811,21 @@ GpuStatus skinny_linear(const In& x, const In& w, const In& bias, const Out& out
       break;
   }
   return {};
+}
+
+GpuStatus skinny_linear_multi(const In& x, const In* w, const Out* out, int n, bool trans_w, float alpha,
+                              bool early_weights, cudaStream_t s) {
+  if (n < 2) return kernel_failure("skinny_linear_multi: two to four weights");
+  return fused_products(x, w, out, n, trans_w, alpha, 0, early_weights, s);
+}
+
+GpuStatus skinny_linear_gated(Unary act, const In& x, const In& w_gate, const In& w_up, const Out& out,
+                              bool trans_w, float alpha, bool early_weights, cudaStream_t s) {
+  if (act != Unary::silu && act != Unary::gelu_tanh && act != Unary::gelu_erf)
+    return kernel_failure("skinny_linear_gated: the activation must be silu, gelu_tanh or gelu_erf");
+  const In w[2] = {w_gate, w_up};
+  const Out o[2] = {out, out};
+  return fused_products(x, w, o, 2, trans_w, alpha, static_cast<int>(act), early_weights, s);
 }
 
 }  // namespace cuda

@@ -726,6 +726,10 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       if (!bv) bc.push_back(b.back());
       if (bc != O().shape) return bad("output shape " + shape_str(O().shape) + " is not the product's " + shape_str(bc));
       if (!is_fl(I(0).dtype) || !is_fl(I(1).dtype) || !is_fl(O().dtype)) return bad("operands must be float");
+      if (nints > 2 && ints(2) != 0 &&
+          (ints(2) != 1 || I(1).shape.size() != 2 || ints(0) || O().numel / (b.back() ? b.back() : 1) > 16))
+        return bad("ints[2] (kernel) must be 0, or 1 (the few-row kernel) for a product of at most 16 rows against "
+                   "a 2-D operand");
       return {};
     }
     case Op::residual_norm: {
@@ -758,6 +762,39 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       o.back() = N;
       if (o != O().shape) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
       if (ins.size() > 2 && ins[2] >= 0 && I(2).numel != N) return bad("bias must have N elements");
+      if (nints > 1 && ints(1) != 0 && (ints(1) != 1 || K == 0 || O().numel / (N ? N : 1) > 16))
+        return bad("ints[1] (kernel) must be 0, or 1 (the few-row kernel) for a product of at most 16 rows");
+      return {};
+    }
+    case Op::linear_multi:
+    case Op::linear_gated: {
+      // Few-row products of one input (plan 2.9): each weight's product as linear's, equal dtypes.
+      const Shape &x = I(0).shape;
+      if (x.empty()) return bad("x must have rank >= 1");
+      const bool tw = ints(0) != 0;
+      const size_t nw = ins.size() - 1;
+      if (op == Op::linear_multi && outs.size() != nw) return bad("needs one output per weight");
+      if (op == Op::linear_gated) {
+        if (I(1).shape != I(2).shape) return bad("the gate and up weights must have one shape");
+        if (ints(1) != static_cast<int>(Op::silu) && ints(1) != static_cast<int>(Op::gelu_tanh) &&
+            ints(1) != static_cast<int>(Op::gelu_erf))
+          return bad("ints[1] must be the opcode of silu, gelu_tanh or gelu_erf");
+      }
+      int64_t rows = 1;
+      for (size_t d = 0; d + 1 < x.size(); ++d) rows *= x[d];
+      if (rows > 16) return bad("a fused few-row product takes at most 16 rows, x is " + shape_str(x));
+      for (size_t i = 0; i < nw; ++i) {
+        const Shape &w = I(1 + i).shape;
+        if (w.size() != 2) return bad("W " + std::to_string(i) + " must have rank 2");
+        const int64_t K = tw ? w[1] : w[0], N = tw ? w[0] : w[1];
+        if (x.back() != K) return bad("W " + shape_str(w) + " does not match x " + shape_str(x));
+        Shape o = x;
+        o.back() = N;
+        const TInfo &out = t_[outs[op == Op::linear_multi ? i : 0]];
+        if (o != out.shape) return bad("output shape " + shape_str(out.shape) + " should be " + shape_str(o));
+        if (!is_fl(I(0).dtype) || I(1 + i).dtype != I(0).dtype || out.dtype != I(0).dtype)
+          return bad("x, the weights and the outputs must share one float dtype");
+      }
       return {};
     }
     case Op::softmax:

@@ -120,7 +120,7 @@ for bs in $batches; do
   plan=.gpu-gen/$model-b$bs.zplan
   [[ -f $plan ]] || { echo "zrun b$bs: $plan missing"; continue; }
   left $((budget - 60)) || { echo "zrun b$bs: skipped (call budget)"; continue; }
-  # ZRT_CUDA_REPORT: the decode graph's node count; ZK_SKINNY_REPORT: each few-row product's timed choice.
+  # ZRT_CUDA_REPORT: the decode graph's node count (the few-row kernel choice is the plan's, plan 2.9).
   # Should a run fail, it is repeated without the programmatic launches, then also without the few-row
   # products (the row says which).
   config=default
@@ -128,7 +128,7 @@ for bs in $batches; do
     vars=()
     [[ $cfg == default ]] || read -ra vars <<< "$cfg"
     config=$cfg
-    step zrun-b$bs env ZRT_CUDA_REPORT=1 ZK_SKINNY_REPORT=1 "${vars[@]}" timeout 240 "$b/bin/zrun" "$plan" \
+    step zrun-b$bs env ZRT_CUDA_REPORT=1 "${vars[@]}" timeout 240 "$b/bin/zrun" "$plan" \
       --backend cuda --init random --generate --warmup 1 --prompt "$out/prompt-b$bs.npy" --max-new-tokens 256 \
       --tokens-out "$out/tokens-b$bs.npy" && break
     echo "zrun b$bs ($cfg) failed:"; tail -5 "$out/zrun-b$bs.log"

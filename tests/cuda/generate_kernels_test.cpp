@@ -14,7 +14,8 @@
 //
 // The few-row products (kernels/cuda/skinny_gemm.cu) against the CPU reference linear: every row count 1..16,
 // odd and even K and N, both weight layouts, every epilogue, three dtypes; chained launches (the programmatic
-// launch must still wait for its input); linear's timed choice; and the timing table against cuBLASLt.
+// launch must still wait for its input); linear and matmul running the plan's choice; the fused products
+// (linear_multi, linear_gated) against the CPU reference kernels; and the timing tables against cuBLASLt.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -257,40 +258,217 @@ TEST(CudaSkinnyLinear, ChainedLaunchesWaitForTheirInput) {
   }
 }
 
-// linear() picks the few-row kernel or cuBLASLt by timing them on the shape; either way the result is the
-// product (checked against the reference after the choice, and on the run that makes it).
-TEST(CudaSkinnyLinear, LinearChoosesByMeasurement) {
+// linear() and matmul() run the kernel the plan chose (plan 2.9: the few_rows argument, from the compiler's
+// rule): the few-row kernel where chosen and the shape fits, cuBLASLt otherwise (17 rows: beyond the kernel),
+// and ZK_SKINNY's override (set_skinny_mode 0 / 1) either way. Every combination gives the product.
+TEST(CudaSkinnyLinear, LinearRunsThePlansChoice) {
   std::unique_ptr<zc::Blas> blas;
   ZT_GPU_OK(zc::Blas::create(&blas));
   DevBytes ws(zc::kGemmWorkspaceBytes);
+  for (int mode : {-1, 0, 1})
+    for (bool few : {false, true})
+      for (int64_t M : {1, 8, 16, 17}) {
+        SCOPED_TRACE("mode " + std::to_string(mode) + (few ? " few-row chosen" : " library chosen") + " M " +
+                     std::to_string(M));
+        zc::set_skinny_mode(mode);
+        const DType t = DType::bf16;
+        const int64_t K = 2048, N = 2048;
+        HostT x = random_tensor(t, Dims{M, K}), w = random_tensor(t, Dims{K, N}, -0.05f, 0.05f),
+              bias = random_tensor(t, Dims{N});
+        HostT ref = linear_ref(x, w, &bias, false, 1.0f, zc::Epilogue::gelu_bias, Dims{M, N});
+        DevT dx(x), dw(w), db(bias), dy(t, ref.shape);
+        dy.poison();
+        ZT_GPU_OK(zc::linear(*blas, dx.in(), dw.in(), db.in(), dy.out(), false, 1.0f, zc::Epilogue::gelu_bias,
+                             ws.ptr, zc::kGemmWorkspaceBytes, nullptr, few));
+        EXPECT_TRUE(close(dy.download(), ref, tol_for(t)));
+        HostT ref2 = linear_ref(x, w, nullptr, false, 1.0f, zc::Epilogue::none, Dims{M, N});
+        dy.poison();
+        ZT_GPU_OK(zc::matmul(*blas, dx.in(), dw.in(), dy.out(), false, false, ws.ptr, zc::kGemmWorkspaceBytes,
+                             nullptr, few));
+        EXPECT_TRUE(close(dy.download(), ref2, tol_for(t)));
+      }
   zc::set_skinny_mode(-1);
-  for (int64_t M : {1, 8, 16, 17}) {
+}
+
+// --- the fused few-row products (plan 2.9: linear_multi, linear_gated) -----------------------------------
+
+/// The CPU reference of linear_gated, in f32 storage for the products (the CUDA kernel rounds each product to
+/// the storage type, then computes act(gate) * up in fp32 and rounds once, as its unfused gated kernel; the
+/// CPU reference rounds the activation too, as its unfused steps): the comparison tolerance covers both.
+HostT gated_ref(zk::cpu::Unary act, const HostT& x, const HostT& wg, const HostT& wu, bool tw, float alpha,
+                Dims os) {
+  HostT ref(x.dtype, os);
+  std::vector<float> scratch(zk::cpu::linear_gated_scratch(x.in(), wg.in(), ref.out(), tw) + 1);
+  EXPECT_TRUE(zk::cpu::linear_gated(act, x.in(), wg.in(), wu.in(), ref.out(), tw, alpha, scratch.data()).ok());
+  return ref;
+}
+
+// linear_multi (two to four weights of different widths, odd widths included) and linear_gated (each
+// activation) against the CPU reference kernels: rows 1, 2, 3, 5, 8, 13 and 16, both weight layouts, K that
+// splits over a cluster and K that does not, f32 / bf16 / f16; every output poisoned first.
+TEST(CudaSkinnyFused, MatchesCpuReference) {
+  std::unique_ptr<zc::Blas> blas;
+  ZT_GPU_OK(zc::Blas::create(&blas));
+  const std::vector<std::vector<int64_t>> widths = {{64, 24}, {520, 128, 128}, {53, 8, 136, 64}};
+  const zk::cpu::Unary acts[] = {zk::cpu::Unary::silu, zk::cpu::Unary::gelu_tanh, zk::cpu::Unary::gelu_erf};
+  int cases = 0;
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    for (int64_t K : {64, 300, 2056})
+      for (bool tw : {false, true})
+        for (int64_t M : {1, 2, 3, 5, 8, 13, 16}) {
+          const float tol = t == DType::f32 ? 1e-4f : 2 * tol_for(t);
+          const Dims xs = M % 2 ? Dims{M, 1, K} : Dims{M, K};
+          HostT x = random_tensor(t, xs);
+          DevT dx(x);
+          auto out_shape = [&](int64_t N) {
+            Dims os = xs;
+            os.d[os.rank - 1] = N;
+            return os;
+          };
+          for (const auto& ns : widths) {
+            SCOPED_TRACE(std::string(zk::dtype_name(t)) + " multi M " + std::to_string(M) + " K " +
+                         std::to_string(K) + " weights " + std::to_string(ns.size()) +
+                         (tw ? " W [N, K]" : " W [K, N]"));
+            std::vector<HostT> w, ref;
+            std::vector<std::unique_ptr<DevT>> dw, dy;
+            zk::In win[4];
+            zk::Out yout[4];
+            for (size_t i = 0; i < ns.size(); ++i) {
+              w.push_back(random_tensor(t, tw ? Dims{ns[i], K} : Dims{K, ns[i]}, -0.2f, 0.2f));
+              ref.push_back(HostT(t, out_shape(ns[i])));
+            }
+            {
+              std::vector<zk::In> rin;
+              std::vector<zk::Out> rout;
+              size_t need = 0;
+              for (size_t i = 0; i < ns.size(); ++i) {
+                rin.push_back(w[i].in());
+                rout.push_back(ref[i].out());
+                need = std::max(need, zk::cpu::linear_scratch(x.in(), w[i].in(), ref[i].out(), tw));
+              }
+              std::vector<float> scratch(need + 1);
+              ZT_CPU_OK(zk::cpu::linear_multi(x.in(), rin.data(), rout.data(), static_cast<int>(ns.size()), tw,
+                                              0.5f, scratch.data()));
+            }
+            for (size_t i = 0; i < ns.size(); ++i) {
+              dw.push_back(std::make_unique<DevT>(w[i]));
+              dy.push_back(std::make_unique<DevT>(t, out_shape(ns[i])));
+              dy.back()->poison();
+              win[i] = dw.back()->in();
+              yout[i] = dy.back()->out();
+            }
+            ZT_GPU_OK(zc::linear_multi(*blas, dx.in(), win, yout, static_cast<int>(ns.size()), tw, 0.5f, nullptr));
+            for (size_t i = 0; i < ns.size(); ++i) EXPECT_TRUE(close(dy[i]->download(), ref[i], tol)) << "output " << i;
+            ++cases;
+          }
+          for (zk::cpu::Unary act : acts)
+            for (int64_t N : {176, 45}) {
+              SCOPED_TRACE(std::string(zk::dtype_name(t)) + " gated M " + std::to_string(M) + " K " +
+                           std::to_string(K) + " N " + std::to_string(N) + " act " +
+                           std::to_string(static_cast<int>(act)) + (tw ? " W [N, K]" : " W [K, N]"));
+              HostT wg = random_tensor(t, tw ? Dims{N, K} : Dims{K, N}, -0.2f, 0.2f),
+                    wu = random_tensor(t, tw ? Dims{N, K} : Dims{K, N}, -0.2f, 0.2f);
+              HostT ref = gated_ref(act, x, wg, wu, tw, 0.5f, out_shape(N));
+              DevT dwg(wg), dwu(wu), dy(t, out_shape(N));
+              dy.poison();
+              ZT_GPU_OK(zc::linear_gated(*blas, act, dx.in(), dwg.in(), dwu.in(), dy.out(), tw, 0.5f, nullptr));
+              EXPECT_TRUE(close(dy.download(), ref, tol));
+              ++cases;
+            }
+        }
+  std::printf("fused few-row products: %d cases against the CPU reference\n", cases);
+}
+
+// llama-1b's fused decode products in bf16 (q / k / v: 2048 -> 2048, 512, 512; gate / up: 2048 -> 5632 with
+// SiLU) at 1, 8 and 16 rows against the CPU reference, then their time against the unfused steps they replace
+// (three cuBLASLt products; two cuBLASLt products and the gated kernel), each the median of 21 runs with the
+// L2 cleared before each. Printed, not a pass/fail figure.
+TEST(CudaSkinnyFused, Llama1bShapesAndTiming) {
+  std::unique_ptr<zc::Blas> blas;
+  ZT_GPU_OK(zc::Blas::create(&blas));
+  DevBytes ws(zc::kGemmWorkspaceBytes), flush(size_t{256} << 20);
+  const DType t = DType::bf16;
+  const int64_t K = 2048, F = 5632;
+  const int64_t qkv[3] = {2048, 512, 512};
+  HostT wq = random_tensor(t, Dims{K, qkv[0]}, -0.05f, 0.05f), wk = random_tensor(t, Dims{K, qkv[1]}, -0.05f, 0.05f),
+        wv = random_tensor(t, Dims{K, qkv[2]}, -0.05f, 0.05f);
+  HostT wg = random_tensor(t, Dims{K, F}, -0.05f, 0.05f), wu = random_tensor(t, Dims{K, F}, -0.05f, 0.05f);
+  DevT dwq(wq), dwk(wk), dwv(wv), dwg(wg), dwu(wu);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int64_t M : {1, 8, 16}) {
     SCOPED_TRACE("M " + std::to_string(M));
-    const DType t = DType::bf16;
-    const int64_t K = 2048, N = 2048;
-    HostT x = random_tensor(t, Dims{M, K}), w = random_tensor(t, Dims{K, N}, -0.05f, 0.05f),
-          bias = random_tensor(t, Dims{N});
-    HostT ref = linear_ref(x, w, &bias, false, 1.0f, zc::Epilogue::gelu_bias, Dims{M, N});
-    DevT dx(x), dw(w), db(bias), dy(t, ref.shape);
-    for (int run = 0; run < 2; ++run) {
-      dy.poison();
-      ZT_GPU_OK(zc::linear(*blas, dx.in(), dw.in(), db.in(), dy.out(), false, 1.0f, zc::Epilogue::gelu_bias,
-                           ws.ptr, zc::kGemmWorkspaceBytes, nullptr));
-      EXPECT_TRUE(close(dy.download(), ref, tol_for(t))) << "run " << run;
-    }
-    // matmul with one weight matrix goes the same way.
-    HostT ref2 = linear_ref(x, w, nullptr, false, 1.0f, zc::Epilogue::none, Dims{M, N});
-    dy.poison();
-    ZT_GPU_OK(zc::matmul(*blas, dx.in(), dw.in(), dy.out(), false, false, ws.ptr, zc::kGemmWorkspaceBytes,
-                         nullptr));
-    EXPECT_TRUE(close(dy.download(), ref2, tol_for(t)));
+    HostT x = random_tensor(t, Dims{M, K});
+    DevT dx(x), dq(t, Dims{M, qkv[0]}), dk(t, Dims{M, qkv[1]}), dv(t, Dims{M, qkv[2]}), dh(t, Dims{M, F}),
+        dg(t, Dims{M, F}), du(t, Dims{M, F});
+    const zk::In w3[3] = {dwq.in(), dwk.in(), dwv.in()};
+    const zk::Out o3[3] = {dq.out(), dk.out(), dv.out()};
+    auto fused_qkv = [&] { return zc::linear_multi(*blas, dx.in(), w3, o3, 3, false, 1.0f, nullptr); };
+    auto fused_mlp = [&] {
+      return zc::linear_gated(*blas, zk::cpu::Unary::silu, dx.in(), dwg.in(), dwu.in(), dh.out(), false, 1.0f,
+                              nullptr);
+    };
+    dq.poison();
+    dk.poison();
+    dv.poison();
+    dh.poison();
+    ZT_GPU_OK(fused_qkv());
+    ZT_GPU_OK(fused_mlp());
+    const HostT* ws3[3] = {&wq, &wk, &wv};
+    DevT* outs3[3] = {&dq, &dk, &dv};
+    for (int i = 0; i < 3; ++i)
+      EXPECT_TRUE(close(outs3[i]->download(),
+                        linear_ref(x, *ws3[i], nullptr, false, 1.0f, zc::Epilogue::none, Dims{M, qkv[i]}),
+                        tol_for(t)))
+          << "q/k/v output " << i;
+    EXPECT_TRUE(close(dh.download(), gated_ref(zk::cpu::Unary::silu, x, wg, wu, false, 1.0f, Dims{M, F}),
+                      2 * tol_for(t)));
+    auto median_us = [&](auto&& run) {
+      std::vector<float> ts;
+      for (int it = 0; it < 24; ++it) {
+        cudaMemsetAsync(flush.ptr, it & 1, size_t{256} << 20, nullptr);
+        cudaEventRecord(e0);
+        (void)run();
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (it >= 3) ts.push_back(ms);
+      }
+      std::sort(ts.begin(), ts.end());
+      return ts[ts.size() / 2] * 1e3f;
+    };
+    auto lt = [&](const DevT& w, DevT& y) {
+      return zc::linear(*blas, dx.in(), w.in(), zk::In{}, y.out(), false, 1.0f, zc::Epilogue::none, ws.ptr,
+                        zc::kGemmWorkspaceBytes, nullptr, false);
+    };
+    const float f_qkv = median_us(fused_qkv), f_mlp = median_us(fused_mlp);
+    const float u_qkv = median_us([&] {
+      (void)lt(dwq, dq);
+      (void)lt(dwk, dk);
+      return lt(dwv, dv);
+    });
+    const float u_mlp = median_us([&] {
+      (void)lt(dwg, dg);
+      (void)lt(dwu, du);
+      return zc::gated(zk::cpu::Unary::silu, dg.in(), du.in(), dh.out(), nullptr);
+    });
+    const double b_qkv = 2.0 * K * (qkv[0] + qkv[1] + qkv[2]), b_mlp = 2.0 * 2 * K * F;
+    std::printf("fused rows %2lld: q/k/v one launch %.2f us (%.0f GB/s), three cuBLASLt %.2f us; gate/up+silu one "
+                "launch %.2f us (%.0f GB/s), two cuBLASLt + gated %.2f us\n",
+                static_cast<long long>(M), f_qkv, b_qkv / (f_qkv * 1e-6) / 1e9, u_qkv, f_mlp,
+                b_mlp / (f_mlp * 1e-6) / 1e9, u_mlp);
   }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
 }
 
 // The timing table of the decode products at llama-1b's shapes (bf16): the few-row kernel against cuBLASLt at
 // 1, 8 and 16 rows, cuBLASLt alone at 64 (beyond the kernel's rows), each the median of 21 runs with the L2
 // cleared before each (a decode step finds its weights in HBM), and the rate at which the weight is read.
-// Not a pass/fail figure; what the runtime runs is chosen per shape by the same kind of timing.
+// Not a pass/fail figure; the compiler's rule (--few-rows-max-rows / --few-rows-max-bytes) follows it.
 TEST(CudaSkinnyLinear, TimingAtLlama1bShapes) {
   std::unique_ptr<zc::Blas> blas;
   ZT_GPU_OK(zc::Blas::create(&blas));

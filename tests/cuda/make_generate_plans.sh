@@ -5,7 +5,7 @@
 #   tests/cuda/make_generate_plans.sh [OUTDIR] [--7b]
 # llama-1b (tests/models/bench, graph only: the weights are drawn at load time with zrun --init random), bf16,
 # --target cuda, --max-seq 768 (a 512-token prompt and 256 new tokens), one plan per batch size 1, 8 and 64.
-# --7b adds llama2-7b at tp 2 (the same batches) and at batch 64 with --offload-param cpu.
+# Also llama-1b-b1-fused and -b8-fused (--decode-fusion on). --7b adds llama2-7b at tp 2 (the same batches) and at batch 64 with --offload-param cpu.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 zplan=${ZPLAN:-$top/build/bin/zplan}
@@ -31,6 +31,11 @@ c() {  # c OUT MODEL FLAGS...: one plan, its compiler log beside it on failure
 }
 for b in 1 8 64; do
   c llama-1b-b$b.zplan llama-1b --batch $b
+done
+# The decode program's fused few-row products (--decode-fusion on: q/k/v and gate/up as one launch each), at the
+# batches with few rows; tests/cuda/decode_products_gpu.sh runs them beside the plans above.
+for b in 1 8; do
+  c llama-1b-b$b-fused.zplan llama-1b --batch $b --decode-fusion on
 done
 if [[ $big == 1 ]]; then
   for b in 1 8 64; do

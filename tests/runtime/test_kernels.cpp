@@ -309,6 +309,61 @@ TEST(Kernels, Linear) {
       }
 }
 
+// Plan 2.9's fused few-row products against the float64 formula: linear_multi is each weight's product;
+// linear_gated is act(alpha x Wg) * (alpha x Wu) (silu, gelu_tanh, gelu_erf).
+TEST(Kernels, LinearMultiAndGated) {
+  std::mt19937 g(17);
+  for (DType dt : kFloats)
+    for (bool tw : {false, true}) {
+      const int64_t M = 3, K = 7;
+      const int64_t Ns[3] = {5, 2, 4};
+      Buf x = rnd(dt, {M, 1, K}, g);
+      std::vector<Buf> w, y;
+      for (int64_t N : Ns) {
+        w.push_back(rnd(dt, tw ? Dims{N, K} : Dims{K, N}, g));
+        y.push_back(Buf(dt, {M, 1, N}));
+      }
+      auto product = [&](const Buf &wt, int64_t N, int64_t m, int64_t n) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += x.get(m * K + k) * wt.get(tw ? n * K + k : k * N + n);
+        return 0.5 * acc;
+      };
+      In win[3];
+      Out yout[3];
+      size_t need = 0;
+      for (int i = 0; i < 3; ++i) {
+        win[i] = w[i].in();
+        yout[i] = y[i].out();
+        need = std::max(need, cpu::linear_scratch(x.in(), w[i].in(), y[i].out(), tw));
+      }
+      std::vector<float> scratch(need + 1);
+      ASSERT_TRUE(cpu::linear_multi(x.in(), win, yout, 3, tw, 0.5f, scratch.data()).ok());
+      for (int i = 0; i < 3; ++i) {
+        std::vector<double> want(M * Ns[i]);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < Ns[i]; ++n) want[m * Ns[i] + n] = product(w[i], Ns[i], m, n);
+        expect_close(y[i], want, tol(dt) * 4, "linear_multi");
+      }
+      const int64_t N = 5;
+      Buf wu = rnd(dt, tw ? Dims{N, K} : Dims{K, N}, g), h(dt, {M, 1, N});
+      for (cpu::Unary act : {cpu::Unary::silu, cpu::Unary::gelu_tanh, cpu::Unary::gelu_erf}) {
+        std::vector<float> gs(cpu::linear_gated_scratch(x.in(), w[0].in(), h.out(), tw) + 1);
+        ASSERT_TRUE(cpu::linear_gated(act, x.in(), w[0].in(), wu.in(), h.out(), tw, 0.5f, gs.data()).ok());
+        std::vector<double> want(M * N);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            const double a = product(w[0], N, m, n), u = product(wu, N, m, n);
+            const double f = act == cpu::Unary::silu        ? a / (1 + std::exp(-a))
+                             : act == cpu::Unary::gelu_tanh ? 0.5 * a * (1 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))
+                                                            : 0.5 * a * (1 + std::erf(a / std::sqrt(2.0)));
+            want[m * N + n] = f * u;
+          }
+        expect_close(h, want, tol(dt) * 8, "linear_gated");
+      }
+      EXPECT_FALSE(cpu::linear_gated(cpu::Unary::tanh, x.in(), w[0].in(), wu.in(), h.out(), tw, 0.5f, scratch.data()).ok());
+    }
+}
+
 TEST(Kernels, SoftmaxAndNorms) {
   std::mt19937 g(8);
   for (DType dt : kFloats) {

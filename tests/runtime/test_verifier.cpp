@@ -77,7 +77,10 @@ TEST(Verifier, IndicesRangesAndCounts) {
   expect_reject(verify(p.file(), 2), "overflows the device arena");
   p = good();
   p.instrs[0].ints.push_back(7);
-  expect_reject(verify(p.file(), 2), "has 2 ints, expects 1");
+  expect_reject(verify(p.file(), 2), "ints[1] (kernel) must be 0, or 1 (the few-row kernel)");
+  p = good();
+  p.instrs[0].ints.insert(p.instrs[0].ints.end(), {1, 0});
+  expect_reject(verify(p.file(), 2), "has 3 ints, expects 1 to 2");
   p = good();
   p.instrs[0].floats.clear();
   expect_reject(verify(p.file(), 2), "has 0 floats, expects 1");

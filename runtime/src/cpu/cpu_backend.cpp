@@ -69,6 +69,15 @@ class CpuBackend final : public Backend {
         case Op::linear:
           n = zk::cpu::linear_scratch(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0);
           break;
+        case Op::linear_multi:
+          for (size_t i = 1; i < s.inputs.size(); ++i)
+            n = std::max(n, zk::cpu::linear_scratch(in_of(s.inputs[0]), in_of(s.inputs[i]), out_of(s.outputs[i - 1]),
+                                                    s.ints[0] != 0));
+          break;
+        case Op::linear_gated:
+          n = zk::cpu::linear_gated_scratch(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
+                                            s.ints[0] != 0);
+          break;
         case Op::attention: n = zk::cpu::attention_scratch(in_of(s.inputs[0]), in_of(s.inputs[1])); break;
         case Op::attention_grad: n = zk::cpu::attention_grad_scratch(in_of(s.inputs[0]), in_of(s.inputs[1])); break;
         case Op::layer_norm_grad:
@@ -115,6 +124,22 @@ class CpuBackend final : public Backend {
       case Op::linear:
         return linear(in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(s.outputs[0]), s.ints[0] != 0,
                       static_cast<float>(s.floats[0]), scratch);
+      case Op::linear_multi: {
+        // The plan's fused few-row products (plan 2.9): each weight's product, as linear computes it.
+        zk::In w[4];
+        zk::Out o[4];
+        const int n = static_cast<int>(s.outputs.size());
+        if (n < 1 || n > 4 || s.inputs.size() != static_cast<size_t>(n) + 1)
+          return zk::Result::fail("linear_multi: needs one output per weight, two to four");
+        for (int i = 0; i < n; ++i) {
+          w[i] = in_of(s.inputs[1 + i]);
+          o[i] = out_of(s.outputs[i]);
+        }
+        return linear_multi(in_of(s.inputs[0]), w, o, n, s.ints[0] != 0, static_cast<float>(s.floats[0]), scratch);
+      }
+      case Op::linear_gated:
+        return linear_gated(static_cast<Unary>(s.ints[1]), in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
+                            out_of(s.outputs[0]), s.ints[0] != 0, static_cast<float>(s.floats[0]), scratch);
       case Op::softmax: return softmax(in_of(s.inputs[0]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]));
       case Op::layer_norm:
         return layer_norm(in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(s.outputs[0]),

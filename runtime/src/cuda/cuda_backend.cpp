@@ -136,7 +136,9 @@ int class_of(Op op) {
   switch (op) {
     case Op::matmul:
     case Op::linear:
-    case Op::linear_gelu: return 0;
+    case Op::linear_gelu:
+    case Op::linear_multi:
+    case Op::linear_gated: return 0;
     case Op::attention:
     case Op::attention_grad:
     case Op::cached_attention: return 1;
@@ -309,7 +311,8 @@ class CudaBackend final : public Backend {
       }
       ZRT_RETURN_IF_ERROR(check_supported(s));
       const auto op = s.op;
-      gemm = gemm || op == Op::matmul || op == Op::linear || op == Op::linear_gelu;
+      gemm = gemm || op == Op::matmul || op == Op::linear || op == Op::linear_gelu || op == Op::linear_multi ||
+             op == Op::linear_gated;
       kernel_ws = std::max(kernel_ws, kernel_workspace(s));
     }
     // The steps passed here are the compute steps; the executor holds the collectives. A barrier among
@@ -626,16 +629,37 @@ class CudaBackend final : public Backend {
         ZRT_GPU_CHECK(zc::where(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]), st));
         return {};
       case Op::matmul:
+        // ints[2] (plan 2.9): the compiler's choice of the few-row kernel.
         ZRT_GPU_CHECK(zc::matmul(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0,
-                                 s.ints[1] != 0, workspace_, workspace_bytes_, st));
+                                 s.ints[1] != 0, workspace_, workspace_bytes_, st, s.ints.size() > 2 && s.ints[2] == 1));
         return {};
       case Op::linear: {
         const bool bias = s.inputs.size() > 2 && s.inputs[2].data;
         ZRT_GPU_CHECK(zc::linear(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(s.outputs[0]),
                                  s.ints[0] != 0, static_cast<float>(s.floats[0]), bias ? Epilogue::bias : Epilogue::none,
-                                 workspace_, workspace_bytes_, st));
+                                 workspace_, workspace_bytes_, st, s.ints.size() > 1 && s.ints[1] == 1));
         return {};
       }
+      case Op::linear_multi: {
+        // The plan's fused few-row products (plan 2.9, --zplan-decode-products): one launch for every weight.
+        zk::In w[4];
+        zk::Out o[4];
+        const int n = static_cast<int>(s.outputs.size());
+        if (n < 2 || n > 4 || s.inputs.size() != static_cast<size_t>(n) + 1)
+          return error(Code::backend_error, "linear_multi: needs one output per weight, two to four");
+        for (int i = 0; i < n; ++i) {
+          w[i] = in_of(s.inputs[1 + i]);
+          o[i] = out_of(s.outputs[i]);
+        }
+        ZRT_GPU_CHECK(zc::linear_multi(*blas_, in_of(s.inputs[0]), w, o, n, s.ints[0] != 0,
+                                       static_cast<float>(s.floats[0]), st));
+        return {};
+      }
+      case Op::linear_gated:
+        ZRT_GPU_CHECK(zc::linear_gated(*blas_, static_cast<Unary>(s.ints[1]), in_of(s.inputs[0]), in_of(s.inputs[1]),
+                                       in_of(s.inputs[2]), out_of(s.outputs[0]), s.ints[0] != 0,
+                                       static_cast<float>(s.floats[0]), st));
+        return {};
       case Op::linear_gelu: {
         // The plan's fused step (compiler/plan/Fuse.cpp): one product with the GELU (+ bias) epilogue.
         const bool bias = s.inputs.size() > 2 && s.inputs[2].data;

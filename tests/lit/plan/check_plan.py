@@ -93,6 +93,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("plan")
     ap.add_argument("--schema", required=True)
+    ap.add_argument("--ints", action="append", default=[],
+                    help="print how many instructions of this op carry each ints list")
     args = ap.parse_args()
     p = read_plan(args.plan, args.schema)
     tensors = p["tensors"]
@@ -371,6 +373,13 @@ def main():
                       ",".join(str(x) for x in b["global_shape"]),
                       str(b["batch_split"]).lower()))
     print("ops: " + " ".join("%s=%d" % kv for kv in sorted(ops.items())))
+    for name in args.ints:
+        lists = {}
+        for ins in instrs:
+            if ins["op"] == name:
+                key = "[" + ",".join(str(v) for v in ins.get("ints", [])) + "]"
+                lists[key] = lists.get(key, 0) + 1
+        print("ints %s: %s" % (name, " ".join("%s=%d" % kv for kv in sorted(lists.items()))))
     print("weights: %d sources, %d bindings" % (len(p.get("weights", [])),
                                                len(p.get("bindings", []))))
     # The state table names every persistent tensor once.

@@ -115,6 +115,15 @@ Result matmul(const In &a, const In &b, const Out &out, bool trans_a, bool trans
 /// (data == nullptr).
 size_t linear_scratch(const In &x, const In &w, const Out &out, bool trans_w);
 Result linear(const In &x, const In &w, const In &bias, const Out &out, bool trans_w, float alpha, float *scratch);
+/// Few-row products of one input (plan 2.9, a decode program's fused steps): linear_multi is `linear` of x
+/// by each of `n` weights (no bias) into its output; linear_gated is act(alpha x Wg) * (alpha x Wu), rounded
+/// as the unfused steps round (each product to out's dtype, then the activation, then the product), act one
+/// of silu, gelu_tanh, gelu_erf. Scratch: linear_scratch of one product (linear_multi: the largest);
+/// linear_gated_scratch adds room for the up product.
+Result linear_multi(const In &x, const In *w, const Out *out, int n, bool trans_w, float alpha, float *scratch);
+size_t linear_gated_scratch(const In &x, const In &w, const Out &out, bool trans_w);
+Result linear_gated(Unary act, const In &x, const In &w_gate, const In &w_up, const Out &out, bool trans_w,
+                    float alpha, float *scratch);
 
 Result softmax(const In &x, const Out &out, int axis);
 /// Normalises over the trailing dims from `axis`; scale and bias (optional) have those trailing dims.

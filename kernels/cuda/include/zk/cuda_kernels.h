@@ -113,12 +113,23 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 
 /// ONNX MatMul (batch broadcast, trans_a / trans_b on the last two dims) with fp32 accumulation; a, b and
 /// out share one float dtype. workspace may be null (then workspace_bytes must be 0).
+/// few_rows: the plan's choice (plan 2.9, --zplan-decode-products) of the few-row kernel for a product of at
+/// most kSkinnyMaxRows rows against one 2-D operand; otherwise cuBLASLt runs it (set_skinny_mode overrides).
 GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool trans_a, bool trans_b, void *workspace,
-                 size_t workspace_bytes, cudaStream_t stream);
+                 size_t workspace_bytes, cudaStream_t stream, bool few_rows = false);
 /// out[..., N] = alpha * x[..., K] W (+ bias) (then gelu for the gelu epilogues); W [K, N] or [N, K] with
 /// trans_w; x, W, out share one float dtype; bias [N] of that dtype when the epilogue takes one.
 GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool trans_w, float alpha,
-                 Epilogue epilogue, void *workspace, size_t workspace_bytes, cudaStream_t stream);
+                 Epilogue epilogue, void *workspace, size_t workspace_bytes, cudaStream_t stream,
+                 bool few_rows = false);
+/// The plan's fused few-row products (plan 2.9, kernels/cuda/skinny_gemm.cu): linear_multi writes
+/// out[i] = alpha x w[i] for n = 2..4 weights of one x in one launch; linear_gated writes
+/// act(alpha x w_gate) * (alpha x w_up). At most kSkinnyMaxRows rows. The weights are read before the wait
+/// for the previous kernel where no kernel writes them (as skinny_linear's early_weights).
+GpuStatus linear_multi(Blas &blas, const In &x, const In *w, const Out *out, int n, bool trans_w, float alpha,
+                       cudaStream_t stream);
+GpuStatus linear_gated(Blas &blas, Unary act, const In &x, const In &w_gate, const In &w_up, const Out &out,
+                       bool trans_w, float alpha, cudaStream_t stream);
 
 /// Products with few rows (kernels/cuda/skinny_gemm.cu): at most this many rows of x.
 constexpr int64_t kSkinnyMaxRows = 16;
@@ -131,9 +142,14 @@ bool skinny_linear_fits(DType dtype, int64_t M, int64_t K, int64_t N, bool trans
 /// W too unless early_weights says that no kernel writes W (then its first loads go out before the wait).
 GpuStatus skinny_linear(const In& x, const In& w, const In& bias, const Out& out, bool trans_w, float alpha,
                         Epilogue epilogue, bool early_weights, cudaStream_t stream);
+/// The fused kernels behind linear_multi and linear_gated (early_weights as skinny_linear's).
+GpuStatus skinny_linear_multi(const In& x, const In* w, const Out* out, int n, bool trans_w, float alpha,
+                              bool early_weights, cudaStream_t stream);
+GpuStatus skinny_linear_gated(Unary act, const In& x, const In& w_gate, const In& w_up, const Out& out,
+                              bool trans_w, float alpha, bool early_weights, cudaStream_t stream);
 /// How linear and matmul run products of at most kSkinnyMaxRows rows: -1 (the default, or ZK_SKINNY unset)
-/// times skinny_linear against cuBLASLt once per shape and keeps the faster; 0 always cuBLASLt (ZK_SKINNY=0);
-/// 1 always skinny_linear where it applies (ZK_SKINNY=1). ZK_SKINNY_REPORT=1 prints each timed choice.
+/// as the plan chose (their few_rows argument); 0 always cuBLASLt (ZK_SKINNY=0); 1 always skinny_linear
+/// where it applies (ZK_SKINNY=1). The override is for A/B timing of one plan; it changes no fused step.
 void set_skinny_mode(int mode);
 
 }  // namespace cuda

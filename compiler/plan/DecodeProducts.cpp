@@ -1,0 +1,333 @@
+//===- DecodeProducts.cpp - --zplan-decode-products -----------------------===//
+//
+// A decode step's products have one row per sequence. Each is then a short
+// stream over its weight, and at batch 1 the step is bound by the fixed cost
+// of its kernels, not by the weight bytes (docs/generation.md, session 6).
+// This pass makes two decisions the runtime then only executes:
+//
+// - fuse: the linears of one input become one step (zg.linear_gated for the
+//   gated MLP's gate / up and their activation product, zg.linear_multi for
+//   the other groups: q / k / v), so that one few-row kernel launch reads all
+//   their weights;
+// - choose-kernel: which of the few-row kernel and cuBLASLt runs each other
+//   few-row product, by a rule on its rows and weight bytes, written into the
+//   plan (zd.kernel), so that two runs of one plan run the same kernels and
+//   round alike (the backend used to time both at run time).
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/plan/MemoryPlanAnalysis.h"
+#include "compiler/plan/OpInfo.h"
+#include "compiler/plan/Passes.h"
+
+#include "dialects/dist/ZdDialect.h"
+#include "dialects/graph/GraphOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
+
+#include <map>
+#include <tuple>
+
+namespace zplan::plan {
+#define GEN_PASS_DEF_ZPLANDECODEPRODUCTS
+#include "compiler/plan/Passes.h.inc"
+} // namespace zplan::plan
+
+using namespace mlir;
+
+namespace zplan::plan {
+namespace {
+
+namespace zg = zplan::graph;
+
+/// The most rows a few-row kernel takes (zk::cuda::kSkinnyMaxRows).
+constexpr int64_t kMaxRows = 16;
+/// K x (rows rounded up to a power of two) that the few-row kernel's [K, N]
+/// path holds: x's slice of each of at most 8 cluster blocks fits 48 KiB of
+/// floats (kernels/cuda/skinny_gemm.cu, kn_splits).
+constexpr int64_t kMaxRowsTimesK = 8 * 48 * 1024 / 4;
+
+RankedTensorType rtt(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+/// Rows of a product with input `x` (all dims but the last), or -1.
+int64_t rowsOf(Value x) {
+  auto t = rtt(x);
+  if (!t.hasStaticShape() || t.getRank() < 1 || t.getShape().back() == 0)
+    return -1;
+  return t.getNumElements() / t.getShape().back();
+}
+
+/// Whether the few-row kernel runs a fused product of input `x` (at most
+/// `maxRows` rows).
+bool fewRowsFit(Value x, int64_t maxRows = kMaxRows) {
+  int64_t rows = rowsOf(x);
+  if (rows < 1 || rows > std::min(maxRows, kMaxRows))
+    return false;
+  int64_t rounded = 1;
+  while (rounded < rows)
+    rounded *= 2;
+  return rtt(x).getShape().back() * rounded <= kMaxRowsTimesK;
+}
+
+/// A linear that can join a fused step of at most `maxRows` rows: no bias, a
+/// 2-D weight, float types, not already assigned a kernel.
+bool fusable(zg::LinearOp lin, int64_t maxRows) {
+  return !lin.getBias() && rtt(lin.getWeight()).getRank() == 2 &&
+         isa<FloatType>(rtt(lin.getInput()).getElementType()) &&
+         rtt(lin.getWeight()).getElementType() ==
+             rtt(lin.getInput()).getElementType() &&
+         rtt(lin.getResult()).getElementType() ==
+             rtt(lin.getInput()).getElementType() &&
+         !lin->hasAttr("zd.kernel") && fewRowsFit(lin.getInput(), maxRows);
+}
+
+bool sameProduct(zg::LinearOp a, zg::LinearOp b) {
+  return a.getInput() == b.getInput() && a.getTransW() == b.getTransW() &&
+         a.getAlpha() == b.getAlpha() &&
+         rtt(a.getWeight()).getElementType() ==
+             rtt(b.getWeight()).getElementType();
+}
+
+struct DecodeProductsPass
+    : impl::ZplanDecodeProductsBase<DecodeProductsPass> {
+  using ZplanDecodeProductsBase::ZplanDecodeProductsBase;
+
+  void runOnOperation() override {
+    std::optional<PlanDType> floatDType = parseFloatDType(dtype);
+    if (!floatDType) {
+      getOperation().emitError("--zplan-decode-products: unknown dtype '")
+          << dtype << "'";
+      return signalPassFailure();
+    }
+    FailureOr<SmallVector<func::FuncOp>> funcs = getPrograms(getOperation());
+    if (failed(funcs))
+      return signalPassFailure();
+    for (func::FuncOp func : *funcs) {
+      if (func.getSymName() != "decode")
+        continue;
+      Block &body = func.getBody().front();
+      if (fuse) {
+        if (gatedMaxRows > 0)
+          fuseGatedPairs(body);
+        if (multiMaxRows > 0)
+          fuseGroups(body, *floatDType);
+      }
+      if (chooseKernel)
+        choose(body, *floatDType);
+    }
+  }
+
+  /// Puts `fused` after `last` (the last former product in block order) and
+  /// moves after it, in order, every op between `first` and `last` that
+  /// reads a former result (directly or through a moved op) or releases one
+  /// of the fused op's operands: the fused step computes the results later
+  /// than the first former product did.
+  void place(Operation *fused, Operation *first, Operation *last,
+             ArrayRef<Operation *> former) {
+    fused->moveAfter(last);
+    llvm::DenseSet<Operation *> tainted(former.begin(), former.end());
+    llvm::DenseSet<Value> operands(fused->getOperands().begin(),
+                                   fused->getOperands().end());
+    SmallVector<Operation *> moved;
+    for (Operation *op = first->getNextNode(); op && op != fused;
+         op = op->getNextNode()) {
+      if (tainted.contains(op))
+        continue;
+      bool reads = llvm::any_of(op->getOperands(), [&](Value v) {
+        Operation *def = v.getDefiningOp();
+        return def && tainted.contains(def);
+      });
+      bool releases = isa<dist::ReleaseOp>(op) &&
+                      llvm::any_of(op->getOperands(), [&](Value v) {
+                        return operands.contains(v);
+                      });
+      if (reads || releases) {
+        tainted.insert(op);
+        moved.push_back(op);
+      }
+    }
+    Operation *after = fused;
+    for (Operation *op : moved) {
+      op->moveAfter(after);
+      after = op;
+    }
+  }
+
+  /// The linear that defines `v` when only one op reads it and it can join a
+  /// zg.linear_gated.
+  zg::LinearOp soleLinear(Value v) {
+    auto lin = v.getDefiningOp<zg::LinearOp>();
+    if (!lin || !v.hasOneUse() || !fusable(lin, gatedMaxRows))
+      return nullptr;
+    return lin;
+  }
+
+  /// gated(linear(x, Wg), linear(x, Wu)), or mul(act(linear(x, Wg)),
+  /// linear(x, Wu)) in either order: one zg.linear_gated.
+  void fuseGatedPairs(Block &body) {
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
+    llvm::DenseSet<Operation *> erased;
+    for (Operation *op : ops) {
+      if (erased.contains(op))
+        continue;
+      Value gate, up;
+      std::string act;
+      Operation *actOp = nullptr;
+      if (auto g = dyn_cast<zg::GatedOp>(op)) {
+        gate = g.getGate();
+        up = g.getUp();
+        act = g.getAct().str();
+      } else if (auto mul = dyn_cast<zg::MulOp>(op)) {
+        for (int side = 0; side < 2 && !actOp; ++side) {
+          Value a = side ? mul.getRhs() : mul.getLhs();
+          Value other = side ? mul.getLhs() : mul.getRhs();
+          Operation *def = a.getDefiningOp();
+          if (!def || !a.hasOneUse())
+            continue;
+          if (isa<zg::SiluOp>(def))
+            act = "silu";
+          else if (auto gelu = dyn_cast<zg::GeluOp>(def))
+            act = gelu.getApproximate() == "tanh" ? "gelu_tanh" : "gelu_erf";
+          else
+            continue;
+          actOp = def;
+          gate = def->getOperand(0);
+          up = other;
+        }
+        if (!actOp)
+          continue;
+        // The unfused mul broadcasts; the fused step has equal shapes.
+        if (actOp->getResult(0).getType() != op->getResult(0).getType() ||
+            up.getType() != op->getResult(0).getType())
+          continue;
+      } else {
+        continue;
+      }
+      zg::LinearOp g = soleLinear(gate), u = soleLinear(up);
+      if (!g || !u || g == u || !sameProduct(g, u) ||
+          rtt(g.getWeight()).getShape() != rtt(u.getWeight()).getShape() ||
+          g.getResult().getType() != op->getResult(0).getType())
+        continue;
+      OpBuilder b(op);
+      auto fused = zg::LinearGatedOp::create(
+          b,
+          FusedLoc::get(b.getContext(), {g.getLoc(), u.getLoc(), op->getLoc()}),
+          op->getResult(0).getType(), g.getInput(), g.getWeight(),
+          u.getWeight(), b.getStringAttr(act), g.getTransWAttr(),
+          g.getAlphaAttr());
+      // The fused op replaces the gate, the up and the combination: it sits
+      // where the combination was, after both products and their operands.
+      // Releases of the weights between the first product and the
+      // combination move after it.
+      Operation *first = g->isBeforeInBlock(u) ? g : u;
+      SmallVector<Operation *> former = {g, u, op};
+      if (actOp)
+        former.push_back(actOp);
+      place(fused, first, op, former);
+      op->getResult(0).replaceAllUsesWith(fused.getResult());
+      for (Operation *dead : {op, actOp, g.getOperation(), u.getOperation()})
+        if (dead) {
+          erased.insert(dead);
+          dead->erase();
+        }
+      ++numGated;
+    }
+  }
+
+  /// Linears of one input (same trans_w, alpha, element type and K): one
+  /// zg.linear_multi per group of two to four, in block order.
+  void fuseGroups(Block &body, PlanDType floatDType) {
+    SmallVector<SmallVector<zg::LinearOp>> groups;
+    for (Operation &op : body.without_terminator()) {
+      auto lin = dyn_cast<zg::LinearOp>(op);
+      if (!lin || !fusable(lin, multiMaxRows))
+        continue;
+      auto it = llvm::find_if(groups, [&](SmallVector<zg::LinearOp> &g) {
+        return g.size() < 4 && sameProduct(g.front(), lin);
+      });
+      if (it == groups.end())
+        groups.push_back({lin});
+      else
+        it->push_back(lin);
+    }
+    for (auto &group : groups) {
+      if (group.size() < 2)
+        continue;
+      // A cap on the weight bytes one launch reads: on the GPU one few-row
+      // launch saves the fixed costs of the products it replaces but streams
+      // large weights more slowly than cuBLASLt does (docs/generation.md).
+      int64_t bytes = 0;
+      for (zg::LinearOp lin : group) {
+        std::optional<PlanDType> wt =
+            planDTypeOfValue(lin.getWeight(), floatDType);
+        bytes += rtt(lin.getWeight()).getNumElements() *
+                 (wt ? dtypeBytes(*wt) : 4);
+      }
+      if (multiMaxBytes > 0 && bytes > multiMaxBytes)
+        continue;
+      zg::LinearOp first = group.front(), last = group.back();
+      SmallVector<Value> weights;
+      SmallVector<Type> types;
+      SmallVector<Location> locs;
+      for (zg::LinearOp lin : group) {
+        weights.push_back(lin.getWeight());
+        types.push_back(lin.getResult().getType());
+        locs.push_back(lin.getLoc());
+      }
+      OpBuilder b(last);
+      auto fused = zg::LinearMultiOp::create(
+          b, FusedLoc::get(b.getContext(), locs), types, first.getInput(),
+          weights, first.getTransWAttr(), first.getAlphaAttr());
+      SmallVector<Operation *> former(group.begin(), group.end());
+      place(fused, first, last, former);
+      for (auto [lin, result] : llvm::zip(group, fused.getResults())) {
+        lin.getResult().replaceAllUsesWith(result);
+        lin->erase();
+      }
+      ++numMulti;
+    }
+  }
+
+  /// zd.kernel = "few_rows" on the products of at most fewRowsMax rows whose
+  /// weight holds at most fewRowsMaxBytes bytes.
+  void choose(Block &body, PlanDType floatDType) {
+    for (Operation &op : body.without_terminator()) {
+      Value x, w;
+      if (auto lin = dyn_cast<zg::LinearOp>(op)) {
+        x = lin.getInput();
+        w = lin.getWeight();
+      } else if (auto mm = dyn_cast<zg::MatmulOp>(op)) {
+        // As the backend runs it: A's batch folded into its rows against
+        // one 2-D B.
+        if (mm.getTransA() || rtt(mm.getRhs()).getRank() != 2 ||
+            rtt(mm.getLhs()).getRank() < 2)
+          continue;
+        x = mm.getLhs();
+        w = mm.getRhs();
+      } else {
+        continue;
+      }
+      int64_t rows = rowsOf(x);
+      if (rows < 1 || rows > std::min<int64_t>(fewRowsMax, kMaxRows) ||
+          !rtt(w).hasStaticShape() || !fewRowsFit(x))
+        continue;
+      std::optional<PlanDType> wt = planDTypeOfValue(w, floatDType);
+      if (!wt)
+        continue;
+      int64_t bytes = rtt(w).getNumElements() * dtypeBytes(*wt);
+      if (bytes > fewRowsMaxBytes)
+        continue;
+      op.setAttr("zd.kernel", StringAttr::get(op.getContext(), "few_rows"));
+      ++numFewRows;
+    }
+  }
+};
+
+} // namespace
+} // namespace zplan::plan
