@@ -2,7 +2,7 @@
 # One device call for the decode program's few-row products (docs/generation.md, session 6): builds zrun and
 # the generation kernels test (compiler off), runs the few-row kernel tests (the fused products against the
 # CPU reference, the plan's kernel choice, the timing tables), then zrun on llama-1b generation plans compiled
-# here by tests/cuda/make_generate_plans.sh into .gpu-gen (carried): at each batch the plan as main's compiler
+# here by `tests/cuda/make_generate_plans.sh OUTDIR --fused` into .gpu-gen (carried): at each batch the plan as main's compiler
 # now writes it (the rule's kernel choice, no fusion on the cuda target) and, where the batch has few rows,
 # the same plan with --decode-fusion on (file suffix -fused), with identical prompts and random weights; each
 # fused run's tokens are compared with the unfused run's. ZK_SKINNY=0 (cuBLASLt for every unfused product)

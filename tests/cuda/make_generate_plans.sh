@@ -2,18 +2,20 @@
 # Compiles, on this machine (the GPU machine has no MLIR), the generation plans that tests/cuda/generate_bench.sh
 # runs on the GPU machine, into OUTDIR (default .gpu-gen at the repository root; add /.gpu-gen/ to
 # .git/info/exclude). The device call carries OUTDIR and .gpu-deps (scripts/gpu-deps.sh):
-#   tests/cuda/make_generate_plans.sh [OUTDIR] [--7b]
+#   tests/cuda/make_generate_plans.sh [OUTDIR] [--7b] [--fused]
 # llama-1b (tests/models/bench, graph only: the weights are drawn at load time with zrun --init random), bf16,
 # --target cuda, --max-seq 768 (a 512-token prompt and 256 new tokens), one plan per batch size 1, 8 and 64.
-# Also llama-1b-b1-fused and -b8-fused (--decode-fusion on). --7b adds llama2-7b at tp 2 (the same batches) and at batch 64 with --offload-param cpu.
+# --fused adds llama-1b-b1-fused and -b8-fused (--decode-fusion on). --7b adds llama2-7b at tp 2 (the same
+# batches) and at batch 64 with --offload-param cpu.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 zplan=${ZPLAN:-$top/build/bin/zplan}
 out=$top/.gpu-gen
-big=0
+big=0 fused=0
 for a in "$@"; do
   case $a in
     --7b) big=1 ;;
+    --fused) fused=1 ;;
     -*) echo "make_generate_plans: unknown flag $a" >&2; exit 2 ;;
     *) out=$a ;;
   esac
@@ -32,11 +34,14 @@ c() {  # c OUT MODEL FLAGS...: one plan, its compiler log beside it on failure
 for b in 1 8 64; do
   c llama-1b-b$b.zplan llama-1b --batch $b
 done
-# The decode program's fused few-row products (--decode-fusion on: q/k/v and gate/up as one launch each), at the
-# batches with few rows; tests/cuda/decode_products_gpu.sh runs them beside the plans above.
-for b in 1 8; do
-  c llama-1b-b$b-fused.zplan llama-1b --batch $b --decode-fusion on
-done
+# --fused: the decode program's fused few-row products (--decode-fusion on: q/k/v and gate/up as one launch
+# each), at the batches with few rows; tests/cuda/decode_products_gpu.sh runs them beside the plans above.
+# Opt-in: tests/cuda/gpu_round.sh runs every plan of the folder and reads the batch from the name's end.
+if [[ $fused == 1 ]]; then
+  for b in 1 8; do
+    c llama-1b-b$b-fused.zplan llama-1b --batch $b --decode-fusion on
+  done
+fi
 if [[ $big == 1 ]]; then
   for b in 1 8 64; do
     c llama2-7b-tp2-b$b.zplan llama2-7b --batch $b --tp 2
