@@ -1,7 +1,8 @@
 // Fused attention. The paths:
-//  - fa::fa_kernel (bf16/f16, head dim 64 or 128; the default): the second FlashAttention-2 kernel on
+//  - fa::fa_kernel (bf16/f16, head dim 64 or 128; the default off sm_90): the second FlashAttention-2 kernel on
 //    mma.sync, everything per row in registers; see its comment.
-//  - the wgmma kernels (attention_sm90a.cu, sm_90a; ZK_CUDA_ATTENTION=wg1, wg2, wgp): not defaults yet.
+//  - the wgmma kernels (attention_sm90a.cu, sm_90a; ZK_CUDA_ATTENTION=wg1, wg2, wg2r, wg2pp, wgp): wg2 is the
+//    default on sm_90.
 //  - flash_mma_kernel (bf16/f16, head dim 64 or 128; ZK_CUDA_ATTENTION=old and the mma* shapes): the first
 //    register kernel, the default before fa_kernel.
 //  - flash_kernel (bf16/f16, head dim 64 or 128): flash-attention style. A block of 4 warps owns 64 query
@@ -895,12 +896,13 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
 
 namespace {
 
-/// The forward kernel that ZK_CUDA_ATTENTION unset selects, per head dim (names as that variable takes them).
-/// Measured on the H200 (docs/gpu-plan-runs.md, "Attention forward kernels", 2026-12-01; bf16, causal, seq
-/// 1024): at head dim 64 fa4x1r ran gpt2-350m's attention at 153 TFLOP/s and llama-1b's at 171 against 127 and
-/// 141 for the old default (fa8x1r within 1%), at head dim 128 fa4x1 ran llama2-7b's at 179 against 154. The
-/// wgmma kernels are not defaults: wg1 and wg2 failed the kernel tests at head dim 64 in that call (wgp passed
-/// them), for a reason not yet found.
+/// The forward kernel that ZK_CUDA_ATTENTION unset selects, per head dim (names as that variable takes them),
+/// on sm_90 and elsewhere (the wgmma kernels are built for sm_90a alone). Measured on the H200
+/// (docs/gpu-plan-runs.md, "Attention forward kernels" and session 6's closing calls; bf16, causal, seq 1024):
+/// wg2 ran gpt2-350m's attention at 170 TFLOP/s, llama-1b's at 195 and llama2-7b's at 192, against 154, 171
+/// and 180 for the register kernels (fa4x1r at head dim 64, fa4x1 at 128), which stay the defaults off sm_90;
+/// whole forwards 13.53 -> 12.95 ms (gpt2-350m), 24.79 -> 24.29 (llama-1b), 91.72 -> 91.07 (llama2-7b, batch 4).
+constexpr const char *kDefaultSm90 = "wg2";
 constexpr const char *kDefault64 = "fa4x1r";
 constexpr const char *kDefault128 = "fa4x1";
 
@@ -983,10 +985,8 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   const char *env = std::getenv("ZK_CUDA_ATTENTION");
   const char *plain = std::getenv("ZK_CUDA_ATTENTION_PLAIN");
   d.plain = plain && std::strcmp(plain, "1") == 0 ? 1 : 0;
-  // The default of each head dim; the wgmma kernels only where the device is sm_90 (they are built for
-  // sm_90a alone), the default register kernel elsewhere.
-  const char *path = env && *env ? env : (Dh == 64 ? kDefault64 : kDefault128);
-  if (!(env && *env) && std::strncmp(path, "wg", 2) == 0 && !sm90()) path = "old";
+  // The default: the wgmma kernel where the device is sm_90, the register kernel of the head dim elsewhere.
+  const char *path = env && *env ? env : sm90() ? kDefaultSm90 : (Dh == 64 ? kDefault64 : kDefault128);
   enum class Kern { mma, wmma, fa, wg };
   Kern kern = Kern::mma;  // unknown names: the first register kernel's default shape
   int shape = 0, groups = 1;
