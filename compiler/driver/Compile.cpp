@@ -212,6 +212,8 @@ std::string commandLine(const CompileConfig &f, const CommonOptions &o) {
     os << " --generate --max-seq " << f.maxSeq;
   if (f.generate && f.decodeFusion != "auto")
     os << " --decode-fusion " << f.decodeFusion;
+  if (f.foldRotary != "auto")
+    os << " --fold-rotary " << f.foldRotary;
   if (f.microBatches != 1)
     os << " --micro-batches " << f.microBatches;
   if (f.recompute != "none")
@@ -355,8 +357,13 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
       overlap.chunks = f.overlapChunks;
       pm.addPass(plan::createZplanOverlapChunks(overlap));
     }
-    // Both backends' matrix products read an operand transposed.
-    pm.addPass(plan::createZplanFoldTranspose());
+    // Both backends' matrix products read an operand transposed. The rotary
+    // fold is on by default for the cpu target only: the CUDA kernel's
+    // sequence-major form has not run on a GPU yet.
+    plan::ZplanFoldTransposeOptions fold;
+    fold.foldRotary = f.foldRotary == "on" ||
+                      (f.foldRotary == "auto" && f.target == "cpu");
+    pm.addPass(plan::createZplanFoldTranspose(fold));
     // The CUDA backend has kernels for the fused steps; the CPU reference
     // backend runs the unfused ones.
     // ZeRO-3 gathers and the host copies of offloaded parameters a window

@@ -182,6 +182,13 @@ std::vector<OptionRow> buildTable() {
                   "the cpu target; on cuda only q/k/v at one row, as "
                   "measured; on: every few-row group)")
                   .oneOf({"auto", "on", "off"}));
+  t.push_back(row("--fold-rotary", &C::foldRotary,
+                  "Fold the head split transposes of q and k through the "
+                  "rotary embedding into the attention (the rotary reads "
+                  "and writes sequence-major; --zplan-fold-transpose's "
+                  "rotary option; auto: on for the cpu target, off for "
+                  "cuda until checked on a GPU)")
+                  .oneOf({"auto", "on", "off"}));
   t.push_back(row("--few-rows-max-rows", &C::fewRowsMaxRows,
                   "cuda target, --generate: products of at most this many "
                   "rows (and --few-rows-max-bytes of weight) run the "

@@ -72,6 +72,10 @@ struct CompileConfig {
   /// program (auto: every few-row group on the cpu target; on the cuda
   /// target q/k/v at one row only, where the H200 measured a gain).
   std::string decodeFusion = "auto";
+  /// --fold-rotary: fold llama's q / k head split transposes through the
+  /// rotary embedding (auto: on for the cpu target only, until the CUDA
+  /// kernel's sequence-major form has been checked on a GPU).
+  std::string foldRotary = "auto";
   /// --few-rows-max-rows / --few-rows-max-bytes: the cuda target's rule for
   /// the products the few-row kernel runs instead of cuBLASLt.
   int64_t fewRowsMaxRows = 1, fewRowsMaxBytes = 4 * 1024 * 1024;

@@ -928,7 +928,13 @@ struct Emitter {
           ints = {int64_t(l.getAxis())};
           floats = {l.getEpsilon().convertToDouble()};
         })
-        .Case([&](graph::RotaryOp r) { ints = {r.getInverse() ? 1 : 0}; })
+        .Case([&](graph::RotaryOp r) {
+          // Plan 2.10: the second int only when set, so that other plans
+          // keep their instruction bytes.
+          ints = {r.getInverse() ? 1 : 0};
+          if (r.getSeqMajor())
+            ints.push_back(1);
+        })
         .Case([&](graph::RmsNormOp r) {
           floats = {r.getEpsilon().convertToDouble()};
         })

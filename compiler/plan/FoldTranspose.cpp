@@ -8,7 +8,10 @@
 // outputs and writes the output projection's input in place of four copies
 // per layer; and then the last-dim split of a fused q/k/v projection into the
 // attention's `packed` operands, so that it reads q, k and v out of the
-// projection's [B, S, 3D] output in place of three more copies.
+// projection's [B, S, 3D] output in place of three more copies. A head
+// split transpose in front of a rotary embedding whose only reader is the
+// attention folds through it (the rotary goes sequence-major) under the
+// `rotary` option.
 //
 //===----------------------------------------------------------------------===//
 
@@ -162,6 +165,36 @@ struct FoldTransposePass
     }
   }
 
+  /// Whether operand `index` of `att` was a head-major zg.rotary of a head
+  /// split transpose, each with no other reader, that now reads and writes
+  /// sequence-major (llama's q and k): the rotary is rebuilt on the
+  /// transpose's input with `seq_major` set, the attention reads its result,
+  /// and both the transpose and the old rotary go. The tables index by
+  /// position either way (the op's verifier checks them against the
+  /// head-major view).
+  bool foldThroughRotary(graph::AttentionOp att, unsigned index) {
+    Value operand = att->getOperand(index);
+    auto rot = operand.getDefiningOp<graph::RotaryOp>();
+    if (!rot || rot.getSeqMajor() || !operand.hasOneUse())
+      return false;
+    auto t = rot.getInput().getDefiningOp<graph::TransposeOp>();
+    if (!swapsHeads(t) || !t->hasOneUse())
+      return false;
+    OpBuilder b(rot);
+    auto folded = graph::RotaryOp::create(
+        b, rot.getLoc(), t.getInput().getType(), t.getInput(), rot.getCos(),
+        rot.getSin(), rot.getInverse(), /*seq_major=*/true);
+    // Keep every attribute the passes before set (names, streams).
+    for (NamedAttribute a : rot->getAttrs())
+      if (a.getName() != rot.getSeqMajorAttrName())
+        folded->setAttr(a.getName(), a.getValue());
+    att->setOperand(index, folded.getResult());
+    rot.erase();
+    t.erase();
+    ++numRotaryTransposes;
+    return true;
+  }
+
   /// q, k, v transposes with no other reader, and a result transpose that is
   /// the only reader, become the attention's seq_major bits. The training
   /// forward (with an lse) keeps head-major operands: its gradient op reads
@@ -175,6 +208,10 @@ struct FoldTransposePass
       int64_t bits = att.getSeqMajorBits();
       SmallVector<Operation *> dead;
       for (auto [index, bit] : {std::pair<unsigned, int64_t>{0, 1}, {1, 2}, {2, 4}}) {
+        if (!(bits & bit) && foldRotary && foldThroughRotary(att, index)) {
+          bits |= bit;
+          continue;
+        }
         auto t = att->getOperand(index).getDefiningOp<graph::TransposeOp>();
         if ((bits & bit) || !swapsHeads(t) || !t->hasOneUse())
           continue;

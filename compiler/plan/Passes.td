@@ -75,13 +75,28 @@ def ZplanFoldTranspose : Pass<"zplan-fold-transpose", "mlir::ModuleOp"> {
     it by strides. An attention with an lse result (the training forward,
     whose zg.attention_grad reads head-major q, k, v and output) is left
     alone.
+
+    With `rotary` (on by default here; the zplan driver turns it on for
+    --target cpu only until the CUDA kernel's sequence-major form has been
+    checked on a GPU, see --fold-rotary), a q or k operand that is a
+    zg.rotary of such a transpose, the rotary and the transpose each with
+    no other reader, folds too: the rotary reads the [B, S, H, D] input and
+    writes [B, S, H, D] (its `seq_major` flag; the tables still index by
+    position), and the attention's bit is set (llama's q and k).
   }];
+  let options = [
+    Option<"foldRotary", "rotary", "bool", /*default=*/"true",
+           "Fold the head split transposes of q and k through a rotary "
+           "embedding that only the attention reads">,
+  ];
   let dependentDialects = ["zplan::graph::GraphDialect"];
   let statistics = [
     Statistic<"numOperands", "operands", "operand transposes folded">,
     Statistic<"numResults", "results", "result transposes folded">,
     Statistic<"numHeadTransposes", "head-transposes",
               "head split / merge transposes folded into attention">,
+    Statistic<"numRotaryTransposes", "rotary-transposes",
+              "head split transposes folded through a rotary embedding">,
   ];
 }
 

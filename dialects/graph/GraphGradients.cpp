@@ -513,13 +513,14 @@ LogicalResult RmsNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys,
 }
 
 // The op is linear in x: its vector-Jacobian product is the transposed map,
-// the same op with `inverse` flipped (the rotation by the opposite angle).
+// the same op with `inverse` flipped (the rotation by the opposite angle),
+// in the same layout.
 // The tables are position constants: they get no gradient.
 LogicalResult RotaryOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys,
                                        SmallVectorImpl<Value> &dxs) {
   noGradients(*this, dxs);
   dxs[0] = RotaryOp::create(b, getLoc(), getInput().getType(), dys[0],
-                            getCos(), getSin(), !getInverse());
+                            getCos(), getSin(), !getInverse(), getSeqMajor());
   return success();
 }
 

@@ -654,9 +654,20 @@ LogicalResult RotaryOp::verify() {
                                << rtt(getSin()) << " differ in type";
   // The tables hold one angle per element of the rotated dim: a table that
   // broadcast along it would not be a rotary table.
-  if (c.empty() || c.back() != x.back() || !broadcastsTo(c, x))
+  // A sequence-major input [B, S, H, D] is the head-major view
+  // [B, H, S, D] stored with dims 1 and 2 swapped: the tables broadcast to
+  // that view, so that they still index by position.
+  SmallVector<int64_t> view(x);
+  if (getSeqMajor()) {
+    if (x.size() != 4)
+      return emitOpError("seq_major needs a rank-4 [B, S, H, D] input, got ")
+             << shapeStr(x);
+    std::swap(view[1], view[2]);
+  }
+  if (c.empty() || c.back() != x.back() || !broadcastsTo(c, view))
     return emitOpError("cos and sin ")
-           << shapeStr(c) << " must broadcast to the input " << shapeStr(x)
+           << shapeStr(c) << " must broadcast to the input"
+           << (getSeqMajor() ? "'s head-major view " : " ") << shapeStr(view)
            << " with the same last dim";
   if (rtt(getResult()) != rtt(getInput()))
     return emitOpError("result type must equal the input type");

@@ -543,6 +543,14 @@ def ZG_RotaryOp : ZG_Op<"rotary", [Pure, ZG_Gradient, ZG_Tp]> {
     c^2 + s^2 = 1), that is the rotation by the opposite angle. The result
     has x's type.
 
+    With `seq_major`, x and the result are a rank-4 [B, S, H, D] stored
+    sequence-major, while the op means the rotation of its head-major view
+    [B, H, S, D]: the tables broadcast to that view (llama's [1, 1, S, D] or
+    [B, 1, S, D]), so each (b, s, h) row takes the table row of position s.
+    --zplan-fold-transpose sets it when it folds the head split transpose
+    in front of a rotary whose only reader is a forward attention (whose q
+    or k then becomes sequence-major too).
+
     Example:
     ```mlir
     %y = zg.rotary %x, %cos, %sin
@@ -551,7 +559,8 @@ def ZG_RotaryOp : ZG_Op<"rotary", [Pure, ZG_Gradient, ZG_Tp]> {
     ```
   }];
   let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$cos, ZG_Tensor:$sin,
-                   DefaultValuedAttr<BoolAttr, "false">:$inverse);
+                   DefaultValuedAttr<BoolAttr, "false">:$inverse,
+                   DefaultValuedAttr<BoolAttr, "false">:$seq_major);
   let results = (outs ZG_Tensor:$result);
   let hasVerifier = 1;
 }

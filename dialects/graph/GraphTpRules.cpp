@@ -571,6 +571,12 @@ FailureOr<TpRule> AttentionOp::getTpRule(TpRuleContext &ctx) {
 // over heads stay whole), so the op is local. It is elementwise except that
 // the last dim must stay whole.
 FailureOr<TpRule> RotaryOp::getTpRule(TpRuleContext &ctx) {
+  // The sequence-major form exists only after --zplan-fold-transpose, which
+  // runs after sharding; its tables broadcast to a view the elementwise rule
+  // does not know.
+  if (getSeqMajor())
+    return emitOpError("a seq_major rotary cannot be sharded: "
+                       "--zplan-fold-transpose runs after tensor parallelism");
   return elementwiseTpRule(*this, ctx, rankOf(getResult()) - 1);
 }
 

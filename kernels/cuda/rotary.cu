@@ -5,11 +5,13 @@
 // with, so it reads both partners before it writes either (out may alias x) and no element is touched twice.
 // V is 16 bytes of x's dtype (8 for bf16/fp16, 4 for fp32) when h and the pointers allow it, else 1. The
 // tables are read at the row's offset into them (they broadcast over x's leading dims: a table row of llama
-// serves every head of every sequence at that position).
+// serves every head of every sequence at that position). A sequence-major x [B, S, H, D] (plan 2.10) has the
+// same dense rows; only the map from a row (b, s, h) to its table row changes (the position is dim 1).
 //
 // Tier 1 is the __global__ kernel, tier 2 the launcher in namespace `launch` (raw pointers, sizes, an index map
 // and a stream, returning cudaError_t), tier 3 zk::cuda::rotary, which checks what the CPU reference checks.
 #include <type_traits>
+#include <utility>
 
 #include "common.cuh"
 #include "zk/cuda_rotary.h"
@@ -105,21 +107,30 @@ cudaError_t with_float(DType t, F &&f) {
 
 }  // namespace
 
-GpuStatus rotary(const In &x, const In &cos, const In &sin, const Out &out, bool inverse, cudaStream_t s) {
+GpuStatus rotary(const In &x, const In &cos, const In &sin, const Out &out, bool inverse, cudaStream_t s,
+                 bool seq_major) {
   const Dims &sh = x.shape;
+  if (seq_major && sh.rank != 4) return kernel_failure("rotary: seq_major needs a rank-4 [B, S, H, D] x");
+  // The tables broadcast to the head-major view [B, H, S, D] of a sequence-major x: they index by position.
+  Dims view = sh;
+  if (seq_major) std::swap(view.d[1], view.d[2]);
   if (sh.rank < 1 || sh.d[sh.rank - 1] % 2 != 0) return kernel_failure("rotary: x must have rank >= 1 and an even last dim");
   if (out.shape != sh) return kernel_failure("rotary: output shape differs from x's");
   if (!is_float(x.dtype) || !is_float(cos.dtype) || out.dtype != x.dtype)
     return kernel_failure("rotary: x, cos and sin must be float, and out of x's dtype");
   if (cos.shape != sin.shape || cos.dtype != sin.dtype) return kernel_failure("rotary: cos and sin differ in shape or dtype");
-  if (cos.shape.rank < 1 || cos.shape.d[cos.shape.rank - 1] != sh.d[sh.rank - 1] || !broadcastable(cos.shape, sh))
-    return kernel_failure("rotary: cos and sin must broadcast to x with its last dim");
+  if (cos.shape.rank < 1 || cos.shape.d[cos.shape.rank - 1] != sh.d[sh.rank - 1] || !broadcastable(cos.shape, view))
+    return kernel_failure(seq_major ? "rotary: cos and sin must broadcast to x's head-major view with its last dim"
+                                    : "rotary: cos and sin must broadcast to x with its last dim");
   const int64_t d = sh.d[sh.rank - 1], rows = sh.numel() / (d == 0 ? 1 : d);
   // The map from a row of x to its table row: x's leading dims, with the tables' broadcast strides.
   IndexMap<1> table;
   table.rank = sh.rank - 1;
   int64_t st[kMaxRank] = {};
-  detail::broadcast_strides(cos.shape, sh, st);
+  detail::broadcast_strides(cos.shape, view, st);
+  // Sequence-major rows run (b, s, h): the view's strides of h and s swap back, so that row (b, s, h) reads
+  // the table row of position s. The kernel itself is unchanged (x's rows stay dense).
+  if (seq_major) std::swap(st[1], st[2]);
   for (int k = 0; k < table.rank; ++k) {
     table.dims[k] = sh.d[k];
     table.st[0][k] = st[k];

@@ -816,8 +816,15 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       if (x.empty() || x.back() % 2 != 0) return bad("x " + shape_str(x) + " must have rank >= 1 and an even last dim");
       if (I(1).shape != I(2).shape || I(1).dtype != I(2).dtype)
         return bad("cos " + shape_str(I(1).shape) + " and sin " + shape_str(I(2).shape) + " differ in shape or dtype");
-      if (I(1).shape.empty() || I(1).shape.back() != x.back() || !broadcasts_to(I(1).shape, x))
-        return bad("cos and sin " + shape_str(I(1).shape) + " must broadcast to x " + shape_str(x) + " with its last dim");
+      // Plan 2.10: a second int 1 stores x sequence-major [B, S, H, D]; the tables broadcast to its head-major
+      // view [B, H, S, D].
+      const bool seq_major = nints > 1 && ints(1) != 0;
+      if (nints > 1 && ints(1) != 1) return bad("ints[1] (seq_major) must be 1 when present");
+      if (seq_major && x.size() != 4) return bad("seq_major needs a rank-4 [B, S, H, D] x, got " + shape_str(x));
+      Shape view = x;
+      if (seq_major) std::swap(view[1], view[2]);
+      if (I(1).shape.empty() || I(1).shape.back() != x.back() || !broadcasts_to(I(1).shape, view))
+        return bad("cos and sin " + shape_str(I(1).shape) + " must broadcast to x " + shape_str(view) + " with its last dim");
       if (O().shape != x || O().dtype != I(0).dtype) return bad("output must have x's shape and dtype");
       if (!is_fl(I(0).dtype) || !is_fl(I(1).dtype) || !is_fl(I(2).dtype)) return bad("x, cos and sin must be float");
       if (ints(0) != 0 && ints(0) != 1) return bad("ints[0] (inverse) must be 0 or 1");

@@ -1,7 +1,7 @@
 // The rotary kernel (kernels/cuda/rotary.cu) against the CPU reference kernel: every float dtype of x, tables in
 // x's dtype and in fp32, the forward and the transposed (inverse) map, llama's prefill and decode table
-// shapes, halves that the 16-byte path takes and ragged ones that it cannot, a misaligned pointer, and out
-// written over x. Both kernels round the same products and sums in the same order, so the results must be
+// shapes, halves that the 16-byte path takes and ragged ones that it cannot, a misaligned pointer, out
+// written over x, and the sequence-major form (plan 2.10). Both kernels round the same products and sums in the same order, so the results must be
 // identical (tolerance 0). Outputs are poisoned with NaN first, so an element never written fails.
 #include "gpu_test_util.h"
 #include "zk/cuda_rotary.h"
@@ -41,6 +41,38 @@ TEST(CudaRotary, MatchesReference) {
           ZT_GPU_OK(zc::rotary(dx.in(), dc.in(), ds.in(), zk::Out{dx.ptr, xt, c.x}, inverse, nullptr));
           EXPECT_TRUE(close(dx.download(), ref, 0));
         }
+}
+
+TEST(CudaRotary, SequenceMajorMatchesReference) {
+  // seq_major (plan 2.10): x [B, S, H, D] with the tables broadcast to its head-major view [B, H, S, D]. The
+  // test llama's folded q and k (shared tables), llama-1b's heads, per-sequence tables, and a half that the
+  // 16-byte path cannot take; out also written over x.
+  const Case cases[] = {
+      {Dims{2, 8, 4, 16}, Dims{1, 1, 8, 16}},
+      {Dims{1, 5, 32, 64}, Dims{1, 1, 5, 64}},
+      {Dims{3, 4, 2, 128}, Dims{3, 1, 4, 128}},
+      {Dims{2, 3, 5, 6}, Dims{1, 1, 3, 6}},
+  };
+  for (DType xt : {DType::f32, DType::bf16, DType::f16})
+    for (DType tt : {xt, DType::f32})
+      for (const Case &c : cases)
+        for (bool inverse : {false, true}) {
+          SCOPED_TRACE(std::string("seq_major x ") + zk::dtype_name(xt) + dims_str(c.x) + " tables " +
+                       zk::dtype_name(tt) + dims_str(c.table) + (inverse ? " inverse" : ""));
+          HostT x = random_tensor(xt, c.x), co = random_tensor(tt, c.table, -1, 1), si = random_tensor(tt, c.table, -1, 1);
+          HostT ref(xt, c.x);
+          ZT_CPU_OK(zk::cpu::rotary(x.in(), co.in(), si.in(), ref.out(), inverse, /*seq_major=*/true));
+          DevT dx(x), dc(co), ds(si), dy(xt, c.x);
+          ZT_GPU_OK(zc::rotary(dx.in(), dc.in(), ds.in(), dy.out(), inverse, nullptr, /*seq_major=*/true));
+          EXPECT_TRUE(close(dy.download(), ref, 0));
+          ZT_GPU_OK(zc::rotary(dx.in(), dc.in(), ds.in(), zk::Out{dx.ptr, xt, c.x}, inverse, nullptr, true));
+          EXPECT_TRUE(close(dx.download(), ref, 0));
+        }
+  // Refused as the reference refuses: a rank-3 x, and tables that fit x's shape but not its head-major view.
+  DevT x3(DType::f32, Dims{4, 2, 8}), c3(DType::f32, Dims{8}), x4(DType::f32, Dims{1, 4, 2, 8}),
+      fit(DType::f32, Dims{1, 4, 1, 8});
+  EXPECT_FALSE(zc::rotary(x3.in(), c3.in(), c3.in(), x3.out(), false, nullptr, true).ok());
+  EXPECT_FALSE(zc::rotary(x4.in(), fit.in(), fit.in(), x4.out(), false, nullptr, true).ok());
 }
 
 TEST(CudaRotary, MisalignedPointersTakeTheElementPath) {

@@ -587,6 +587,38 @@ TEST(Kernels, Rotary) {
   EXPECT_FALSE(cpu::rotary(x.in(), co.in(), cb.in(), y.out(), false).ok());
 }
 
+TEST(Kernels, RotarySequenceMajor) {
+  // seq_major (plan 2.10): x [B, S, H, D] with tables that broadcast to the head-major view [B, H, S, D], so a
+  // row (b, s, h) takes the table row of position s. Against the float64 formula written with explicit
+  // (b, s, h, i) indices, for llama's shared tables [1, 1, S, D] and per-sequence ones [B, 1, S, D].
+  std::mt19937 g(22);
+  const int64_t B = 2, S = 5, H = 3, D = 8, h = D / 2;
+  const Dims xs{B, S, H, D};
+  for (const Dims &t : {Dims{1, 1, S, D}, Dims{B, 1, S, D}})
+    for (DType dt : kFloats)
+      for (bool inverse : {false, true}) {
+        Buf x = rnd(dt, xs, g), co = rnd(DType::f32, t, g, -1, 1), si = rnd(DType::f32, t, g, -1, 1), y(dt, xs);
+        ASSERT_TRUE(cpu::rotary(x.in(), co.in(), si.in(), y.out(), inverse, /*seq_major=*/true).ok());
+        std::vector<double> want(x.n());
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t s = 0; s < S; ++s)
+            for (int64_t hd = 0; hd < H; ++hd)
+              for (int64_t i = 0; i < D; ++i) {
+                const int64_t row = ((b * S + s) * H + hd) * D, p = i < h ? i + h : i - h;
+                const int64_t trow = ((t[0] == 1 ? 0 : b) * S + s) * D;
+                const double sgn = (i < h) != inverse ? -1.0 : 1.0;
+                want[row + i] = x.get(row + i) * co.get(trow + i) + sgn * x.get(row + p) * si.get(trow + (inverse ? p : i));
+              }
+        expect_close(y, want, tol(dt) * 2, "rotary seq_major");
+      }
+  // Refusals: seq_major on a rank-3 x, and tables that fit x's own shape but not its head-major view.
+  Buf x3(DType::f32, Dims{S, H, D}), c3(DType::f32, Dims{D}), x4(DType::f32, Dims{1, 4, 2, D}),
+      fit(DType::f32, Dims{1, 4, 1, D});
+  EXPECT_FALSE(cpu::rotary(x3.in(), c3.in(), c3.in(), x3.out(), false, true).ok());
+  EXPECT_TRUE(cpu::rotary(x4.in(), fit.in(), fit.in(), x4.out(), false, false).ok());
+  EXPECT_FALSE(cpu::rotary(x4.in(), fit.in(), fit.in(), x4.out(), false, true).ok());
+}
+
 // Sequence-major operands ([B, S, H, D], the seq_major bits) give the head-major result: every one of the 16
 // layout combinations against the head-major kernel on the same values, each operand swapped between the
 // two layouts by the loops below (not by a kernel).

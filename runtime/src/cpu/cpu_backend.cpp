@@ -147,7 +147,8 @@ class CpuBackend final : public Backend {
       case Op::rms_norm:
         return rms_norm(in_of(s.inputs[0]), opt_in(s, 1), out_of(s.outputs[0]), static_cast<float>(s.floats[0]));
       case Op::rotary:
-        return rotary(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]), s.ints[0] != 0);
+        return rotary(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]), s.ints[0] != 0,
+                      s.ints.size() > 1 && s.ints[1] != 0);
       case Op::reduce_sum:
       case Op::reduce_mean:
       case Op::reduce_max: {

@@ -679,7 +679,7 @@ class CudaBackend final : public Backend {
         return {};
       case Op::rotary:
         ZRT_GPU_CHECK(zc::rotary(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]),
-                                 s.ints[0] != 0, st));
+                                 s.ints[0] != 0, st, s.ints.size() > 1 && s.ints[1] != 0));
         return {};
       case Op::softmax:
         ZRT_GPU_CHECK(zc::softmax(in_of(s.inputs[0]), out_of(s.outputs[0]), static_cast<int>(s.ints[0]), st));

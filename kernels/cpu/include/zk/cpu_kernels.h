@@ -135,8 +135,10 @@ Result rms_norm(const In &x, const In &scale, const Out &out, float eps);
 /// broadcasts to x's with last dim D, in any float dtype. out[i] = x[i] cos[i] - x[i + h] sin[i] and
 /// out[i + h] = x[i + h] cos[i + h] + x[i] sin[i + h] for i < h (x * cos + rotate_half(x) * sin). With
 /// `inverse`, the transposed map (the gradient w.r.t. x): out[i] = x[i] cos[i] + x[i + h] sin[i + h],
-/// out[i + h] = x[i + h] cos[i + h] - x[i] sin[i]. out has x's shape and dtype and may alias x.
-Result rotary(const In &x, const In &cos, const In &sin, const Out &out, bool inverse);
+/// out[i + h] = x[i + h] cos[i + h] - x[i] sin[i]. out has x's shape and dtype and may alias x. With
+/// `seq_major`, x and out are a rank-4 [B, S, H, D] and the tables broadcast to its head-major view
+/// [B, H, S, D] (they index by position s): the rotation of the transposed x, stored sequence-major.
+Result rotary(const In &x, const In &cos, const In &sin, const Out &out, bool inverse, bool seq_major = false);
 
 enum class Reduce : uint8_t { sum, mean, max, min, prod };
 /// Reduces `naxes` axes (each in [0, rank)); out has the reduced dims as 1 (keepdims) or dropped. Sums

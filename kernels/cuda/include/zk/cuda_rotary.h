@@ -14,7 +14,10 @@ namespace cuda {
 /// or f16, cos and sin of one shape broadcast to x's with last dim D, in any float dtype (both the same),
 /// out of x's dtype. One pass over x; 16-byte loads and stores where the halves and pointers allow. The
 /// products and the sum are rounded exactly as the CPU kernel rounds them, so the results are identical.
-GpuStatus rotary(const In &x, const In &cos, const In &sin, const Out &out, bool inverse, cudaStream_t stream);
+/// With `seq_major`, x and out are a rank-4 [B, S, H, D] and the tables broadcast to its head-major view
+/// [B, H, S, D], as in the CPU kernel: rows stay dense, only the tables' row offsets change.
+GpuStatus rotary(const In &x, const In &cos, const In &sin, const Out &out, bool inverse, cudaStream_t stream,
+                 bool seq_major = false);
 
 }  // namespace cuda
 }  // namespace zk
