@@ -99,6 +99,9 @@ TEST(World1, OpcodeDecoding) {
         [](auto &i, auto &o) { return rms_norm(i[0], i[1], o, 1e-4f); });
   check(zrt::Op::rotary, {{F, {2, 3, 4, 8}}, {F, {1, 1, 4, 8}}, {F, {1, 1, 4, 8}}}, {F, {2, 3, 4, 8}}, {1}, {},
         [](auto &i, auto &o) { return rotary(i[0], i[1], i[2], o, true); });
+  // Plan 2.10: the second int, seq_major, reaches the kernel (x [B, S, H, D], tables of the head-major view).
+  check(zrt::Op::rotary, {{F, {2, 4, 3, 8}}, {F, {1, 1, 4, 8}}, {F, {1, 1, 4, 8}}}, {F, {2, 4, 3, 8}}, {0, 1}, {},
+        [](auto &i, auto &o) { return rotary(i[0], i[1], i[2], o, false, true); });
   const int64_t axes[] = {0, 2};
   check(zrt::Op::reduce_mean, {{F, {2, 3, 4}}}, {F, {3}}, {0, 0, 2}, {},
         [&](auto &i, auto &o) { return reduce(Reduce::mean, i[0], o, axes, 2, false); });

@@ -149,6 +149,21 @@ TEST(Verifier, AttentionPackedOperands) {
   expect_reject(verify(with({1, 15, 0, 48, 2, 16, 48, 2, 32, 48}).file(), 2), "ints");
 }
 
+// Plan 2.10: a rotary's second int, seq_major, must be 1 and needs a rank-4 x whose head-major view the
+// tables broadcast to.
+TEST(Verifier, RotarySequenceMajor) {
+  auto with = [](std::vector<int64_t> x, std::vector<int64_t> t, std::vector<int64_t> ints) {
+    PlanBuilder p = good();
+    const int xi = p.act("x", x), c = p.act("cos", t), y = p.act("y", x);
+    p.op(zrt::Op::rotary, {xi, c, c}, {y}, std::move(ints), {});
+    return p;
+  };
+  EXPECT_TRUE(verify(with({2, 4, 3, 8}, {1, 1, 4, 8}, {0, 1}).file(), 2).ok());
+  expect_reject(verify(with({2, 4, 3, 8}, {1, 1, 4, 8}, {0}).file(), 2), "must broadcast to x [2, 4, 3, 8]");
+  expect_reject(verify(with({2, 4, 3, 8}, {1, 1, 4, 8}, {0, 2}).file(), 2), "ints[1] (seq_major) must be 1");
+  expect_reject(verify(with({4, 3, 8}, {4, 1, 8}, {0, 1}).file(), 2), "seq_major needs a rank-4");
+}
+
 TEST(PlanFile, WriterRoundTripAndNoPartialFile) {
   std::string dir = ::testing::TempDir();
   if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
