@@ -361,8 +361,8 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     // fold is on by default for the cpu target only: the CUDA kernel's
     // sequence-major form has not run on a GPU yet.
     plan::ZplanFoldTransposeOptions fold;
-    fold.foldRotary = f.foldRotary == "on" ||
-                      (f.foldRotary == "auto" && f.target == "cpu");
+    fold.foldRotary =
+        f.foldRotary == "on" || (f.foldRotary == "auto" && f.target == "cpu");
     pm.addPass(plan::createZplanFoldTranspose(fold));
     // The CUDA backend has kernels for the fused steps; the CPU reference
     // backend runs the unfused ones.

@@ -519,8 +519,8 @@ LogicalResult RmsNormOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys,
 LogicalResult RotaryOp::buildGradients(OpBuilder &b, ArrayRef<Value> dys,
                                        SmallVectorImpl<Value> &dxs) {
   noGradients(*this, dxs);
-  dxs[0] = RotaryOp::create(b, getLoc(), getInput().getType(), dys[0],
-                            getCos(), getSin(), !getInverse(), getSeqMajor());
+  dxs[0] = RotaryOp::create(b, getLoc(), getInput().getType(), dys[0], getCos(),
+                            getSin(), !getInverse(), getSeqMajor());
   return success();
 }
 
