@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_check.h"
 #include "zk/cuda_kernels.h"
 #include "zk/cuda_train_kernels.h"
 
@@ -26,15 +27,6 @@ namespace {
 namespace zc = zk::cuda;
 using zk::Dims;
 using zk::DType;
-
-#define CHECK_CUDA(x)                                                                                   \
-  do {                                                                                                  \
-    cudaError_t e_ = (x);                                                                               \
-    if (e_ != cudaSuccess) {                                                                            \
-      std::fprintf(stderr, "%s failed at %s:%d: %s\n", #x, __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                     \
-    }                                                                                                   \
-  } while (0)
 
 /// A device buffer of n bf16 values drawn uniformly from [-1, 1).
 void *random_bf16(size_t n, unsigned seed) {

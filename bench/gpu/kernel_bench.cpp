@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_check.h"
 #include "zk/cuda_kernels.h"
 #include "zk/cuda_train_kernels.h"
 
@@ -21,23 +22,6 @@ namespace {
 namespace zc = zk::cuda;
 using zk::Dims;
 using zk::DType;
-
-#define CHECK_CUDA(x)                                                                        \
-  do {                                                                                       \
-    cudaError_t e_ = (x);                                                                    \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s failed at %s:%d: %s\n", #x, __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
-#define CHECK_GPU(x)                                                   \
-  do {                                                                 \
-    zc::GpuStatus s_ = (x);                                            \
-    if (!s_.ok()) {                                                    \
-      std::fprintf(stderr, "%s\n", s_.message.c_str());                \
-      std::exit(1);                                                    \
-    }                                                                  \
-  } while (0)
 
 struct Buf {
   void *p = nullptr;
