@@ -34,4 +34,18 @@ if [ ! -x "$venv/bin/python" ] ||
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check onnx onnxruntime numpy nanobind scikit-build-core pytest
 fi
+
+# Where nvcc is found (the CUDA backend is then built), the machine-code check of the wgmma attention kernels
+# (ctest cuda/wgmma_sass, tests/cuda/check_wgmma_sass.py) needs cuobjdump and the nvdisasm it runs. A CUDA
+# install of the compilers alone (CI's: nvcc, ptxas, fatbinary, nvlink) has neither; NVIDIA's wheels carry
+# both (5 MB, into .venv/lib/python3*/site-packages/nvidia/cu13/bin, where CMake looks). 13.2.51 is the
+# oldest release of these wheels, the nearest to the CUDA 13.0 nvcc here; a newer cuobjdump reads an older
+# ptxas's sm_90a code. Pinned, because the check parses the listing's text.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  if ! compgen -G "$venv/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump" >/dev/null ||
+     ! compgen -G "$venv/lib/python3*/site-packages/nvidia/cu*/bin/nvdisasm" >/dev/null; then
+    echo "setup: installing cuobjdump and nvdisasm into .venv (the machine-code check of the CUDA kernels)"
+    "$venv/bin/pip" install -q --disable-pip-version-check nvidia-cuda-cuobjdump==13.2.51 nvidia-cuda-nvdisasm==13.2.51
+  fi
+fi
 echo "setup: ok"
