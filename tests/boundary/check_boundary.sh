@@ -5,8 +5,16 @@
 set -u
 src=$1; shift
 status=0
+# What is scanned must be there: a wrong SOURCE_DIR, or a grep that cannot read, finds no include and would pass.
+for d in runtime kernels; do
+  n=$(find "$src/$d" -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) 2>/dev/null | wc -l)
+  if [ "$n" -lt 10 ]; then echo "boundary: $src/$d holds $n C++ sources: not the runtime's folder"; exit 1; fi
+  echo "boundary: $n C++ sources under $d/"
+done
 bad=$(grep -rnE '^\s*#\s*include\s*[<"](mlir/|llvm/|llvm-c/|onnx/|google/protobuf|compiler/|dialects/)' \
-        "$src/runtime" "$src/kernels" 2>/dev/null)
+        "$src/runtime" "$src/kernels")
+rc=$?
+if [ $rc -gt 1 ]; then echo "boundary: grep failed ($rc)"; status=1; fi
 if [ -n "$bad" ]; then
   echo "boundary: runtime/ or kernels/ include compiler-side headers:"; echo "$bad"; status=1
 fi
@@ -17,7 +25,8 @@ if [ -n "$bad" ]; then
 fi
 for bin in "$@"; do
   if [ ! -e "$bin" ]; then echo "boundary: $bin was not built"; status=1; continue; fi
-  libs=$(ldd "$bin" | grep -iE 'libMLIR|libLLVM|protobuf|onnx')
+  deps=$(ldd "$bin") || { echo "boundary: ldd $bin failed"; status=1; continue; }
+  libs=$(grep -iE 'libMLIR|libLLVM|protobuf|onnx' <<<"$deps")
   if [ -n "$libs" ]; then echo "boundary: $bin links compiler-side libraries:"; echo "$libs"; status=1; fi
 done
 [ $status -eq 0 ] && echo "boundary: ok (includes, CMake, ldd of $*)"

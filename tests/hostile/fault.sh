@@ -99,12 +99,12 @@ if [ "$case_name" = rank_stalls ] || [ "$case_name" = rank_killed ]; then
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
   done
   [ -n "$victim" ] || victim=$(tail -n1 <<<"$ranks")
-  if [ "$case_name" = rank_stalls ]; then
-    echo "stopping rank process $victim (SIGSTOP)"
-    kill -STOP "$victim"
-  else
-    echo "killing rank process $victim (SIGKILL)"
-    kill -KILL "$victim"
+  # Without a rank to stop or kill the case would only watch a job end by itself: that proves nothing.
+  signal=KILL
+  [ "$case_name" = rank_stalls ] && signal=STOP
+  echo "signalling rank process ${victim:-(none)} (SIG$signal)"
+  if [ -z "$victim" ] || ! kill -"$signal" "$victim"; then
+    echo "FAIL: no running rank to signal"; kill -9 "$job" 2>/dev/null; cat "$log"; exit 1
   fi
 fi
 

@@ -20,8 +20,9 @@
 #           latest's; every rank file is renamed before rank 0 creates the manifest, and the manifest before
 #           `latest`. Skipped (exit 77) where strace cannot trace.
 #   bf16:   a --dtype bf16 checkpoint resumes exactly under its plan, and under zero 3 within 2e-2.
-#   kill-random: six runs saving after every step, each with a rank killed at a random moment; every restart
-#           loads what `latest` names, and the last one continues with the straight run's losses.
+#   kill-random: runs saving after every step, each with a rank killed at a random moment after its first save
+#           (at least three kills of a running job); every restart loads what `latest` names, and the last one
+#           continues with the straight run's losses.
 # Usage: checkpoint.sh BIN_DIR MODELS_DIR WORK_DIR "MPIRUN..." MODE [MODEL] [ARGS...]
 set -euo pipefail
 bin=$1 models=$2 work=$3 mpirun=$4 mode=$5; shift 5
@@ -287,30 +288,49 @@ bf16)
   ;;
 kill-random)
   # Saves after every step, each paused 10 ms per slice; a rank is killed at a random moment (a seeded
-  # sequence), six times over. Every restart resumes from whatever `latest` names, which must always load;
+  # sequence), round after round. Every restart resumes from whatever `latest` names, which must always load;
   # the run that finally completes gives the straight run's losses from its checkpoint on. The rounds stop at
   # step 8 and the last run goes on to 10, so that the comparison always covers at least two steps, however
-  # far the rounds got (a round that is not killed in time finishes its 8 steps).
+  # far the rounds got. A round's kill comes at a random moment (0-600 ms) after the round has saved a step of
+  # its own, so that it lands in a step's compute or in its paused save rather than before the resume or after
+  # the end; at least three rounds must have killed a running job, or the case has tested no recovery at all
+  # (before, a round that outlived a delay counted from its start was "killed" after it had ended).
   compile p 1 1 2
   save_first 1 p 2
   RANDOM=20261130
-  for round in 1 2 3 4 5 6; do
+  kills=0
+  for round in 1 2 3 4 5 6 7 8; do
+    from=$(cat ck/latest)
+    [ "${from%%.*}" = step-00000008 ] && break
     ZRT_CHECKPOINT_PAUSE_MS=10 $mpirun -x ZRT_CHECKPOINT_PAUSE_MS -np 2 "$bin/zrun" p.zplan --train --data "$ids" \
       --timeout 120 --steps 8 --resume ck --save-dir ck --save-every 1 >"round$round.log" 2>&1 &
     job=$!
-    delay=$((300 + RANDOM % 4700))
-    sleep "$((delay / 1000)).$(printf %03d $((delay % 1000)))"
+    for _ in $(seq 1 1200); do
+      [ "$(cat ck/latest)" != "$from" ] && break
+      kill -0 "$job" 2>/dev/null || break
+      sleep 0.05
+    done
+    delay=$((RANDOM % 600))
+    sleep "0.$(printf %03d "$delay")"
     victim=$(pgrep -P "$job" -f "zrun p.zplan" | sed -n "$((1 + RANDOM % 2))p" || true)
-    [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null || true
+    killed=""
+    [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null && killed=$victim
     set +e
     wait "$job"
     rc=$?
     set -e
-    echo "round $round: killed ${victim:-nothing} after ${delay} ms (exit $rc);" \
+    [ -n "$killed" ] && [ "$rc" -ne 0 ] && kills=$((kills + 1))
+    echo "round $round: from $from, killed ${killed:-nothing} ${delay} ms after its first save (exit $rc);" \
       "$(grep -o 'resumed from [^:]*' "round$round.log" || echo '?'); latest is now $(cat ck/latest)"
     grep -q "error" "round$round.log" && grep "error" "round$round.log" | grep -v "MPI_ABORT\|mpirun" | head -3 || true
     if grep -q -- "--resume:" "round$round.log"; then echo "FAIL: latest did not load"; cat "round$round.log"; exit 1; fi
+    # The round saved a step, so it resumed, and from what latest named when it started.
+    if ! grep -q "zrun: resumed from ck/$from:" "round$round.log"; then
+      echo "FAIL: round $round did not report resuming from ck/$from"; cat "round$round.log"; exit 1
+    fi
   done
+  echo "$kills rounds killed a running job"
+  [ "$kills" -ge 3 ] || { echo "FAIL: only $kills rounds killed a running job (at least 3 are needed)"; exit 1; }
   at=$(sed 's/step-0*//; s/\..*//' ck/latest)
   train p 2 --steps 10 --resume ck --losses-out tail.npy | grep resumed
   "$python" - "$at" <<'PY'
