@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything zplan needs on a fresh Debian 12 machine: the Debian packages of the build and a
 # Python virtual environment (.venv) holding the test oracles (onnx, onnxruntime, numpy) and what the Python
-# package builds and tests with (nanobind, scikit-build-core, pytest; python/, docs/python.md). Idempotent: a
-# second run finds everything in place and returns in a second or two.
+# package builds and tests with (nanobind, scikit-build-core, pytest; python/, docs/python.md). strace is for
+# e2e/checkpoint/*/durable, which traces a save's system calls and would otherwise report itself skipped.
+# Idempotent: a second run finds everything in place and returns in a second or two.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -13,7 +14,8 @@ pkgs=(cmake ninja-build g++ ccache
       openmpi-bin libopenmpi-dev libopenblas-dev
       nlohmann-json3-dev libcli11-dev libgtest-dev googletest
       clang-22 libclang-rt-22-dev
-      python3-venv python3-dev)
+      python3-venv python3-dev
+      strace)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -6,4 +6,4 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$top/scripts/build.sh" "$@"
 build=${ZPLAN_BUILD_DIR:-$top/build}
 cd "$build"
-ctest --output-on-failure -j "${ZPLAN_TEST_JOBS:-2}" --timeout 600
+ctest --output-on-failure -j "${ZPLAN_TEST_JOBS:-2}" --timeout 600 --no-tests=error

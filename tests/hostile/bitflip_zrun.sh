@@ -11,6 +11,11 @@ trap 'rm -rf "$work"' EXIT
 size=$(stat -c %s "$plan")
 # The plan's weights resolve relative to its folder: the damaged copies live beside a link to them.
 for f in "$(dirname "$plan")"/*.bin; do ln -s "$f" "$work/"; done
+# The control: the undamaged copy, in the same place, must run. Otherwise every damaged copy could fail for a
+# reason of its own (weights not found beside it) and pass as refused.
+cp "$plan" "$work/p.zplan"
+output=$(timeout -s KILL 20 "$zrun" "$work/p.zplan" --random-inputs --timeout 15 2>&1) ||
+  { echo "FAIL: the undamaged plan does not run here"; echo "$output" | tail -n 5; exit 1; }
 positions="0 7 8 15 16 19 20 23"
 for i in $(seq 0 $((n - 9))); do positions="$positions $(( 24 + i * (size - 25) / (n - 9) ))"; done
 fail=0 tried=0
@@ -31,5 +36,6 @@ for pos in $positions; do
   fi
 done
 echo "$tried damaged copies of $plan ($size bytes) through zrun"
+[ "$tried" -eq "$n" ] || { echo "FAIL: $tried copies tried, $n asked for"; fail=1; }
 [ $fail -eq 0 ] && echo "PASS"
 exit $fail

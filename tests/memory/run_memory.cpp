@@ -246,6 +246,24 @@ int main(int argc, char **argv) {
     ok = false;
   }
   if (growth > planned + scratch + bound || run_growth > bound) ok = false;
+  // Both measurements must be able to fail. /proc/self/status unread gives zeros, and zero growth; a counter
+  // that libzrt's allocations did not reach (malloc not interposed for the shared library) counts none.
+  // The probe: an error Status that libzrt builds, whose message it allocates inside the library.
+  if (rss_before == 0 || hwm_runs == 0) {
+    std::fprintf(stderr, "zrt_run_memory: rank %d: VmRSS / VmHWM not read from /proc/self/status\n", rank);
+    ok = false;
+  }
+  g_count = 0;
+  g_counting = true;
+  char probe_buf[4];
+  const bool probe_failed =
+      !s->read_state("zrt_run_memory's probe: a state that no plan holds", probe_buf, sizeof probe_buf).ok();
+  g_counting = false;
+  if (!probe_failed || g_count.load() == 0) {
+    std::fprintf(stderr, "zrt_run_memory: rank %d: the allocation counter missed libzrt's allocation (probe: %ld)\n",
+                 rank, g_count.load());
+    ok = false;
+  }
   s.reset();
   MPI_Finalize();
   return ok ? 0 : 1;

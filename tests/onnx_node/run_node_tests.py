@@ -186,7 +186,12 @@ def main():
     for name, detail in unexpected:
         print(f"FAIL {name}: {detail}")
     bad = bool(unexpected)
-    if not args.filter and os.path.exists(args.floor):
+    if not args.filter and not os.path.exists(args.floor):
+        # The floor is what makes a drop of passes (an op newly refused, say) fail: without it the run
+        # checks only the cases that still compile.
+        print(f"FAIL: no pass floor at {args.floor}")
+        bad = True
+    elif not args.filter:
         floor = int(open(args.floor).read().split()[0])
         if tot["pass"] < floor:
             print(f"FAIL: {tot['pass']} cases pass, below the recorded floor of {floor} ({args.floor})")
