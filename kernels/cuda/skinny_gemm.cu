@@ -26,7 +26,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "common.cuh"
 #include "zk/cuda_kernels.h"
@@ -290,6 +293,10 @@ struct Segs {
   int end[4];
   int count;
   int act;  // gated: the Unary code of the activation (silu 15, gelu_tanh 13, gelu_erf 14)
+  // A plain product (one segment, skinny_linear through the streaming kernel): its bias (or null) and
+  // Epilogue code.
+  const void* bias;
+  int epi;
 };
 
 constexpr float kInvSqrt2 = 0.7071067811865476f;
@@ -534,6 +541,149 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// --- The streaming few-row kernel (session 7) ---------------------------------------------------------------
+// One kernel for the plain, multi and gated products over W [K, N] where x's rows fit the shared memory: a
+// block reads a strip of kTN weight columns over the whole of K (no K split, so no cluster, no second
+// reduction and no cluster barriers), through a ring of cp.async copies into shared memory. A thread keeps
+// kStreamDepth - 1 pieces of 16 bytes in flight without holding them in registers (the [K, N] kernels above
+// hold eight in registers, which is what capped their occupancy), and the first of them go out before the
+// wait for the previous kernel: a 2048-row strip of 16 columns (64 KiB) is then wholly requested before x
+// exists. Each thread consumes only the pieces it copied, so the ring needs no block barrier. The block is
+// small in registers and shared memory (under half an SM), so that the next product's blocks fit beside it
+// and start their own weight stream while it finishes: the memory stays busy across the launches of a
+// decode step.
+constexpr int kStreamDepth = 16;                // ring slots per thread (15 pieces in flight)
+constexpr int kStreamRingBytes = kStreamDepth * kThreads * 16;
+constexpr int kStreamMaxXBytes = 64 * 1024;     // x's rows as floats: M x K x 4 at most this
+constexpr int kStreamMaxRows = 4;               // more rows keep the [K, N] kernels above
+
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+template <class T>
+__device__ __forceinline__ void unpack16(const uint4& raw, float (&f)[16 / sizeof(T)]) {
+  const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int e = 0; e < static_cast<int>(16 / sizeof(T)); ++e) f[e] = to_f32(v[e]);
+}
+
+// Grid: one block per strip (segment_of maps blocks to segments). kTN weight columns per strip: kTN / EP
+// column threads (EP elements of 16 bytes each), the others rows. Gated: the first half of the column threads
+// read the gate's columns, the second half the same columns of the up weight; a strip then has kTN / 2
+// outputs. Dynamic shared memory: the ring [kStreamDepth][kThreads] of 16-byte slots, then x [MR][K] as
+// floats; the ring's bytes hold the reduction afterwards.
+template <class T, int MR, int kTN, bool kGated>
+__global__ void __launch_bounds__(kThreads, 2)
+    skinny_stream_kernel(const T* __restrict__ x, Segs sg, int M, int K, float alpha, int early) {
+  extern __shared__ __align__(16) unsigned char sbytes[];
+  constexpr int EP = 16 / static_cast<int>(sizeof(T));
+  constexpr int CT = kTN / EP;                      // column threads
+  constexpr int RL = kThreads / CT;                 // weight rows read at once
+  constexpr int kCols = kGated ? kTN / 2 : kTN;     // output columns of a strip
+  constexpr int D = kStreamDepth;
+  static_assert(CT >= 2 && CT <= 32 && (32 % CT) == 0, "column threads must divide a warp");
+  uint4* ring = reinterpret_cast<uint4*>(sbytes);
+  float* xs = reinterpret_cast<float*>(sbytes + kStreamRingBytes);
+  const int tid = threadIdx.x, c = tid % CT, r = tid / CT;
+  int seg = 0, strip = 0;
+  segment_of(sg, static_cast<int>(blockIdx.x), &seg, &strip);
+  const T* __restrict__ w = static_cast<const T*>(pick(sg.w, kGated ? (c < CT / 2 ? 0 : 1) : seg));
+  T* __restrict__ out = static_cast<T*>(pick(sg.out, kGated ? 0 : seg));
+  const int N = pick(sg.n, kGated ? 0 : seg);
+  const int n0 = strip * kCols + (kGated ? c % (CT / 2) : c) * EP;
+  const bool live = n0 < N;  // N is a multiple of EP: a piece is wholly in or out
+  const int rows = r < K ? (K - r + RL - 1) / RL : 0;
+  const T* wp = w + static_cast<int64_t>(r) * N + (live ? n0 : 0);
+  const int64_t step = static_cast<int64_t>(RL) * N;
+  uint4* slot = ring + tid;  // this thread's slots, kThreads apart
+  // Piece i (weight row r + RL i) goes to slot i % D; every call commits one group, empty or not, so that
+  // "group i done" is "at most (groups committed - i - 1) pending".
+  auto issue = [&](int i) {
+    if (live && i < rows) cp_async16(slot + (i % D) * kThreads, wp + i * step);
+    cp_async_commit();
+  };
+
+  if (!early) wait_for_producer();
+#pragma unroll
+  for (int i = 0; i < D - 1; ++i) issue(i);
+  if (early) wait_for_producer();
+  release_dependents();
+
+  for (int e = tid; e < MR * K; e += kThreads) {
+    const int m = e / K;
+    xs[e] = m < M ? to_f32(x[e]) : 0.0f;
+  }
+  __syncthreads();
+
+  float acc[MR][EP];
+#pragma unroll
+  for (int m = 0; m < MR; ++m)
+#pragma unroll
+    for (int e = 0; e < EP; ++e) acc[m][e] = 0.0f;
+  for (int i = 0; i < rows; ++i) {
+    // Groups committed: D - 1 + i; piece i's is done when at most D - 2 are pending.
+    cp_async_wait<D - 2>();
+    const uint4 raw = slot[(i % D) * kThreads];
+    // The slot refilled now is the one read in the previous iteration, whose values are long consumed.
+    issue(i + D - 1);
+    float wf[EP];
+    unpack16<T>(raw, wf);
+    const float* xk = xs + r + RL * i;
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      const float xv = xk[m * K];
+#pragma unroll
+      for (int e = 0; e < EP; ++e) acc[m][e] = fmaf(xv, wf[e], acc[m][e]);
+    }
+  }
+  cp_async_wait<0>();
+
+  // The row lanes of a warp (lanes CT apart share columns), then the block's warps, in one pass.
+#pragma unroll
+  for (int m = 0; m < MR; ++m)
+#pragma unroll
+    for (int e = 0; e < EP; ++e) {
+      float v = acc[m][e];
+#pragma unroll
+      for (int o = CT; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      acc[m][e] = v;
+    }
+  __syncthreads();  // every thread is past its ring: the reduction reuses its bytes
+  constexpr int kWarps = kThreads / 32;
+  float* red = reinterpret_cast<float*>(sbytes);  // [kWarps][MR][kTN]
+  const int warp = tid / 32, lane = tid % 32;
+  if (lane < CT)
+#pragma unroll
+    for (int m = 0; m < MR; ++m)
+#pragma unroll
+      for (int e = 0; e < EP; ++e) red[(warp * MR + m) * kTN + lane * EP + e] = acc[m][e];
+  __syncthreads();
+  auto sum = [&](int idx) {
+    float s = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kWarps; ++g) s += red[g * MR * kTN + idx];
+    return s;
+  };
+  for (int o = tid; o < MR * kCols; o += kThreads) {
+    const int m = o / kCols, j = o % kCols, n = strip * kCols + j;
+    if (m >= M || n >= N) continue;
+    if (kGated) {
+      out[static_cast<int64_t>(m) * N + n] = gated_out<T>(sum(m * kTN + j), sum(m * kTN + kCols + j), alpha, sg.act);
+    } else {
+      const T* bias = static_cast<const T*>(sg.bias);
+      out[static_cast<int64_t>(m) * N + n] =
+          from_f32<T>(epilogue(sum(m * kTN + j), alpha, bias ? to_f32(bias[n]) : 0.0f, sg.epi));
+    }
+  }
+}
+
 /// The launch of a kernel that may start while the previous kernel of the stream ends (programmatic
 /// dependent launch), in a cluster of `cluster_y` blocks along y when that is above 1.
 template <class... KArgs, class... Args>
@@ -595,6 +745,79 @@ int kn_splits(int64_t M, int64_t K, int64_t N, size_t es_unused) {
   return static_cast<int>(std::max<int64_t>(splits, need));
 }
 
+/// set_skinny_stream's setting; initially from ZK_SKINNY_STREAM ("1": the streaming kernel where it applies;
+/// unset or anything else: the [K, N] kernels above, until the streaming kernel has been checked on a GPU).
+std::atomic<int> g_stream{[] {
+  const char* e = std::getenv("ZK_SKINNY_STREAM");
+  return e && std::strcmp(e, "1") == 0 ? 1 : 0;
+}()};
+
+/// Whether the streaming kernel runs a [K, N] product of M rows: its rows and x's floats within its limits,
+/// and every weight's columns in whole 16-byte pieces of 16-byte aligned storage.
+bool stream_fits(int64_t M, int64_t K, const Segs& sg, int nw, size_t es) {
+  if (g_stream.load(std::memory_order_relaxed) == 0) return false;
+  if (M < 1 || M > kStreamMaxRows || K < 1) return false;
+  if (static_cast<int64_t>(rows_template(M)) * K * 4 > kStreamMaxXBytes) return false;
+  const int64_t ep = static_cast<int64_t>(16 / es);
+  for (int i = 0; i < nw; ++i)
+    if (reinterpret_cast<uintptr_t>(sg.w[i]) % 16 != 0) return false;
+  for (int i = 0; i < sg.count; ++i)
+    if (sg.n[i] % ep != 0) return false;
+  return true;
+}
+
+/// Strips of a streaming launch with kTN weight columns each (kTN / 2 outputs when gated).
+int64_t stream_strips(const Segs& sg, int tn, bool gated) {
+  const int cols = gated ? tn / 2 : tn;
+  int64_t total = 0;
+  for (int i = 0; i < sg.count; ++i) total += (sg.n[i] + cols - 1) / cols;
+  return total;
+}
+
+template <class T, int MR, int kTN, bool kGated>
+cudaError_t launch_stream_tn(const T* x, Segs sg, int64_t M, int64_t K, float alpha, int early, cudaStream_t s) {
+  const int cols = kGated ? kTN / 2 : kTN;
+  int64_t strips = 0;
+  for (int i = 0; i < sg.count; ++i) sg.end[i] = static_cast<int>(strips += (sg.n[i] + cols - 1) / cols);
+  const size_t smem = static_cast<size_t>(kStreamRingBytes) + static_cast<size_t>(MR) * K * sizeof(float);
+  auto kernel = skinny_stream_kernel<T, MR, kTN, kGated>;
+  // Above 48 KiB a kernel's dynamic shared memory needs the opt-in; once per instantiation, for the most it
+  // ever asks (the ring and kStreamMaxXBytes of x).
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStreamRingBytes + kStreamMaxXBytes);
+  if (attr != cudaSuccess) return attr;
+  return launch_dependent(kernel, dim3(static_cast<unsigned>(strips)), smem, 1, s, x, sg, static_cast<int>(M),
+                          static_cast<int>(K), alpha, early);
+}
+
+/// The strip width: the widest of 64, 32 and 16 columns that still gives two strips per SM (wide strips read
+/// whole 128-byte lines of a row; narrow ones give small weights enough blocks), else 16.
+template <class T, int MR, bool kGated>
+cudaError_t launch_stream(const T* x, const Segs& sg, int64_t M, int64_t K, float alpha, int early,
+                          cudaStream_t s) {
+  constexpr int EP = 16 / static_cast<int>(sizeof(T));
+  const int64_t want = 2 * static_cast<int64_t>(sm_count());
+  if (stream_strips(sg, 8 * EP, kGated) >= want)
+    return launch_stream_tn<T, MR, 8 * EP, kGated>(x, sg, M, K, alpha, early, s);
+  if (stream_strips(sg, 4 * EP, kGated) >= want)
+    return launch_stream_tn<T, MR, 4 * EP, kGated>(x, sg, M, K, alpha, early, s);
+  return launch_stream_tn<T, MR, 2 * EP, kGated>(x, sg, M, K, alpha, early, s);
+}
+
+/// The streaming kernel at x's rows (rows_template of M, at most kStreamMaxRows).
+template <class T, bool kGated>
+cudaError_t launch_stream_rows(const T* x, const Segs& sg, int64_t M, int64_t K, float alpha, int early,
+                               cudaStream_t s) {
+  switch (rows_template(M)) {
+    case 1:
+      return launch_stream<T, 1, kGated>(x, sg, M, K, alpha, early, s);
+    case 2:
+      return launch_stream<T, 2, kGated>(x, sg, M, K, alpha, early, s);
+    default:
+      return launch_stream<T, 4, kGated>(x, sg, M, K, alpha, early, s);
+  }
+}
+
 template <class T, int MR>
 cudaError_t launch_rows(const In& x, const In& w, const In& bias, const Out& out, bool tw, int64_t M,
                         int64_t K, int64_t N, float alpha, Epilogue epi, int early, cudaStream_t s) {
@@ -611,6 +834,16 @@ cudaError_t launch_rows(const In& x, const In& w, const In& bias, const Out& out
                               static_cast<int>(M), static_cast<int>(K), static_cast<int>(N), alpha, e, early);
     return launch_dependent(skinny_nk_kernel<T, MR, false>, grid, 0, 1, s, xp, wp, bp, op,
                             static_cast<int>(M), static_cast<int>(K), static_cast<int>(N), alpha, e, early);
+  }
+  {
+    Segs sg = {};
+    sg.w[0] = wp;
+    sg.out[0] = op;
+    sg.n[0] = static_cast<int>(N);
+    sg.count = 1;
+    sg.bias = bp;
+    sg.epi = e;
+    if (stream_fits(M, K, sg, 1, sizeof(T))) return launch_stream_rows<T, false>(xp, sg, M, K, alpha, early, s);
   }
   const int splits = kn_splits(M, K, N, sizeof(T));
   const int kc = static_cast<int>((K + splits - 1) / splits);
@@ -675,6 +908,7 @@ cudaError_t launch_fused_rows(const In& x, Segs sg, bool tw, int64_t M, int64_t 
     return launch_dependent(skinny_nk_fused_kernel<T, MR, false, kGated>, grid, 0, 1, s, xp, sg,
                             static_cast<int>(M), static_cast<int>(K), alpha, early);
   }
+  if (stream_fits(M, K, sg, nw, sizeof(T))) return launch_stream_rows<T, kGated>(xp, sg, M, K, alpha, early, s);
   constexpr int kCols = kGated ? kTileN / 2 : kTileN;
   int64_t tiles = 0;
   bool n_vec = true;
@@ -812,6 +1046,8 @@ GpuStatus skinny_linear(const In& x, const In& w, const In& bias, const Out& out
   }
   return {};
 }
+
+void set_skinny_stream(int on) { g_stream.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 GpuStatus skinny_linear_multi(const In& x, const In* w, const Out* out, int n, bool trans_w, float alpha,
                               bool early_weights, cudaStream_t s) {

@@ -532,5 +532,111 @@ TEST(CudaSkinnyLinear, TimingAtLlama1bShapes) {
   cudaEventDestroy(e1);
 }
 
+// Four llama-1b layers' decode products at one row (bf16), launched back to back as a decode step launches
+// them, each product reading the previous one's output: q/k/v (one linear_multi), o, gate/up with SiLU (one
+// linear_gated), down. The weights (4 x 89 MiB, more than the L2) are read once per chain, after the L2 is
+// cleared. Three ways: the streaming few-row kernel (the default), the earlier [K, N] kernels
+// (set_skinny_stream(0)), and cuBLASLt for every product with the gated kernel after gate and up. The
+// weights are declared never written (set_written_ranges with the activations only), so the few-row
+// kernels issue their weight loads before waiting for the previous kernel, as in a plan. The median of 11
+// chains; the outputs of the first two ways are compared with each other. Printed, not a pass/fail figure.
+TEST(CudaSkinnyFused, Llama1bLayerChainTiming) {
+  std::unique_ptr<zc::Blas> blas;
+  ZT_GPU_OK(zc::Blas::create(&blas));
+  DevBytes ws(zc::kGemmWorkspaceBytes), flush(size_t{256} << 20);
+  const DType t = DType::bf16;
+  const int64_t H = 2048, KV = 512, F = 5632, M = 1;
+  constexpr int kLayers = 4;
+  HostT wq = random_tensor(t, Dims{H, H}, -0.03f, 0.03f), wk = random_tensor(t, Dims{H, KV}, -0.03f, 0.03f),
+        wv = random_tensor(t, Dims{H, KV}, -0.03f, 0.03f), wo = random_tensor(t, Dims{H, H}, -0.03f, 0.03f),
+        wg = random_tensor(t, Dims{H, F}, -0.03f, 0.03f), wu = random_tensor(t, Dims{H, F}, -0.03f, 0.03f),
+        wd = random_tensor(t, Dims{F, H}, -0.02f, 0.02f);
+  struct Layer {
+    std::unique_ptr<DevT> q, k, v, o, g, u, d;
+  };
+  std::vector<Layer> layers(kLayers);
+  for (Layer& l : layers) {
+    l.q = std::make_unique<DevT>(wq);
+    l.k = std::make_unique<DevT>(wk);
+    l.v = std::make_unique<DevT>(wv);
+    l.o = std::make_unique<DevT>(wo);
+    l.g = std::make_unique<DevT>(wg);
+    l.u = std::make_unique<DevT>(wu);
+    l.d = std::make_unique<DevT>(wd);
+  }
+  HostT x = random_tensor(t, Dims{M, H});
+  DevT dx(x), yq(t, Dims{M, H}), yk(t, Dims{M, KV}), yv(t, Dims{M, KV}), yo(t, Dims{M, H}), yg(t, Dims{M, F}),
+      yu(t, Dims{M, F}), ya(t, Dims{M, F}), yd(t, Dims{M, H});
+  std::vector<std::pair<uintptr_t, uintptr_t>> written;
+  for (DevT* a : {&dx, &yq, &yk, &yv, &yo, &yg, &yu, &ya, &yd})
+    written.emplace_back(reinterpret_cast<uintptr_t>(a->ptr), reinterpret_cast<uintptr_t>(a->ptr) + a->nbytes);
+  blas->set_written_ranges(written);
+  auto lin = [&](const DevT& in, const DevT& w, DevT& out, bool few) {
+    return zc::linear(*blas, in.in(), w.in(), zk::In{}, out.out(), false, 1.0f, zc::Epilogue::none, ws.ptr,
+                      zc::kGemmWorkspaceBytes, nullptr, few);
+  };
+  // The chain: x -> q/k/v; q -> o; o -> gate/up -> a; a -> down -> next layer's x (yd, then back through x).
+  auto chain = [&](bool fused) {
+    for (int i = 0; i < kLayers; ++i) {
+      const Layer& l = layers[static_cast<size_t>(i)];
+      const DevT& in = i == 0 ? dx : yd;
+      if (fused) {
+        const zk::In w3[3] = {l.q->in(), l.k->in(), l.v->in()};
+        const zk::Out o3[3] = {yq.out(), yk.out(), yv.out()};
+        ZT_GPU_OK(zc::linear_multi(*blas, in.in(), w3, o3, 3, false, 1.0f, nullptr));
+        ZT_GPU_OK(lin(yq, *l.o, yo, true));
+        ZT_GPU_OK(zc::linear_gated(*blas, zk::cpu::Unary::silu, yo.in(), l.g->in(), l.u->in(), ya.out(), false,
+                                   1.0f, nullptr));
+        ZT_GPU_OK(lin(ya, *l.d, yd, true));
+      } else {
+        ZT_GPU_OK(lin(in, *l.q, yq, false));
+        ZT_GPU_OK(lin(in, *l.k, yk, false));
+        ZT_GPU_OK(lin(in, *l.v, yv, false));
+        ZT_GPU_OK(lin(yq, *l.o, yo, false));
+        ZT_GPU_OK(lin(yo, *l.g, yg, false));
+        ZT_GPU_OK(lin(yo, *l.u, yu, false));
+        ZT_GPU_OK(zc::gated(zk::cpu::Unary::silu, yg.in(), yu.in(), ya.out(), nullptr));
+        ZT_GPU_OK(lin(ya, *l.d, yd, false));
+      }
+    }
+  };
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  auto median_us = [&](bool fused) {
+    std::vector<float> ts;
+    for (int it = 0; it < 14; ++it) {
+      cudaMemsetAsync(flush.ptr, it & 1, size_t{256} << 20, nullptr);
+      cudaEventRecord(e0);
+      chain(fused);
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (it >= 3) ts.push_back(ms);
+    }
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2] * 1e3f;
+  };
+  const double bytes = 2.0 * kLayers * (H * H + 2 * H * KV + H * H + 2 * H * F + F * H);
+  zc::set_skinny_stream(1);
+  const float stream_us = median_us(true);
+  HostT out_stream = yd.download();
+  zc::set_skinny_stream(0);
+  const float old_us = median_us(true);
+  HostT out_old = yd.download();
+  zc::set_skinny_stream(1);
+  const float lt_us = median_us(false);
+  EXPECT_TRUE(close(out_stream, out_old, 4 * tol_for(t)));
+  for (auto [name, us] : {std::pair<const char*, float>{"streaming few-row kernel", stream_us},
+                          {"earlier [K, N] kernels", old_us},
+                          {"cuBLASLt + gated", lt_us}})
+    std::printf("layer chain (%d layers, 1 row): %-26s %8.2f us, %6.2f us a layer, %5.0f GB/s\n", kLayers, name, us,
+                us / kLayers, bytes / (us * 1e-6) / 1e9);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
 }  // namespace
 }  // namespace zt

@@ -2,20 +2,23 @@
 # Compiles, on this machine (the GPU machine has no MLIR), the generation plans that tests/cuda/generate_bench.sh
 # runs on the GPU machine, into OUTDIR (default .gpu-gen at the repository root; add /.gpu-gen/ to
 # .git/info/exclude). The device call carries OUTDIR and .gpu-deps (scripts/gpu-deps.sh):
-#   tests/cuda/make_generate_plans.sh [OUTDIR] [--7b] [--fused]
+#   tests/cuda/make_generate_plans.sh [OUTDIR] [--7b] [--fused] [--stream]
 # llama-1b (tests/models/bench, graph only: the weights are drawn at load time with zrun --init random), bf16,
 # --target cuda, --max-seq 768 (a 512-token prompt and 256 new tokens), one plan per batch size 1, 8 and 64.
-# --fused adds llama-1b-b1-fused and -b8-fused (--decode-fusion on). --7b adds llama2-7b at tp 2 (the same
+# --fused adds llama-1b-b1-fused and -b8-fused (--decode-fusion on). --stream adds llama-1b-b1-all (every
+# one-row decode product on the few-row kernel, gate/up + SiLU one launch: --decode-fusion on
+# --few-rows-max-bytes 1 GiB) and -b1-mid (the same but the LM head), which tests/cuda/decode_stream_gpu.sh runs. --7b adds llama2-7b at tp 2 (the same
 # batches) and at batch 64 with --offload-param cpu.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 zplan=${ZPLAN:-$top/build/bin/zplan}
 out=$top/.gpu-gen
-big=0 fused=0
+big=0 fused=0 stream=0
 for a in "$@"; do
   case $a in
     --7b) big=1 ;;
     --fused) fused=1 ;;
+    --stream) stream=1 ;;
     -*) echo "make_generate_plans: unknown flag $a" >&2; exit 2 ;;
     *) out=$a ;;
   esac
@@ -41,6 +44,10 @@ if [[ $fused == 1 ]]; then
   for b in 1 8; do
     c llama-1b-b$b-fused.zplan llama-1b --batch $b --decode-fusion on
   done
+fi
+if [[ $stream == 1 ]]; then
+  c llama-1b-b1-all.zplan llama-1b --batch 1 --decode-fusion on --few-rows-max-bytes 1073741824
+  c llama-1b-b1-mid.zplan llama-1b --batch 1 --decode-fusion on --few-rows-max-bytes 67108864
 fi
 if [[ $big == 1 ]]; then
   for b in 1 8 64; do

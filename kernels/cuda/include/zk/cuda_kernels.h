@@ -151,6 +151,10 @@ GpuStatus skinny_linear_gated(Unary act, const In& x, const In& w_gate, const In
 /// as the plan chose (their few_rows argument); 0 always cuBLASLt (ZK_SKINNY=0); 1 always skinny_linear
 /// where it applies (ZK_SKINNY=1). The override is for A/B timing of one plan; it changes no fused step.
 void set_skinny_mode(int mode);
+/// Whether the few-row products over W [K, N] of at most 4 rows run the streaming kernel (1; ZK_SKINNY_STREAM=1
+/// at start) or the earlier [K, N] kernels (0, the default until the streaming kernel is checked on a GPU).
+/// For A/B timing: the plan's steps and their results' contract are the same either way.
+void set_skinny_stream(int on);
 
 }  // namespace cuda
 }  // namespace zk
