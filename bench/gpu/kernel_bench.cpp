@@ -2,6 +2,13 @@
 // 1024, bf16) and prints one line per kernel: median time, achieved TFLOP/s or GB/s, and the ceiling it is
 // measured against (a device-to-device copy and an 8192^3 bf16 product, both timed here first).
 // Inputs are random (never zeros: zeros run faster than real data on this hardware).
+//
+// `zplan_cuda_kernel_bench --memory` times only the copy ceiling and the memory-bound kernels of the llama
+// forwards at their benchmark shapes (llama2-7b batch 4 and llama-1b batch 8, seq 1024, bf16): residual + RMS
+// norm, RMS norm, the gated SiLU product and rotary (head-major and sequence-major), each with the bytes it
+// must move at least (every operand read once, every output written once; the rotary tables, which stay
+// in cache, not counted) and that rate as a share of the copy's. bench/gpu/elementwise_peers.py times
+// PyTorch's eager and compiled forms of the same ops at the same shapes.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -15,6 +22,7 @@
 
 #include "bench_check.h"
 #include "zk/cuda_kernels.h"
+#include "zk/cuda_rotary.h"
 #include "zk/cuda_train_kernels.h"
 
 namespace {
@@ -64,9 +72,72 @@ double time_ms(cudaStream_t s, const std::function<void()> &f, int warm = 3, int
   return v[v.size() / 2];
 }
 
+/// Copy rate (read + write bytes per second, GB/s) of a 2 GiB device-to-device copy: the ceiling of the
+/// memory-bound kernels.
+double copy_ceiling(cudaStream_t s) {
+  const size_t cb = size_t{2} << 30;
+  void *c0, *c1;
+  CHECK_CUDA(cudaMalloc(&c0, cb));
+  CHECK_CUDA(cudaMalloc(&c1, cb));
+  CHECK_CUDA(cudaMemset(c0, 1, cb));
+  const double ms = time_ms(s, [&] { CHECK_CUDA(cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice, s)); });
+  const double bw = 2.0 * cb / (ms * 1e-3) / 1e9;
+  std::printf("%-52s %10.4f %9.0f GB/s %9s\n", "copy d2d 2 GiB (read + write)", ms, bw, "ceiling");
+  cudaFree(c0);
+  cudaFree(c1);
+  return bw;
+}
+
+/// The llama forwards' memory-bound kernels at their shapes (see the file comment), against the copy rate bw.
+void llama_memory_rows(cudaStream_t s, double bw) {
+  auto mem = [&](const std::string &name, double bytes, const std::function<void()> &f) {
+    const double t = time_ms(s, f, 5, 50);
+    const double gbs = bytes / (t * 1e-3) / 1e9;
+    std::printf("%-52s %10.4f %9.0f GB/s %8.1f%%\n", name.c_str(), t, gbs, 100.0 * gbs / bw);
+  };
+  struct Model {
+    const char *name;
+    int64_t rows, hidden, inter, heads, kv_heads, head_dim, batch, seq;
+  };
+  const Model models[] = {{"llama2-7b", 4096, 4096, 11008, 32, 32, 128, 4, 1024},
+                          {"llama-1b", 8192, 2048, 5632, 32, 8, 64, 8, 1024}};
+  for (const Model &m : models) {
+    const std::string p = std::string(m.name) + " ";
+    const std::string hs = std::to_string(m.rows) + "x" + std::to_string(m.hidden);
+    {
+      const Dims d{m.rows, m.hidden};
+      Buf x(DType::bf16, d), r(DType::bf16, d), g(DType::bf16, Dims{m.hidden}), y(DType::bf16, d), sum(DType::bf16, d);
+      const double e = 2.0 * m.rows * m.hidden;
+      mem(p + "residual+rms_norm " + hs, 4 * e, [&] {
+        CHECK_GPU(zc::residual_norm(x.in(), r.in(), g.in(), zk::In{}, sum.out(), y.out(), true, 1e-5f, s));
+      });
+      mem(p + "rms_norm " + hs, 2 * e, [&] { CHECK_GPU(zc::rms_norm(x.in(), g.in(), y.out(), 1e-5f, s)); });
+    }
+    {
+      const Dims d{m.rows, m.inter};
+      Buf a(DType::bf16, d), u(DType::bf16, d), o(DType::bf16, d);
+      mem(p + "gated silu " + std::to_string(m.rows) + "x" + std::to_string(m.inter), 3 * 2.0 * m.rows * m.inter,
+          [&] { CHECK_GPU(zc::gated(zk::cpu::Unary::silu, a.in(), u.in(), o.out(), s)); });
+    }
+    for (int64_t h : {m.heads, m.kv_heads}) {
+      Buf c(DType::bf16, Dims{1, 1, m.seq, m.head_dim}), sn(DType::bf16, Dims{1, 1, m.seq, m.head_dim});
+      Buf xh(DType::bf16, Dims{m.batch, h, m.seq, m.head_dim}), yh(DType::bf16, Dims{m.batch, h, m.seq, m.head_dim});
+      Buf xs(DType::bf16, Dims{m.batch, m.seq, h, m.head_dim}), ys(DType::bf16, Dims{m.batch, m.seq, h, m.head_dim});
+      const double e = 2.0 * m.batch * h * m.seq * m.head_dim;
+      const std::string shp = "[" + std::to_string(m.batch) + "," + std::to_string(h) + "," + std::to_string(m.seq) +
+                              "," + std::to_string(m.head_dim) + "]";
+      mem(p + "rotary head-major " + shp, 2 * e,
+          [&] { CHECK_GPU(zc::rotary(xh.in(), c.in(), sn.in(), yh.out(), false, s)); });
+      mem(p + "rotary seq-major " + shp, 2 * e,
+          [&] { CHECK_GPU(zc::rotary(xs.in(), c.in(), sn.in(), ys.out(), false, s, true)); });
+      if (m.heads == m.kv_heads) break;  // k has q's shape: one row each
+    }
+  }
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char **argv) {
   std::string why;
   if (!zc::device_usable(size_t{8} << 30, &why)) {
     std::printf("SKIPPED: %s\n", why.c_str());
@@ -79,6 +150,12 @@ int main() {
   void *ws;
   CHECK_CUDA(cudaMalloc(&ws, zc::kGemmWorkspaceBytes));
 
+  if (argc > 1 && std::string(argv[1]) == "--memory") {
+    std::printf("%-52s %10s %12s %10s\n", "kernel", "ms", "rate", "of copy");
+    llama_memory_rows(s, copy_ceiling(s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    return 0;
+  }
   std::printf("%-44s %10s %12s %10s\n", "kernel", "ms", "rate", "of peak");
   // Ceilings.
   const size_t cb = size_t{2} << 30;

@@ -82,6 +82,19 @@ __device__ __forceinline__ void store_i(void *p, DType t, int64_t i, int64_t v) 
   }
 }
 
+// --- 16-byte vectors ----------------------------------------------------------------------------------------
+/// 16 bytes of T (8 bf16/f16 or 4 f32 elements): the unit of the memory-bound kernels' loads and stores. A
+/// warp of 16-byte accesses moves 512 contiguous bytes per instruction, four times what 4-byte accesses do,
+/// which is what it takes to keep enough bytes in flight to run near the device's bandwidth.
+template <class T>
+struct alignas(16) Pack16 {
+  static constexpr int N = 16 / sizeof(T);
+  T v[N];
+};
+
+/// Whether p is 16-byte aligned (a Pack16 may be read or written there).
+__host__ __device__ __forceinline__ bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // --- index maps --------------------------------------------------------------------------------------------
 /// Maps a dense row-major output index to the element offsets of up to N operands read with arbitrary
 /// strides (0 along broadcast dims). Passed to kernels by value.

@@ -2,6 +2,14 @@
 // fused residual + norm, and the reductions. One thread block per row; row statistics accumulate in fp32
 // with block tree reductions, two passes over the row (mean, then centred squares) so that a large mean
 // does not cancel the variance away.
+//
+// The norms are memory-bound (llama2-7b's residual + RMS norm moves 128 MiB a call over [4096, 4096] bf16),
+// so their common case, rows that are whole 16-byte packs with aligned operands, has its own kernel: each
+// thread loads all its packs of x (and of the residual) before it computes anything, its packs of the scale
+// while the row's statistics reduce, keeps the row in registers, and writes the sum and the output once,
+// 16 bytes at a time. Other rows (a hidden size that is not a multiple of 8, an offset view, rows past 2048
+// packs) take the element-wise kernel, which keeps the row in registers too up to 8192 elements.
+#include <algorithm>
 #include <type_traits>
 
 #include "common.cuh"
@@ -65,8 +73,9 @@ __global__ void softmax_kernel(const T *__restrict__ x, U *__restrict__ y, int64
 /// With Cache > 0 (rows of at most Cache * blockDim elements) the row is read from memory once and held in
 /// registers; otherwise it is read once per pass (the later passes mostly hit L1/L2).
 template <class T, bool Rms, bool Residual, int Cache>
-__global__ void norm_kernel(const T *__restrict__ x, const T *__restrict__ r, const T *__restrict__ scale,
-                            const T *__restrict__ bias, T *__restrict__ sum_out, T *__restrict__ y, int64_t n, float eps) {
+__global__ void __launch_bounds__(1024)
+    norm_kernel(const T *__restrict__ x, const T *__restrict__ r, const T *__restrict__ scale,
+                const T *__restrict__ bias, T *__restrict__ sum_out, T *__restrict__ y, int64_t n, float eps) {
   ::zk::cuda::detail::pdl_enter();
   __shared__ float red[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * n;
@@ -121,6 +130,96 @@ __global__ void norm_kernel(const T *__restrict__ x, const T *__restrict__ r, co
   ss = block_sum(ss, red);
   const float inv = rsqrtf(ss / static_cast<float>(n) + eps);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) finish(j, load(j), mean, inv);
+}
+
+/// norm_kernel for rows of `packs` whole 16-byte packs, every operand 16-byte aligned. A block of
+/// blockDim.x threads owns one row; thread k holds packs k, k + blockDim.x, ... (at most P of them), so each
+/// load instruction of the block reads one contiguous stretch. The arithmetic is norm_kernel's, in the same
+/// order per element; only the order of the fp32 partial sums differs.
+template <class T, bool Rms, bool Residual, int P>
+__global__ void __launch_bounds__(256, 1) norm_packed_kernel(const T *__restrict__ x, const T *__restrict__ r,
+                                                           const T *__restrict__ scale, const T *__restrict__ bias,
+                                                           T *__restrict__ sum_out, T *__restrict__ y, int packs,
+                                                           float eps) {
+  using PT = detail::Pack16<T>;
+  constexpr int N = PT::N;
+  ::zk::cuda::detail::pdl_enter();
+  __shared__ float red[32];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * packs;
+  const PT *xp = reinterpret_cast<const PT *>(x) + base;
+  const PT *rp = reinterpret_cast<const PT *>(r) + base;
+  PT a[P], b[P];
+  // Every load of the row is issued before the first use, so P (or 2P) 16-byte loads per thread are in flight.
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int j = threadIdx.x + k * blockDim.x;
+    if (j < packs) {
+      a[k] = xp[j];
+      if (Residual) b[k] = rp[j];
+    }
+  }
+  float v[P][N];
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int j = threadIdx.x + k * blockDim.x;
+    if (j < packs) {
+      if (Residual) {
+        // The fused form normalises the rounded sum, exactly what the unfused add then norm would see.
+#pragma unroll
+        for (int e = 0; e < N; ++e) a[k].v[e] = from_f32<T>(to_f32(a[k].v[e]) + to_f32(b[k].v[e]));
+        if (sum_out) reinterpret_cast<PT *>(sum_out)[base + j] = a[k];
+      }
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        v[k][e] = to_f32(a[k].v[e]);
+        s += v[k][e];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < N; ++e) v[k][e] = 0.0f;
+    }
+  }
+  // The scale and bias packs load while the row's statistics reduce.
+  PT g[P], c[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int j = threadIdx.x + k * blockDim.x;
+    if (j < packs) {
+      if (scale) g[k] = reinterpret_cast<const PT *>(scale)[j];
+      if (bias) c[k] = reinterpret_cast<const PT *>(bias)[j];
+    }
+  }
+  const float n = static_cast<float>(packs) * N;
+  const float mean = Rms ? 0.0f : block_sum(s, red) / n;
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int j = threadIdx.x + k * blockDim.x;
+    if (j < packs) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float dv = v[k][e] - mean;
+        ss += dv * dv;
+      }
+    }
+  }
+  const float inv = rsqrtf(block_sum(ss, red) / n + eps);
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int j = threadIdx.x + k * blockDim.x;
+    if (j < packs) {
+      PT o;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        float w = (v[k][e] - mean) * inv;
+        if (scale) w *= to_f32(g[k].v[e]);
+        if (bias) w += to_f32(c[k].v[e]);
+        o.v[e] = from_f32<T>(w);
+      }
+      reinterpret_cast<PT *>(y)[base + j] = o;
+    }
+  }
 }
 
 __device__ __forceinline__ float nan_max(float a, float b) {
@@ -238,11 +337,45 @@ cudaError_t softmax(const T *x, U *y, int64_t rows, int64_t n, int64_t inner, fl
   return detail::launched();
 }
 
+/// Packs per thread of norm_packed_kernel: the fewest (1, 2, 4 or 8) that cover a row of `packs` with at
+/// most 256 threads, so that short rows still get whole warps and long rows more loads in flight per
+/// thread; 0 where the row is longer than 8 x 256 packs (norm_kernel takes it: 8 packs of a row per thread
+/// is as many registers as a thread should hold).
+inline int packs_per_thread(int64_t packs) {
+  for (int p : {1, 2, 4, 8})
+    if (packs <= 256LL * p) return p;
+  return 0;
+}
+
+template <class T, bool Rms, bool Residual, int P>
+void norm_packed_launch(const T *x, const T *r, const T *scale, const T *bias, T *sum, T *y, int64_t rows,
+                        int64_t packs, float eps, cudaStream_t s) {
+  const int64_t per = (packs + P - 1) / P;
+  const int t = static_cast<int>((per + 31) / 32 * 32);
+  ::zk::cuda::detail::launch_pdl(norm_packed_kernel<T, Rms, Residual, P>, dim3(static_cast<unsigned>(rows)), dim3(t),
+                                 0, s, x, r, scale, bias, sum, y, static_cast<int>(packs), eps);
+}
+
 template <class T, bool Rms, bool Residual>
 void norm_launch(const T *x, const T *r, const T *scale, const T *bias, T *sum, T *y, int64_t rows, int64_t n, float eps,
                  cudaStream_t s) {
+  constexpr int N = detail::Pack16<T>::N;
+  const bool aligned = detail::aligned16(x) && detail::aligned16(y) && (!r || detail::aligned16(r)) &&
+                       (!scale || detail::aligned16(scale)) && (!bias || detail::aligned16(bias)) &&
+                       (!sum || detail::aligned16(sum));
+  const int p = n % N == 0 && aligned ? packs_per_thread(n / N) : 0;
+  switch (p) {
+    case 1: return norm_packed_launch<T, Rms, Residual, 1>(x, r, scale, bias, sum, y, rows, n / N, eps, s);
+    case 2: return norm_packed_launch<T, Rms, Residual, 2>(x, r, scale, bias, sum, y, rows, n / N, eps, s);
+    case 4: return norm_packed_launch<T, Rms, Residual, 4>(x, r, scale, bias, sum, y, rows, n / N, eps, s);
+    case 8: return norm_packed_launch<T, Rms, Residual, 8>(x, r, scale, bias, sum, y, rows, n / N, eps, s);
+    default: break;
+  }
   const unsigned g = static_cast<unsigned>(rows);
-  const int t = row_threads(n);
+  int t = row_threads(n);
+  // Rows too long for 8 elements per thread of 256 get up to 1024 threads, so that rows of up to 8192
+  // elements stay in registers instead of being read from memory once per pass.
+  if (n > 8LL * t) t = static_cast<int>(std::min<int64_t>(1024, ((n + 7) / 8 + 31) / 32 * 32));
   if (n <= 4LL * t)
     ::zk::cuda::detail::launch_pdl(norm_kernel<T, Rms, Residual, 4>, dim3(g), dim3(t), 0, s, x, r, scale,
                                    bias, sum, y, n, eps);

@@ -31,18 +31,46 @@ struct alignas(sizeof(T) * V) Group {
   T v[V];
 };
 
-/// One rotated pair group: V elements at i and V at i + h of row r. The products are rounded to fp32 before
-/// the sum (no fused multiply-add), exactly as the CPU reference computes them.
-template <class T, class U, int V>
-__global__ void rotary_kernel(const T *x, const U *__restrict__ cos, const U *__restrict__ sin, T *y, int64_t rows,
-                              int64_t d, IndexMap<1> table, bool inverse) {
-  const int64_t h = d / 2, groups = h / V, n = rows * groups;
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = k / groups, i = (k - r * groups) * V;
+/// The map from a row of x to its table row, for launches whose indices fit 32 bits: dims of one dropped and
+/// neighbours that step the table alike merged on the host (llama's head-major [B, H, S] rows over [S, D]
+/// tables become [B * H, S] with strides [0, D]), so a row costs one or two 32-bit divisions instead of a
+/// 64-bit division and remainder per dim of x. The outermost dim takes no remainder.
+struct TableMap32 {
+  int rank = 0;
+  uint32_t dims[kMaxRank] = {};
+  uint32_t st[kMaxRank] = {};
+  __device__ __forceinline__ uint32_t offset(uint32_t r) const {
+    uint32_t off = 0;
+    for (int k = rank - 1; k > 0; --k) {
+      const uint32_t q = r / dims[k];
+      off += (r - q * dims[k]) * st[k];
+      r = q;
+    }
+    return rank > 0 ? off + r * st[0] : 0;
+  }
+};
+
+/// The 64-bit map: IndexMap<1>'s per-dim decomposition, for x or tables past 2^31 elements.
+struct TableMap64 {
+  IndexMap<1> map;
+  __device__ __forceinline__ int64_t offset(int64_t r) const {
     int64_t off[1];
-    table.offsets(r, off);
-    const int64_t xo = r * d + i, to = off[0] + i;
+    map.offsets(r, off);
+    return off[0];
+  }
+};
+
+/// One rotated pair group: V elements at i and V at i + h of row r. The products are rounded to fp32 before
+/// the sum (no fused multiply-add), exactly as the CPU reference computes them. I is the index type
+/// (uint32_t where every index fits, which llama's shapes do; int64_t otherwise).
+template <class T, class U, int V, class I, class Map>
+__global__ void rotary_kernel(const T *x, const U *__restrict__ cos, const U *__restrict__ sin, T *y, I rows, I d,
+                              Map table, bool inverse) {
+  const I h = d / 2, groups = h / V, n = rows * groups;
+  const I step = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I k = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; k < n; k += step) {
+    const I r = k / groups, i = (k - r * groups) * V;
+    const I xo = r * d + i, to = static_cast<I>(table.offset(r)) + i;
     const Group<T, V> a = *reinterpret_cast<const Group<T, V> *>(x + xo);
     const Group<T, V> b = *reinterpret_cast<const Group<T, V> *>(x + xo + h);
     const Group<U, V> ca = *reinterpret_cast<const Group<U, V> *>(cos + to);
@@ -64,11 +92,42 @@ __global__ void rotary_kernel(const T *x, const U *__restrict__ cos, const U *__
   }
 }
 
+/// The 32-bit map of `table`, or false where some index may not fit: x's elements or the tables' extent.
+bool map32(const IndexMap<1> &table, int64_t x_elems, int64_t d, TableMap32 *out) {
+  if (x_elems >= (int64_t{1} << 31)) return false;
+  int64_t extent = d;  // the largest table row offset plus a row
+  TableMap32 m;
+  for (int k = 0; k < table.rank; ++k) {
+    const int64_t dk = table.dims[k], sk = table.st[0][k];
+    if (dk == 1) continue;
+    extent += (dk - 1) * sk;
+    // Merge with the previous kept dim where stepping it is stepping this one dk times (both broadcast, or
+    // dense across the two).
+    if (m.rank > 0 && m.st[m.rank - 1] == static_cast<uint64_t>(sk) * static_cast<uint64_t>(dk)) {
+      m.dims[m.rank - 1] = static_cast<uint32_t>(m.dims[m.rank - 1] * dk);
+      m.st[m.rank - 1] = static_cast<uint32_t>(sk);
+      continue;
+    }
+    m.dims[m.rank] = static_cast<uint32_t>(dk);
+    m.st[m.rank] = static_cast<uint32_t>(sk);
+    ++m.rank;
+  }
+  if (extent >= (int64_t{1} << 31)) return false;
+  *out = m;
+  return true;
+}
+
 template <class T, class U, int V>
 cudaError_t start(const T *x, const U *cos, const U *sin, T *y, int64_t rows, int64_t d, const IndexMap<1> &table,
                   bool inverse, cudaStream_t s) {
   const int64_t n = rows * (d / 2 / V);
-  rotary_kernel<T, U, V><<<detail::grid_for(n), kThreads, 0, s>>>(x, cos, sin, y, rows, d, table, inverse);
+  TableMap32 m32;
+  if (map32(table, rows * d, d, &m32))
+    rotary_kernel<T, U, V, uint32_t, TableMap32><<<detail::grid_for(n), kThreads, 0, s>>>(
+        x, cos, sin, y, static_cast<uint32_t>(rows), static_cast<uint32_t>(d), m32, inverse);
+  else
+    rotary_kernel<T, U, V, int64_t, TableMap64><<<detail::grid_for(n), kThreads, 0, s>>>(
+        x, cos, sin, y, rows, d, TableMap64{table}, inverse);
   return detail::launched();
 }
 

@@ -164,7 +164,9 @@ TEST(CudaElementwise, WhereExpandFill) {
 
 TEST(CudaElementwise, FusedBiasActivationAndGatedProduct) {
   for (DType t : kFloats)
-    for (Dims s : {Dims{5, 96}, Dims{2, 3, 1000}, Dims{4, 33}}) {  // packed (16-byte) and plain paths
+    // Packed (16-byte) and plain paths; llama2-7b's width (the packed path's two-pack steps and its tail);
+    // a single pack.
+    for (Dims s : {Dims{5, 96}, Dims{2, 3, 1000}, Dims{4, 33}, Dims{3, 11008}, Dims{1, 8}}) {
       const int64_t n = s.d[s.rank - 1];
       HostT x = random_tensor(t, s), bias = random_tensor(t, Dims{n}), up = random_tensor(t, s);
       for (Unary act : {Unary::gelu_tanh, Unary::gelu_erf, Unary::silu, Unary::relu}) {
@@ -235,7 +237,8 @@ TEST(CudaRows, MaskedCausalSoftmax) {
 
 TEST(CudaRows, LayerNormRmsNormAndResidualFusion) {
   struct Case { Dims s; int axis; };
-  const Case cases[] = {{Dims{4, 1024}, -1}, {Dims{3, 5, 77}, 2}, {Dims{2, 3, 4, 5}, 2}, {Dims{7, 3000}, 1}, {Dims{1, 1}, 1}};
+  const Case cases[] = {{Dims{4, 1024}, -1}, {Dims{3, 5, 77}, 2}, {Dims{2, 3, 4, 5}, 2}, {Dims{7, 3000}, 1},
+                        {Dims{1, 1}, 1},      {Dims{2, 4096}, 1},   {Dims{3, 11008}, 1}};
   for (DType t : kFloats)
     for (const Case &c : cases) {
       SCOPED_TRACE(std::string(zk::dtype_name(t)) + " " + dims_str(c.s) + " axis " + std::to_string(c.axis));
@@ -257,7 +260,12 @@ TEST(CudaRows, LayerNormRmsNormAndResidualFusion) {
       EXPECT_TRUE(close(dy.download(), ref2, tol_for(t)));
     }
   for (DType t : kFloats)
-    for (Dims s : {Dims{4, 2048}, Dims{3, 5, 77}, Dims{1, 1}}) {
+    // The 16-byte kernel at 1, 2, 4 and 8 packs a thread (2048, llama2-7b's 4096, one decode row of it,
+    // 11008 in bf16) and rows longer than it takes (20000; 11008 in f32), which the element-wise kernel reads
+    // once per pass; rows that are not whole packs (77; 4100 and 36 in bf16 and f16, whose packs are 8
+    // elements), which it keeps in registers; a single element.
+    for (Dims s : {Dims{4, 2048}, Dims{2, 4096}, Dims{1, 4096}, Dims{3, 4100}, Dims{2, 11008}, Dims{1, 20000},
+                   Dims{3, 5, 77}, Dims{2, 36}, Dims{1, 1}}) {
       SCOPED_TRACE(std::string(zk::dtype_name(t)) + " rms " + dims_str(s));
       const int64_t n = s.d[s.rank - 1];
       HostT x = random_tensor(t, s), r = random_tensor(t, s), g = random_tensor(t, Dims{n}), b = random_tensor(t, Dims{n});
@@ -279,6 +287,35 @@ TEST(CudaRows, LayerNormRmsNormAndResidualFusion) {
       ZT_GPU_OK(zc::residual_norm(dx.in(), dr.in(), dg.in(), zk::In{}, zk::Out{}, dy.out(), true, 1e-6f, nullptr));
       EXPECT_TRUE(close(dy.download(), rref, tol_for(t)));
     }
+}
+
+TEST(CudaRows, NormsOnMisalignedOperandsTakeTheElementPath) {
+  // x, the residual and both outputs start one element into their buffers, so the 16-byte kernel is refused
+  // and the element-wise one must agree with the reference (llama2-7b's width, bf16 and f32).
+  const Dims s{3, 4096};
+  const int64_t n = s.d[1];
+  for (DType t : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(zk::dtype_name(t));
+    HostT x = random_tensor(t, s), r = random_tensor(t, s), g = random_tensor(t, Dims{n});
+    HostT sum(t, s), ref(t, s);
+    ZT_CPU_OK(zk::cpu::binary(Binary::add, x.in(), r.in(), sum.out()));
+    ZT_CPU_OK(zk::cpu::rms_norm(sum.in(), g.in(), ref.out(), 1e-6f));
+    const size_t es = zk::dtype_size(t);
+    const Dims wide{s.numel() + 1};
+    DevT bx(t, wide), br(t, wide), bs(t, wide), by(t, wide), dg(g);
+    auto at = [&](DevT &b) { return static_cast<char *>(b.ptr) + es; };
+    ASSERT_EQ(cudaMemcpy(at(bx), x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(at(br), r.bytes.data(), r.bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ZT_GPU_OK(zc::residual_norm(zk::In{at(bx), t, s}, zk::In{at(br), t, s}, dg.in(), zk::In{}, zk::Out{at(bs), t, s},
+                                zk::Out{at(by), t, s}, true, 1e-6f, nullptr));
+    auto part = [&](const DevT &b) {
+      HostT all = b.download(), got(t, s);
+      std::memcpy(got.bytes.data(), all.bytes.data() + es, got.bytes.size());
+      return got;
+    };
+    EXPECT_TRUE(close(part(bs), sum, 0));
+    EXPECT_TRUE(close(part(by), ref, tol_for(t)));
+  }
 }
 
 TEST(CudaRows, Reductions) {

@@ -18,6 +18,7 @@ struct Case {
 const Case kCases[] = {
     {Dims{2, 4, 8, 16}, Dims{1, 1, 8, 16}},    // the test llama's prefill: [B, H, S, D], tables [1, 1, S, D]
     {Dims{1, 32, 5, 64}, Dims{1, 1, 5, 64}},   // llama-1b heads, five positions
+    {Dims{2, 4, 16, 128}, Dims{1, 1, 16, 128}},  // llama2-7b's head dim
     {Dims{3, 4, 1, 128}, Dims{3, 1, 1, 128}},  // a decode step: one table row per sequence (gathered)
     {Dims{3, 5, 6}, Dims{5, 6}},               // h = 3: no 16-byte group fits, one element per thread
     {Dims{2, 7, 12}, Dims{2, 7, 12}},          // h = 6: no 16-byte group of bf16 / f16 fits; tables unbroadcast
