@@ -3,14 +3,19 @@
 # (docs/gpu-plan-runs.md, "Attention forward kernels"): builds the kernel tests, the attention timing tool and
 # zrun (compiler off; FlatBuffers and GoogleTest from ./.gpu-deps, scripts/gpu-deps.sh), runs PyTorch's SDPA
 # peers (bench/gpu/sdpa_bench.py, flash and cuDNN) while it builds, then
-#   1. every attention kernel against the CPU reference (CudaAttention.*, then the wgmma kernel's
-#      CudaAttentionWgmma.* in a process of its own, so that a fault there cannot hide the others);
-#   2. zplan_cuda_attention_bench over every kernel (the wgmma ones in their own process);
-#   3. if PLANS (a folder of gpt2-350m-tp1.zplan and llama-1b-tp1.zplan, compiled elsewhere) is given: zrun,
-#      CUDA graph replay, median of 10 after 3 warm-ups, under the old kernel and the fastest new one that
-#      passed its tests (on gpt2-350m's shape); then, while time remains, torch.compile's forwards of the two
-#      models (bench/gpu/torch_baseline.py --modes compile).
+#   1. the attention kernels against the CPU reference, each group in a process of its own so that a fault in
+#      one cannot hide the others: the warp-specialised wgmma kernels (CudaAttentionWgmma.WarpSpecialised*),
+#      the register kernels (CudaAttention.*), the other wgmma kernels (the rest of CudaAttentionWgmma.*);
+#   2. zplan_cuda_attention_bench over ATTN_FA_PATHS and ATTN_WG_PATHS (the wgmma ones in their own process);
+#   3. if PLANS (a folder at the repository root, compiled elsewhere) is given: tests/cuda/check_models.sh on the
+#      test models' plans in it (<model>-fp32.zplan, <model>-bf16.zplan) under ZK_CUDA_ATTENTION=ATTN_FORCE
+#      (default: the fastest wgmma kernel on llama2-7b's shape that passed its tests), then zrun (CUDA graph
+#      replay, median of 10 after 3 warm-ups) of gpt2-350m-tp1.zplan and llama-1b-tp1.zplan under wg2 and that
+#      kernel, while the deadline allows; then torch.compile's forwards (bench/gpu/torch_baseline.py) if time
+#      remains.
 # Run from the tree's root:  bash bench/gpu/attention_call.sh [PLANS]
+# Environment: ATTN_DEADLINE_S (seconds from the start after which optional steps are skipped; default 380),
+# ATTN_FA_PATHS, ATTN_WG_PATHS (ZK_CUDA_ATTENTION values to time), ATTN_FORCE (as above).
 # Logs go to /tmp/attn-call, and as attn-logs.tgz and summary.txt to $OUT; the summary prints last.
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -21,6 +26,8 @@ mkdir -p "$out"
 # The device tool returns a few files only: the logs travel as one archive, the summary beside it.
 trap '[[ -n ${OUT:-} ]] && { tar czf "$OUT/attn-logs.tgz" -C "$out" .; cp -f "$out/summary.txt" "$OUT/"; }' EXIT
 deadline=${ATTN_DEADLINE_S:-380}
+fa_paths=${ATTN_FA_PATHS:-default old fa4x1 fa4x1r}
+wg_paths=${ATTN_WG_PATHS:-wg2 wg2pp wg3 wg3s wg3b wg3d wg3f}
 b=$top/build-gpu
 sum=$out/summary.txt
 log() { echo "[+${SECONDS}s] $*" | tee -a "$sum"; }
@@ -42,33 +49,43 @@ if [[ $rc != 0 ]]; then grep -B2 -A12 -E "error|FAILED" "$out/build.log" | head 
 [[ -n $plans ]] && { nice -n 10 ninja -C "$b" -j"$(nproc)" zrun > "$out/build-zrun.log" 2>&1; echo $? > /tmp/attn-zrun.rc; } &
 zpid=$!
 
-timeout 200 "$b/bin/zplan_cuda_kernels_test" --gtest_filter='CudaAttention.*' > "$out/tests.log" 2>&1
+kt=$b/bin/zplan_cuda_kernels_test
+run_tests() {  # NAME LIMIT FILTER
+  timeout "$2" "$kt" --gtest_filter="$3" > "$out/tests-$1.log" 2>&1
+  local r=$?
+  log "tests $1 ($3) rc $r: $(grep -E '^\[  (PASSED|FAILED)' "$out/tests-$1.log" | tr '\n' ' ')"
+  grep -m 12 -E "Failure|path '|Which is|error" "$out/tests-$1.log" >> "$sum"
+  return $r
+}
+run_tests ws 100 'CudaAttentionWgmma.WarpSpecialised*'
+ws_rc=$?
+# A kernel that hangs would hang its bench too: time only the others then.
+[[ $ws_rc == 124 || $ws_rc == 137 ]] && wg_paths=$(tr ' ' '\n' <<< "$wg_paths" | grep -v '^wg3' | tr '\n' ' ')
+run_tests fa 150 'CudaAttention.*'
 fa_rc=$?
-log "CudaAttention.* rc $fa_rc: $(grep -E '^\[  (PASSED|FAILED)' "$out/tests.log" | tr '\n' ' ')"
-timeout 90 "$b/bin/zplan_cuda_kernels_test" --gtest_filter='CudaAttentionWgmma.*' --gtest_also_run_disabled_tests \
-  > "$out/tests-wg.log" 2>&1
-wg_rc=$?
-log "CudaAttentionWgmma.* rc $wg_rc: $(grep -E '^\[  (PASSED|FAILED)' "$out/tests-wg.log" | tr '\n' ' ')"
-grep -m 20 -E "Failure|path '|Which is|error" "$out/tests.log" "$out/tests-wg.log" | head -40 >> "$sum"
+run_tests wg 120 'CudaAttentionWgmma.*-CudaAttentionWgmma.WarpSpecialised*'
 
-timeout 120 "$b/bin/zplan_cuda_attention_bench" default old mma64 mma128 fa4x1 fa4x1r fa4x2 fa8x1 fa8x1r fa4x2s > "$out/bench.log" 2>&1
+timeout 60 "$b/bin/zplan_cuda_attention_bench" $fa_paths > "$out/bench.log" 2>&1
 log "bench rc $?"
-timeout 60 "$b/bin/zplan_cuda_attention_bench" wg1 wg2 wgp > "$out/bench-wg.log" 2>&1
+timeout 90 "$b/bin/zplan_cuda_attention_bench" $wg_paths > "$out/bench-wg.log" 2>&1
 log "bench wg rc $?"
 { echo "--- attention bench (zk)"; cat "$out/bench.log" "$out/bench-wg.log"; echo "--- SDPA peers"; cat "$out/sdpa.log"; } >> "$sum"
 
 if [[ -n $plans ]]; then
-  cands=()
-  [[ $fa_rc == 0 ]] && cands+=(fa4x1 fa4x1r fa4x2 fa8x1 fa8x1r fa4x2s)
-  [[ $wg_rc == 0 ]] && cands+=(wg1 wg2 wgp)
-  best=$(cat "$out/bench.log" "$out/bench-wg.log" | awk -v c=" ${cands[*]} " '$1 == "gpt2-350m" && $2 != "head-major" &&
-         index(c, " " $2 " ") && ($4 + 0) > bt { bt = $4 + 0; b = $2 } END { print b }')
-  log "fastest new kernel on gpt2-350m's shape: ${best:-none}"
+  force=${ATTN_FORCE:-}
+  if [[ -z $force && $ws_rc == 0 ]]; then
+    force=$(awk '$1 == "llama2-7b" && $2 ~ /^wg3/ && ($4 + 0) > bt { bt = $4 + 0; b = $2 } END { print b }' "$out/bench-wg.log")
+  fi
+  force=${force:-wg2}
   wait $zpid
   log "zrun build rc $(cat /tmp/attn-zrun.rc)"
   z=$b/bin/zrun
+  ZK_CUDA_ATTENTION=$force timeout 120 bash "$top/tests/cuda/check_models.sh" "$z" "$plans" > "$out/models.log" 2>&1
+  log "check_models.sh under ZK_CUDA_ATTENTION=$force rc $?"
+  cat "$out/models.log" >> "$sum"
   for model in gpt2-350m llama-1b; do
-    for path in old $best; do
+    [[ -f $plans/$model-tp1.zplan ]] || continue
+    for path in wg2 $force; do
       if ((SECONDS > deadline)); then log "skip $model $path (deadline)"; continue; fi
       echo "=== $model ZK_CUDA_ATTENTION=$path" >> "$out/zrun.log"
       ZK_CUDA_ATTENTION=$path ZRT_CUDA_GRAPH=1 timeout 90 "$z" "$plans/$model-tp1.zplan" --backend cuda --init random \

@@ -1,8 +1,9 @@
 // Fused attention. The paths:
 //  - fa::fa_kernel (bf16/f16, head dim 64 or 128; the default off sm_90): the second FlashAttention-2 kernel on
 //    mma.sync, everything per row in registers; see its comment.
-//  - the wgmma kernels (attention_sm90a.cu, sm_90a; ZK_CUDA_ATTENTION=wg1, wg2, wg2r, wg2pp, wgp): wg2 is the
-//    default on sm_90.
+//  - the wgmma kernels (attention_sm90a.cu, sm_90a; ZK_CUDA_ATTENTION=wg1, wg2, wg2r, wg2pp, wgp, and wg3
+//    with its variants wg3s, wg3b, wg3d, wg3f: a TMA producer warpgroup and two consumer warpgroups): wg2 is
+//    the default on sm_90.
 //  - flash_mma_kernel (bf16/f16, head dim 64 or 128; ZK_CUDA_ATTENTION=old and the mma* shapes): the first
 //    register kernel, the default before fa_kernel.
 //  - flash_kernel (bf16/f16, head dim 64 or 128): flash-attention style. A block of 4 warps owns 64 query
@@ -442,24 +443,7 @@ __global__ void __launch_bounds__(W * 32, MinBlocks) flash_mma_kernel(const T *_
 // that carry every layout (sequence-major, packed), the lse and the additive mask.
 namespace fa {
 
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-template <class T>
-__device__ __forceinline__ uint32_t pack(float lo, float hi) {
-  uint32_t r;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    memcpy(&r, &v, 4);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    memcpy(&r, &v, 4);
-  }
-  return r;
-}
+using attn::pack;
 
 template <int Dh, int W, int MT>
 struct Smem {
@@ -571,73 +555,14 @@ __global__ void __launch_bounds__(W * 32, MinBlocks) fa_kernel(const T *__restri
       }
     }
 
-    // Online softmax, rows g (elements 0, 1) and g + 8 (2, 3) of each row tile.
-    const bool masked = !(sl > 0.0f) || mask.data || k0 + kBc > d.T || (d.causal && k0 + kBc - 1 > qw + shift);
-    float mx[MT][2];
-    float mul;  // what turns the values in s into base-2 scaled scores
-    if (masked) {
+    // Online softmax (attention.cuh), rows g and g + 8 of each row tile, and the output rows rescaled.
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        mx[mt][0] = mx[mt][1] = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int j = k0 + nt * 8 + 2 * t + (e & 1);
-            const int qi = qw + mt * 16 + g + (e >> 1) * 8;
-            float val = s[mt][nt][e] * sl;
-            const bool vis = j < d.T && (!d.causal || j <= qi + shift);
-            if (vis && mask.data && qi < d.S)
-              val += detail::load_f(mask.data, mask.dtype,
-                                    b * mask.st[0] + h * mask.st[1] + static_cast<int64_t>(qi) * mask.st[2] +
-                                        static_cast<int64_t>(j) * mask.st[3]) *
-                     kLog2e;
-            val = vis ? val : -INFINITY;
-            s[mt][nt][e] = val;
-            mx[mt][e >> 1] = fmaxf(mx[mt][e >> 1], val);
-          }
-      }
-      mul = 1.0f;
-    } else {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        mx[mt][0] = fmaxf(s[mt][0][0], s[mt][0][1]);
-        mx[mt][1] = fmaxf(s[mt][0][2], s[mt][0][3]);
-#pragma unroll
-        for (int nt = 1; nt < 8; ++nt) {
-          mx[mt][0] = fmaxf(mx[mt][0], fmaxf(s[mt][nt][0], s[mt][nt][1]));
-          mx[mt][1] = fmaxf(mx[mt][1], fmaxf(s[mt][nt][2], s[mt][nt][3]));
-        }
-      }
-      mul = sl;
+    for (int mt = 0; mt < MT; ++mt) {
+      float alpha[2];
+      attn::softmax_tile(reinterpret_cast<float(&)[32]>(s[mt]), m[mt], l[mt], alpha, d, mask, k0, qw + mt * 16, g, t,
+                         b, h, sl);
+      attn::rescale(reinterpret_cast<float(&)[Dh / 2]>(o[mt]), alpha);
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float x = mx[mt][r];
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-        const float nm = fmaxf(m[mt][r], x * mul);
-        // A row with nothing visible yet stays empty: no (-inf) - (-inf).
-        const float alpha = nm == -INFINITY ? 1.0f : ex2(m[mt][r] - nm);
-        m[mt][r] = nm;
-        const float base = nm == -INFINITY ? 0.0f : nm;
-        float ps = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          // 2^(-inf) is 0, so masked scores and an empty row (base 0) give zeros without a test.
-          s[mt][nt][2 * r] = ex2(fmaf(s[mt][nt][2 * r], mul, -base));
-          s[mt][nt][2 * r + 1] = ex2(fmaf(s[mt][nt][2 * r + 1], mul, -base));
-          ps += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
-        }
-        l[mt][r] = l[mt][r] * alpha + ps;  // per-thread partial sums; the quad is summed once at the end
-#pragma unroll
-        for (int nd = 0; nd < ND; ++nd) {
-          o[mt][nd][2 * r] *= alpha;
-          o[mt][nd][2 * r + 1] *= alpha;
-        }
-      }
 
     // O += P V: the score tiles 2kk and 2kk + 1 are P's A fragment for keys 16kk .. 16kk + 15.
 #pragma unroll
@@ -666,32 +591,10 @@ __global__ void __launch_bounds__(W * 32, MinBlocks) fa_kernel(const T *__restri
 
   // Normalise, write the lse, and stage the rows in this warp's own rows of Qs (no other warp reads them)
   // so that they leave as 16-byte stores along each row.
-  T *op = out + b * d.o.b + h * d.o.h;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float x = l[mt][r];
-      x += __shfl_xor_sync(0xffffffffu, x, 1);
-      x += __shfl_xor_sync(0xffffffffu, x, 2);
-      const int qi = qw + mt * 16 + g + 8 * r;
-      if (d.lse && t == 0 && qi < d.S)  // m is in base-2 units (scores times log2 e); the lse is natural
-        d.lse[static_cast<int64_t>(bh) * d.S + qi] = x > 0.0f ? (m[mt][r] + log2f(x)) * kLn2 : -INFINITY;
-      const float inv = x > 0.0f ? 1.0f / x : 0.0f;
-      T *row = Qs + (wrow + mt * 16 + g + 8 * r) * ld + 2 * t;
-#pragma unroll
-      for (int nd = 0; nd < ND; ++nd)
-        *reinterpret_cast<uint32_t *>(row + nd * 8) = pack<T>(o[mt][nd][2 * r] * inv, o[mt][nd][2 * r + 1] * inv);
-    }
-  __syncwarp();
-  constexpr int per_row = Dh / 8;
-#pragma unroll
-  for (int e = lane; e < WR * per_row; e += 32) {
-    const int r = e / per_row, c = (e % per_row) * 8, qi = qw + r;
-    if (qi < d.S)
-      *reinterpret_cast<uint4 *>(op + static_cast<int64_t>(qi) * d.o.s + c) =
-          *reinterpret_cast<const uint4 *>(Qs + (wrow + r) * ld + c);
-  }
+    attn::write_rows<T, Dh, ld>(reinterpret_cast<const float(&)[Dh / 2]>(o[mt]), m[mt], l[mt],
+                                Qs + (wrow + mt * 16) * ld, d, bh, b, h, qw + mt * 16, g, t, lane, out);
 }
 
 }  // namespace fa
@@ -979,7 +882,9 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   // mma128 or mma128r (the first register kernel's block shapes, see flash_mma_any), old (that kernel with
   // its measured default shape of the head dim), fa4x1, fa4x1r, fa4x2, fa8x1, fa8x1r or fa4x2s (the second register
   // kernel's shapes, see fa_any), wg1, wg2 or wgp (the wgmma kernels, attention_sm90a.cu: one or two
-  // warpgroups per block, or one whose products overlap its softmax); unset or anything else, the default.
+  // warpgroups per block, or one whose products overlap its softmax), wg3, wg3s, wg3b, wg3d or wg3f (the
+  // producer / two-consumer wgmma kernel and its variants, attention_sm90a.cu); unset or anything else, the
+  // default.
   // ZK_CUDA_ATTENTION_PLAIN=1 turns off the first register kernel's longest-first order and interior-tile fast
   // path.
   const char *env = std::getenv("ZK_CUDA_ATTENTION");
@@ -1008,6 +913,11 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   else if (is("wg2r")) kern = Kern::wg, groups = 3;
   else if (is("wg2pp")) kern = Kern::wg, groups = 4;
   else if (is("wgp")) kern = Kern::wg, groups = 0;
+  else if (is("wg3")) kern = Kern::wg, groups = 5;
+  else if (is("wg3s")) kern = Kern::wg, groups = 6;
+  else if (is("wg3b")) kern = Kern::wg, groups = 7;
+  else if (is("wg3d")) kern = Kern::wg, groups = 8;
+  else if (is("wg3f")) kern = Kern::wg, groups = 9;
   // The 16-byte copies need 16-byte aligned rows: the base pointers and every row stride.
   auto aligned = [](const void *p, const Strides &st) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && st.b % 8 == 0 && st.h % 8 == 0 && st.s % 8 == 0;

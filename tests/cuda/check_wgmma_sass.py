@@ -64,11 +64,21 @@ def written_registers(ins):
     return {r}
 
 
+def wait_stub_return(ins, i):
+    """Whether the branch at ins[i] returns from an out-of-line mbarrier wait: ptxas moves the retry of a
+    try_wait that failed (SYNCS.PHASECHK, then a conditional branch back to it) behind the function's body and
+    jumps back to where the wait was. That backward jump closes no loop of the program."""
+    a, s = ins[i]
+    if not re.match(r'BRA\s', s):  # unconditional only
+        return False
+    return any(opcode(t).startswith('SYNCS.PHASECHK') for _, t in ins[max(0, i - 3):i])
+
+
 def check_function(name, ins):
     loops = []
-    for a, s in ins:
+    for i, (a, s) in enumerate(ins):
         m = re.search(r'\bBRA\s+(?:`\()?(?:!?U?P\d,\s*)?(?:`\()?0x([0-9a-f]+)', s)
-        if m and int(m.group(1), 16) <= a:
+        if m and int(m.group(1), 16) <= a and not wait_stub_return(ins, i):
             loops.append((int(m.group(1), 16), a))
     problems, count, looped = [], 0, 0
     for i, (a, s) in enumerate(ins):
