@@ -876,7 +876,10 @@ cudaError_t encode_map(CUtensorMap &map, TmaOrder &ord, const void *base, bool b
   for (int i = 0; i < 3; ++i) (dm[i].what == 0 ? ord.pos : dm[i].what == 1 ? ord.head : ord.batch) = i + 1;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(Dh), dm[0].size, dm[1].size, dm[2].size};
   const cuuint64_t strides[3] = {dm[0].stride, dm[1].stride, dm[2].stride};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  // The box spans box_rows positions of one head of one batch: its row count goes to whichever dim the
+  // positions took (not always dim 1: sequence-major and packed operands have the heads innermost).
+  cuuint32_t box[4] = {64, 1, 1, 1};
+  box[ord.pos] = static_cast<cuuint32_t>(box_rows);
   const cuuint32_t unit[4] = {1, 1, 1, 1};
   const CUresult r = enc(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
                          const_cast<void *>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
