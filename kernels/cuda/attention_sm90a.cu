@@ -1,7 +1,9 @@
 // Fused attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a; this file is built for
 // that target alone, kernels/cuda/CMakeLists.txt). ZK_CUDA_ATTENTION=wg1, wg2 (one or two warpgroups per block),
-// wg2r (wg2 held to 128 registers at head dim 128), wg2pp (wg2 with its warpgroups' products in ping-pong) or
-// wgp (one warpgroup whose products overlap its softmax) selects them (attention.cu); none is a default.
+// wg2r (wg2 held to 128 registers at head dim 128), wg2pp (wg2 with its warpgroups' products in ping-pong), wgp
+// (one warpgroup whose products overlap its softmax) or wg3 and its variants (a producer warpgroup feeding two
+// consumers, "wg3" below) selects them (attention.cu); wg2 is the default on sm_90. wg3 ran at 197 / 221 / 315
+// TFLOP/s against wg2's 169 / 194 / 191 (docs/gpu-plan-runs.md, "Attention forward: wg3").
 // Status (docs/gpu-plan-runs.md, "Attention forward kernels", 2026-12-01, H200): wgp passed every kernel test
 // against the CPU reference; wg1 and wg2 passed at head dim 128 and with one key tile at head dim 64, and
 // failed with two or more key tiles at head dim 64 (large errors, bf16 and f16). Their timings there: wg2 172 /
