@@ -207,6 +207,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_kernel(const T *__restrict_
 // that the short ones fill the tail of the grid instead of the long ones. Only the tiles that cross the
 // diagonal or the end of the keys, or any tile under an additive mask, are masked element by element; a
 // warp skips the products of tiles that lie wholly past its own rows' diagonal.
+using mma::async_rows;
 using mma::cp_async16;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
@@ -221,18 +222,6 @@ struct Mma2Smem {
   static constexpr size_t tile = size_t(kBc) * ld * 2;       // one K or V tile
   static constexpr size_t bytes = 4 * tile;                   // K and V, double-buffered (Q reuses buffer 1)
 };
-
-/// Issues the cp.async copies of `Rows` rows (Dh 16-bit elements each, `stride` elements apart in global
-/// memory) into shared rows of stride Dh + 8; rows at or past `valid` are zero-filled.
-template <int Rows, int Dh, int Threads, class T>
-__device__ __forceinline__ void async_rows(T *dst, const T *src, int valid, int64_t stride) {
-  constexpr int per_row = Dh / 8, ld = Dh + 8;
-  for (int e = threadIdx.x; e < Rows * per_row; e += Threads) {
-    const int r = e / per_row, c = (e % per_row) * 8;
-    const bool in = r < valid;
-    cp_async16(dst + r * ld + c, in ? src + static_cast<int64_t>(r) * stride + c : src, in ? 16 : 0);
-  }
-}
 
 template <class T, int Dh, int W, int MinBlocks>
 __global__ void __launch_bounds__(W * 32, MinBlocks) flash_mma_kernel(const T *__restrict__ q, const T *__restrict__ k,

@@ -222,15 +222,7 @@ __device__ __forceinline__ void load_swizzled(unsigned char *dst, const T *src, 
   }
 }
 
-template <int Rows, int Dh, int NT, class T>
-__device__ __forceinline__ void load_rows(T *dst, const T *src, int valid, int64_t stride) {
-  constexpr int per_row = Dh / 8, ld = Dh + 8;
-  for (int e = threadIdx.x; e < Rows * per_row; e += NT) {
-    const int r = e / per_row, c = (e % per_row) * 8;
-    const bool in = r < valid;
-    mma::cp_async16(dst + r * ld + c, in ? src + static_cast<int64_t>(r) * stride + c : src, in ? 16 : 0);
-  }
-}
+using mma::async_rows;
 
 /// Hardware barrier `id` (1-15; 0 is __syncthreads) for `n` threads: wait for the others, or only count in.
 __device__ __forceinline__ void named_sync(int id, int n) {
@@ -279,7 +271,7 @@ __global__ void __launch_bounds__(G * 128, MinBlocks) wg_kernel(const T *__restr
   if (d.causal) kend = min(d.T, q0 + Br + shift);
   const int ntiles = (kend + kBc - 1) / kBc;
 
-  load_rows<Br, Dh, NT>(Qs, qp, min(Br, d.S - q0), d.q.s);
+  async_rows<Br, Dh, NT>(Qs, qp, min(Br, d.S - q0), d.q.s);
   mma::cp_async_commit();
   if (ntiles > 0) {
     load_swizzled<Dh, NT>(Kb(0), kp, min(kBc, d.T), d.k.s);
@@ -428,7 +420,7 @@ __global__ void __launch_bounds__(128) wgp_kernel(const T *__restrict__ q, const
   if (d.causal) kend = min(d.T, q0 + 64 + (d.T - d.S));
   const int ntiles = (kend + kBc - 1) / kBc;
 
-  load_rows<64, Dh, NT>(Qs, qp, min(64, d.S - q0), d.q.s);
+  async_rows<64, Dh, NT>(Qs, qp, min(64, d.S - q0), d.q.s);
   mma::cp_async_commit();
   if (ntiles > 0) {
     load_swizzled<Dh, NT>(Kb(0), kp, min(kBc, d.T), d.k.s);

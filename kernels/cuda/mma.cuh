@@ -71,6 +71,19 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return static_cast<uint32_t>(a) | (static_cast<uint32_t>(b) << 16);
 }
 
+/// Issues the cp.async copies of `Rows` rows (Dh 16-bit elements each, `stride` elements apart in global
+/// memory) into shared rows of stride Dh + 8 (16-byte padded: conflict-free ldmatrix); rows at or past
+/// `valid` are zero-filled. All `Threads` threads of the block take part (the forward attention kernels).
+template <int Rows, int Dh, int Threads, class T>
+__device__ __forceinline__ void async_rows(T *dst, const T *src, int valid, int64_t stride) {
+  constexpr int per_row = Dh / 8, ld = Dh + 8;
+  for (int e = threadIdx.x; e < Rows * per_row; e += Threads) {
+    const int r = e / per_row, c = (e % per_row) * 8;
+    const bool in = r < valid;
+    cp_async16(dst + r * ld + c, in ? src + static_cast<int64_t>(r) * stride + c : src, in ? 16 : 0);
+  }
+}
+
 /// Issues the cp.async copies of a [Rows, Dh] tile of 16-bit elements (global row stride Dh) into shared
 /// rows of stride ld; rows at or past `valid` are zero-filled. All `threads` threads of the block take part.
 template <int Rows, int Dh, int ld, int threads, class T>
