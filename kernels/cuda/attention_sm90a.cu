@@ -50,6 +50,7 @@
 #include "attention.cuh"
 #include "common.cuh"
 #include "mma.cuh"
+#include "tma_layout.h"
 
 namespace zk {
 namespace cuda {
@@ -576,16 +577,10 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   } while (!done);
 }
 
-/// Where the position, head and batch indices go among a tensor map's dims 1-3 (dim 0 is the head dim): the
-/// host orders them by stride, whatever the operand's layout.
-struct TmaOrder {
-  int pos, head, batch;
-};
-
 /// One box of 64 head-dim columns (from column c0) of a tensor map, completing on `bar`.
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, const TmaOrder &o, int c0, int row,
                                          int head, int batch, uint32_t bar) {
-  auto at = [&](int dim) { return o.pos == dim ? row : o.head == dim ? head : batch; };
+  auto at = [&](int dim) { return tma_coord(o, dim, row, head, batch); };
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
       "[%6];\n" ::"r"(dst),
@@ -854,26 +849,16 @@ EncodeTiled encoder() {
 
 /// The tensor map of an operand of `batch` x `heads` x `rows` rows of Dh elements at the given element strides,
 /// in boxes of 64 columns by box_rows rows, 128-byte swizzled, zero past the ends. Dims 1-3 are the position,
-/// head and batch dims in increasing stride (`ord` says which is which), as the encoder describes a tensor.
+/// head and batch dims in increasing stride (tma_layout.h; `ord` says which is which).
 cudaError_t encode_map(CUtensorMap &map, TmaOrder &ord, const void *base, bool bf16, int Dh, int64_t rows,
                        int64_t heads, int64_t batch, const Strides &st, int box_rows) {
   const EncodeTiled enc = encoder();
   if (!enc) return cudaErrorNotSupported;
-  struct Dim {
-    cuuint64_t size, stride;
-    int what;
-  } dm[3] = {{static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(st.s) * 2, 0},
-             {static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(st.h) * 2, 1},
-             {static_cast<cuuint64_t>(batch), static_cast<cuuint64_t>(st.b) * 2, 2}};
-  for (int i = 1; i < 3; ++i)
-    for (int j = i; j > 0 && dm[j].stride < dm[j - 1].stride; --j) std::swap(dm[j], dm[j - 1]);
-  for (int i = 0; i < 3; ++i) (dm[i].what == 0 ? ord.pos : dm[i].what == 1 ? ord.head : ord.batch) = i + 1;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(Dh), dm[0].size, dm[1].size, dm[2].size};
-  const cuuint64_t strides[3] = {dm[0].stride, dm[1].stride, dm[2].stride};
-  // The box spans box_rows positions of one head of one batch: its row count goes to whichever dim the
-  // positions took (not always dim 1: sequence-major and packed operands have the heads innermost).
-  cuuint32_t box[4] = {64, 1, 1, 1};
-  box[ord.pos] = static_cast<cuuint32_t>(box_rows);
+  const TmaLayout l = tma_layout(Dh, rows, heads, batch, st.s, st.h, st.b, 2, box_rows);
+  ord = l.order;
+  const cuuint64_t dims[4] = {l.dims[0], l.dims[1], l.dims[2], l.dims[3]};
+  const cuuint64_t strides[3] = {l.strides[0], l.strides[1], l.strides[2]};
+  const cuuint32_t box[4] = {l.box[0], l.box[1], l.box[2], l.box[3]};
   const cuuint32_t unit[4] = {1, 1, 1, 1};
   const CUresult r = enc(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
                          const_cast<void *>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
