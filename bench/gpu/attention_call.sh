@@ -27,7 +27,7 @@ mkdir -p "$out"
 trap '[[ -n ${OUT:-} ]] && { tar czf "$OUT/attn-logs.tgz" -C "$out" .; cp -f "$out/summary.txt" "$OUT/"; }' EXIT
 deadline=${ATTN_DEADLINE_S:-380}
 fa_paths=${ATTN_FA_PATHS:-default old fa4x1 fa4x1r}
-wg_paths=${ATTN_WG_PATHS:-wg2 wg2pp wg3 wg3s wg3b wg3d wg3f}
+wg_paths=${ATTN_WG_PATHS:-wg2 wg3}
 b=$top/build-gpu
 sum=$out/summary.txt
 log() { echo "[+${SECONDS}s] $*" | tee -a "$sum"; }

@@ -1,9 +1,8 @@
 // Fused attention. The paths:
 //  - fa::fa_kernel (bf16/f16, head dim 64 or 128; the default off sm_90): the second FlashAttention-2 kernel on
 //    mma.sync, everything per row in registers; see its comment.
-//  - the wgmma kernels (attention_sm90a.cu, sm_90a; ZK_CUDA_ATTENTION=wg1, wg2, wg2r, wg2pp, wgp, and wg3
-//    with its variants wg3s, wg3b, wg3d, wg3f: a TMA producer warpgroup and two consumer warpgroups): wg2 is
-//    the default on sm_90.
+//  - the wgmma kernels (attention_sm90a.cu, sm_90a; ZK_CUDA_ATTENTION=wg1, wg2, wg2r, wg2pp, wgp, and wg3: a
+//    TMA producer warpgroup and two consumer warpgroups): wg2 is the default on sm_90.
 //  - flash_mma_kernel (bf16/f16, head dim 64 or 128; ZK_CUDA_ATTENTION=old and the mma* shapes): the first
 //    register kernel, the default before fa_kernel.
 //  - flash_kernel (bf16/f16, head dim 64 or 128): flash-attention style. A block of 4 warps owns 64 query
@@ -871,9 +870,8 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   // mma128 or mma128r (the first register kernel's block shapes, see flash_mma_any), old (that kernel with
   // its measured default shape of the head dim), fa4x1, fa4x1r, fa4x2, fa8x1, fa8x1r or fa4x2s (the second register
   // kernel's shapes, see fa_any), wg1, wg2 or wgp (the wgmma kernels, attention_sm90a.cu: one or two
-  // warpgroups per block, or one whose products overlap its softmax), wg3, wg3s, wg3b, wg3d or wg3f (the
-  // producer / two-consumer wgmma kernel and its variants, attention_sm90a.cu); unset or anything else, the
-  // default.
+  // warpgroups per block, or one whose products overlap its softmax), wg3 (the producer / two-consumer wgmma
+  // kernel, attention_sm90a.cu); unset or anything else, the default.
   // ZK_CUDA_ATTENTION_PLAIN=1 turns off the first register kernel's longest-first order and interior-tile fast
   // path.
   const char *env = std::getenv("ZK_CUDA_ATTENTION");
@@ -903,10 +901,6 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   else if (is("wg2pp")) kern = Kern::wg, groups = 4;
   else if (is("wgp")) kern = Kern::wg, groups = 0;
   else if (is("wg3")) kern = Kern::wg, groups = 5;
-  else if (is("wg3s")) kern = Kern::wg, groups = 6;
-  else if (is("wg3b")) kern = Kern::wg, groups = 7;
-  else if (is("wg3d")) kern = Kern::wg, groups = 8;
-  else if (is("wg3f")) kern = Kern::wg, groups = 9;
   // The 16-byte copies need 16-byte aligned rows: the base pointers and every row stride.
   auto aligned = [](const void *p, const Strides &st) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && st.b % 8 == 0 && st.h % 8 == 0 && st.s % 8 == 0;

@@ -48,8 +48,8 @@ struct AttnDims {
 
 /// The wgmma kernels (attention_sm90a.cu): one or two warpgroups of 64 query rows per block (`groups` 1 or 2; 3:
 /// two, held to 128 registers; 4: two in ping-pong), or (`groups` 0) one warpgroup whose products overlap its
-/// softmax, or (`groups` 5-9) a producer warpgroup issuing tensor copies for two consumer warpgroups (wg3 and
-/// its variants); head dim 64 or 128, bf16 or f16 (`bf16`). Their operands and rules are the register kernels'
+/// softmax, or (`groups` 5) a producer warpgroup issuing tensor copies for two consumer warpgroups (wg3);
+/// head dim 64 or 128, bf16 or f16 (`bf16`). Their operands and rules are the register kernels'
 /// (16-byte aligned rows and strides).
 /// Fails with cudaErrorNoKernelImageForDevice off sm_90 (it is built for sm_90a alone).
 cudaError_t wgmma_forward(const void *q, const void *k, const void *v, void *out, const AttnDims &d,

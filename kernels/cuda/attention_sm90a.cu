@@ -116,31 +116,8 @@ ZK_WGMMA_RS_N128(Bf16, "bf16")
 ZK_WGMMA_RS_N128(F16, "f16")
 #undef ZK_WGMMA_RS_N128
 
-// The wgmma of each tile width with both operands from shared memory (A and B through descriptors, both
-// K-major); scale_d 0 overwrites the accumulator instead of adding to it.
-#define ZK_WGMMA_SS_N64(TAG, TY)                                                                                     \
-__device__ __forceinline__ void mma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d, TAG) {             \
-  asm volatile(                                                                                                      \
-      "{\n"                                                                                                          \
-      ".reg .pred p;\n"                                                                                              \
-      "setp.ne.b32 p, %34, 0;\n"                                                                                     \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                                                    \
-      "{"                                                                                                            \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"                                        \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                               \
-      "}, "                                                                                                          \
-      "%32, %33, p, 1, 1, 0, 0;\n"                                                                                   \
-      "}\n"                                                                                                          \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),              \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),        \
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),      \
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])       \
-      : "l"(da), "l"(db), "r"(scale_d));                                                                             \
-}
-ZK_WGMMA_SS_N64(Bf16, "bf16")
-ZK_WGMMA_SS_N64(F16, "f16")
-#undef ZK_WGMMA_SS_N64
-
+// The wgmma of 128 columns with both operands from shared memory (A and B through descriptors, both K-major);
+// scale_d 0 overwrites the accumulator instead of adding to it.
 #define ZK_WGMMA_SS_N128(TAG, TY)                                                                                    \
 __device__ __forceinline__ void mma_ss_n128(float (&d)[64], uint64_t da, uint64_t db, int scale_d, TAG) {            \
   asm volatile(                                                                                                      \
@@ -529,11 +506,11 @@ cudaError_t launch_pipelined(const void *q, const void *k, const void *v, void *
 //  - Q stays in shared memory in the 128-byte swizzle and is the A operand of S = Q K^T through a descriptor
 //    (both operands from shared memory): no Q fragments live in registers, so the miscompile that
 //    check_wgmma_sass.py looks for has nothing to act on, and no ldmatrix is issued.
-//  - Key tiles of Bc keys (128 by default: S is m64n128, 64 accumulators a thread).
-//  - Within a consumer (Overlap): S of tile j and P V of tile j - 1 are issued together, the softmax of tile j
-//    runs while P V of tile j - 1 is still on the tensor cores, then O is rescaled and P_j packed.
-//  - Between the consumers, ping-pong (PingPong): named barriers 1 and 2 let them issue their products in turn
-//    (0, 1, 0, 1, ...), so that one's softmax runs while the other's products do. Consumer 0 waits on barrier 1 before
+//  - Key tiles of Bc keys (128: S is m64n128, 64 accumulators a thread).
+//  - Within a consumer: S of tile j and P V of tile j - 1 are issued together, the softmax of tile j runs
+//    while P V of tile j - 1 is still on the tensor cores, then O is rescaled and P_j packed.
+//  - Between the consumers, ping-pong: named barriers 1 and 2 let them issue their products in turn (0, 1, 0,
+//    1, ...), so that one's softmax runs while the other's products do. Consumer 0 waits on barrier 1 before
 //    each issue but its first and arrives on barrier 2 after each; consumer 1 waits on barrier 2 before each
 //    and arrives on barrier 1 after each but its last, so every barrier phase has both sides.
 // Every consumer runs every tile of its block (no skipping past the diagonal, which would unbalance the
@@ -541,14 +518,17 @@ cudaError_t launch_pipelined(const void *q, const void *k, const void *v, void *
 // The tensor copies zero-fill rows past the end of q, k and v, so ragged tiles need no special case; the
 // operands' strides go into the tensor maps (every layout: head-major, sequence-major, packed, GQA).
 // The output leaves through the consumer's own Q buffer, rows swizzled like the tiles (conflict-free).
+// Each piece was measured against variants without it on the H200 (docs/gpu-plan-runs.md, "Attention
+// forward: wg3"): without the overlap inside a consumer 7-12% slower, without the ping-pong 5-7%, with 64-key
+// tiles 6-8%; a third stage gained nothing. The variants were removed after that call.
 
 template <class T>
 using TagOf = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, Bf16, F16>;
 
 template <int N, class T>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
-  if constexpr (N == 64) mma_ss_n64(d, da, db, scale_d, TagOf<T>{});
-  else mma_ss_n128(d, da, db, scale_d, TagOf<T>{});
+  static_assert(N == 128, "wg3's key tiles are 128 keys");
+  mma_ss_n128(d, da, db, scale_d, TagOf<T>{});
 }
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -627,7 +607,7 @@ __device__ __forceinline__ void write_rows_swizzled(const float (&o)[Dh / 2], co
   }
 }
 
-template <class T, int Dh, int Bc, int Stages, bool Overlap, bool PingPong>
+template <class T, int Dh, int Bc, int Stages>
 __global__ void __launch_bounds__(384, 1)
     wg3_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                const __grid_constant__ CUtensorMap tv, T *__restrict__ out, AttnDims d, MaskView mask, TmaOrder oq,
@@ -705,16 +685,12 @@ __global__ void __launch_bounds__(384, 1)
 
     // The issue order between the two consumers (the header comment).
     auto my_turn = [&](int j) {
-      if constexpr (PingPong) {
-        if (cw == 1) named_sync(2, 256);
-        else if (j > 0) named_sync(1, 256);
-      }
+      if (cw == 1) named_sync(2, 256);
+      else if (j > 0) named_sync(1, 256);
     };
     auto their_turn = [&](int j) {
-      if constexpr (PingPong) {
-        if (cw == 0) named_arrive(2, 256);
-        else if (j + 1 < n) named_arrive(1, 256);
-      }
+      if (cw == 0) named_arrive(2, 256);
+      else if (j + 1 < n) named_arrive(1, 256);
     };
     auto release = [&](uint32_t bar) {
       __syncwarp();
@@ -745,83 +721,53 @@ __global__ void __launch_bounds__(384, 1)
     };
 
     mbar_wait(bq, 0);
-    if constexpr (Overlap) {
-      // Tile 0: S alone.
-      my_turn(0);
-      mbar_wait(full_k(0), 0);
+    // Tile 0: S alone.
+    my_turn(0);
+    mbar_wait(full_k(0), 0);
+    fence_regs(s);
+    __syncwarp();
+    wg_fence();
+    issue_s(0);
+    wg_commit();
+    their_turn(0);
+    wg_wait<0>();
+    fence_regs(s);
+    release(empty_k(0));
+    float alpha[2];
+    softmax_tile(s, m, l, alpha, d, mask, 0, qw, g, t, b, h, sl);  // O is still zero: alpha is not needed
+    pack_p<T>(pa, s);
+    for (int j = 1; j < n; ++j) {
+      const int st = j % Stages, ps = (j - 1) % Stages;
+      my_turn(j);
+      mbar_wait(full_k(st), (j / Stages) & 1);
+      mbar_wait(full_v(ps), ((j - 1) / Stages) & 1);
       fence_regs(s);
+      fence_regs(o);
       __syncwarp();
       wg_fence();
-      issue_s(0);
+      issue_s(j);
       wg_commit();
-      their_turn(0);
-      wg_wait<0>();
+      issue_pv(j - 1);
+      wg_commit();
+      their_turn(j);
+      wg_wait<1>();  // S of tile j; P V of tile j - 1 may still run
       fence_regs(s);
-      release(empty_k(0));
-      float alpha[2];
-      softmax_tile(s, m, l, alpha, d, mask, 0, qw, g, t, b, h, sl);  // O is still zero: alpha is not needed
+      release(empty_k(st));
+      softmax_tile(s, m, l, alpha, d, mask, j * Bc, qw, g, t, b, h, sl);
+      wg_wait<0>();  // P V of tile j - 1: O and P are free
+      fence_regs(o);
+      release(empty_v(ps));
+      rescale(o, alpha);
       pack_p<T>(pa, s);
-      for (int j = 1; j < n; ++j) {
-        const int st = j % Stages, ps = (j - 1) % Stages;
-        my_turn(j);
-        mbar_wait(full_k(st), (j / Stages) & 1);
-        mbar_wait(full_v(ps), ((j - 1) / Stages) & 1);
-        fence_regs(s);
-        fence_regs(o);
-        __syncwarp();
-        wg_fence();
-        issue_s(j);
-        wg_commit();
-        issue_pv(j - 1);
-        wg_commit();
-        their_turn(j);
-        wg_wait<1>();  // S of tile j; P V of tile j - 1 may still run
-        fence_regs(s);
-        release(empty_k(st));
-        softmax_tile(s, m, l, alpha, d, mask, j * Bc, qw, g, t, b, h, sl);
-        wg_wait<0>();  // P V of tile j - 1: O and P are free
-        fence_regs(o);
-        release(empty_v(ps));
-        rescale(o, alpha);
-        pack_p<T>(pa, s);
-      }
-      mbar_wait(full_v((n - 1) % Stages), ((n - 1) / Stages) & 1);
-      fence_regs(o);
-      __syncwarp();
-      wg_fence();
-      issue_pv(n - 1);
-      wg_commit();
-      wg_wait<0>();
-      fence_regs(o);
-    } else {
-      for (int j = 0; j < n; ++j) {
-        const int st = j % Stages, par = (j / Stages) & 1;
-        my_turn(j);
-        mbar_wait(full_k(st), par);
-        fence_regs(s);
-        __syncwarp();
-        wg_fence();
-        issue_s(j);
-        wg_commit();
-        their_turn(j);
-        wg_wait<0>();
-        fence_regs(s);
-        release(empty_k(st));
-        float alpha[2];
-        softmax_tile(s, m, l, alpha, d, mask, j * Bc, qw, g, t, b, h, sl);
-        rescale(o, alpha);
-        pack_p<T>(pa, s);
-        mbar_wait(full_v(st), par);
-        fence_regs(o);
-        __syncwarp();
-        wg_fence();
-        issue_pv(j);
-        wg_commit();
-        wg_wait<0>();
-        fence_regs(o);
-        release(empty_v(st));
-      }
     }
+    mbar_wait(full_v((n - 1) % Stages), ((n - 1) / Stages) & 1);
+    fence_regs(o);
+    __syncwarp();
+    wg_fence();
+    issue_pv(n - 1);
+    wg_commit();
+    wg_wait<0>();
+    fence_regs(o);
     // Every product that read this consumer's Q is complete: its buffer becomes the output staging.
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     unsigned char *st = smem + cw * L::qtile + warp * 16 * (Dh * 2);  // this warp's 16 rows
@@ -903,11 +849,11 @@ cudaError_t tensor_map(CUtensorMap &map, TmaOrder &ord, const void *base, bool b
   return cudaSuccess;
 }
 
-template <class T, int Dh, int Bc, int Stages, bool Overlap, bool PingPong = true>
+template <class T, int Dh, int Bc = 128, int Stages = 2>
 cudaError_t launch_ws(const void *q, const void *k, const void *v, void *out, const AttnDims &d, const MaskView &mask,
                       cudaStream_t s) {
   using L = Wg3Layout<Dh, Bc, Stages>;
-  const auto kernel = wg3_kernel<T, Dh, Bc, Stages, Overlap, PingPong>;
+  const auto kernel = wg3_kernel<T, Dh, Bc, Stages>;
   static cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::bytes));
   if (attr != cudaSuccess) return attr;
@@ -934,27 +880,9 @@ cudaError_t launch_t(const void *q, const void *k, const void *v, void *out, con
   if (groups == 4)
     return head_dim == 64 ? launch<T, 64, 2, 1, true>(q, k, v, out, d, mask, s)
                           : launch<T, 128, 2, 1, true>(q, k, v, out, d, mask, s);
-  // groups 5-9: wg3 (the producer / two consumer kernel), with 128-key tiles, two stages, each consumer's
-  // softmax overlapped with its own P V and the consumers' products in ping-pong (5, wg3); without the overlap
-  // (6, wg3s); with 64-key tiles (7, wg3b); with three stages (8, wg3d); without the ping-pong (9, wg3f).
-  if (groups >= 5 && groups <= 9) {
-    if (head_dim == 64) {
-      switch (groups) {
-        case 5: return launch_ws<T, 64, 128, 2, true>(q, k, v, out, d, mask, s);
-        case 6: return launch_ws<T, 64, 128, 2, false>(q, k, v, out, d, mask, s);
-        case 7: return launch_ws<T, 64, 64, 2, true>(q, k, v, out, d, mask, s);
-        case 8: return launch_ws<T, 64, 128, 3, true>(q, k, v, out, d, mask, s);
-        default: return launch_ws<T, 64, 128, 2, true, false>(q, k, v, out, d, mask, s);
-      }
-    }
-    switch (groups) {
-      case 5: return launch_ws<T, 128, 128, 2, true>(q, k, v, out, d, mask, s);
-      case 6: return launch_ws<T, 128, 128, 2, false>(q, k, v, out, d, mask, s);
-      case 7: return launch_ws<T, 128, 64, 2, true>(q, k, v, out, d, mask, s);
-      case 8: return launch_ws<T, 128, 128, 3, true>(q, k, v, out, d, mask, s);
-      default: return launch_ws<T, 128, 128, 2, true, false>(q, k, v, out, d, mask, s);
-    }
-  }
+  // groups 5: wg3 (the producer / two-consumer kernel).
+  if (groups == 5)
+    return head_dim == 64 ? launch_ws<T, 64>(q, k, v, out, d, mask, s) : launch_ws<T, 128>(q, k, v, out, d, mask, s);
   if (head_dim == 64)
     return groups >= 2 ? launch<T, 64, 2>(q, k, v, out, d, mask, s) : launch<T, 64, 1>(q, k, v, out, d, mask, s);
   if (groups == 3) return launch<T, 128, 2, 2>(q, k, v, out, d, mask, s);

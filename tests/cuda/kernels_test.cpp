@@ -494,10 +494,8 @@ const std::vector<const char *> kWgmmaPaths = {"wgp"};
 // (wg2r: wg2 held to 128 registers). wg2pp (wg2 with named barriers between its warpgroups) has its own tests.
 const std::vector<const char *> kWgmmaTwoBufferPaths = {"wg1", "wg2", "wg2r"};
 const std::vector<const char *> kWgmmaPingPongPaths = {"wg2pp"};
-// wg3 and its variants (a producer warpgroup issuing tensor copies into an mbarrier ring, two consumer
-// warpgroups; wg3s without the overlap of softmax and P V, wg3b with 64-key tiles, wg3d with three stages, wg3f
-// without the consumers' ping-pong).
-const std::vector<const char *> kWgmmaWsPaths = {"wg3", "wg3s", "wg3b", "wg3d", "wg3f"};
+// wg3 (a producer warpgroup issuing tensor copies into an mbarrier ring for two consumer warpgroups).
+const std::vector<const char *> kWgmmaWsPaths = {"wg3"};
 
 void attention_matches_reference(const std::vector<const char *> &paths) {
   const AttnCase cases[] = {
