@@ -531,18 +531,20 @@ TEST(CudaAttention, MatchesReference) { attention_matches_reference(kAttnPaths);
 // Sequence-major operands (the seq_major bits: the plan's folded head transposes): q, k, v laid out
 // [B, S, H, Dh] by the CPU transpose kernel, the GPU result (transposed back where out is sequence-major)
 // against the CPU reference on the head-major tensors, with the lse. Every bit pattern, every kernel path.
-void attention_sequence_major(const std::vector<const char *> &paths) {
+const std::vector<AttnCase> kSequenceMajorCases = {
+    {2, 8, 2, 300, 300, 64, true, 0},    // GQA, causal, several 128-row blocks with a ragged last one
+    {1, 4, 4, 100, 150, 128, true, 1},   // S < T, padding mask, Dh 128
+    {2, 4, 1, 64, 96, 64, false, 2},     // full mask, multi-query
+    {1, 2, 2, 20, 33, 32, true, 0},      // head dim off the tensor-core path (exact kernel)
+};
+
+void attention_sequence_major(const std::vector<const char *> &paths,
+                              const std::vector<AttnCase> &cases = kSequenceMajorCases) {
   const int64_t perm[4] = {0, 2, 1, 3};
   auto swap12 = [&](const HostT &x) {
     HostT y(x.dtype, Dims{x.shape.d[0], x.shape.d[2], x.shape.d[1], x.shape.d[3]});
     EXPECT_TRUE(zk::cpu::transpose(x.in(), y.out(), perm).ok());
     return y;
-  };
-  const AttnCase cases[] = {
-      {2, 8, 2, 300, 300, 64, true, 0},    // GQA, causal, several 128-row blocks with a ragged last one
-      {1, 4, 4, 100, 150, 128, true, 1},   // S < T, padding mask, Dh 128
-      {2, 4, 1, 64, 96, 64, false, 2},     // full mask, multi-query
-      {1, 2, 2, 20, 33, 32, true, 0},      // head dim off the tensor-core path (exact kernel)
   };
   for (DType t : kFloats)
     for (const AttnCase &c : cases) {
@@ -625,6 +627,12 @@ TEST(CudaAttentionWgmma, PingPongMatchesReference) { attention_matches_reference
 TEST(CudaAttentionWgmma, PingPongSequenceMajorOperands) { attention_sequence_major(kWgmmaPingPongPaths); }
 TEST(CudaAttentionWgmma, WarpSpecialisedMatchesReference) { attention_matches_reference(kWgmmaWsPaths); }
 TEST(CudaAttentionWgmma, WarpSpecialisedSequenceMajorOperands) { attention_sequence_major(kWgmmaWsPaths); }
+// The benchmark models' sequence length: eight 128-row blocks of up to eight key tiles each, so every buffer of
+// wg3's ring is reused several times (its barriers' phases wrap), in every layout a plan gives it (sequence-major
+// and packed, GQA), at both head dims.
+TEST(CudaAttentionWgmma, WarpSpecialisedLongSequences) {
+  attention_sequence_major(kWgmmaWsPaths, {{2, 4, 2, 1024, 1024, 64, true, 0}, {1, 2, 2, 1024, 1024, 128, true, 0}});
+}
 
 TEST(CudaAttention, FullyMaskedRowIsZero) {
   for (DType t : kFloats) {
