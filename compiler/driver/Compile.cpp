@@ -214,6 +214,10 @@ std::string commandLine(const CompileConfig &f, const CommonOptions &o) {
     os << " --decode-fusion " << f.decodeFusion;
   if (f.foldRotary != "auto")
     os << " --fold-rotary " << f.foldRotary;
+  if (f.target == "cuda")
+    os << " --cuda-arch " << f.cudaArch;
+  if (!f.attentionKernel.empty())
+    os << " --attention-kernel " << f.attentionKernel;
   if (f.microBatches != 1)
     os << " --micro-batches " << f.microBatches;
   if (f.recompute != "none")
@@ -375,6 +379,15 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
     pm.addPass(plan::createZplanPrefetchGathers(prefetch));
     if (f.target == "cuda" && !f.noFuse)
       pm.addPass(plan::createZplanFuse());
+    // Each attention's CUDA kernel, for --cuda-arch: the plan names it and
+    // the runtime runs it on every GPU, or refuses the plan at load.
+    if (f.target == "cuda") {
+      plan::ZplanAttentionKernelsOptions kernels;
+      kernels.arch = cudaArchNumber(f.cudaArch);
+      kernels.kernel = f.attentionKernel;
+      kernels.dtype = f.dtype;
+      pm.addPass(plan::createZplanAttentionKernels(kernels));
+    }
     // The decode program's few-row products: fused by input, and the
     // kernel of each other one decided here rather than timed at run time.
     if (f.generate) {

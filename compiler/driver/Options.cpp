@@ -17,6 +17,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FileSystem.h"
 
+#include "zk/attention_kernels.h"
+
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -37,6 +39,7 @@ enum class Check {
   UnitInterval, ///< a number in [0, 1)
   Bytes,        ///< a byte count (parseBytes)
   BytesOrAuto,  ///< a byte count or "auto"
+  CudaArch,     ///< sm_NN (cudaArchNumber)
 };
 
 struct OptionRow {
@@ -189,6 +192,22 @@ std::vector<OptionRow> buildTable() {
                   "rotary option; auto: on for the cpu target, off for "
                   "cuda until checked on a GPU)")
                   .oneOf({"auto", "on", "off"}));
+  t.push_back(row("--cuda-arch", &C::cudaArch,
+                  "cuda target: the GPU architecture the plan is for (default "
+                  "sm_90, the H200); the compiler chooses each attention's "
+                  "kernel for it (sm_90: the wgmma kernel wg2; others: the "
+                  "register kernels), and the runtime refuses the plan on a "
+                  "device that cannot run its kernels")
+                  .checked(Check::CudaArch, "(e.g. sm_90 or sm_80)"));
+  std::vector<std::string> attentionKernels;
+  for (const zk::cuda::AttentionKernel &k : zk::cuda::kAttentionKernels)
+    attentionKernels.push_back(k.name);
+  t.push_back(row("--attention-kernel", &C::attentionKernel,
+                  "cuda target: run every attention that the tensor-core "
+                  "kernels can take with this forward kernel (A/B timing; "
+                  "default: --cuda-arch's; rows: the exact kernel everywhere)")
+                  .oneOf(attentionKernels,
+                         "(kernels/cuda/include/zk/attention_kernels.h)"));
   t.push_back(row("--few-rows-max-rows", &C::fewRowsMaxRows,
                   "cuda target, --generate: products of at most this many "
                   "rows (and --few-rows-max-bytes of weight) run the "
@@ -408,6 +427,10 @@ std::string checkRow(const CompileConfig &c, const OptionRow &r) {
       return {};
     return withNote(what + " is not a byte count");
   }
+  case Check::CudaArch:
+    if (cudaArchNumber(text) >= 0)
+      return {};
+    return withNote(what + " is not a CUDA architecture");
   }
   return {};
 }
@@ -443,6 +466,18 @@ llvm::StringRef sourceName(Source source) {
 Origin CompileConfig::origin(llvm::StringRef flag) const {
   auto it = origins.find(flag);
   return it == origins.end() ? Origin{} : it->second;
+}
+
+int64_t cudaArchNumber(const std::string &text) {
+  llvm::StringRef s(text);
+  if (!s.consume_front("sm_"))
+    return -1;
+  s.consume_back("a");
+  int64_t n = 0;
+  // Two or three digits: sm_80 ... sm_120.
+  if (s.size() < 2 || s.size() > 3 || s.getAsInteger(10, n) || n < 10)
+    return -1;
+  return n;
 }
 
 bool parseBytes(const std::string &text, uint64_t &out) {
@@ -601,6 +636,18 @@ std::string validateConfig(const CompileConfig &f, const CommonOptions &o,
   if (limits.nvmeBandwidth == 0)
     return "--nvme-bandwidth must be more than 0 bytes per second";
 
+  for (const char *flag : {"--cuda-arch", "--attention-kernel"})
+    if (f.origin(flag).source != Source::Default && f.target != "cuda")
+      return describeSetting(f, o, flag) +
+             " needs --target cuda (the cpu target has one attention kernel)";
+  if (const zk::cuda::AttentionKernel *k =
+          zk::cuda::attention_kernel(f.attentionKernel.c_str())) {
+    const int64_t arch = cudaArchNumber(f.cudaArch);
+    if (!zk::cuda::attention_kernel_runs_on(*k, int(arch / 10), int(arch % 10)))
+      return describeSetting(f, o, "--attention-kernel") + " needs " +
+             zk::cuda::attention_kernel_needs(*k) + ", but --cuda-arch is " +
+             f.cudaArch;
+  }
   int64_t dp = world / f.tp;
   int64_t batch = o.import.batch;
   if (batch == 0)

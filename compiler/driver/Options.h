@@ -76,6 +76,11 @@ struct CompileConfig {
   /// rotary embedding (auto: on for the cpu target only, until the CUDA
   /// kernel's sequence-major form has been checked on a GPU).
   std::string foldRotary = "auto";
+  /// --cuda-arch: the GPU the cuda target's plan is for (sm_90: the H200), so
+  /// that the compiler, not the runtime, chooses each attention's kernel;
+  /// --attention-kernel: one forward kernel for every attention that can take
+  /// it (zk/attention_kernels.h's names; empty: the arch's default).
+  std::string cudaArch = "sm_90", attentionKernel;
   /// --few-rows-max-rows / --few-rows-max-bytes: the cuda target's rule for
   /// the products the few-row kernel runs instead of cuBLASLt.
   int64_t fewRowsMaxRows = 1, fewRowsMaxBytes = 4 * 1024 * 1024;
@@ -131,6 +136,10 @@ struct ByteLimits {
 /// Parses a byte count with an optional binary suffix: "85899345920",
 /// "80G", "512MiB".
 bool parseBytes(const std::string &text, uint64_t &out);
+
+/// The compute capability of a --cuda-arch value, major * 10 + minor: 90 for
+/// "sm_90" (or "sm_90a"); -1 for anything else.
+int64_t cudaArchNumber(const std::string &text);
 
 /// What a group of flags is for; the estimator registers only the kinds it
 /// does not sweep itself.

@@ -14,6 +14,7 @@
 #include "dialects/dist/ZdDialect.h"
 #include "dialects/graph/GraphOps.h"
 
+#include "zk/attention_kernels.h"
 #include "zk/cuda_workspace.h"
 #include "zrt/collective_staging.h"
 #include "zrt/plan_file.h"
@@ -41,6 +42,24 @@ bool fewRowsKernel(mlir::Operation *op) {
   return kernel && kernel.getValue() == "few_rows";
 }
 
+/// The code of the attention kernel --zplan-attention-kernels chose (a name
+/// of zk/attention_kernels.h in zd.kernel): 0 when none was chosen, -1 (after
+/// an error naming the op) for a name the table does not have.
+int attentionKernelCode(mlir::Operation *op, bool grad) {
+  auto name = op->getAttrOfType<mlir::StringAttr>("zd.kernel");
+  if (!name)
+    return 0;
+  const zk::cuda::AttentionKernel *k =
+      grad ? zk::cuda::attention_grad_kernel(name.str().c_str())
+           : zk::cuda::attention_kernel(name.str().c_str());
+  if (k)
+    return k->code;
+  op->emitOpError("zd.kernel '")
+      << name.getValue() << "' is not a CUDA attention"
+      << (grad ? " backward" : "")
+      << " kernel of kernels/cuda/include/zk/attention_kernels.h";
+  return -1;
+}
 
 /// The largest constant carried inline in a plan file.
 constexpr uint64_t kMaxInlineConstantBytes = 64ull << 20;
@@ -989,6 +1008,15 @@ struct Emitter {
           // (which is then sequence-major, so the bits are there).
           if (std::optional<ArrayRef<int64_t>> packed = a.getPacked())
             ints.insert(ints.end(), packed->begin(), packed->end());
+          // Plan 2.11: the kernel --zplan-attention-kernels chose (the cuda
+          // target), int 11: the ints before it are then all written, zeros
+          // where unused.
+          if (int code = attentionKernelCode(op, /*grad=*/false); code < 0) {
+            ok = failure();
+          } else if (code > 0) {
+            ints.resize(11, 0);
+            ints.push_back(code);
+          }
           floats = {a.getScale().convertToDouble()};
         })
         .Case([&](graph::SampleOp) {
@@ -1025,6 +1053,10 @@ struct Emitter {
         })
         .Case([&](graph::AttentionGradOp a) {
           ints = {a.getCausal() ? 1 : 0};
+          if (int code = attentionKernelCode(op, /*grad=*/true); code < 0)
+            ok = failure();
+          else if (code > 0)
+            ints.push_back(code);
           floats = {a.getScale().convertToDouble()};
         })
         .Case<graph::EmbeddingGradOp>([&](auto) {

@@ -205,6 +205,55 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
   ];
 }
 
+def ZplanAttentionKernels : Pass<"zplan-attention-kernels", "mlir::ModuleOp"> {
+  let summary = "Choose the CUDA kernel of each attention";
+  let description = [{
+    Sets `zd.kernel` on every `zg.attention` (the forward kernel's name) and
+    `zg.attention_grad` (the backward's), which the emitter writes as the
+    kernel's code (plan 2.11: the attention's int 11, the attention_grad's
+    int 1), so that the runtime runs that kernel on every GPU rather than
+    picking one by the device it finds. The kernels, their codes and what
+    they need are one table, kernels/cuda/include/zk/attention_kernels.h.
+
+    Forward: an attention the tensor-core kernels can take (the plan stores
+    it in bf16 or fp16, head dim 64 or 128, at least one key, and a packed
+    operand's offset and row stride multiples of 8 elements, so that every
+    row is 16-byte aligned) gets `kernel` when given (zplan
+    --attention-kernel, for A/B timing), else the default of `arch`: `wg2`
+    (the wgmma kernel, sm_90a code) for 90, `fa4x1r` (head dim 64) or
+    `fa4x1` (128) for any other; every other attention gets `rows`, the
+    exact kernel. A `kernel` the table does not have, or one that `arch`
+    cannot run (a wgmma kernel for arch 80), is an error.
+
+    Backward: `mma` (the register kernels) at head dim 64, `wmma` at 128,
+    `exact` otherwise (fp32, other head dims). No device decides either.
+
+    Before (bf16, arch 90):
+    ```mlir
+    %o = zg.attention %q, %k, %v {causal = true, scale = 1.250000e-01 : f64} : ...
+    ```
+    After:
+    ```mlir
+    %o = zg.attention %q, %k, %v {causal = true, scale = 1.250000e-01 : f64, zd.kernel = "wg2"} : ...
+    ```
+  }];
+  let dependentDialects = ["zplan::graph::GraphDialect"];
+  let options = [
+    Option<"arch", "arch", "int64_t", "90",
+           "the target GPU's compute capability, major * 10 + minor (zplan "
+           "--cuda-arch sm_90 is 90)">,
+    Option<"kernel", "kernel", "std::string", "\"\"",
+           "the forward kernel of every attention that can take it (empty: "
+           "the default of arch)">,
+    Option<"dtype", "dtype", "std::string", "\"fp32\"",
+           "the plan's float dtype">,
+  ];
+  let statistics = [
+    Statistic<"numForward", "forward", "attention kernels chosen">,
+    Statistic<"numBackward", "backward", "attention_grad kernels chosen">,
+  ];
+}
+
 def ZplanFuse : Pass<"zplan-fuse", "mlir::ModuleOp"> {
   let summary = "Fuse producer/consumer pairs the CUDA kernels run as one step";
   let description = [{

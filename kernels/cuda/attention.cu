@@ -1,17 +1,20 @@
-// Fused attention. The paths:
-//  - fa::fa_kernel (bf16/f16, head dim 64 or 128; the default off sm_90): the second FlashAttention-2 kernel on
-//    mma.sync, everything per row in registers; see its comment.
-//  - the wgmma kernels (attention_sm90a.cu, sm_90a; ZK_CUDA_ATTENTION=wg1, wg2, wg2r, wg2pp, wgp, and wg3: a
-//    TMA producer warpgroup and two consumer warpgroups): wg2 is the default on sm_90.
-//  - flash_mma_kernel (bf16/f16, head dim 64 or 128; ZK_CUDA_ATTENTION=old and the mma* shapes): the first
-//    register kernel, the default before fa_kernel.
+// Fused attention. Which kernel runs is the plan's choice (its attention's kernel code, zplan --cuda-arch and
+// --attention-kernel; the names and codes are zk/attention_kernels.h's table); direct callers of the library
+// (the GPU tests and benchmarks) pick one by name with ZK_CUDA_ATTENTION. The paths:
+//  - fa::fa_kernel (bf16/f16, head dim 64 or 128; fa4x1r / fa4x1, the compiler's default off sm_90): the
+//    second FlashAttention-2 kernel on mma.sync, everything per row in registers; see its comment.
+//  - the wgmma kernels (attention_sm90a.cu, sm_90a: wg1, wg2, wg2r, wg2pp, wgp, and wg3 with its variants
+//    wg3s, wg3b, wg3d, wg3f: a TMA producer warpgroup and two consumer warpgroups): wg2 is the compiler's
+//    default for sm_90.
+//  - flash_mma_kernel (bf16/f16, head dim 64 or 128; old and the mma* shapes): the first register kernel, the
+//    default before fa_kernel.
 //  - flash_kernel (bf16/f16, head dim 64 or 128): flash-attention style. A block of 4 warps owns 64 query
 //    rows of one (batch, head); K and V stream through shared memory in tiles of 64 keys; each warp computes
 //    its 16x64 score tile on tensor cores (WMMA, fp32 accumulation), updates its rows' running max and sum
 //    (online softmax, base-2 exponentials), rescales its fp32 output rows in shared memory and adds P.V on
 //    tensor cores. Causal tiles past the diagonal are skipped. Scores are never written to device memory.
-//  - row_kernel (every other case, fp32 included): one block per query row, scores in shared memory, a
-//    plain two-pass softmax; exact fp32, used as the reference-grade path.
+//  - row_kernel ("rows"; every attention the others cannot take, fp32 included): one block per query row,
+//    scores in shared memory, a plain two-pass softmax; exact fp32, used as the reference-grade path.
 // GQA: query head h reads kv head h / (Hq / Hkv). A fully masked row yields zeros, as the reference does.
 // Every path can also write each row's log-sum-exp (lse), which the backward (attention_grad.cu) recomputes
 // the probabilities from.
@@ -23,11 +26,13 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "attention.cuh"
 #include "common.cuh"
 #include "mma.cuh"
+#include "zk/attention_kernels.h"
 #include "zk/cuda_train_kernels.h"
 
 namespace zk {
@@ -194,7 +199,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_kernel(const T *__restrict_
   }
 }
 
-// --- tier 1: the first register-level tensor-core path (ZK_CUDA_ATTENTION=old) --------------------------------
+// --- tier 1: the first register-level tensor-core path (kernel "old") --------------------------------
 // FlashAttention-2 layout on mma.sync.m16n8k16: each warp keeps its 16 query rows' Q fragments, its scores,
 // probabilities and output accumulators in registers (fragment layouts as the PTX ISA defines them:
 // groupID g = lane / 4 owns rows g and g + 8, thread t = lane % 4 owns columns 2t, 2t + 1 of each 8-wide
@@ -666,8 +671,8 @@ cudaError_t flash_mma(const T *q, const T *k, const T *v, T *out, const AttnDims
   return detail::launched();
 }
 
-/// The register path with the block shape picked at run time (ZK_CUDA_ATTENTION). By default 4 warps (64 query
-/// rows) at head dim 64 and 8 warps (128 rows) at head dim 128: measured on the H200 (docs/gpu-plan-runs.md,
+/// The register path with the block shape the kernel names (old, mma64, mma128, mma128r). By default 4 warps
+/// (64 query rows) at head dim 64 and 8 warps (128 rows) at head dim 128: measured on the H200 (docs/gpu-plan-runs.md,
 /// 2026-12-01), 64-row blocks ran gpt2-350m's forward in 14.43 ms against 14.97 ms with 128-row blocks (three
 /// 4-warp blocks fit a multiprocessor at 140 registers, one 8-warp block at 138); at head dim 128 both shapes
 /// fit 8 warps, and 128 rows halve the K/V traffic per row. mma64 / mma128 force a shape; mma128r holds the
@@ -693,10 +698,11 @@ cudaError_t fa(const T *q, const T *k, const T *v, T *out, const AttnDims &d, co
   return detail::launched();
 }
 
-/// The second register kernel's shapes (ZK_CUDA_ATTENTION=faWxM[s]: W warps of M row tiles of 16 each, s =
+/// The second register kernel's shapes (kernels faWxM[s]: W warps of M row tiles of 16 each, s =
 /// Q read from shared memory at every tile instead of held in registers; fa4x1r and fa8x1r: fa4x1 and fa8x1
 /// held to the registers that let four and two blocks share a multiprocessor at head dim 64). At head dim 128 a warp of two row
 /// tiles keeps Q in shared memory (fa4x2 is fa4x2s there): held in registers it would spill.
+/// The order is that of the fa variants of zk/attention_kernels.h (fa4x1 0 ... fa8x1r 5).
 enum class FaShape { w4m1, w4m2, w8m1, w4m2s, w4m1r, w8m1r };
 
 template <class T, int Dh>
@@ -787,34 +793,72 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
 
 namespace {
 
-/// The forward kernel that ZK_CUDA_ATTENTION unset selects, per head dim (names as that variable takes them),
-/// on sm_90 and elsewhere (the wgmma kernels are built for sm_90a alone). Measured on the H200
-/// (docs/gpu-plan-runs.md, "Attention forward kernels" and session 6's closing calls; bf16, causal, seq 1024):
-/// wg2 ran gpt2-350m's attention at 170 TFLOP/s, llama-1b's at 195 and llama2-7b's at 192, against 154, 171
-/// and 180 for the register kernels (fa4x1r at head dim 64, fa4x1 at 128), which stay the defaults off sm_90;
-/// whole forwards 13.53 -> 12.95 ms (gpt2-350m), 24.79 -> 24.29 (llama-1b), 91.72 -> 91.07 (llama2-7b, batch 4).
-constexpr const char *kDefaultSm90 = "wg2";
-constexpr const char *kDefault64 = "fa4x1r";
-constexpr const char *kDefault128 = "fa4x1";
-
-/// Whether the current device is compute capability 9.0 (the target of attention_sm90a.cu), cached per device.
-bool sm90() {
-  static int cached[64];  // 0 unknown, 1 yes, 2 no
+/// The device's compute capability as major * 10 + minor (90: sm_90), cached per device; 0 when unknown.
+int device_sm() {
+  static int cached[64];  // 0 unknown, else sm + 1
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
   if (!cached[dev]) {
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cached[dev] = major == 9 && minor == 0 ? 1 : 2;
+    cached[dev] = major * 10 + minor + 1;
   }
-  return cached[dev] == 1;
+  return cached[dev] - 1;
 }
+
+/// How the kernel was chosen: by the plan (`strict`: a tensor-core kernel on an attention it cannot take is an
+/// error, not a silent switch to the exact kernel), or for a direct caller of the library (the GPU tests and
+/// benchmarks: ZK_CUDA_ATTENTION, or what the compiler would choose for this device; an attention the
+/// tensor-core kernels cannot take runs the exact one).
+struct Choice {
+  const AttentionKernel *kernel = nullptr;  // null: the default for the device and the attention
+  bool strict = false;
+  bool plain = false;  // the first register kernel without its longest-first order and interior fast path
+  int sm = 0;          // the compute capability whose default a null kernel takes (0: any device's)
+};
+
+GpuStatus attention_impl(const In &q_in, const In &k_in, const In &v_in, const In &mask, const Out &out, const Out &lse,
+                         bool causal, float scale, int seq_major, const cpu::AttnPacked *packed, Choice choice,
+                         cudaStream_t s);
 
 }  // namespace
 
-GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &mask, const Out &out, const Out &lse,
-                    bool causal, float scale, int seq_major, const cpu::AttnPacked *packed, cudaStream_t s) {
+GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                    float scale, int seq_major, const cpu::AttnPacked *packed, cudaStream_t s) {
+  // A direct caller's selection, for timing and bisection (bench/gpu/attention_bench.cpp, the GPU tests): a
+  // name of zk/attention_kernels.h. Plans never read it: they name their kernel (zplan --attention-kernel),
+  // and zrun says so when the variable is set. ZK_CUDA_ATTENTION_PLAIN=1 turns off the first register
+  // kernel's longest-first order and interior-tile fast path.
+  Choice c;
+  const char *env = std::getenv("ZK_CUDA_ATTENTION");
+  if (env && *env) c.kernel = attention_kernel(env);
+  const char *plain = std::getenv("ZK_CUDA_ATTENTION_PLAIN");
+  c.plain = plain && std::strcmp(plain, "1") == 0;
+  c.sm = device_sm();
+  return attention_impl(q, k, v, mask, out, lse, causal, scale, seq_major, packed, c, s);
+}
+
+GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                    float scale, int seq_major, const cpu::AttnPacked *packed, int kernel, cudaStream_t s) {
+  Choice c;
+  if (kernel != 0) {
+    c.kernel = attention_kernel(kernel);
+    if (!c.kernel) return kernel_failure((std::string("attention: the plan names unknown kernel code ") + std::to_string(kernel)).c_str());
+    c.strict = true;
+  } else {
+    // A plan older than 2.11 names no kernel: the kernels every device runs, chosen by the attention alone
+    // (what the compiler chooses for a device other than sm_90), never by the device.
+    c.kernel = nullptr;
+  }
+  return attention_impl(q, k, v, mask, out, lse, causal, scale, seq_major, packed, c, s);
+}
+
+namespace {
+
+GpuStatus attention_impl(const In &q_in, const In &k_in, const In &v_in, const In &mask, const Out &out, const Out &lse,
+                         bool causal, float scale, int seq_major, const cpu::AttnPacked *packed, Choice choice,
+                         cudaStream_t s) {
   if (out.shape.rank != 4) return kernel_failure("attention: out must be rank 4");
   if (seq_major & ~cpu::kAttnSeqMajorAll) return kernel_failure("attention: unknown seq_major bits");
   // Every path below reads q, k and v through their base pointers and strides, so a packed operand is its
@@ -866,63 +910,49 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   d.k = ko.st;
   d.v = vo.st;
   d.o = oo.st;
-  // ZK_CUDA_ATTENTION picks a tensor-core kernel for timing and bisection: wmma (the first one), mma64,
-  // mma128 or mma128r (the first register kernel's block shapes, see flash_mma_any), old (that kernel with
-  // its measured default shape of the head dim), fa4x1, fa4x1r, fa4x2, fa8x1, fa8x1r or fa4x2s (the second register
-  // kernel's shapes, see fa_any), wg1, wg2 or wgp (the wgmma kernels, attention_sm90a.cu: one or two
-  // warpgroups per block, or one whose products overlap its softmax), wg3 (the producer / two-consumer wgmma
-  // kernel, attention_sm90a.cu); unset or anything else, the default.
-  // ZK_CUDA_ATTENTION_PLAIN=1 turns off the first register kernel's longest-first order and interior-tile fast
-  // path.
-  const char *env = std::getenv("ZK_CUDA_ATTENTION");
-  const char *plain = std::getenv("ZK_CUDA_ATTENTION_PLAIN");
-  d.plain = plain && std::strcmp(plain, "1") == 0 ? 1 : 0;
-  // The default: the wgmma kernel where the device is sm_90, the register kernel of the head dim elsewhere.
-  const char *path = env && *env ? env : sm90() ? kDefaultSm90 : (Dh == 64 ? kDefault64 : kDefault128);
-  enum class Kern { mma, wmma, fa, wg };
-  Kern kern = Kern::mma;  // unknown names: the first register kernel's default shape
-  int shape = 0, groups = 1;
-  launch::FaShape fs = launch::FaShape::w4m1;
-  auto is = [&](const char *name) { return std::strcmp(path, name) == 0; };
-  if (is("wmma")) kern = Kern::wmma;
-  else if (is("old")) kern = Kern::mma;
-  else if (is("mma64")) kern = Kern::mma, shape = 1;
-  else if (is("mma128r")) kern = Kern::mma, shape = 2;
-  else if (is("mma128")) kern = Kern::mma, shape = 3;
-  else if (is("fa4x1")) kern = Kern::fa, fs = launch::FaShape::w4m1;
-  else if (is("fa4x2")) kern = Kern::fa, fs = launch::FaShape::w4m2;
-  else if (is("fa8x1")) kern = Kern::fa, fs = launch::FaShape::w8m1;
-  else if (is("fa8x1r")) kern = Kern::fa, fs = launch::FaShape::w8m1r;
-  else if (is("fa4x2s")) kern = Kern::fa, fs = launch::FaShape::w4m2s;
-  else if (is("fa4x1r")) kern = Kern::fa, fs = launch::FaShape::w4m1r;
-  else if (is("wg1")) kern = Kern::wg, groups = 1;
-  else if (is("wg2")) kern = Kern::wg, groups = 2;
-  else if (is("wg2r")) kern = Kern::wg, groups = 3;
-  else if (is("wg2pp")) kern = Kern::wg, groups = 4;
-  else if (is("wgp")) kern = Kern::wg, groups = 0;
-  else if (is("wg3")) kern = Kern::wg, groups = 5;
+  // The kernel: the plan's, or for a direct caller ZK_CUDA_ATTENTION's, else what the compiler chooses by
+  // default for this device (zk/attention_kernels.h); the variant is the family's block shape or warpgroups.
+  const bool half = q.dtype == DType::bf16 || q.dtype == DType::f16;
+  const AttentionKernel *kernel = choice.kernel;
+  if (!kernel) kernel = default_attention_kernel(choice.sm, Dh, attention_tensor_core_shape(half, Dh, T));
+  d.plain = choice.plain ? 1 : 0;
+  const int variant = kernel->variant;
   // The 16-byte copies need 16-byte aligned rows: the base pointers and every row stride.
   auto aligned = [](const void *p, const Strides &st) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && st.b % 8 == 0 && st.h % 8 == 0 && st.s % 8 == 0;
   };
-  const bool tc = (q.dtype == DType::bf16 || q.dtype == DType::f16) && (Dh == 64 || Dh == 128) && T > 0 &&
-                  aligned(q.data, d.q) && aligned(k.data, d.k) && aligned(v.data, d.v) && aligned(out.data, d.o);
-  if (tc) {
+  const bool tc = attention_tensor_core_shape(half, Dh, T) && aligned(q.data, d.q) && aligned(k.data, d.k) &&
+                  aligned(v.data, d.v) && aligned(out.data, d.o);
+  if (kernel->family != AttnFamily::rows && !tc) {
+    // The compiler chose with the same rule (attention_tensor_core_shape, and the plan's offsets and strides
+    // for the alignment): a plan that gets here was not made by it, or the two disagree.
+    if (choice.strict)
+      return kernel_failure((std::string("attention: the plan's kernel '") + kernel->name +
+                             "' needs bf16 or f16, head dim 64 or 128 and 16-byte aligned rows; this attention has " +
+                             dtype_name(q.dtype) + ", head dim " + std::to_string(Dh) +
+                             (attention_tensor_core_shape(half, Dh, T) ? " and unaligned rows" : "") +
+                             " (recompile the plan with this release's zplan, or --attention-kernel rows)")
+                                .c_str());
+    kernel = attention_kernel("rows");
+  }
+  if (kernel->family != AttnFamily::rows) {
     auto run = [&](auto tag) -> cudaError_t {
       using E = decltype(tag);
       auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);
       auto *op = static_cast<E *>(out.data);
-      switch (kern) {
-        case Kern::wmma:
+      switch (kernel->family) {
+        case AttnFamily::wmma:
           return Dh == 64 ? launch::flash<E, 64>(qp, kp, vp, op, d, mv, s) : launch::flash<E, 128>(qp, kp, vp, op, d, mv, s);
-        case Kern::mma:
-          return Dh == 64 ? launch::flash_mma_any<E, 64>(qp, kp, vp, op, d, mv, shape, s)
-                          : launch::flash_mma_any<E, 128>(qp, kp, vp, op, d, mv, shape, s);
-        case Kern::wg:
+        case AttnFamily::mma:
+          return Dh == 64 ? launch::flash_mma_any<E, 64>(qp, kp, vp, op, d, mv, variant, s)
+                          : launch::flash_mma_any<E, 128>(qp, kp, vp, op, d, mv, variant, s);
+        case AttnFamily::wg:
           return attn::wgmma_forward(qp, kp, vp, op, d, mv, static_cast<int>(Dh), std::is_same_v<E, __nv_bfloat16>,
-                                     groups, s);
-        case Kern::fa: break;
+                                     variant, s);
+        case AttnFamily::fa: break;
+        case AttnFamily::rows: return cudaErrorInvalidValue;  // handled below
       }
+      const auto fs = static_cast<launch::FaShape>(variant);
       return Dh == 64 ? launch::fa_any<E, 64>(qp, kp, vp, op, d, mv, fs, s)
                       : launch::fa_any<E, 128>(qp, kp, vp, op, d, mv, fs, s);
     };
@@ -951,6 +981,8 @@ GpuStatus attention(const In &q_in, const In &k_in, const In &v_in, const In &ma
   }
   return {};
 }
+
+}  // namespace
 
 }  // namespace cuda
 }  // namespace zk

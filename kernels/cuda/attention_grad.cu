@@ -9,16 +9,20 @@
 //  - the tensor-core path (bf16/f16 with head dims 64 and 128; the default there): 64 x 64 tiles, the
 //    products S, dP, dV += P^T dO, dK += dS^T Q and dQ += dS K on WMMA with fp32 accumulation; P and dS
 //    are rounded to the 16-bit type for their products, as FlashAttention does;
-//  - the exact path (every other case, and everywhere with ZK_CUDA_ATTENTION_GRAD=exact, kept as the
-//    cross-check): 32 x 32 tiles in fp32 shared memory, fp32 math on CUDA cores, head dims up to 256.
+//  - the exact path (every other case, kept as the cross-check): 32 x 32 tiles in fp32 shared memory, fp32 math
+//    on CUDA cores, head dims up to 256.
+// Which one runs is the plan's choice (attention_grad's kernel code: exact, wmma, or mma, the register kernels
+// at head dim 64; zk/attention_kernels.h); direct callers (the GPU tests) name one with ZK_CUDA_ATTENTION_GRAD.
 #include <mma.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "common.cuh"
 #include "mma.cuh"
+#include "zk/attention_kernels.h"
 #include "zk/cuda_train_kernels.h"
 #include "zk/cuda_workspace.h"
 
@@ -831,9 +835,42 @@ size_t attention_grad_workspace(const In &q) {
   return q.shape.rank == 4 ? static_cast<size_t>(workspace::attention_grad(q.shape.d[0], q.shape.d[1], q.shape.d[2])) : 0;
 }
 
+namespace {
+
+/// The backward kernel and how it was chosen (the forward's Choice in attention.cu): strict for a plan's.
+GpuStatus attention_grad_impl(const In &q, const In &k, const In &v, const In &out, const In &dout, const In &lse,
+                              const In &mask, const Out &dq, const Out &dk, const Out &dv, bool causal, float scale,
+                              void *workspace, const AttentionKernel *kernel, bool strict, cudaStream_t s);
+
+}  // namespace
+
 GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, const In &dout, const In &lse,
                          const In &mask, const Out &dq, const Out &dk, const Out &dv, bool causal, float scale,
                          void *workspace, cudaStream_t s) {
+  // ZK_CUDA_ATTENTION_GRAD=exact selects the fp32 path and =wmma the first tensor-core path, for direct
+  // callers (the GPU tests: cross-checks and bisection); plans name their kernel.
+  const char *path = std::getenv("ZK_CUDA_ATTENTION_GRAD");
+  const AttentionKernel *kernel = path && *path ? attention_grad_kernel(path) : nullptr;
+  return attention_grad_impl(q, k, v, out, dout, lse, mask, dq, dk, dv, causal, scale, workspace, kernel, false, s);
+}
+
+GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, const In &dout, const In &lse,
+                         const In &mask, const Out &dq, const Out &dk, const Out &dv, bool causal, float scale,
+                         void *workspace, int kernel, cudaStream_t s) {
+  const AttentionKernel *chosen = nullptr;
+  if (kernel != 0) {
+    chosen = attention_grad_kernel(kernel);
+    if (!chosen) return kernel_failure((std::string("attention_grad: the plan names unknown kernel code ") + std::to_string(kernel)).c_str());
+  }
+  return attention_grad_impl(q, k, v, out, dout, lse, mask, dq, dk, dv, causal, scale, workspace, chosen, kernel != 0,
+                             s);
+}
+
+namespace {
+
+GpuStatus attention_grad_impl(const In &q, const In &k, const In &v, const In &out, const In &dout, const In &lse,
+                              const In &mask, const Out &dq, const Out &dk, const Out &dv, bool causal, float scale,
+                              void *workspace, const AttentionKernel *kernel, bool strict, cudaStream_t s) {
   if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape.rank != 4)
     return kernel_failure("attention_grad: q, k, v must be rank 4");
   const int64_t B = q.shape.d[0], Hq = q.shape.d[1], S = q.shape.d[2], Dh = q.shape.d[3];
@@ -866,13 +903,24 @@ GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, c
   }
   const bool aligned = (reinterpret_cast<uintptr_t>(q.data) | reinterpret_cast<uintptr_t>(k.data) |
                         reinterpret_cast<uintptr_t>(v.data) | reinterpret_cast<uintptr_t>(dout.data)) % 16 == 0;
-  // ZK_CUDA_ATTENTION_GRAD=exact selects the fp32 path and =wmma the first tensor-core path (both kept as
-  // cross-checks and for bisection); by default head dim 64 runs the register-level kernels.
-  const char *path = std::getenv("ZK_CUDA_ATTENTION_GRAD");
-  const bool exact = path && std::strcmp(path, "exact") == 0;
-  const bool wmma_path = path && std::strcmp(path, "wmma") == 0;
-  const bool tc = !exact && (q.dtype == DType::bf16 || q.dtype == DType::f16) && (Dh == 64 || Dh == 128) && aligned;
-  const bool mma_path = tc && !wmma_path && Dh == kMmaDh;
+  // The kernel: the plan's, or the default by dtype and head dim (zk/attention_kernels.h). The tensor-core
+  // kernels need 16-bit floats, head dim 64 or 128 (the register kernels 64) and 16-byte aligned operands.
+  const bool half = q.dtype == DType::bf16 || q.dtype == DType::f16;
+  const bool tc_shape = half && (Dh == 64 || Dh == 128);
+  if (!kernel) kernel = default_attention_grad_kernel(Dh, tc_shape);
+  bool runs = kernel->family == AttnFamily::rows ||
+              (tc_shape && aligned && (kernel->family != AttnFamily::mma || Dh == kMmaDh));
+  if (!runs) {
+    if (strict)
+      return kernel_failure((std::string("attention_grad: the plan's kernel '") + kernel->name + "' cannot take " +
+                             dtype_name(q.dtype) + " at head dim " + std::to_string(Dh) +
+                             (tc_shape ? " (unaligned operands, or the register kernels' head dim 64 only)" : "") +
+                             ": recompile the plan with this release's zplan")
+                                .c_str());
+    kernel = tc_shape && aligned ? attention_grad_kernel("wmma") : attention_grad_kernel("exact");
+  }
+  const bool tc = kernel->family != AttnFamily::rows;
+  const bool mma_path = kernel->family == AttnFamily::mma;
   auto run_tc = [&](auto *tag) {
     using E = std::remove_pointer_t<decltype(tag)>;
     auto *qp = static_cast<const E *>(q.data), *kp = static_cast<const E *>(k.data), *vp = static_cast<const E *>(v.data);
@@ -904,6 +952,8 @@ GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, c
   }
   return {};
 }
+
+}  // namespace
 
 }  // namespace cuda
 }  // namespace zk

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "zk/attention_kernels.h"
 #include "zrt/ops.h"
 #include "zrt/plan_file.h"
 
@@ -933,13 +934,16 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       // ints[2..10] (plan 2.8): q, k and v packed (offset, row stride, heads; row stride 0: not packed), read
       // out of a sequence-major [B, S, W] tensor. The operand's logical [B, S, heads, Dh] (Dh from the output)
       // must fit each row: offset + heads * Dh <= W, with the row stride W.
-      if (nints != 2 && nints != 11 && nints > 1) return bad("attention takes 1, 2 or 11 ints");
+      if (nints != 2 && nints != 11 && nints != 12 && nints > 1) return bad("attention takes 1, 2, 11 or 12 ints");
+      // ints[11] (plan 2.11): the kernel the compiler chose, a code of zk/attention_kernels.h.
+      if (nints == 12 && !zk::cuda::attention_kernel(static_cast<int>(ints(11))))
+        return bad("attention kernel code " + std::to_string(ints(11)) + " is not one of zk/attention_kernels.h");
       if (O().shape.size() != 4) return bad("output must be rank 4");
       Shape logical[3];
       for (int i = 0; i < 3; ++i) {
         const Shape &x = I(i).shape;
-        const int64_t off = nints == 11 ? ints(2 + 3 * i) : 0, rs = nints == 11 ? ints(3 + 3 * i) : 0,
-                      heads = nints == 11 ? ints(4 + 3 * i) : 0;
+        const int64_t off = nints >= 11 ? ints(2 + 3 * i) : 0, rs = nints >= 11 ? ints(3 + 3 * i) : 0,
+                      heads = nints >= 11 ? ints(4 + 3 * i) : 0;
         if (rs == 0) {
           if (off != 0 || heads != 0) return bad("an unpacked operand has offset and heads 0");
           logical[i] = head_major(x, 1 << i);
@@ -991,6 +995,9 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       return {};
     }
     case Op::attention_grad: {
+      // ints[1] (plan 2.11): the backward kernel the compiler chose, a code of zk/attention_kernels.h.
+      if (nints > 1 && !zk::cuda::attention_grad_kernel(static_cast<int>(ints(1))))
+        return bad("attention_grad kernel code " + std::to_string(ints(1)) + " is not one of zk/attention_kernels.h");
       const Shape &q = I(0).shape, &k = I(1).shape;
       if (q.size() != 4 || k.size() != 4 || I(2).shape != k) return bad("q, k, v must be rank 4 with v shaped like k");
       if (k[0] != q[0] || k[3] != q[3] || k[1] <= 0 || q[1] % k[1] != 0) return bad("k " + shape_str(k) + " does not fit q " + shape_str(q));

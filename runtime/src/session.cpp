@@ -464,7 +464,9 @@ Status Session::Impl::decode_steps() {
   }
   size_t scratch = 0;
   ZRT_RETURN_IF_ERROR(backend->set_num_events(max_events));
-  ZRT_RETURN_IF_ERROR(backend->prepare(ri, compute, &scratch));
+  // A backend that cannot run the plan (an attention kernel the device cannot run, say) names the plan.
+  if (Status ps = backend->prepare(ri, compute, &scratch); !ps.ok())
+    return ps.with_context("plan '" + pf->label() + "'");
   // On cuda the plan's workspace covers the backend's scratch (the GEMM workspace) and the collective
   // staging, sized by the compiler with the rules above; the runtime takes exactly that, or more only when a
   // plan (one not made by zplan) under-counts, which the memory report then shows as runtime scratch.

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "gpu_test_util.h"
+#include "zk/attention_kernels.h"
 #include "zk/cuda_train_kernels.h"
 
 namespace zt {
@@ -456,7 +457,8 @@ struct AttnCase {
   int mask;  // 0 none, 1 [B, 1, 1, T] padding, 2 full [B, Hq, S, T]
 };
 
-void check_attention(DType t, const AttnCase &c) {
+/// `kernel` >= 0: through the plan's overload with that code of zk/attention_kernels.h (0: none named).
+void check_attention(DType t, const AttnCase &c, int kernel = -1) {
   SCOPED_TRACE(std::string(zk::dtype_name(t)) + " B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" +
                std::to_string(c.Hkv) + " S" + std::to_string(c.S) + " T" + std::to_string(c.T) + " Dh" +
                std::to_string(c.Dh) + (c.causal ? " causal" : "") + " mask" + std::to_string(c.mask));
@@ -478,7 +480,11 @@ void check_attention(DType t, const AttnCase &c) {
                                scratch.data()));
   DevT dq(q), dk(k), dv(v), dy(t, q.shape);
   DevT dm(c.mask ? mask : HostT(DType::f32, Dims{1}));
-  ZT_GPU_OK(zc::attention(dq.in(), dk.in(), dv.in(), c.mask ? dm.in() : zk::In{}, dy.out(), c.causal, scale, nullptr));
+  if (kernel >= 0)
+    ZT_GPU_OK(zc::attention(dq.in(), dk.in(), dv.in(), c.mask ? dm.in() : zk::In{}, dy.out(), zk::Out{}, c.causal, scale,
+                            0, nullptr, kernel, nullptr));
+  else
+    ZT_GPU_OK(zc::attention(dq.in(), dk.in(), dv.in(), c.mask ? dm.in() : zk::In{}, dy.out(), c.causal, scale, nullptr));
   EXPECT_TRUE(close(dy.download(), ref, tol_for(t)));
 }
 
@@ -632,6 +638,46 @@ TEST(CudaAttentionWgmma, WarpSpecialisedSequenceMajorOperands) { attention_seque
 // and packed, GQA), at both head dims.
 TEST(CudaAttentionWgmma, WarpSpecialisedLongSequences) {
   attention_sequence_major(kWgmmaWsPaths, {{2, 4, 2, 1024, 1024, 64, true, 0}, {1, 2, 2, 1024, 1024, 128, true, 0}});
+}
+
+// Plan 2.11: the plan's kernel code runs that kernel. Each kernel of zk/attention_kernels.h but the wgmma ones
+// other than wg2 (the default on sm_90; the others have their own tests above, run by name) and those the
+// device cannot run, through the plan's overload, against the CPU reference: bf16 and f16, head dims 64 and
+// 128, GQA, causal, a padding mask, S < T. Code 0 (plans before 2.11) too. A tensor-core kernel on an
+// attention it cannot take (fp32; head dim 32) is an error naming the kernel, where the direct callers'
+// overload runs the exact kernel instead; an unknown code is an error.
+TEST(CudaAttention, PlanKernelCodes) {
+  int major = 0, minor = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+  const AttnCase cases[] = {{2, 4, 2, 130, 130, 64, true, 1}, {1, 2, 2, 70, 100, 128, true, 0}};
+  std::vector<int> codes = {0};
+  for (const zk::cuda::AttentionKernel &k : zk::cuda::kAttentionKernels)
+    if (zk::cuda::attention_kernel_runs_on(k, major, minor) &&
+        (k.family != zk::cuda::AttnFamily::wg || std::string(k.name) == "wg2"))
+      codes.push_back(k.code);
+  for (int code : codes) {
+    SCOPED_TRACE("kernel code " + std::to_string(code));
+    for (DType t : {DType::bf16, DType::f16})
+      for (const AttnCase &c : cases) check_attention(t, c, code);
+  }
+  const int fa = zk::cuda::attention_kernel("fa4x1r")->code, rows = zk::cuda::attention_kernel("rows")->code;
+  check_attention(DType::f32, {1, 2, 1, 20, 33, 64, true, 0}, rows);
+  check_attention(DType::bf16, {1, 2, 1, 20, 33, 32, true, 0}, rows);
+  for (auto [t, dh] : {std::pair{DType::f32, int64_t{64}}, std::pair{DType::bf16, int64_t{32}}}) {
+    HostT q = random_tensor(t, Dims{1, 2, 20, dh});
+    DevT dq(q), dy(t, q.shape);
+    const zk::cuda::GpuStatus st =
+        zc::attention(dq.in(), dq.in(), dq.in(), zk::In{}, dy.out(), zk::Out{}, true, 0.125f, 0, nullptr, fa, nullptr);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message.find("the plan's kernel 'fa4x1r' needs bf16 or f16, head dim 64 or 128"), std::string::npos)
+        << st.message;
+  }
+  HostT q = random_tensor(DType::bf16, Dims{1, 2, 20, 64});
+  DevT dq(q), dy(DType::bf16, q.shape);
+  const zk::cuda::GpuStatus st =
+      zc::attention(dq.in(), dq.in(), dq.in(), zk::In{}, dy.out(), zk::Out{}, true, 0.125f, 0, nullptr, 99, nullptr);
+  EXPECT_NE(st.message.find("unknown kernel code 99"), std::string::npos) << st.message;
 }
 
 TEST(CudaAttention, FullyMaskedRowIsZero) {

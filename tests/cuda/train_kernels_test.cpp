@@ -6,11 +6,13 @@
 // within its rounding step (tol_for).
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 
 #include "gpu_test_util.h"
+#include "zk/attention_kernels.h"
 #include "zk/cuda_train_kernels.h"
 
 namespace zt {
@@ -85,7 +87,8 @@ struct AttnCase {
   int mask;  // 0 none, 1 [B, 1, 1, T] padding, 2 full [B, Hq, S, T]
 };
 
-void check_attention_grad(DType t, const AttnCase &c) {
+/// `kernel` > 0: the backward through the plan's overload with that code of zk/attention_kernels.h.
+void check_attention_grad(DType t, const AttnCase &c, int kernel = 0) {
   SCOPED_TRACE(std::string(zk::dtype_name(t)) + " B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" +
                std::to_string(c.Hkv) + " S" + std::to_string(c.S) + " T" + std::to_string(c.T) + " Dh" +
                std::to_string(c.Dh) + (c.causal ? " causal" : "") + " mask" + std::to_string(c.mask));
@@ -124,8 +127,12 @@ void check_attention_grad(DType t, const AttnCase &c) {
                                     rdv.out(), c.causal, scale, bs.data()));
   DevT gro(out), grl(lse), gdo(dout), gdq(t, qs), gdk(t, ks), gdv(t, ks);
   DevBytes ws(zc::attention_grad_workspace(gq.in()));
-  ZT_GPU_OK(zc::attention_grad(gq.in(), gk.in(), gv.in(), gro.in(), gdo.in(), grl.in(), gmi, gdq.out(), gdk.out(),
-                               gdv.out(), c.causal, scale, ws.ptr, nullptr));
+  if (kernel > 0)
+    ZT_GPU_OK(zc::attention_grad(gq.in(), gk.in(), gv.in(), gro.in(), gdo.in(), grl.in(), gmi, gdq.out(), gdk.out(),
+                                 gdv.out(), c.causal, scale, ws.ptr, kernel, nullptr));
+  else
+    ZT_GPU_OK(zc::attention_grad(gq.in(), gk.in(), gv.in(), gro.in(), gdo.in(), grl.in(), gmi, gdq.out(), gdk.out(),
+                                 gdv.out(), c.causal, scale, ws.ptr, nullptr));
   // The tensor-core paths round P and dS to the 16-bit type before their products, as FlashAttention does,
   // which adds a rounding step per term on top of the outputs' own. dQ's terms cancel (each row of dS sums
   // to zero), so its worst element relative to rms(dQ) grows with the row length: a float64 model of that
@@ -160,6 +167,32 @@ TEST(CudaTrain, AttentionLseAndFlashBackward) {
       for (const AttnCase &c : cases) check_attention_grad(t, c);
   }
   unsetenv("ZK_CUDA_ATTENTION_GRAD");
+}
+
+// Plan 2.11: the plan's backward kernel code runs that kernel; mma only at head dim 64, the exact kernel at
+// every head dim; a kernel that cannot take the attention (mma at 128, wmma on fp32) is an error naming it.
+TEST(CudaTrain, AttentionGradPlanKernelCodes) {
+  const AttnCase at64 = {1, 8, 2, 200, 200, 64, true, 1}, at128 = {1, 2, 2, 50, 90, 128, true, 0};
+  for (const zk::cuda::AttentionKernel &k : zk::cuda::kAttentionGradKernels) {
+    SCOPED_TRACE(std::string("backward kernel ") + k.name);
+    for (DType t : {DType::bf16, DType::f16}) {
+      check_attention_grad(t, at64, k.code);
+      if (k.family != zk::cuda::AttnFamily::mma) check_attention_grad(t, at128, k.code);
+    }
+  }
+  check_attention_grad(DType::f32, at64, zk::cuda::attention_grad_kernel("exact")->code);
+  for (auto [t, dh, name] : {std::tuple{DType::bf16, int64_t{128}, "mma"}, std::tuple{DType::f32, int64_t{64}, "wmma"}}) {
+    const Dims qs{1, 2, 20, dh}, ls{1, 2, 20};
+    HostT q = random_tensor(t, qs), l = random_tensor(DType::f32, ls);
+    DevT gq(q), gl(l), gdq(t, qs), gdk(t, qs), gdv(t, qs);
+    DevBytes ws(zc::attention_grad_workspace(gq.in()));
+    const zk::cuda::GpuStatus st =
+        zc::attention_grad(gq.in(), gq.in(), gq.in(), gq.in(), gq.in(), gl.in(), zk::In{}, gdq.out(), gdk.out(), gdv.out(),
+                           true, 0.125f, ws.ptr, zk::cuda::attention_grad_kernel(name)->code, nullptr);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message.find(std::string("the plan's kernel '") + name + "' cannot take"), std::string::npos)
+        << st.message;
+  }
 }
 
 /// Times one call of `f` (median of 5 after a warm-up) with CUDA events on the default stream.

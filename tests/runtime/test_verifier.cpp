@@ -6,6 +6,7 @@
 #include "plan.h"
 #include "test_plans.h"
 #include "verify_helpers.h"
+#include "zk/attention_kernels.h"
 #include "zrt/plan_file.h"
 
 using namespace zrt_test;
@@ -147,6 +148,54 @@ TEST(Verifier, AttentionPackedOperands) {
   expect_reject(verify(with({1, 14, 0, 48, 2, 16, 48, 2, 32, 48, 2}).file(), 2),
                 "a packed operand must be sequence-major");
   expect_reject(verify(with({1, 15, 0, 48, 2, 16, 48, 2, 32, 48}).file(), 2), "ints");
+}
+
+// Plan 2.11: an attention's twelfth int and an attention_grad's second are kernel codes of
+// zk/attention_kernels.h; a code the table does not have is refused before anything runs.
+TEST(Verifier, AttentionKernelCodes) {
+  auto fwd = [](int64_t code) {
+    PlanBuilder p = good();
+    const int q = p.act("q", {4, 2, 3, 8}), y = p.act("att", {4, 2, 3, 8});
+    p.op(zrt::Op::attention, {q, q, q}, {y}, {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, code}, {1.0});
+    return p;
+  };
+  for (const zk::cuda::AttentionKernel &k : zk::cuda::kAttentionKernels)
+    EXPECT_TRUE(verify(fwd(k.code).file(), 2).ok()) << k.name;
+  expect_reject(verify(fwd(0).file(), 2), "attention kernel code 0 is not one of zk/attention_kernels.h");
+  expect_reject(verify(fwd(99).file(), 2), "attention kernel code 99 is not one of zk/attention_kernels.h");
+  auto bwd = [](int64_t code) {
+    PlanBuilder p = good();
+    const int q = p.act("q", {4, 2, 3, 8}), l = p.act("lse", {4, 2, 3});
+    const int dq = p.act("dq", {4, 2, 3, 8}), dk = p.act("dk", {4, 2, 3, 8}), dv = p.act("dv", {4, 2, 3, 8});
+    p.op(zrt::Op::attention_grad, {q, q, q, q, q, l}, {dq, dk, dv}, {1, code}, {1.0});
+    return p;
+  };
+  for (const zk::cuda::AttentionKernel &k : zk::cuda::kAttentionGradKernels)
+    EXPECT_TRUE(verify(bwd(k.code).file(), 2).ok()) << k.name;
+  expect_reject(verify(bwd(7).file(), 2), "attention_grad kernel code 7 is not one of zk/attention_kernels.h");
+}
+
+// The table's device rule, which the CUDA backend applies at load to every attention kernel of a plan: the
+// wgmma kernels (sm_90a code) run on compute capability 9.0 alone, every other kernel anywhere; and the
+// compiler's defaults per arch and head dim.
+TEST(AttentionKernels, DeviceRuleAndDefaults) {
+  const zk::cuda::AttentionKernel *wg2 = zk::cuda::attention_kernel("wg2");
+  ASSERT_NE(wg2, nullptr);
+  EXPECT_TRUE(zk::cuda::attention_kernel_runs_on(*wg2, 9, 0));
+  EXPECT_FALSE(zk::cuda::attention_kernel_runs_on(*wg2, 8, 0));
+  EXPECT_FALSE(zk::cuda::attention_kernel_runs_on(*wg2, 10, 0));
+  for (const zk::cuda::AttentionKernel &k : zk::cuda::kAttentionKernels) {
+    EXPECT_EQ(zk::cuda::attention_kernel(k.code), &k);
+    EXPECT_EQ(zk::cuda::attention_kernel(k.name), &k);
+    EXPECT_EQ(zk::cuda::attention_kernel_runs_on(k, 8, 6), k.family != zk::cuda::AttnFamily::wg) << k.name;
+  }
+  EXPECT_STREQ(zk::cuda::default_attention_kernel(90, 64, true)->name, "wg2");
+  EXPECT_STREQ(zk::cuda::default_attention_kernel(80, 64, true)->name, "fa4x1r");
+  EXPECT_STREQ(zk::cuda::default_attention_kernel(80, 128, true)->name, "fa4x1");
+  EXPECT_STREQ(zk::cuda::default_attention_kernel(90, 32, false)->name, "rows");
+  EXPECT_STREQ(zk::cuda::default_attention_grad_kernel(64, true)->name, "mma");
+  EXPECT_STREQ(zk::cuda::default_attention_grad_kernel(128, true)->name, "wmma");
+  EXPECT_STREQ(zk::cuda::default_attention_grad_kernel(64, false)->name, "exact");
 }
 
 // Plan 2.10: a rotary's second int, seq_major, must be 1 and needs a rank-4 x whose head-major view the

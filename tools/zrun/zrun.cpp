@@ -754,6 +754,14 @@ int main(int argc, char **argv) {
   else if (args.generate) setenv("ZRT_CUDA_GRAPH", "1", 0);
   // The communicators read the order check's switch when they are made, as apps of the library do.
   if (args.check_collectives) setenv("ZRT_CHECK_COLLECTIVES", "1", 1);
+  // The attention kernels' selectors serve the kernel library's direct callers (GPU tests, benchmarks); a plan
+  // names its kernels (zplan --cuda-arch, --attention-kernel), so a run under them is not what they suggest.
+  for (const char *var : {"ZK_CUDA_ATTENTION", "ZK_CUDA_ATTENTION_GRAD", "ZK_CUDA_ATTENTION_PLAIN"})
+    if (const char *v = std::getenv(var); v && *v && launcher_rank() == 0)
+      std::fprintf(stderr,
+                   "zrun: note: %s=%s is set but changes nothing here: plans name their attention kernels "
+                   "(zplan --attention-kernel NAME for A/B runs)\n",
+                   var, v);
 
   zrt::Options opts;
   opts.init = args.init_random ? zrt::InitMode::random : zrt::InitMode::file;

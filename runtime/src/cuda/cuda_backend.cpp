@@ -45,6 +45,7 @@
 #include "cuda_hooks.h"
 #include "cuda_status.h"
 #include "kernel_args.h"
+#include "zk/attention_kernels.h"
 #include "zk/cuda_decode.h"
 #include "zk/cuda_kernels.h"
 #include "zk/cuda_rotary.h"
@@ -109,6 +110,10 @@ Status select_cuda_device(int *device) {
 namespace {
 
 using zk::cuda::Epilogue;
+
+/// The attention's int that names its kernel (plan 2.11; ops.def): after causal, seq_major and the nine
+/// packing ints.
+constexpr size_t kAttentionKernelInt = 11;
 
 /// Bytes of device workspace a training or run-time kernel needs for this step (0 for every other op).
 size_t kernel_workspace(const Step &s) {
@@ -547,7 +552,30 @@ class CudaBackend final : public Backend {
         return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
                                               "') reads host tensor " + std::to_string(t.index) +
                                               " directly; only prefetch may (the plan must prefetch it first)");
+    if (op == Op::attention && s.ints.size() > kAttentionKernelInt) return check_attention_kernel(s);
     return {};
+  }
+
+  /// The plan's attention kernel (plan 2.11) must run on this device: a wgmma kernel (sm_90a code) on any
+  /// other than compute capability 9.0 fails here, before anything runs, rather than at its first launch or,
+  /// worse, by running another kernel than the plan says.
+  Status check_attention_kernel(const Step &s) const {
+    const int code = static_cast<int>(s.ints[kAttentionKernelInt]);
+    const zk::cuda::AttentionKernel *k = zk::cuda::attention_kernel(code);
+    if (!k)
+      return error(Code::backend_error, "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
+                                            "') names attention kernel code " + std::to_string(code) +
+                                            ", which this runtime does not have");
+    int major = 0, minor = 0;
+    ZRT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+    ZRT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+    if (zk::cuda::attention_kernel_runs_on(*k, major, minor)) return {};
+    return error(Code::backend_error,
+                 "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name +
+                     "') runs attention kernel '" + k->name + "' (" + zk::cuda::attention_kernel_needs(*k) +
+                     ") but device " + std::to_string(device_) + " is sm_" + std::to_string(major * 10 + minor) +
+                     " (compute capability " + std::to_string(major) + "." + std::to_string(minor) +
+                     "): recompile the plan with zplan --cuda-arch sm_" + std::to_string(major * 10 + minor));
   }
 
   /// Whether a step runs on the host: a compute step (not a transfer) whose outputs all lie in host memory.
@@ -738,10 +766,12 @@ class CudaBackend final : public Backend {
         zk::cpu::AttnPacked packed[3];
         const bool has_packed = s.ints.size() >= 11;
         for (int i = 0; has_packed && i < 3; ++i) packed[i] = {s.ints[2 + 3 * i], s.ints[3 + 3 * i], s.ints[4 + 3 * i]};
-        ZRT_GPU_CHECK(
-            zc::attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3),
-                          out_of(s.outputs[0]), opt_out(s, 1), s.ints[0] != 0, static_cast<float>(s.floats[0]),
-                          s.ints.size() > 1 ? static_cast<int>(s.ints[1]) : 0, has_packed ? packed : nullptr, st));
+        // ints[11] (plan 2.11): the compiler's kernel; absent (older plans), the kernels every device runs.
+        const int kernel = s.ints.size() > kAttentionKernelInt ? static_cast<int>(s.ints[kAttentionKernelInt]) : 0;
+        ZRT_GPU_CHECK(zc::attention(
+            in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), opt_in(s, 3), out_of(s.outputs[0]),
+            opt_out(s, 1), s.ints[0] != 0, static_cast<float>(s.floats[0]),
+            s.ints.size() > 1 ? static_cast<int>(s.ints[1]) : 0, has_packed ? packed : nullptr, kernel, st));
         return {};
       }
       // Run-time ops of decoder exports.
@@ -793,7 +823,8 @@ class CudaBackend final : public Backend {
         ZRT_GPU_CHECK(zc::attention_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
                                          in_of(s.inputs[4]), in_of(s.inputs[5]), opt_in(s, 6), out_of(s.outputs[0]),
                                          out_of(s.outputs[1]), out_of(s.outputs[2]), s.ints[0] != 0,
-                                         static_cast<float>(s.floats[0]), kernel_ws_, st));
+                                         static_cast<float>(s.floats[0]), kernel_ws_,
+                                         s.ints.size() > 1 ? static_cast<int>(s.ints[1]) : 0, st));
         return {};
       case Op::embedding_grad:
         ZRT_GPU_CHECK(zc::embedding_grad(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),

@@ -41,17 +41,32 @@ GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const
 GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
                     float scale, int seq_major, cudaStream_t stream);
 /// The same with q, k and v possibly packed (packed[0..2], zk::cpu::AttnPacked; null: none): read at an element
-/// offset out of a wider [B, S, W] tensor, as the plan's folded q/k/v splits leave them.
+/// offset out of a wider [B, S, W] tensor, as the plan's folded q/k/v splits leave them. The overloads without
+/// a kernel run the one ZK_CUDA_ATTENTION names (a name of zk/attention_kernels.h; for the GPU tests and
+/// benchmarks), else the compiler's default for the current device; an attention the tensor-core kernels
+/// cannot take runs the exact one.
 GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
                     float scale, int seq_major, const cpu::AttnPacked *packed, cudaStream_t stream);
+/// The same with the plan's kernel (a code of zk/attention_kernels.h, the attention's int 11, plan 2.11): that
+/// kernel and no other runs; one the attention cannot take (a tensor-core kernel on fp32, say) is an error.
+/// Code 0 (plans before 2.11) runs the kernels every device runs, chosen by the attention's dtype and head dim.
+/// The backend checks the device against the kernel before the first run (attention_kernel_runs_on).
+GpuStatus attention(const In &q, const In &k, const In &v, const In &mask, const Out &out, const Out &lse, bool causal,
+                    float scale, int seq_major, const cpu::AttnPacked *packed, int kernel, cudaStream_t stream);
 /// Flash-style attention backward: probabilities recomputed tile by tile from q, k and lse; dk and dv of a
 /// kv head summed over its query heads (GQA) inside one block, so no atomics and a deterministic result.
 /// Head dims up to 256; q, k, v, out, dout, dq, dk, dv share one float dtype. bf16/f16 with head dims 64
-/// and 128 run on tensor cores (ZK_CUDA_ATTENTION_GRAD=exact forces the fp32 CUDA-core path).
+/// and 128 run on tensor cores (ZK_CUDA_ATTENTION_GRAD=exact forces the fp32 CUDA-core path, =wmma the WMMA
+/// one, for direct callers: the GPU tests).
 size_t attention_grad_workspace(const In &q);
 GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, const In &dout, const In &lse,
                          const In &mask, const Out &dq, const Out &dk, const Out &dv, bool causal, float scale,
                          void *workspace, cudaStream_t stream);
+/// The same with the plan's backward kernel (a code of zk/attention_kernels.h's backward table, the
+/// attention_grad's int 1, plan 2.11; 0: the default by dtype and head dim), strictly as for the forward.
+GpuStatus attention_grad(const In &q, const In &k, const In &v, const In &out, const In &dout, const In &lse,
+                         const In &mask, const Out &dq, const Out &dk, const Out &dv, bool causal, float scale,
+                         void *workspace, int kernel, cudaStream_t stream);
 /// The embedding backward: each row of dtable is the fp32 sum, in id order, of the dy rows whose id names
 /// it (ids outside [row_start, row_start + V_local) are skipped), rounded once: deterministic and equal to
 /// the CPU reference. No workspace (the function stays for the backends' uniform sizing and returns 0).
