@@ -3,9 +3,8 @@
 // (the GPU tests and benchmarks) pick one by name with ZK_CUDA_ATTENTION. The paths:
 //  - fa::fa_kernel (bf16/f16, head dim 64 or 128; fa4x1r / fa4x1, the compiler's default off sm_90): the
 //    second FlashAttention-2 kernel on mma.sync, everything per row in registers; see its comment.
-//  - the wgmma kernels (attention_sm90a.cu, sm_90a: wg1, wg2, wg2r, wg2pp, wgp, and wg3 with its variants
-//    wg3s, wg3b, wg3d, wg3f: a TMA producer warpgroup and two consumer warpgroups): wg2 is the compiler's
-//    default for sm_90.
+//  - the wgmma kernels (attention_sm90a.cu, sm_90a: wg1, wg2, wg2r, wg2pp, wgp, and wg3: a TMA producer
+//    warpgroup and two consumer warpgroups): wg2 is the compiler's default for sm_90.
 //  - flash_mma_kernel (bf16/f16, head dim 64 or 128; old and the mma* shapes): the first register kernel, the
 //    default before fa_kernel.
 //  - flash_kernel (bf16/f16, head dim 64 or 128): flash-attention style. A block of 4 warps owns 64 query

@@ -56,11 +56,7 @@ struct AttentionKernel {
   X(15, "wg2", wg, 2, sm90a)     /* wgmma, two warpgroups per block */                                           \
   X(16, "wg2r", wg, 3, sm90a)    /* wg2 held to 128 registers */                                                 \
   X(17, "wg2pp", wg, 4, sm90a)   /* wg2 with named barriers between its warpgroups */                            \
-  X(18, "wg3", wg, 5, sm90a)     /* a TMA producer warpgroup, two consumers in ping-pong */                      \
-  X(19, "wg3s", wg, 6, sm90a)    /* wg3 without the softmax overlap */                                           \
-  X(20, "wg3b", wg, 7, sm90a)    /* wg3 with 64-key tiles */                                                     \
-  X(21, "wg3d", wg, 8, sm90a)    /* wg3 with three stages */                                                     \
-  X(22, "wg3f", wg, 9, sm90a)    /* wg3 without the ping-pong */
+  X(18, "wg3", wg, 5, sm90a)     /* a TMA producer warpgroup, two consumers in ping-pong */
 
 // The backward kernels (attention_grad.cu), same form; variant unused. Every one runs on any device.
 #define ZK_ATTENTION_GRAD_KERNELS(X)                                                                             \
