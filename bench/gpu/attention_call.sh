@@ -7,15 +7,14 @@
 #      one cannot hide the others: the warp-specialised wgmma kernels (CudaAttentionWgmma.WarpSpecialised*),
 #      the register kernels (CudaAttention.*), the other wgmma kernels (the rest of CudaAttentionWgmma.*);
 #   2. zplan_cuda_attention_bench over ATTN_FA_PATHS and ATTN_WG_PATHS (the wgmma ones in their own process);
-#   3. if PLANS (a folder at the repository root, compiled elsewhere) is given: tests/cuda/check_models.sh on the
-#      test models' plans in it (<model>-fp32.zplan, <model>-bf16.zplan) under ZK_CUDA_ATTENTION=ATTN_FORCE
-#      (default: the fastest wgmma kernel on llama2-7b's shape that passed its tests), then zrun (CUDA graph
-#      replay, median of 10 after 3 warm-ups) of gpt2-350m-tp1.zplan and llama-1b-tp1.zplan under wg2 and that
-#      kernel, while the deadline allows; then torch.compile's forwards (bench/gpu/torch_baseline.py) if time
-#      remains.
+#   3. if PLANS (a folder at the repository root, compiled elsewhere: bench/gpu/make_attention_plans.sh) is
+#      given: tests/cuda/check_models.sh on the test models' plans in it (<model>-fp32.zplan, <model>-bf16.zplan),
+#      then zrun (CUDA graph replay, median of 10 after 3 warm-ups) of every *-tp1-*.zplan in it (the benchmark
+#      models, one plan per attention kernel: the plan names the kernel, ZK_CUDA_ATTENTION does not reach zrun),
+#      while the deadline allows; then torch.compile's forwards (bench/gpu/torch_baseline.py) if time remains.
 # Run from the tree's root:  bash bench/gpu/attention_call.sh [PLANS]
 # Environment: ATTN_DEADLINE_S (seconds from the start after which optional steps are skipped; default 380),
-# ATTN_FA_PATHS, ATTN_WG_PATHS (ZK_CUDA_ATTENTION values to time), ATTN_FORCE (as above).
+# ATTN_FA_PATHS, ATTN_WG_PATHS (the kernels zplan_cuda_attention_bench times, by ZK_CUDA_ATTENTION name).
 # Logs go to /tmp/attn-call, and as attn-logs.tgz and summary.txt to $OUT; the summary prints last.
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -72,26 +71,20 @@ log "bench wg rc $?"
 { echo "--- attention bench (zk)"; cat "$out/bench.log" "$out/bench-wg.log"; echo "--- SDPA peers"; cat "$out/sdpa.log"; } >> "$sum"
 
 if [[ -n $plans ]]; then
-  force=${ATTN_FORCE:-}
-  if [[ -z $force && $ws_rc == 0 ]]; then
-    force=$(awk '$1 == "llama2-7b" && $2 ~ /^wg3/ && ($4 + 0) > bt { bt = $4 + 0; b = $2 } END { print b }' "$out/bench-wg.log")
-  fi
-  force=${force:-wg2}
   wait $zpid
   log "zrun build rc $(cat /tmp/attn-zrun.rc)"
   z=$b/bin/zrun
-  ZK_CUDA_ATTENTION=$force timeout 120 bash "$top/tests/cuda/check_models.sh" "$z" "$plans" > "$out/models.log" 2>&1
-  log "check_models.sh under ZK_CUDA_ATTENTION=$force rc $?"
+  timeout 120 bash "$top/tests/cuda/check_models.sh" "$z" "$plans" > "$out/models.log" 2>&1
+  log "check_models.sh rc $?"
   cat "$out/models.log" >> "$sum"
-  for model in gpt2-350m llama-1b; do
-    [[ -f $plans/$model-tp1.zplan ]] || continue
-    for path in wg2 $force; do
-      if ((SECONDS > deadline)); then log "skip $model $path (deadline)"; continue; fi
-      echo "=== $model ZK_CUDA_ATTENTION=$path" >> "$out/zrun.log"
-      ZK_CUDA_ATTENTION=$path ZRT_CUDA_GRAPH=1 timeout 90 "$z" "$plans/$model-tp1.zplan" --backend cuda --init random \
-        --random-inputs --warmup 3 --repeat 10 >> "$out/zrun.log" 2>&1 || echo "zrun failed" >> "$out/zrun.log"
-      log "zrun $model $path: $(grep -o 'median [0-9.]* ms' "$out/zrun.log" | tail -1)"
-    done
+  for plan in "$plans"/*-tp1-*.zplan; do
+    [[ -f $plan ]] || continue
+    name=$(basename "$plan" .zplan)
+    if ((SECONDS > deadline)); then log "skip $name (deadline)"; continue; fi
+    echo "=== $name" >> "$out/zrun.log"
+    ZRT_CUDA_GRAPH=1 timeout 90 "$z" "$plan" --backend cuda --init random --random-inputs --warmup 3 --repeat 10 \
+      >> "$out/zrun.log" 2>&1 || echo "zrun failed" >> "$out/zrun.log"
+    log "zrun $name: $(grep -o 'median [0-9.]* ms' "$out/zrun.log" | tail -1)"
   done
 fi
 if [[ -n $plans ]] && ((SECONDS < deadline - 60)); then
