@@ -47,6 +47,11 @@ cks = sorted(d for d in glob.glob(f"{work}/ck/step-*") if os.path.exists(f"{d}/m
 if len(cks) != 3:
     sys.exit(f"FAIL: {len(cks)} checkpoints, expected 3")
 first = state(cks[0])
+# Every slice read must hold bytes: a manifest field this reader no longer finds (flat_begin / flat_end,
+# offset) would give empty slices, all equal and all "zero", and the checks below would compare nothing.
+empty = [k for k, d in first.items() if k[1] != "scalar" and not d]
+if empty or not first:
+    sys.exit(f"FAIL: {len(empty)} of {len(first)} slices read as empty, e.g. {empty[:3]}")
 kinds = {k[1] for k in first}
 if not {"master", "moment1", "moment2"} <= kinds:
     sys.exit(f"FAIL: the checkpoint holds {sorted(kinds)}, expected master parts and moments")
