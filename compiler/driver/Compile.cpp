@@ -362,11 +362,11 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
       pm.addPass(plan::createZplanOverlapChunks(overlap));
     }
     // Both backends' matrix products read an operand transposed. The rotary
-    // fold is on by default for the cpu target only: the CUDA kernel's
-    // sequence-major form has not run on a GPU yet.
+    // fold is on by default for both targets: the CUDA kernel's
+    // sequence-major form matched the CPU kernel and the folded test llama
+    // matched PyTorch on the H200 (docs/gpu-plan-runs.md, session 7).
     plan::ZplanFoldTransposeOptions fold;
-    fold.foldRotary =
-        f.foldRotary == "on" || (f.foldRotary == "auto" && f.target == "cpu");
+    fold.foldRotary = f.foldRotary != "off";
     pm.addPass(plan::createZplanFoldTranspose(fold));
     // The CUDA backend has kernels for the fused steps; the CPU reference
     // backend runs the unfused ones.

@@ -189,8 +189,8 @@ std::vector<OptionRow> buildTable() {
                   "Fold the head split transposes of q and k through the "
                   "rotary embedding into the attention (the rotary reads "
                   "and writes sequence-major; --zplan-fold-transpose's "
-                  "rotary option; auto: on for the cpu target, off for "
-                  "cuda until checked on a GPU)")
+                  "rotary option; auto, the default, and on: folded on "
+                  "both targets; off: not folded)")
                   .oneOf({"auto", "on", "off"}));
   t.push_back(row("--cuda-arch", &C::cudaArch,
                   "cuda target: the GPU architecture the plan is for (default "

@@ -76,9 +76,8 @@ def ZplanFoldTranspose : Pass<"zplan-fold-transpose", "mlir::ModuleOp"> {
     whose zg.attention_grad reads head-major q, k, v and output) is left
     alone.
 
-    With `rotary` (on by default here; the zplan driver turns it on for
-    --target cpu only until the CUDA kernel's sequence-major form has been
-    checked on a GPU, see --fold-rotary), a q or k operand that is a
+    With `rotary` (on by default here and in the zplan driver for both
+    targets; --fold-rotary off turns it off), a q or k operand that is a
     zg.rotary of such a transpose, the rotary and the transpose each with
     no other reader, folds too: the rotary reads the [B, S, H, D] input and
     writes [B, S, H, D] (its `seq_major` flag; the tables still index by
