@@ -872,21 +872,27 @@ cudaError_t launch_ws(const void *q, const void *k, const void *v, void *out, co
 template <class T>
 cudaError_t launch_t(const void *q, const void *k, const void *v, void *out, const AttnDims &d, const MaskView &mask,
                      int head_dim, int groups, cudaStream_t s) {
-  if (groups == 0)
-    return head_dim == 64 ? launch_pipelined<T, 64>(q, k, v, out, d, mask, s)
-                          : launch_pipelined<T, 128>(q, k, v, out, d, mask, s);
-  // groups 3 (wg2r): two warpgroups held to two blocks per multiprocessor. At head dim 64 the kernel already
-  // takes 120 registers (two blocks fit), so there it is wg2. groups 4 (wg2pp): two warpgroups in ping-pong.
-  if (groups == 4)
-    return head_dim == 64 ? launch<T, 64, 2, 1, true>(q, k, v, out, d, mask, s)
-                          : launch<T, 128, 2, 1, true>(q, k, v, out, d, mask, s);
-  // groups 5: wg3 (the producer / two-consumer kernel).
-  if (groups == 5)
-    return head_dim == 64 ? launch_ws<T, 64>(q, k, v, out, d, mask, s) : launch_ws<T, 128>(q, k, v, out, d, mask, s);
-  if (head_dim == 64)
-    return groups >= 2 ? launch<T, 64, 2>(q, k, v, out, d, mask, s) : launch<T, 64, 1>(q, k, v, out, d, mask, s);
-  if (groups == 3) return launch<T, 128, 2, 2>(q, k, v, out, d, mask, s);
-  return groups == 2 ? launch<T, 128, 2>(q, k, v, out, d, mask, s) : launch<T, 128, 1>(q, k, v, out, d, mask, s);
+  // groups is the table's variant (kernels/cuda/include/zk/attention_kernels.h). A variant without a case here
+  // is an error, never another kernel: the plan names the kernel that runs.
+  const bool d64 = head_dim == 64;
+  switch (groups) {
+    case 0:  // wgp: one warpgroup whose products overlap its softmax.
+      return d64 ? launch_pipelined<T, 64>(q, k, v, out, d, mask, s) : launch_pipelined<T, 128>(q, k, v, out, d, mask, s);
+    case 1:  // wg1
+      return d64 ? launch<T, 64, 1>(q, k, v, out, d, mask, s) : launch<T, 128, 1>(q, k, v, out, d, mask, s);
+    case 2:  // wg2
+      return d64 ? launch<T, 64, 2>(q, k, v, out, d, mask, s) : launch<T, 128, 2>(q, k, v, out, d, mask, s);
+    case 3:  // wg2r: two warpgroups held to two blocks per multiprocessor. At head dim 64 the kernel already takes
+             // 120 registers (two blocks fit), so there it is wg2.
+      return d64 ? launch<T, 64, 2>(q, k, v, out, d, mask, s) : launch<T, 128, 2, 2>(q, k, v, out, d, mask, s);
+    case 4:  // wg2pp: two warpgroups in ping-pong.
+      return d64 ? launch<T, 64, 2, 1, true>(q, k, v, out, d, mask, s)
+                 : launch<T, 128, 2, 1, true>(q, k, v, out, d, mask, s);
+    case 5:  // wg3: the producer / two-consumer kernel.
+      return d64 ? launch_ws<T, 64>(q, k, v, out, d, mask, s) : launch_ws<T, 128>(q, k, v, out, d, mask, s);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace
