@@ -58,7 +58,7 @@ step wgmma env CUDA_VISIBLE_DEVICES=0 timeout 150 "$b/bin/zplan_cuda_kernels_tes
   --gtest_filter='*Wgmma*'
 grep -E "^\[  (PASSED|FAILED) |^\[       OK|^\[  FAILED  \]|Failure" "$out/wgmma.log" | head -16
 step attention_bench env CUDA_VISIBLE_DEVICES=0 timeout 90 "$b/bin/zplan_cuda_attention_bench" default old
-step attention_bench_wg env CUDA_VISIBLE_DEVICES=0 timeout 90 "$b/bin/zplan_cuda_attention_bench" wg1 wg2 wg2r wg2pp wgp
+step attention_bench_wg env CUDA_VISIBLE_DEVICES=0 timeout 90 "$b/bin/zplan_cuda_attention_bench" wg1 wg2 wg2r wg2pp wgp wg3
 cat "$out/attention_bench.log" "$out/attention_bench_wg.log" | grep -v "^$" | head -40
 gtest train_backend "$b/bin/zplan_cuda_train_backend_test"
 if [[ $gpus -ge 2 ]]; then
