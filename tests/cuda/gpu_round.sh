@@ -107,6 +107,11 @@ PY
   h2d_gbps=$(grep -o '"pinned_h2d_GBps": [0-9.]*' "$out/h2d.log" | grep -o '[0-9.]*$')
 }
 if [[ -d .gpu-gen ]] && wanted gen && left $((budget - 200)); then
+  # Greedy tokens against Hugging Face's (tests/cuda/generate_gpu.sh: gpt2 and llama, tp 1, and tp 2 on two GPUs).
+  if [[ -d .gpu-gen/check ]]; then
+    step greedy tests/cuda/generate_gpu.sh "$b/bin/zrun"
+    grep -E "greedy tokens|failed|skipped" "$out/greedy.log"
+  fi
   h2d
   for plan in .gpu-gen/*.zplan; do
     name=$(basename "$plan" .zplan)
@@ -115,9 +120,15 @@ if [[ -d .gpu-gen ]] && wanted gen && left $((budget - 200)); then
     [[ $name == *offload* ]] && new=32
     left $((budget - 120)) || { echo "$name: skipped (call budget)"; continue; }
     python3 -c "import numpy as np; np.save('$out/prompt-$name.npy', np.random.default_rng(0).integers(3, 32000, size=($bs, 512), dtype=np.int64))"
-    step "gen-$name" timeout $((budget - SECONDS - 30)) env CUDA_VISIBLE_DEVICES=0 "$b/bin/zrun" "$plan" --backend cuda \
+    # A plan of tp N (-tpN- in its name) runs as N ranks under mpirun, one GPU each, where the machine has them.
+    np=1
+    [[ $name =~ -tp([0-9]+)- ]] && np=${BASH_REMATCH[1]}
+    [[ $np -gt $gpus ]] && { echo "$name: skipped ($gpus GPU)"; continue; }
+    launch=(env CUDA_VISIBLE_DEVICES=0)
+    [[ $np -gt 1 ]] && launch=(mpirun --allow-run-as-root --oversubscribe -np "$np" -x NCCL_NVLS_ENABLE=0)
+    step "gen-$name" timeout $((budget - SECONDS - 30)) "${launch[@]}" "$b/bin/zrun" "$plan" --backend cuda \
       --init random --generate --warmup 1 --prompt "$out/prompt-$name.npy" --max-new-tokens $new \
-      --tokens-out "$out/tokens-$name.npy"
+      --tokens-out "$out/tokens-$name.npy" < /dev/null
     echo "$name:"; grep -iE "first token|tokens/s|error" "$out/gen-$name.log" | head -4
   done
 fi
