@@ -27,7 +27,7 @@ table=1
 [[ ${1:-} == --no-table ]] && table=0
 budget=${ZPLAN_CALL_BUDGET_S:-560}
 left() { [[ $SECONDS -lt $1 ]]; }  # left SECONDS: is the call still under that many seconds?
-# wanted STEP: not named in ZPLAN_ROUND_SKIP (a space-separated list of train, nvme, gen, torchrun, sweep).
+# wanted STEP: not named in ZPLAN_ROUND_SKIP (a space-separated list of train, nvme, gen, torchrun, sweep, fault).
 wanted() { [[ " ${ZPLAN_ROUND_SKIP:-} " != *" $1 "* ]]; }
 logs_to /tmp/zplan-round round-logs.tgz
 cd "$top" || exit 1
@@ -171,6 +171,16 @@ if [[ $table == 1 && $gpus -ge 2 ]] && wanted sweep && left $((budget - 150)); t
     left $((budget - 130)) || break
     step sweep$ctas env ZRT_NCCL_CTAS=$ctas tests/cuda/plan_memory.sh "$b/bin/zrun" .gpu-plans/manifest-sweep.txt "$out/sweep$ctas"
     echo "ZRT_NCCL_CTAS=$ctas:"; grep -E '^\{' "$out/sweep$ctas.log"
+  done
+fi
+# The NCCL fault path on two GPUs (tests/cuda/nccl_fault.sh): rank 1 killed, then stopped, in the middle of
+# gpt2-350m tp 2's collectives; rank 0 must exit within ZRT_NCCL_TIMEOUT_S + 10 s naming rank 1.
+if [[ $gpus -ge 2 && -f .gpu-plans/gpt2-350m-tp2.zplan ]] && wanted fault; then
+  for mode in kill stall; do
+    left $((budget - 150)) || { echo "fault-$mode: skipped (call budget)"; continue; }
+    ZRT_NCCL_TIMEOUT_S=15 step fault-$mode tests/cuda/nccl_fault.sh "$b/bin/zrun" .gpu-plans/gpt2-350m-tp2.zplan $mode \
+      "$out/fault"
+    tail -3 "$out/fault-$mode.log"
   done
 fi
 if [[ $table == 1 ]] && left $((budget - 90)); then
