@@ -405,6 +405,14 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
         decode.multiMaxBytes = 16 << 20;
         decode.gatedMaxRows = 0;
       }
+      // One step for a layer's rotaries and cache writes, on every target
+      // (the CPU plans run its reference kernel, docs/generation.md).
+      decode.ropeKv = f.decodeFusion != "off";
+      // The norm before a few-row product in that product's kernel: on the
+      // cuda target at one row (the streaming few-row kernel), on the cpu
+      // target wherever the kernel would hold it.
+      if (f.decodeFusion != "off")
+        decode.normMaxRows = f.target == "cuda" ? 1 : 4;
       decode.chooseKernel = f.target == "cuda" && f.fewRowsMaxRows > 0;
       decode.fewRowsMax = f.fewRowsMaxRows;
       decode.fewRowsMaxBytes = f.fewRowsMaxBytes;

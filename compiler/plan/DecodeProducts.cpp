@@ -3,7 +3,7 @@
 // A decode step's products have one row per sequence. Each is then a short
 // stream over its weight, and at batch 1 the step is bound by the fixed cost
 // of its kernels, not by the weight bytes (docs/generation.md, session 6).
-// This pass makes two decisions the runtime then only executes:
+// This pass makes these decisions, which the runtime then only executes:
 //
 // - fuse: the linears of one input become one step (zg.linear_gated for the
 //   gated MLP's gate / up and their activation product, zg.linear_multi for
@@ -12,7 +12,11 @@
 // - choose-kernel: which of the few-row kernel and cuBLASLt runs each other
 //   few-row product, by a rule on its rows and weight bytes, written into the
 //   plan (zd.kernel), so that two runs of one plan run the same kernels and
-//   round alike (the backend used to time both at run time).
+//   round alike (the backend used to time both at run time);
+// - rope-kv: a decode layer's rotary of q and k and its two cache writes
+//   become one zg.rope_kv_write (one kernel instead of four);
+// - norm: the residual add and RMS norm before a few-row product go into the
+//   product (zg.norm_products), whose kernel normalises the rows itself.
 //
 //===----------------------------------------------------------------------===//
 
@@ -116,8 +120,12 @@ struct DecodeProductsPass
         if (multiMaxRows > 0)
           fuseGroups(body, *floatDType);
       }
+      if (ropeKv)
+        fuseRopeKvWrites(body);
       if (chooseKernel)
         choose(body, *floatDType);
+      if (normMaxRows > 0)
+        fuseNorms(body);
     }
   }
 
@@ -291,6 +299,196 @@ struct DecodeProductsPass
         lin->erase();
       }
       ++numMulti;
+    }
+  }
+
+  /// A forward, head-major zg.rotary whose result only `user` reads.
+  zg::RotaryOp soleRotary(Value v, Operation *user) {
+    auto r = v.getDefiningOp<zg::RotaryOp>();
+    if (!r || r.getInverse() || r.getSeqMajor() || !v.hasOneUse() ||
+        *v.getUsers().begin() != user)
+      return nullptr;
+    return r;
+  }
+
+  /// The zg.kv_write of `cache` at `pos` before `before`, if exactly one.
+  zg::KvWriteOp soleWrite(Block &body, Value cache, Value pos,
+                          Operation *before) {
+    zg::KvWriteOp found;
+    for (Operation *user : cache.getUsers()) {
+      auto w = dyn_cast<zg::KvWriteOp>(user);
+      if (!w || w->getBlock() != &body)
+        continue;
+      if (found || w.getCache() != cache || w.getPos() != pos ||
+          !w->isBeforeInBlock(before))
+        return nullptr;
+      found = w;
+    }
+    return found;
+  }
+
+  /// Each zg.cached_attention of the decode step whose q is a rotary and
+  /// whose caches were just written, the k cache with a rotary of k under the
+  /// same tables: the two rotaries and the two kv_writes become one
+  /// zg.rope_kv_write right before the attention (the kernel count of a
+  /// decode layer is most of its time at batch 1, docs/generation.md). Every
+  /// operand is defined before the first of the four ops, so the fused op may
+  /// sit at the attention; nothing between them reads the caches, which only
+  /// the attention and the writes touch.
+  void fuseRopeKvWrites(Block &body) {
+    SmallVector<zg::CachedAttentionOp> attns;
+    for (Operation &op : body.without_terminator())
+      if (auto a = dyn_cast<zg::CachedAttentionOp>(op))
+        attns.push_back(a);
+    for (zg::CachedAttentionOp a : attns) {
+      zg::RotaryOp rq = soleRotary(a.getQ(), a);
+      if (!rq)
+        continue;
+      zg::KvWriteOp wk = soleWrite(body, a.getK(), a.getPos(), a);
+      zg::KvWriteOp wv = soleWrite(body, a.getV(), a.getPos(), a);
+      if (!wk || !wv || a.getK() == a.getV())
+        continue;
+      zg::RotaryOp rk = soleRotary(wk.getValue(), wk);
+      if (!rk || rk.getCos() != rq.getCos() || rk.getSin() != rq.getSin())
+        continue;
+      // Only what the op's verifier accepts: tables [1 or B, 1, 1 or S, D].
+      auto t = rtt(rq.getCos()).getShape();
+      auto q = rtt(rq.getInput()).getShape();
+      if (t.size() != 4 || q.size() != 4 || (t[0] != 1 && t[0] != q[0]) ||
+          t[1] != 1 || (t[2] != 1 && t[2] != q[2]) ||
+          rtt(rk.getInput()).getShape() != rtt(wv.getValue()).getShape())
+        continue;
+      OpBuilder b(a);
+      auto fused = zg::RopeKvWriteOp::create(
+          b,
+          FusedLoc::get(b.getContext(), {rq.getLoc(), rk.getLoc(),
+                                         wk.getLoc(), wv.getLoc()}),
+          rq.getResult().getType(), rq.getInput(), rk.getInput(),
+          wv.getValue(), rq.getCos(), rq.getSin(), wk.getCache(),
+          wv.getCache(), a.getPos());
+      a.getQMutable().assign(fused.getResult());
+      wk->erase();
+      wv->erase();
+      rk->erase();
+      rq->erase();
+      ++numRopeKv;
+    }
+  }
+
+  /// Whether the streaming few-row kernel (kernels/cuda/skinny_gemm.cu) runs
+  /// a norm_products of input `x` and these weights: at most normMaxRows (and
+  /// 4) rows, x's rows as floats within 64 KiB, W [K, N] with N a multiple of
+  /// 8 (whole 16-byte pieces in every dtype).
+  bool normFits(Value x, ValueRange weights, bool transW) {
+    int64_t rows = rowsOf(x);
+    if (transW || rows < 1 || rows > std::min<int64_t>(normMaxRows, 4))
+      return false;
+    int64_t rounded = 1;
+    while (rounded < rows)
+      rounded *= 2;
+    if (rtt(x).getShape().back() * rounded * 4 > 64 * 1024)
+      return false;
+    return llvm::all_of(weights, [](Value w) {
+      return rtt(w).getRank() == 2 && rtt(w).getShape()[1] % 8 == 0;
+    });
+  }
+
+  /// The residual add and RMS norm before a few-row product (zg.residual_norm
+  /// of kind rms, or zg.add then zg.rms_norm), whose normed rows only that
+  /// product reads, become one zg.norm_products with it: the few-row kernel
+  /// normalises the rows in each block, and the norm's kernel goes. The
+  /// products: a zg.linear_multi, a zg.linear_gated, or a zg.linear marked
+  /// for the few-row kernel.
+  void fuseNorms(Block &body) {
+    SmallVector<Operation *> products;
+    for (Operation &op : body.without_terminator()) {
+      auto lin = dyn_cast<zg::LinearOp>(op);
+      if (isa<zg::LinearMultiOp, zg::LinearGatedOp>(op) ||
+          (lin && !lin.getBias() && lin->hasAttr("zd.kernel")))
+        products.push_back(&op);
+    }
+    for (Operation *product : products) {
+      Value normed = product->getOperand(0);
+      Operation *normOp = normed.getDefiningOp();
+      if (!normOp || !normed.hasOneUse())
+        continue;
+      Value x, r, scale, sum;
+      double eps = 0;
+      Operation *addOp = nullptr;
+      if (auto rn = dyn_cast<zg::ResidualNormOp>(normOp)) {
+        if (rn.getKind() != "rms" || rn.getBias())
+          continue;
+        x = rn.getInput();
+        r = rn.getResidual();
+        scale = rn.getScale();
+        eps = rn.getEpsilon().convertToDouble();
+        sum = rn.getSum();
+      } else if (auto rms = dyn_cast<zg::RmsNormOp>(normOp)) {
+        auto add = rms.getInput().getDefiningOp<zg::AddOp>();
+        if (!add || !rms.getScale())
+          continue;
+        x = add.getLhs();
+        r = add.getRhs();
+        scale = rms.getScale();
+        eps = rms.getEpsilon().convertToDouble();
+        sum = add.getResult();
+        addOp = add;
+      } else {
+        continue;
+      }
+      // Equal shapes (no broadcasting add) and a [K] scale of one element
+      // type.
+      if (x.getType() != normed.getType() || r.getType() != x.getType() ||
+          sum.getType() != x.getType() ||
+          rtt(scale).getShape() != ArrayRef<int64_t>{rtt(x).getShape().back()} ||
+          rtt(scale).getElementType() != rtt(x).getElementType())
+        continue;
+      SmallVector<Value> weights;
+      std::string act;
+      bool transW = false;
+      double alpha = 1.0;
+      if (auto m = dyn_cast<zg::LinearMultiOp>(product)) {
+        weights.append(m.getWeights().begin(), m.getWeights().end());
+        transW = m.getTransW();
+        alpha = m.getAlpha().convertToDouble();
+      } else if (auto g = dyn_cast<zg::LinearGatedOp>(product)) {
+        weights = {g.getGateWeight(), g.getUpWeight()};
+        act = g.getAct().str();
+        transW = g.getTransW();
+        alpha = g.getAlpha().convertToDouble();
+      } else {
+        auto l = cast<zg::LinearOp>(product);
+        weights = {l.getWeight()};
+        transW = l.getTransW();
+        alpha = l.getAlpha().convertToDouble();
+      }
+      if (!normFits(x, weights, transW))
+        continue;
+      SmallVector<Type> types = {sum.getType()};
+      for (Type t : product->getResultTypes())
+        types.push_back(t);
+      OpBuilder b(product);
+      SmallVector<Location> locs = {normOp->getLoc(), product->getLoc()};
+      if (addOp)
+        locs.insert(locs.begin(), addOp->getLoc());
+      auto fused = zg::NormProductsOp::create(
+          b, FusedLoc::get(b.getContext(), locs), types, x, r, scale, weights,
+          b.getStringAttr(act), b.getF64FloatAttr(eps),
+          b.getF64FloatAttr(alpha));
+      Operation *first = addOp ? addOp : normOp;
+      SmallVector<Operation *> former = {normOp, product};
+      if (addOp)
+        former.push_back(addOp);
+      place(fused, first, product, former);
+      sum.replaceAllUsesWith(fused.getSum());
+      for (auto [old, now] :
+           llvm::zip(product->getResults(), fused.getProducts()))
+        old.replaceAllUsesWith(now);
+      product->erase();
+      normOp->erase();
+      if (addOp)
+        addOp->erase();
+      ++numNorm;
     }
   }
 

@@ -935,6 +935,16 @@ struct Emitter {
           ints = {l.getTransW() ? 1 : 0};
           floats = {l.getAlpha().convertToDouble()};
         })
+        .Case([&](graph::NormProductsOp n) {
+          // Plan 2.11: ints [trans_w (0: W [K, N]), act (0: the products,
+          // else the opcode of the gated form's activation)].
+          ints = {0, n.getAct().empty()       ? 0
+                     : n.getAct() == "silu"      ? 15
+                     : n.getAct() == "gelu_tanh" ? 13
+                                                 : 14};
+          floats = {n.getAlpha().convertToDouble(),
+                    n.getEpsilon().convertToDouble()};
+        })
         .Case([&](graph::LinearGatedOp l) {
           ints = {l.getTransW() ? 1 : 0,
                   l.getAct() == "silu"        ? 15

@@ -97,8 +97,10 @@ std::string persistentKey(mlir::Value value);
 /// parameter (docs/training-contract.md, section 7).
 bool isMasterShard(mlir::Value value);
 
-/// The ops that write persistent state in place and have no results:
-/// zg.assign, zg.adamw, zg.accumulate, zg.kv_write, zd.nvme_write.
+/// The ops that write persistent state in place: zg.assign, zg.adamw,
+/// zg.accumulate, zg.kv_write, zd.nvme_write (no results), and
+/// zg.rope_kv_write (whose result, the rotated q, comes first in the plan
+/// op's outputs).
 bool isStateWriteOp(mlir::Operation *op);
 
 /// The operands a state-write op overwrites (assign and accumulate: the

@@ -146,7 +146,7 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
   let description = [{
     A decode step's products have one row per sequence, so each is a short
     stream over its weight whose fixed cost (launch, ramp-up, reduction)
-    weighs as much as its bytes (docs/generation.md). Two rewrites, in the
+    weighs as much as its bytes (docs/generation.md). Three rewrites, in the
     `decode` program only (a generation plan's one-token step):
 
     - `fuse`: the gated MLP's two bias-free linears of one input and their
@@ -159,6 +159,17 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
       most 98304). The fused op sits where the last former linear was; the
       ops between that read a former result (and the releases of the fused
       operands) move after it, in order.
+    - `rope-kv`: each `zg.cached_attention` whose q is a forward head-major
+      `zg.rotary` read by nothing else, and whose k and v caches are written
+      at its positions by one `zg.kv_write` each (the k cache's value a
+      rotary of k under the same tables), becomes one `zg.rope_kv_write`
+      right before the attention (one kernel instead of four).
+    - `norm-max-rows` (after the others): a `zg.residual_norm` of kind rms
+      (or `zg.add` then `zg.rms_norm`) whose normed rows only one few-row
+      product reads (a `zg.linear_multi`, a `zg.linear_gated`, or a
+      `zg.linear` marked for the few-row kernel), of at most that many rows
+      (and 4), W [K, N] with N a multiple of 8 and K x rows within 16384,
+      becomes one `zg.norm_products` with the product.
     - `choose-kernel` (the cuda target): each remaining `zg.linear` /
       `zg.matmul` of at most `few-rows-max` rows whose weight holds at most
       `few-rows-max-bytes` bytes gets `zd.kernel = "few_rows"`: the plan
@@ -187,6 +198,12 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
            "fuse: the most weight bytes of a zg.linear_multi (0: no cap)">,
     Option<"gatedMaxRows", "gated-max-rows", "int64_t", "16",
            "fuse: the most rows of a zg.linear_gated (at most 16)">,
+    Option<"normMaxRows", "norm-max-rows", "int64_t", "0",
+           "fold the residual add and RMS norm before a few-row product of "
+           "at most this many rows (and 4) into a zg.norm_products (0: off)">,
+    Option<"ropeKv", "rope-kv", "bool", "false",
+           "fuse each decode attention's rotaries and cache writes into "
+           "one zg.rope_kv_write">,
     Option<"chooseKernel", "choose-kernel", "bool", "false",
            "mark the few-row products the few-row kernel runs">,
     Option<"fewRowsMax", "few-rows-max", "int64_t", "1",
@@ -201,6 +218,8 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
     Statistic<"numGated", "gated", "gate/up pairs fused with their act">,
     Statistic<"numMulti", "multi", "groups of linears fused into one step">,
     Statistic<"numFewRows", "few-rows", "products marked for the few-row kernel">,
+    Statistic<"numRopeKv", "rope-kv", "rotary and cache write groups fused">,
+    Statistic<"numNorm", "norm", "norms folded into few-row products">,
   ];
 }
 

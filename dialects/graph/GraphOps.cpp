@@ -225,6 +225,37 @@ LogicalResult LinearGatedOp::verify() {
                        getTransW());
 }
 
+LogicalResult NormProductsOp::verify() {
+  if (rtt(getResidual()) != rtt(getInput()) || rtt(getSum()) != rtt(getInput()))
+    return emitOpError("input, residual and sum must have one type");
+  auto x = rtt(getInput()).getShape();
+  if (x.empty() || rtt(getScale()).getShape() != ArrayRef<int64_t>{x.back()} ||
+      rtt(getScale()).getElementType() != rtt(getInput()).getElementType())
+    return emitOpError("scale must be [") << (x.empty() ? 0 : x.back())
+                                          << "] of the input's element type";
+  size_t n = getWeights().size();
+  bool gated = !getAct().empty();
+  if (gated) {
+    if (getAct() != "silu" && getAct() != "gelu_tanh" &&
+        getAct() != "gelu_erf")
+      return emitOpError("act must be empty, silu, gelu_tanh or gelu_erf, "
+                         "got ")
+             << getAct();
+    if (n != 2 || getProducts().size() != 1)
+      return emitOpError("a gated form takes two weights and has one product");
+    if (rtt(getWeights()[0]).getShape() != rtt(getWeights()[1]).getShape())
+      return emitOpError("gate and up weights must have one shape");
+    return verifyProduct(*this, getInput(), getWeights()[0],
+                         getProducts()[0], false);
+  }
+  if (n < 1 || n > 4 || getProducts().size() != n)
+    return emitOpError("takes one to four weights, one product each");
+  for (auto [w, r] : llvm::zip(getWeights(), getProducts()))
+    if (failed(verifyProduct(*this, getInput(), w, r, false)))
+      return failure();
+  return success();
+}
+
 static LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
   if (axis < 0 || axis >= rank)
     return op->emitOpError("axis ")
@@ -636,6 +667,40 @@ LogicalResult KvWriteOp::verify() {
            << shapeStr(v) << " does not fit the cache " << shapeStr(c);
   if (rtt(getCache()).getElementType() != rtt(getValue()).getElementType())
     return emitOpError("value and cache element types differ");
+  return verifyPositions(*this, getPos(), c[0]);
+}
+
+LogicalResult RopeKvWriteOp::verify() {
+  if (failed(verifyPersistentTarget(*this, getKCache(), "k_cache")) ||
+      failed(verifyPersistentTarget(*this, getVCache(), "v_cache")))
+    return failure();
+  auto q = rtt(getQ()).getShape(), k = rtt(getK()).getShape();
+  auto c = rtt(getKCache()).getShape();
+  if (q.size() != 4 || k.size() != 4 || c.size() != 4)
+    return emitOpError("q, k and the caches must be 4-D [B, H, S or L, D]");
+  if (rtt(getV()).getShape() != k || rtt(getVCache()).getShape() != c)
+    return emitOpError("v must be shaped like k and v_cache like k_cache");
+  if (q[0] != k[0] || q[2] != k[2] || q[3] != k[3] || q[3] % 2 != 0)
+    return emitOpError("q ") << shapeStr(q) << " and k " << shapeStr(k)
+                             << " must share B, S and an even D";
+  if (c[0] != k[0] || c[1] != k[1] || c[3] != k[3] || k[2] > c[2])
+    return emitOpError("k ") << shapeStr(k) << " does not fit the cache "
+                             << shapeStr(c);
+  Type e = rtt(getQ()).getElementType();
+  if (!isa<FloatType>(e) || rtt(getK()).getElementType() != e ||
+      rtt(getV()).getElementType() != e ||
+      rtt(getKCache()).getElementType() != e ||
+      rtt(getVCache()).getElementType() != e || rtt(getResult()) != rtt(getQ()))
+    return emitOpError("q, k, v, the caches and the result must share one "
+                       "float element type, the result q's type");
+  auto t = rtt(getCos()).getShape();
+  if (rtt(getCos()) != rtt(getSin()) ||
+      !isa<FloatType>(rtt(getCos()).getElementType()) || t.size() != 4 ||
+      (t[0] != 1 && t[0] != q[0]) || t[1] != 1 ||
+      (t[2] != 1 && t[2] != q[2]) || t[3] != q[3])
+    return emitOpError("cos and sin must be one float type [1 or B, 1, 1 or "
+                       "S, D], got ")
+           << shapeStr(t);
   return verifyPositions(*this, getPos(), c[0]);
 }
 

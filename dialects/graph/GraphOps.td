@@ -1004,4 +1004,47 @@ def ZG_LinearGatedOp : ZG_Op<"linear_gated", [Pure, ZG_TpWhole]> {
   let hasVerifier = 1;
 }
 
+def ZG_RopeKvWriteOp : ZG_Op<"rope_kv_write", [ZG_TpWhole]> {
+  let summary = "a decode step's rotary embedding of q and k and its cache writes, as one step";
+  let description = [{
+    `result = rotary(q, cos, sin)`; in place, `k_cache[b, h, pos[b] + j] =
+    rotary(k, cos, sin)[b, h, j]` and `v_cache[b, h, pos[b] + j] = v[b, h,
+    j]` for j < S where pos[b] + j < L: the two `zg.rotary` (forward, head-
+    major) and two `zg.kv_write` of one attention layer in a decode program.
+    q [B, Hq, S, D], k and v [B, Hkv, S, D], the caches [B, Hkv, L, D]
+    (persistent `kv_cache` states), cos and sin [1 or B, 1, 1 or S, D].
+    Written by `--zplan-decode-products`, so that the decode step runs one
+    kernel where it ran four; each value is rounded as the unfused ops round
+    it.
+  }];
+  let arguments = (ins ZG_Tensor:$q, ZG_Tensor:$k, ZG_Tensor:$v,
+                   ZG_Tensor:$cos, ZG_Tensor:$sin, ZG_Tensor:$k_cache,
+                   ZG_Tensor:$v_cache, ZG_IntTensor:$pos);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def ZG_NormProductsOp : ZG_Op<"norm_products", [Pure, ZG_TpWhole]> {
+  let summary = "residual add and RMS norm folded into the few-row products that read it";
+  let description = [{
+    `sum = input + residual` (equal shapes), `normed = rms_norm(sum) *
+    scale` over the last axis (epsilon), then the products of `normed`: with
+    `act` empty, `products_i = alpha * normed x weights_i` for one to four
+    weights (as zg.linear_multi); with `act` "silu", "gelu_tanh" or
+    "gelu_erf", one product `act(alpha * normed x weights_0) * (alpha *
+    normed x weights_1)` (as zg.linear_gated). Written by
+    `--zplan-decode-products` in a decode program (at most 4 rows, W [K, N]
+    with N a multiple of 8), where the residual_norm step (or the add and
+    rms_norm) before a layer's q / k / v or gate / up products then costs no
+    kernel of its own: the few-row kernel normalises the rows in each block.
+    Each value is rounded as the unfused ops round it.
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$residual,
+                   ZG_Tensor:$scale, Variadic<ZG_Tensor>:$weights,
+                   DefaultValuedAttr<StrAttr, "\"\"">:$act, F64Attr:$epsilon,
+                   DefaultValuedAttr<F64Attr, "1.0">:$alpha);
+  let results = (outs ZG_Tensor:$sum, Variadic<ZG_Tensor>:$products);
+  let hasVerifier = 1;
+}
+
 #endif // ZPLAN_DIALECTS_GRAPH_GRAPHOPS_TD

@@ -31,6 +31,22 @@ Result kv_write(const Out &cache, const In &value, const In &pos) {
   return {};
 }
 
+size_t rope_kv_write_scratch(const In &k) {
+  return (static_cast<size_t>(k.shape.numel()) * dtype_size(k.dtype) + sizeof(float) - 1) / sizeof(float);
+}
+
+Result rope_kv_write(const In &q, const In &k, const In &v, const In &cos, const In &sin, const In &pos,
+                     const Out &q_out, const Out &k_cache, const Out &v_cache, float *scratch) {
+  if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape != k.shape)
+    return Result::fail("rope_kv_write: q and k must be rank 4, v shaped like k");
+  if (Result r = rotary(q, cos, sin, q_out, false); !r.ok()) return r;
+  // k's rotated copy, in k's dtype, then the two cache writes.
+  const Out k_rot{scratch, k.dtype, k.shape};
+  if (Result r = rotary(k, cos, sin, k_rot, false); !r.ok()) return r;
+  if (Result r = kv_write(k_cache, In{scratch, k.dtype, k.shape}, pos); !r.ok()) return r;
+  return kv_write(v_cache, v, pos);
+}
+
 size_t cached_attention_scratch(const In &k) { return k.shape.rank == 4 ? static_cast<size_t>(k.shape.d[2]) : 0; }
 
 Result cached_attention(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,

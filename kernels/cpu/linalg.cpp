@@ -2,6 +2,7 @@
 // Non-f32 storage is widened into the caller's scratch, multiplied in fp32 and narrowed on store.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common.h"
@@ -194,6 +195,33 @@ Result linear_gated(Unary act, const In &x, const In &wg, const In &wu, const Ou
   if (r.ok()) r = unary(act, In{out.data, out.dtype, out.shape}, out);
   if (r.ok()) r = binary(Binary::mul, In{out.data, out.dtype, out.shape}, In{up.data, up.dtype, up.shape}, out);
   return r;
+}
+
+size_t norm_products_scratch(const In &x, const In *w, const Out *out, int n, bool tw, Unary act, bool gated) {
+  (void)act;
+  // The normed rows in x's dtype (at most a float per element), then the products' own scratch.
+  size_t rest = 0;
+  if (gated) {
+    if (n >= 2) rest = linear_gated_scratch(x, w[0], out[0], tw);
+  } else {
+    for (int i = 0; i < n; ++i) rest = std::max(rest, linear_scratch(x, w[i], out[i], tw));
+  }
+  return static_cast<size_t>(x.shape.numel()) + rest;
+}
+
+Result norm_products(const In &x, const In &residual, const In &scale, const In *w, const Out &sum, const Out *out,
+                     int n, bool tw, Unary act, bool gated, float alpha, float eps, float *scratch) {
+  if (x.shape != residual.shape || sum.shape != x.shape || x.dtype != residual.dtype || sum.dtype != x.dtype)
+    return Result::fail("norm_products: x, residual and sum must share one shape and dtype");
+  if (n < 1 || n > 4 || (gated && n != 2)) return Result::fail("norm_products: one to four weights (gated: two)");
+  Result r = binary(Binary::add, x, residual, sum);
+  const Out normed{scratch, x.dtype, x.shape};
+  const In normed_in{scratch, x.dtype, x.shape};
+  if (r.ok()) r = rms_norm(In{sum.data, sum.dtype, sum.shape}, scale, normed, eps);
+  float *rest = scratch + x.shape.numel();
+  if (!r.ok()) return r;
+  if (gated) return linear_gated(act, normed_in, w[0], w[1], out[0], tw, alpha, rest);
+  return linear_multi(normed_in, w, out, n, tw, alpha, rest);
 }
 
 }  // namespace cpu

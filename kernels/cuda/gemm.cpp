@@ -395,6 +395,14 @@ GpuStatus linear_multi(Blas &blas, const In &x, const In *w, const Out *out, int
   return skinny_linear_multi(x, w, out, n, tw, alpha, early, s);
 }
 
+GpuStatus norm_products(Blas &blas, const In &x, const In &residual, const In &scale, const In *w, const Out &sum,
+                        const Out *out, int n, Unary act, bool gated, float alpha, float eps, cudaStream_t s) {
+  bool early = true;
+  for (int i = 0; i < n; ++i)
+    early = early && blas.impl()->never_written(w[i].data, static_cast<size_t>(w[i].shape.numel()) * dtype_size(w[i].dtype));
+  return skinny_norm_products(x, residual, scale, w, sum, out, n, act, gated, alpha, eps, early, s);
+}
+
 GpuStatus linear_gated(Blas &blas, Unary act, const In &x, const In &wg, const In &wu, const Out &out, bool tw,
                        float alpha, cudaStream_t s) {
   const size_t bytes = static_cast<size_t>(wg.shape.numel()) * dtype_size(wg.dtype);

@@ -35,6 +35,48 @@ __global__ void kv_write_kernel(uint8_t* cache, const uint8_t* value, const void
   }
 }
 
+// rope_kv_write: one thread per unit of three ranges laid end to end: the rotated pairs (i, i + D/2) of q's rows
+// (written to q_out), those of k's rows (written into the k cache at pos[b] + s), and v's elements (copied into
+// the v cache). The products are rounded before the sums (__fmul_rn, no contraction), as the rotary kernels
+// and the CPU reference compute them. Tables [t0 = 1 or B, 1, t2 = 1 or S, D].
+__global__ void rope_kv_write_kernel(const void* q, const void* k, const void* v, DType et, const void* cos,
+                                     const void* sin, DType tt, int64_t t0, int64_t t2, const void* pos, void* q_out,
+                                     void* k_cache, void* v_cache, int64_t B, int64_t Hq, int64_t Hkv, int64_t S,
+                                     int64_t L, int64_t D) {
+  ::zk::cuda::detail::pdl_enter();
+  const int64_t h = D / 2, nq = B * Hq * S * h, nk = B * Hkv * S * h, nv = B * Hkv * S * D;
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < nq + nk + nv;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (u < nq + nk) {
+      const bool is_q = u < nq;
+      const int64_t w = is_q ? u : u - nq, H = is_q ? Hq : Hkv;
+      const int64_t i = w % h, row = w / h, s = row % S, hh = (row / S) % H, b = row / (S * H);
+      const int64_t src = row * D;
+      const int64_t to = ((t0 == 1 ? 0 : b) * t2 + (t2 == 1 ? 0 : s)) * D;
+      const float a = load_f(is_q ? q : k, et, src + i), bb = load_f(is_q ? q : k, et, src + i + h);
+      const float ca = load_f(cos, tt, to + i), cb = load_f(cos, tt, to + i + h);
+      const float sa = load_f(sin, tt, to + i), sb = load_f(sin, tt, to + i + h);
+      const float lo = __fmul_rn(a, ca) - __fmul_rn(bb, sa), hi = __fmul_rn(bb, cb) + __fmul_rn(a, sb);
+      if (is_q) {
+        store_f(q_out, et, src + i, lo);
+        store_f(q_out, et, src + i + h, hi);
+      } else {
+        const int64_t p = load_i(pos, DType::i64, b) + s;
+        if (p < 0 || p >= L) continue;  // rows past the cache are dropped
+        const int64_t dst = ((b * Hkv + hh) * L + p) * D;
+        store_f(k_cache, et, dst + i, lo);
+        store_f(k_cache, et, dst + i + h, hi);
+      }
+    } else {
+      const int64_t w = u - nq - nk;
+      const int64_t d = w % D, row = w / D, s = row % S, hh = (row / S) % Hkv, b = row / (S * Hkv);
+      const int64_t p = load_i(pos, DType::i64, b) + s;
+      if (p < 0 || p >= L) continue;
+      store_f(v_cache, et, ((b * Hkv + hh) * L + p) * D + d, load_f(v, et, w));
+    }
+  }
+}
+
 // One block per (b, h, i): scores of the visible keys in shared memory, then softmax and the weighted sum.
 __global__ void cached_attention_kernel(const void* q, DType qt, const void* k, DType kt, const void* v,
                                         DType vt, const void* pos, DType pt, void* out, DType ot, int64_t Hq,
@@ -146,6 +188,33 @@ GpuStatus kv_write(const Out& cache, const In& value, const In& pos, cudaStream_
                                  static_cast<uint8_t*>(cache.data), static_cast<const uint8_t*>(value.data),
                                  pos.data, pos.dtype, B, H, L, S, D,
                                  static_cast<int>(dtype_size(cache.dtype)));
+  ZK_CUDA_TRY(detail::launched());
+  return {};
+}
+
+GpuStatus rope_kv_write(const In& q, const In& k, const In& v, const In& cos, const In& sin, const In& pos,
+                        const Out& q_out, const Out& k_cache, const Out& v_cache, cudaStream_t s) {
+  if (q.shape.rank != 4 || k.shape.rank != 4 || k_cache.shape.rank != 4 || v.shape != k.shape ||
+      v_cache.shape != k_cache.shape || q_out.shape != q.shape)
+    return kernel_failure("rope_kv_write: q, k, v, the caches and q_out must be rank 4 (v as k, q_out as q)");
+  const int64_t B = q.shape.d[0], Hq = q.shape.d[1], S = q.shape.d[2], D = q.shape.d[3];
+  const int64_t Hkv = k.shape.d[1], L = k_cache.shape.d[2];
+  if (k.shape.d[0] != B || k.shape.d[2] != S || k.shape.d[3] != D || D % 2 != 0 || k_cache.shape.d[0] != B ||
+      k_cache.shape.d[1] != Hkv || k_cache.shape.d[3] != D || S > L)
+    return kernel_failure("rope_kv_write: the shapes do not fit ([B, H, S, D] with an even D, caches [B, Hkv, L, D])");
+  const DType e = q.dtype;
+  if (!is_float(e) || k.dtype != e || v.dtype != e || q_out.dtype != e || k_cache.dtype != e || v_cache.dtype != e)
+    return kernel_failure("rope_kv_write: q, k, v, q_out and the caches must share one float dtype");
+  const Dims& t = cos.shape;
+  if (sin.shape != t || sin.dtype != cos.dtype || !is_float(cos.dtype) || t.rank != 4 || (t.d[0] != 1 && t.d[0] != B) ||
+      t.d[1] != 1 || (t.d[2] != 1 && t.d[2] != S) || t.d[3] != D)
+    return kernel_failure("rope_kv_write: cos and sin must be [1 or B, 1, 1 or S, D] of one float dtype");
+  if (pos.dtype != DType::i64 || pos.shape != Dims{B}) return kernel_failure("rope_kv_write: pos must be i64 [B]");
+  const int64_t n = B * Hq * S * (D / 2) + B * Hkv * S * (D / 2) + B * Hkv * S * D;
+  if (n == 0) return {};
+  ::zk::cuda::detail::launch_pdl(rope_kv_write_kernel, dim3(grid_for(n)), dim3(detail::kThreads), 0, s, q.data,
+                                 k.data, v.data, e, cos.data, sin.data, cos.dtype, t.d[0], t.d[2], pos.data,
+                                 q_out.data, k_cache.data, v_cache.data, B, Hq, Hkv, S, L, D);
   ZK_CUDA_TRY(detail::launched());
   return {};
 }

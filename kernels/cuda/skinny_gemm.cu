@@ -297,6 +297,12 @@ struct Segs {
   // Epilogue code.
   const void* bias;
   int epi;
+  // norm_products (the streaming kernel only): x's rows are first added to res's (the sum, rounded to the
+  // storage type, written to `sum` by block 0) and RMS-normalised with nscale and eps; res null: x as it is.
+  const void* res;
+  const void* nscale;
+  void* sum;
+  float eps;
 };
 
 constexpr float kInvSqrt2 = 0.7071067811865476f;
@@ -616,9 +622,60 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (early) wait_for_producer();
   release_dependents();
 
-  for (int e = tid; e < MR * K; e += kThreads) {
-    const int m = e / K;
-    xs[e] = m < M ? to_f32(x[e]) : 0.0f;
+  if (sg.res) {
+    // The residual add and RMS norm of norm_products, as the residual_norm kernel computes them (the norm of
+    // the rounded sum, the normed value rounded to the storage type): every block normalises the rows itself
+    // (K wide, at most kStreamMaxRows of them, from the L2), block 0 writes the sum.
+    const T* __restrict__ res = static_cast<const T*>(sg.res);
+    const T* __restrict__ g = static_cast<const T*>(sg.nscale);
+    T* __restrict__ sum_out = static_cast<T*>(sg.sum);
+    float ss[MR];
+#pragma unroll
+    for (int m = 0; m < MR; ++m) ss[m] = 0.0f;
+    for (int e = tid; e < MR * K; e += kThreads) {
+      const int m = e / K;
+      float v = 0.0f;
+      if (m < M) {
+        const T t = from_f32<T>(to_f32(x[e]) + to_f32(res[e]));
+        if (blockIdx.x == 0) sum_out[e] = t;
+        v = to_f32(t);
+      }
+      xs[e] = v;
+#pragma unroll
+      for (int mm = 0; mm < MR; ++mm) ss[mm] += mm == m ? v * v : 0.0f;
+    }
+    __shared__ float nred[kThreads / 32][MR];
+    const int w32 = tid / 32, l32 = tid % 32;
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      float v = ss[m];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (l32 == 0) nred[w32][m] = v;
+    }
+    __syncthreads();
+    float inv[MR];
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      float t = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kThreads / 32; ++q) t += nred[q][m];
+      inv[m] = rsqrtf(t / static_cast<float>(K) + sg.eps);
+    }
+    for (int e = tid; e < MR * K; e += kThreads) {
+      const int m = e / K;
+      float iv = 0.0f;
+#pragma unroll
+      for (int mm = 0; mm < MR; ++mm) iv = mm == m ? inv[mm] : iv;
+      float o = xs[e] * iv;
+      o *= to_f32(g[e % K]);
+      xs[e] = to_f32(from_f32<T>(o));
+    }
+  } else {
+    for (int e = tid; e < MR * K; e += kThreads) {
+      const int m = e / K;
+      xs[e] = m < M ? to_f32(x[e]) : 0.0f;
+    }
   }
   __syncthreads();
 
@@ -752,10 +809,11 @@ std::atomic<int> g_stream{[] {
   return e && std::strcmp(e, "1") == 0 ? 1 : 0;
 }()};
 
-/// Whether the streaming kernel runs a [K, N] product of M rows: its rows and x's floats within its limits,
+bool stream_on() { return g_stream.load(std::memory_order_relaxed) != 0; }
+
+/// Whether the streaming kernel holds a [K, N] product of M rows: its rows and x's floats within its limits,
 /// and every weight's columns in whole 16-byte pieces of 16-byte aligned storage.
 bool stream_fits(int64_t M, int64_t K, const Segs& sg, int nw, size_t es) {
-  if (g_stream.load(std::memory_order_relaxed) == 0) return false;
   if (M < 1 || M > kStreamMaxRows || K < 1) return false;
   if (static_cast<int64_t>(rows_template(M)) * K * 4 > kStreamMaxXBytes) return false;
   const int64_t ep = static_cast<int64_t>(16 / es);
@@ -843,7 +901,8 @@ cudaError_t launch_rows(const In& x, const In& w, const In& bias, const Out& out
     sg.count = 1;
     sg.bias = bp;
     sg.epi = e;
-    if (stream_fits(M, K, sg, 1, sizeof(T))) return launch_stream_rows<T, false>(xp, sg, M, K, alpha, early, s);
+    if (stream_on() && stream_fits(M, K, sg, 1, sizeof(T)))
+      return launch_stream_rows<T, false>(xp, sg, M, K, alpha, early, s);
   }
   const int splits = kn_splits(M, K, N, sizeof(T));
   const int kc = static_cast<int>((K + splits - 1) / splits);
@@ -908,7 +967,8 @@ cudaError_t launch_fused_rows(const In& x, Segs sg, bool tw, int64_t M, int64_t 
     return launch_dependent(skinny_nk_fused_kernel<T, MR, false, kGated>, grid, 0, 1, s, xp, sg,
                             static_cast<int>(M), static_cast<int>(K), alpha, early);
   }
-  if (stream_fits(M, K, sg, nw, sizeof(T))) return launch_stream_rows<T, kGated>(xp, sg, M, K, alpha, early, s);
+  if (stream_on() && stream_fits(M, K, sg, nw, sizeof(T)))
+    return launch_stream_rows<T, kGated>(xp, sg, M, K, alpha, early, s);
   constexpr int kCols = kGated ? kTileN / 2 : kTileN;
   int64_t tiles = 0;
   bool n_vec = true;
@@ -1048,6 +1108,62 @@ GpuStatus skinny_linear(const In& x, const In& w, const In& bias, const Out& out
 }
 
 void set_skinny_stream(int on) { g_stream.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+GpuStatus skinny_norm_products(const In& x, const In& residual, const In& scale, const In* w, const Out& sum,
+                               const Out* out, int n, Unary act, bool gated, float alpha, float eps,
+                               bool early_weights, cudaStream_t s) {
+  if (n < 1 || n > 4 || (gated && n != 2)) return kernel_failure("norm_products: one to four weights (gated: two)");
+  if (x.shape.rank < 1) return kernel_failure("norm_products: x must have rank >= 1");
+  const int64_t K = x.shape.d[x.shape.rank - 1];
+  if (!is_float(x.dtype) || residual.dtype != x.dtype || sum.dtype != x.dtype || scale.dtype != x.dtype ||
+      residual.shape != x.shape || sum.shape != x.shape || scale.shape.numel() != K)
+    return kernel_failure("norm_products: x, residual, sum and scale ([K]) must share one float dtype and x's shape");
+  if (gated && act != Unary::silu && act != Unary::gelu_tanh && act != Unary::gelu_erf)
+    return kernel_failure("norm_products: the activation must be silu, gelu_tanh or gelu_erf");
+  Segs sg = {};
+  sg.count = gated ? 1 : n;
+  sg.act = gated ? static_cast<int>(act) : 0;
+  sg.res = residual.data;
+  sg.nscale = scale.data;
+  sg.sum = sum.data;
+  sg.eps = eps;
+  const int64_t M = K ? x.shape.numel() / K : 0;
+  for (int i = 0; i < n; ++i) {
+    if (w[i].shape.rank != 2 || w[i].shape.d[0] != K || w[i].dtype != x.dtype)
+      return kernel_failure("norm_products: a weight is not [K, N] of x's dtype");
+    const int64_t N = w[i].shape.d[1];
+    const Out& o = out[gated ? 0 : i];
+    if (o.dtype != x.dtype || o.shape.rank != x.shape.rank || o.shape.d[o.shape.rank - 1] != N ||
+        o.shape.numel() != M * N)
+      return kernel_failure("norm_products: an output is not [..., N] of x's rows and dtype");
+    sg.w[i] = w[i].data;
+    if (!gated || i == 0) {
+      sg.out[i] = o.data;
+      sg.n[i] = static_cast<int>(N);
+    }
+  }
+  if (gated && w[0].shape != w[1].shape) return kernel_failure("norm_products: the gate and up weights differ");
+  // Only the streaming kernel folds the norm: its limits are the op's (the compiler writes it within them).
+  if (!stream_fits(M, K, sg, n, dtype_size(x.dtype))) return kernel_failure("norm_products: outside the streaming kernel's cases (rows, K, N % 8, alignment)");
+  const int early = early_weights ? 1 : 0;
+  cudaError_t e;
+  switch (x.dtype) {
+    case DType::bf16:
+      e = gated ? launch_stream_rows<__nv_bfloat16, true>(static_cast<const __nv_bfloat16*>(x.data), sg, M, K, alpha, early, s)
+                : launch_stream_rows<__nv_bfloat16, false>(static_cast<const __nv_bfloat16*>(x.data), sg, M, K, alpha, early, s);
+      break;
+    case DType::f16:
+      e = gated ? launch_stream_rows<__half, true>(static_cast<const __half*>(x.data), sg, M, K, alpha, early, s)
+                : launch_stream_rows<__half, false>(static_cast<const __half*>(x.data), sg, M, K, alpha, early, s);
+      break;
+    default:
+      e = gated ? launch_stream_rows<float, true>(static_cast<const float*>(x.data), sg, M, K, alpha, early, s)
+                : launch_stream_rows<float, false>(static_cast<const float*>(x.data), sg, M, K, alpha, early, s);
+      break;
+  }
+  ZK_CUDA_TRY(e);
+  return {};
+}
 
 GpuStatus skinny_linear_multi(const In& x, const In* w, const Out* out, int n, bool trans_w, float alpha,
                               bool early_weights, cudaStream_t s) {

@@ -688,6 +688,24 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       return {};
     }
     case OpCategory::state_write: {
+      if (op == Op::rope_kv_write) {
+        const Shape &q = I(0).shape, &k = I(1).shape, &c = I(5).shape, &t = I(3).shape;
+        if (q.size() != 4 || k.size() != 4 || c.size() != 4) return bad("q, k and the caches must be rank 4");
+        if (I(2).shape != k || I(6).shape != c) return bad("v must be shaped like k and the v cache like the k cache");
+        if (q[0] != k[0] || q[2] != k[2] || q[3] != k[3] || q[3] % 2 != 0)
+          return bad("q " + shape_str(q) + " and k " + shape_str(k) + " must share B, S and an even D");
+        if (c[0] != k[0] || c[1] != k[1] || c[3] != k[3] || k[2] > c[2])
+          return bad("k " + shape_str(k) + " does not fit the cache " + shape_str(c));
+        const DType e = I(0).dtype;
+        if (!is_fl(e) || I(1).dtype != e || I(2).dtype != e || I(5).dtype != e || I(6).dtype != e || O().dtype != e)
+          return bad("q, k, v, the caches and out0 must share one float dtype");
+        if (O().shape != q) return bad("out0 must be shaped like q");
+        if (I(3).shape != I(4).shape || I(3).dtype != I(4).dtype || !is_fl(I(3).dtype) || t.size() != 4 ||
+            (t[0] != 1 && t[0] != q[0]) || t[1] != 1 || (t[2] != 1 && t[2] != q[2]) || t[3] != q[3])
+          return bad("cos and sin must be one float dtype [1 or B, 1, 1 or S, D], got " + shape_str(t));
+        if (I(7).shape != Shape{c[0]} || I(7).dtype != DType::i64) return bad("pos must be i64 [B]");
+        return {};
+      }
       const TInfo &p = I(0), &v = I(1);
       if (op == Op::kv_write) {
         if (p.shape.size() != 4 || v.shape.size() != 4 || v.shape[0] != p.shape[0] || v.shape[1] != p.shape[1] ||
@@ -795,6 +813,38 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
         if (o != out.shape) return bad("output shape " + shape_str(out.shape) + " should be " + shape_str(o));
         if (!is_fl(I(0).dtype) || I(1 + i).dtype != I(0).dtype || out.dtype != I(0).dtype)
           return bad("x, the weights and the outputs must share one float dtype");
+      }
+      return {};
+    }
+    case Op::norm_products: {
+      // Plan 2.11: the residual add and RMS norm before a few-row product, in its kernel.
+      const Shape &x = I(0).shape;
+      if (x.empty()) return bad("x must have rank >= 1");
+      const DType e = I(0).dtype;
+      if (!is_fl(e) || I(1).shape != x || I(1).dtype != e || O().shape != x || O().dtype != e)
+        return bad("x, the residual and out0 (the sum) must share one shape and float dtype");
+      if (I(2).shape != Shape{x.back()} || I(2).dtype != e) return bad("scale must be [K] of x's dtype");
+      if (ints(0) != 0) return bad("ints[0] (trans_w) must be 0: the weights are [K, N]");
+      const bool gated = ints(1) != 0;
+      if (gated && ints(1) != static_cast<int>(Op::silu) && ints(1) != static_cast<int>(Op::gelu_tanh) &&
+          ints(1) != static_cast<int>(Op::gelu_erf))
+        return bad("ints[1] must be 0 or the opcode of silu, gelu_tanh or gelu_erf");
+      const size_t nw = ins.size() - 3;
+      if (gated ? (nw != 2 || outs.size() != 2) : outs.size() != nw + 1)
+        return bad(gated ? "the gated form takes two weights and writes the sum and one product"
+                         : "needs the sum and one output per weight");
+      if (gated && I(3).shape != I(4).shape) return bad("the gate and up weights must have one shape");
+      int64_t rows = 1;
+      for (size_t d = 0; d + 1 < x.size(); ++d) rows *= x[d];
+      if (rows > 4) return bad("norm_products takes at most 4 rows, x is " + shape_str(x));
+      for (size_t i = 0; i < nw; ++i) {
+        const Shape &w = I(3 + i).shape;
+        if (w.size() != 2 || w[0] != x.back()) return bad("W " + shape_str(w) + " does not match x " + shape_str(x));
+        Shape o = x;
+        o.back() = w[1];
+        const TInfo &out = t_[outs[gated ? 1 : 1 + i]];
+        if (o != out.shape) return bad("output shape " + shape_str(out.shape) + " should be " + shape_str(o));
+        if (I(3 + i).dtype != e || out.dtype != e) return bad("x, the weights and the outputs must share one dtype");
       }
       return {};
     }

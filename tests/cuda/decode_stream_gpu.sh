@@ -5,14 +5,15 @@
 #   and fused products against the CPU reference, the chained launches, the timing tables and the four-layer
 #   chain) -> zrun on llama-1b plans compiled here by `tests/cuda/make_generate_plans.sh OUTDIR --stream`
 #   (carried as .gpu-gen), every run with the same random weights and prompt (512 tokens, 256 new):
-#     b1        main's default plan (q/k/v one few-row launch, the other products cuBLASLt)
+#     b1-main   main's plan before session 7 (llama-1b-b1-main / -b8-main: compiled by main's zplan at c33a88e)
+#     b1        the default plan now (rotaries + cache writes one rope_kv_write; the residual_norm before
+#               q/k/v in their few-row launch, norm_products, which always runs the streaming kernel)
 #     b1-all    every decode product of one row on the few-row kernel, gate/up + SiLU one launch
 #               (--decode-fusion on --few-rows-max-bytes 1 GiB: the LM head too)
 #     b1-mid    the same without the LM head (--few-rows-max-bytes 64 MiB)
-#   each with ZK_SKINNY_STREAM=1 (the streaming kernel) and b1 / b1-all again with ZK_SKINNY_STREAM=0 (the
-#   earlier kernels), then b8 and b64 (main's default plans). The new tokens of each run are compared with
-#   b1's (and b1-all's with its own earlier run). Every step is cut by the call budget (ZPLAN_CALL_BUDGET_S,
-#   default 280 s). The floor at batch 1 is computed by tests/cuda/generate_bench.sh's rule.
+#   with ZK_SKINNY_STREAM=1 (the streaming kernel) or 0 (the earlier kernels) as each line says; then b8 and
+#   b64. The new tokens of each run are compared with b1-main's (b8's with b8-main's). Every step is cut by the
+#   call budget (ZPLAN_CALL_BUDGET_S, default 280 s). The floor at batch 1 is generate_bench.sh's rule.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 budget=${ZPLAN_CALL_BUDGET_S:-280}
@@ -84,16 +85,22 @@ a, b = np.load('$out/tokens-$1.npy'), np.load('$out/tokens-$2.npy')
 print('$2 tokens equal to $1:', bool((a == b).all()), '(differing new tokens: %d of %d)' % (int((a != b).sum()), a.size - a.shape[0] * 512))
 " 2>&1 | tail -1
 }
+# b1-main is main's plan before this session's compiler changes (compiled by the zplan of main at c33a88e),
+# run with the earlier kernels: main as it stood.
+run_zrun b1-main 1 .gpu-gen/llama-1b-b1-main.zplan ZK_SKINNY_STREAM=0
+run_zrun b1-s0 1 .gpu-gen/llama-1b-b1.zplan ZK_SKINNY_STREAM=0
+same b1-main b1-s0
 run_zrun b1 1 .gpu-gen/llama-1b-b1.zplan ZK_SKINNY_STREAM=1
+same b1-main b1
 run_zrun b1-all 1 .gpu-gen/llama-1b-b1-all.zplan ZK_SKINNY_STREAM=1
-same b1 b1-all
+same b1-main b1-all
 run_zrun b1-mid 1 .gpu-gen/llama-1b-b1-mid.zplan ZK_SKINNY_STREAM=1
-same b1 b1-mid
-run_zrun b1-old 1 .gpu-gen/llama-1b-b1.zplan ZK_SKINNY_STREAM=0
-same b1 b1-old
+same b1-main b1-mid
 run_zrun b1-all-old 1 .gpu-gen/llama-1b-b1-all.zplan ZK_SKINNY_STREAM=0
-same b1-all b1-all-old
+same b1-main b1-all-old
+run_zrun b8-main 8 .gpu-gen/llama-1b-b8-main.zplan ZK_SKINNY_STREAM=0
 run_zrun b8 8 .gpu-gen/llama-1b-b8.zplan ZK_SKINNY_STREAM=1
+same b8-main b8
 run_zrun b1-all-again 1 .gpu-gen/llama-1b-b1-all.zplan ZK_SKINNY_STREAM=1
 same b1-all b1-all-again
 run_zrun b64 64 .gpu-gen/llama-1b-b64.zplan ZK_SKINNY_STREAM=1

@@ -78,6 +78,16 @@ class CpuBackend final : public Backend {
           n = zk::cpu::linear_gated_scratch(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]),
                                             s.ints[0] != 0);
           break;
+        case Op::norm_products: {
+          zk::In w[4];
+          zk::Out o[4];
+          const int nw = std::min<int>(4, static_cast<int>(s.inputs.size()) - 3);
+          for (int i = 0; i < nw; ++i) w[i] = in_of(s.inputs[3 + i]);
+          for (size_t i = 1; i < s.outputs.size() && i <= 4; ++i) o[i - 1] = out_of(s.outputs[i]);
+          n = zk::cpu::norm_products_scratch(in_of(s.inputs[0]), w, o, nw, false, zk::cpu::Unary::silu,
+                                             s.ints[1] != 0);
+          break;
+        }
         case Op::attention: n = zk::cpu::attention_scratch(in_of(s.inputs[0]), in_of(s.inputs[1])); break;
         case Op::attention_grad: n = zk::cpu::attention_grad_scratch(in_of(s.inputs[0]), in_of(s.inputs[1])); break;
         case Op::layer_norm_grad:
@@ -87,6 +97,7 @@ class CpuBackend final : public Backend {
         case Op::embedding_grad: n = zk::cpu::embedding_grad_scratch(out_of(s.outputs[0])); break;
         case Op::sample: n = zk::cpu::sample_scratch(in_of(s.inputs[0])); break;
         case Op::cached_attention: n = zk::cpu::cached_attention_scratch(in_of(s.inputs[1])); break;
+        case Op::rope_kv_write: n = zk::cpu::rope_kv_write_scratch(in_of(s.inputs[1])); break;
         default: break;
       }
       need = std::max(need, n);
@@ -136,6 +147,20 @@ class CpuBackend final : public Backend {
           o[i] = out_of(s.outputs[i]);
         }
         return linear_multi(in_of(s.inputs[0]), w, o, n, s.ints[0] != 0, static_cast<float>(s.floats[0]), scratch);
+      }
+      case Op::norm_products: {
+        // Plan 2.11: the residual add and RMS norm folded into the few-row products, as the unfused steps.
+        zk::In w[4];
+        zk::Out o[4];
+        const bool gated = s.ints[1] != 0;
+        const int n = static_cast<int>(s.inputs.size()) - 3;
+        if (n < 1 || n > 4 || s.outputs.size() != (gated ? 2u : static_cast<size_t>(n) + 1))
+          return zk::Result::fail("norm_products: needs the sum and the products' outputs");
+        for (int i = 0; i < n; ++i) w[i] = in_of(s.inputs[3 + i]);
+        for (size_t i = 1; i < s.outputs.size(); ++i) o[i - 1] = out_of(s.outputs[i]);
+        return norm_products(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), w, out_of(s.outputs[0]), o,
+                             n, s.ints[0] != 0, static_cast<Unary>(gated ? s.ints[1] : 0), gated,
+                             static_cast<float>(s.floats[0]), static_cast<float>(s.floats[1]), scratch);
       }
       case Op::linear_gated:
         return linear_gated(static_cast<Unary>(s.ints[1]), in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
@@ -259,6 +284,10 @@ class CpuBackend final : public Backend {
       }
       case Op::accumulate: return accumulate(out_of(s.outputs[0]), in_of(s.inputs[1]));
       case Op::kv_write: return kv_write(out_of(s.outputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]));
+      case Op::rope_kv_write:
+        return rope_kv_write(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
+                             in_of(s.inputs[4]), in_of(s.inputs[7]), out_of(s.outputs[0]), out_of(s.outputs[1]),
+                             out_of(s.outputs[2]), scratch);
       case Op::cached_attention:
         return cached_attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
                                 out_of(s.outputs[0]), static_cast<float>(s.floats[0]), scratch);

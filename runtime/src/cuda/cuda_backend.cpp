@@ -143,7 +143,8 @@ int class_of(Op op) {
     case Op::linear:
     case Op::linear_gelu:
     case Op::linear_multi:
-    case Op::linear_gated: return 0;
+    case Op::linear_gated:
+    case Op::norm_products: return 0;
     case Op::attention:
     case Op::attention_grad:
     case Op::cached_attention: return 1;
@@ -162,6 +163,7 @@ int class_of(Op op) {
     case Op::expand:
     case Op::embedding:
     case Op::kv_write:
+    case Op::rope_kv_write:
     case Op::take_rows: return 4;
     default: break;
   }
@@ -317,7 +319,7 @@ class CudaBackend final : public Backend {
       ZRT_RETURN_IF_ERROR(check_supported(s));
       const auto op = s.op;
       gemm = gemm || op == Op::matmul || op == Op::linear || op == Op::linear_gelu || op == Op::linear_multi ||
-             op == Op::linear_gated;
+             op == Op::linear_gated || op == Op::norm_products;
       kernel_ws = std::max(kernel_ws, kernel_workspace(s));
     }
     // The steps passed here are the compute steps; the executor holds the collectives. A barrier among
@@ -688,6 +690,21 @@ class CudaBackend final : public Backend {
                                        in_of(s.inputs[2]), out_of(s.outputs[0]), s.ints[0] != 0,
                                        static_cast<float>(s.floats[0]), st));
         return {};
+      case Op::norm_products: {
+        // Plan 2.11: the residual add and RMS norm folded into the few-row products that read them.
+        zk::In w[4];
+        zk::Out o[4];
+        const bool gated = s.ints[1] != 0;
+        const int n = static_cast<int>(s.inputs.size()) - 3;
+        if (n < 1 || n > 4 || s.outputs.size() != (gated ? 2u : static_cast<size_t>(n) + 1))
+          return error(Code::backend_error, "norm_products: needs the sum and the products' outputs");
+        for (int i = 0; i < n; ++i) w[i] = in_of(s.inputs[3 + i]);
+        for (size_t i = 1; i < s.outputs.size(); ++i) o[i - 1] = out_of(s.outputs[i]);
+        ZRT_GPU_CHECK(zc::norm_products(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), w,
+                                        out_of(s.outputs[0]), o, n, static_cast<Unary>(gated ? s.ints[1] : 0), gated,
+                                        static_cast<float>(s.floats[0]), static_cast<float>(s.floats[1]), st));
+        return {};
+      }
       case Op::linear_gelu: {
         // The plan's fused step (compiler/plan/Fuse.cpp): one product with the GELU (+ bias) epilogue.
         const bool bias = s.inputs.size() > 2 && s.inputs[2].data;
@@ -858,6 +875,11 @@ class CudaBackend final : public Backend {
       // Generation (docs/generation.md).
       case Op::kv_write:
         ZRT_GPU_CHECK(zc::kv_write(out_of(s.outputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), st));
+        return {};
+      case Op::rope_kv_write:
+        ZRT_GPU_CHECK(zc::rope_kv_write(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
+                                        in_of(s.inputs[4]), in_of(s.inputs[7]), out_of(s.outputs[0]),
+                                        out_of(s.outputs[1]), out_of(s.outputs[2]), st));
         return {};
       case Op::cached_attention:
         // The decode kernel (kernels/cuda/decode_attention.cu) where it applies, else the simple exact one.

@@ -41,3 +41,31 @@ func.func @bad_up(%x: tensor<1x8xf32>, %g: tensor<8x4xf32>, %u: tensor<8x2xf32>)
   %r = zg.linear_gated %x, %g, %u {act = "silu"} : (tensor<1x8xf32>, tensor<8x4xf32>, tensor<8x2xf32>) -> tensor<1x4xf32>
   return %r : tensor<1x4xf32>
 }
+
+// -----
+
+func.func @rope_kv_not_state(%q: tensor<1x4x1x8xf32>, %k: tensor<1x2x1x8xf32>, %t: tensor<1x1x1x8xf32>, %c: tensor<1x2x16x8xf32>, %p: tensor<1xi64>) -> tensor<1x4x1x8xf32> {
+  // expected-error @+1 {{k_cache must be persistent}}
+  %r = zg.rope_kv_write %q, %k, %k, %t, %t, %c, %c, %p : (tensor<1x4x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x1x1x8xf32>, tensor<1x1x1x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>, tensor<1xi64>) -> tensor<1x4x1x8xf32>
+  return %r : tensor<1x4x1x8xf32>
+}
+
+// -----
+
+func.func @rope_kv_too_long(%q: tensor<1x4x17x8xf32>, %k: tensor<1x2x17x8xf32>, %t: tensor<1x1x1x8xf32>, %p: tensor<1xi64>) -> tensor<1x4x17x8xf32> {
+  %kc = zg.state {init = "zeros", kind = "kv_cache", name = "kv_cache.0.k"} : () -> tensor<1x2x16x8xf32>
+  %vc = zg.state {init = "zeros", kind = "kv_cache", name = "kv_cache.0.v"} : () -> tensor<1x2x16x8xf32>
+  // expected-error @+1 {{k [1x2x17x8] does not fit the cache [1x2x16x8]}}
+  %r = zg.rope_kv_write %q, %k, %k, %t, %t, %kc, %vc, %p : (tensor<1x4x17x8xf32>, tensor<1x2x17x8xf32>, tensor<1x2x17x8xf32>, tensor<1x1x1x8xf32>, tensor<1x1x1x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>, tensor<1xi64>) -> tensor<1x4x17x8xf32>
+  return %r : tensor<1x4x17x8xf32>
+}
+
+// -----
+
+func.func @rope_kv_tables(%q: tensor<1x4x1x8xf32>, %k: tensor<1x2x1x8xf32>, %t: tensor<1x4x1x8xf32>, %p: tensor<1xi64>) -> tensor<1x4x1x8xf32> {
+  %kc = zg.state {init = "zeros", kind = "kv_cache", name = "kv_cache.0.k"} : () -> tensor<1x2x16x8xf32>
+  %vc = zg.state {init = "zeros", kind = "kv_cache", name = "kv_cache.0.v"} : () -> tensor<1x2x16x8xf32>
+  // expected-error @+1 {{cos and sin must be one float type [1 or B, 1, 1 or S, D], got [1x4x1x8]}}
+  %r = zg.rope_kv_write %q, %k, %k, %t, %t, %kc, %vc, %p : (tensor<1x4x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x4x1x8xf32>, tensor<1x4x1x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>, tensor<1xi64>) -> tensor<1x4x1x8xf32>
+  return %r : tensor<1x4x1x8xf32>
+}

@@ -124,6 +124,14 @@ Result linear_multi(const In &x, const In *w, const Out *out, int n, bool trans_
 size_t linear_gated_scratch(const In &x, const In &w, const Out &out, bool trans_w);
 Result linear_gated(Unary act, const In &x, const In &w_gate, const In &w_up, const Out &out, bool trans_w,
                     float alpha, float *scratch);
+/// The residual add and RMS norm folded into the few-row products that read the normed rows (plan op
+/// norm_products): sum = x + residual (rounded to sum's dtype, as the add), normed = rms_norm(sum, scale, eps)
+/// (rounded, as rms_norm), then out[i] = linear_multi of normed by w[i] (act none, n = 1..4) or out[0] =
+/// linear_gated(act, normed, w[0], w[1]) (n = 2). The composition of the unfused kernels, so that it rounds as
+/// they do. Scratch: norm_products_scratch floats.
+size_t norm_products_scratch(const In &x, const In *w, const Out *out, int n, bool trans_w, Unary act, bool gated);
+Result norm_products(const In &x, const In &residual, const In &scale, const In *w, const Out &sum, const Out *out,
+                     int n, bool trans_w, Unary act, bool gated, float alpha, float eps, float *scratch);
 
 Result softmax(const In &x, const Out &out, int axis);
 /// Normalises over the trailing dims from `axis`; scale and bias (optional) have those trailing dims.
@@ -215,6 +223,13 @@ Result attention(const In &q, const In &k, const In &v, const In &mask, const Ou
 /// cache [B, H, L, D] (written in place), value [B, H, S, D], pos [B] (i64): cache[b, h, pos[b] + j] =
 /// value[b, h, j] for j < S while pos[b] + j < L. A position outside [0, L) fails.
 Result kv_write(const Out &cache, const In &value, const In &pos);
+/// A decode step's rotary embedding and cache writes as one step (plan op rope_kv_write): q_out =
+/// rotary(q, cos, sin) (forward); k_cache[b, h, pos[b] + j] = rotary(k, cos, sin)[b, h, j] and v_cache[b, h,
+/// pos[b] + j] = v[b, h, j]. The composition of rotary and kv_write, so that it rounds as they do. Scratch:
+/// rope_kv_write_scratch floats (k's rotated copy).
+size_t rope_kv_write_scratch(const In &k);
+Result rope_kv_write(const In &q, const In &k, const In &v, const In &cos, const In &sin, const In &pos,
+                     const Out &q_out, const Out &k_cache, const Out &v_cache, float *scratch);
 /// q [B, Hq, S, D], k and v caches [B, Hkv, L, D], pos [B] (i64): query row i of sequence b attends to the
 /// cached keys 0 .. pos[b] + i. Scratch: L floats.
 size_t cached_attention_scratch(const In &k);

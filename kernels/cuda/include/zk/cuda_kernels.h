@@ -155,6 +155,15 @@ void set_skinny_mode(int mode);
 /// at start) or the earlier [K, N] kernels (0, the default until the streaming kernel is checked on a GPU).
 /// For A/B timing: the plan's steps and their results' contract are the same either way.
 void set_skinny_stream(int on);
+/// The plan's norm_products (kernels/cpu's norm_products contract): sum = x + residual, the RMS norm of it
+/// with scale and eps folded into the few-row products that read it (n weights [K, N_i], or the gated pair),
+/// by the streaming kernel, which every block runs the norm in (at most 4 rows, x's rows as floats within 64
+/// KiB, every N a multiple of 8). The weights are read before the wait where no kernel writes them.
+GpuStatus norm_products(Blas &blas, const In &x, const In &residual, const In &scale, const In *w, const Out &sum,
+                        const Out *out, int n, Unary act, bool gated, float alpha, float eps, cudaStream_t stream);
+GpuStatus skinny_norm_products(const In& x, const In& residual, const In& scale, const In* w, const Out& sum,
+                               const Out* out, int n, Unary act, bool gated, float alpha, float eps,
+                               bool early_weights, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace zk

@@ -81,6 +81,10 @@ GpuStatus label_pick_grad(const In &labels, const In &dy, const Out &dlogits, in
 // --- generation (docs/generation.md; the CPU reference: kernels/cpu/generate.cpp) --------------------------
 /// cache[b, h, pos[b] + j] = value[b, h, j] in place; rows past the cache are dropped.
 GpuStatus kv_write(const Out &cache, const In &value, const In &pos, cudaStream_t stream);
+/// zk::cpu::rope_kv_write's twin: q_out = rotary(q, cos, sin); the rotated k and v written into the caches at
+/// pos[b] + j, in one kernel (a decode step's two rotaries and two cache writes).
+GpuStatus rope_kv_write(const In &q, const In &k, const In &v, const In &cos, const In &sin, const In &pos,
+                        const Out &q_out, const Out &k_cache, const Out &v_cache, cudaStream_t stream);
 /// Query row i of sequence b attends to the cached keys 0 .. pos[b] + i (L <= 12288).
 GpuStatus cached_attention(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
                            cudaStream_t stream);
