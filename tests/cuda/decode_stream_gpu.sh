@@ -61,7 +61,7 @@ cat "$out/floor.log"
 floor_ms=$(cat "$out/floor.txt" 2>/dev/null || echo 0)
 if left $((budget - 150)); then
   step kernels_test env ZK_SKINNY_STREAM=1 timeout 100 "$b/bin/zplan_cuda_generate_kernels_test"
-  grep -E "^\[  (PASSED|FAILED) |Failure|^\[  FAILED|few-row|^skinny|^fused|layer chain|decode attention" \
+  grep -E "^\[  (PASSED|FAILED) |Failure|^\[  FAILED|few-row|^skinny|^fused|layer chain|decode attention|rope_kv_write|norm_products" \
     "$out/kernels_test.log" | head -70
 fi
 run_zrun() {  # run_zrun NAME BATCH PLAN [ENV...]
