@@ -11,6 +11,7 @@
 #     b1-all    every decode product of one row on the few-row kernel, gate/up + SiLU one launch
 #               (--decode-fusion on --few-rows-max-bytes 1 GiB: the LM head too)
 #     b1-mid    the same without the LM head (--few-rows-max-bytes 64 MiB)
+#     b1-gated  --decode-fusion on alone (gate/up + SiLU one launch; o, down, LM head cuBLASLt)
 #   with ZK_SKINNY_STREAM=1 (the streaming kernel) or 0 (the earlier kernels) as each line says; then b8 and
 #   b64. The new tokens of each run are compared with b1-main's (b8's with b8-main's). Every step is cut by the
 #   call budget (ZPLAN_CALL_BUDGET_S, default 280 s). The floor at batch 1 is generate_bench.sh's rule.
@@ -96,6 +97,8 @@ run_zrun b1-all 1 .gpu-gen/llama-1b-b1-all.zplan ZK_SKINNY_STREAM=1
 same b1-main b1-all
 run_zrun b1-mid 1 .gpu-gen/llama-1b-b1-mid.zplan ZK_SKINNY_STREAM=1
 same b1-main b1-mid
+run_zrun b1-gated 1 .gpu-gen/llama-1b-b1-gated.zplan ZK_SKINNY_STREAM=1
+same b1-main b1-gated
 run_zrun b1-all-old 1 .gpu-gen/llama-1b-b1-all.zplan ZK_SKINNY_STREAM=0
 same b1-main b1-all-old
 run_zrun b8-main 8 .gpu-gen/llama-1b-b8-main.zplan ZK_SKINNY_STREAM=0

@@ -7,7 +7,8 @@
 # --target cuda, --max-seq 768 (a 512-token prompt and 256 new tokens), one plan per batch size 1, 8 and 64.
 # --fused adds llama-1b-b1-fused and -b8-fused (--decode-fusion on). --stream adds llama-1b-b1-all (every
 # one-row decode product on the few-row kernel, gate/up + SiLU one launch: --decode-fusion on
-# --few-rows-max-bytes 1 GiB) and -b1-mid (the same but the LM head), which tests/cuda/decode_stream_gpu.sh runs. --7b adds llama2-7b at tp 2 (the same
+# --few-rows-max-bytes 1 GiB), -b1-mid (the same but the LM head) and -b1-gated (--decode-fusion on alone: gate/up
+# + SiLU one launch, o / down / LM head cuBLASLt), which tests/cuda/decode_stream_gpu.sh runs. --7b adds llama2-7b at tp 2 (the same
 # batches) and at batch 64 with --offload-param cpu.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -48,6 +49,7 @@ fi
 if [[ $stream == 1 ]]; then
   c llama-1b-b1-all.zplan llama-1b --batch 1 --decode-fusion on --few-rows-max-bytes 1073741824
   c llama-1b-b1-mid.zplan llama-1b --batch 1 --decode-fusion on --few-rows-max-bytes 67108864
+  c llama-1b-b1-gated.zplan llama-1b --batch 1 --decode-fusion on
 fi
 if [[ $big == 1 ]]; then
   for b in 1 8 64; do
