@@ -89,16 +89,14 @@ print('$2 tokens equal to $1:', bool((a == b).all()), '(differing new tokens: %d
 # b1-main is main's plan before this session's compiler changes (compiled by the zplan of main at c33a88e),
 # run with the earlier kernels: main as it stood.
 run_zrun b1-main 1 .gpu-gen/llama-1b-b1-main.zplan ZK_SKINNY_STREAM=0
-run_zrun b1-s0 1 .gpu-gen/llama-1b-b1.zplan ZK_SKINNY_STREAM=0
-same b1-main b1-s0
 run_zrun b1 1 .gpu-gen/llama-1b-b1.zplan ZK_SKINNY_STREAM=1
 same b1-main b1
 run_zrun b1-all 1 .gpu-gen/llama-1b-b1-all.zplan ZK_SKINNY_STREAM=1
 same b1-main b1-all
-run_zrun b1-mid 1 .gpu-gen/llama-1b-b1-mid.zplan ZK_SKINNY_STREAM=1
-same b1-main b1-mid
 run_zrun b1-gated 1 .gpu-gen/llama-1b-b1-gated.zplan ZK_SKINNY_STREAM=1
 same b1-main b1-gated
+run_zrun b1-mid 1 .gpu-gen/llama-1b-b1-mid.zplan ZK_SKINNY_STREAM=1
+same b1-main b1-mid
 run_zrun b1-all-old 1 .gpu-gen/llama-1b-b1-all.zplan ZK_SKINNY_STREAM=0
 same b1-main b1-all-old
 run_zrun b8-main 8 .gpu-gen/llama-1b-b8-main.zplan ZK_SKINNY_STREAM=0
@@ -106,6 +104,8 @@ run_zrun b8 8 .gpu-gen/llama-1b-b8.zplan ZK_SKINNY_STREAM=1
 same b8-main b8
 run_zrun b1-all-again 1 .gpu-gen/llama-1b-b1-all.zplan ZK_SKINNY_STREAM=1
 same b1-all b1-all-again
+run_zrun b1-s0 1 .gpu-gen/llama-1b-b1.zplan ZK_SKINNY_STREAM=0
+same b1-main b1-s0
 run_zrun b64 64 .gpu-gen/llama-1b-b64.zplan ZK_SKINNY_STREAM=1
 grep -h "graph\|nodes" "$out"/b1*.log 2>/dev/null | sort | uniq -c | head -10
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
