@@ -405,13 +405,16 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
         decode.multiMaxBytes = 16 << 20;
         decode.gatedMaxRows = 0;
       }
-      // One step for a layer's rotaries and cache writes, on every target
-      // (the CPU plans run its reference kernel, docs/generation.md).
-      decode.ropeKv = f.decodeFusion != "off";
-      // The norm before a few-row product in that product's kernel: on the
-      // cuda target at one row (the streaming few-row kernel), on the cpu
-      // target wherever the kernel would hold it.
-      if (f.decodeFusion != "off")
+      // One step for a layer's rotaries and cache writes, and the norm
+      // before a few-row product in that product's kernel (the streaming
+      // few-row kernel; at one row on cuda, wherever it would hold the rows
+      // on cpu). By default on the cpu target (which runs their reference
+      // kernels); on the cuda target only with --decode-fusion on until their
+      // kernels have run on a GPU (docs/generation.md, session 7).
+      bool fewerKernels = f.decodeFusion == "on" ||
+                          (f.decodeFusion == "auto" && f.target != "cuda");
+      decode.ropeKv = fewerKernels;
+      if (fewerKernels)
         decode.normMaxRows = f.target == "cuda" ? 1 : 4;
       decode.chooseKernel = f.target == "cuda" && f.fewRowsMaxRows > 0;
       decode.fewRowsMax = f.fewRowsMaxRows;
