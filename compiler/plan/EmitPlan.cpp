@@ -936,7 +936,7 @@ struct Emitter {
           floats = {l.getAlpha().convertToDouble()};
         })
         .Case([&](graph::NormProductsOp n) {
-          // Plan 2.11: ints [trans_w (0: W [K, N]), act (0: the products,
+          // Plan 2.12: ints [trans_w (0: W [K, N]), act (0: the products,
           // else the opcode of the gated form's activation)].
           ints = {0, n.getAct().empty()       ? 0
                      : n.getAct() == "silu"      ? 15

@@ -817,7 +817,7 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       return {};
     }
     case Op::norm_products: {
-      // Plan 2.11: the residual add and RMS norm before a few-row product, in its kernel.
+      // Plan 2.12: the residual add and RMS norm before a few-row product, in its kernel.
       const Shape &x = I(0).shape;
       if (x.empty()) return bad("x must have rank >= 1");
       const DType e = I(0).dtype;

@@ -149,7 +149,7 @@ class CpuBackend final : public Backend {
         return linear_multi(in_of(s.inputs[0]), w, o, n, s.ints[0] != 0, static_cast<float>(s.floats[0]), scratch);
       }
       case Op::norm_products: {
-        // Plan 2.11: the residual add and RMS norm folded into the few-row products, as the unfused steps.
+        // Plan 2.12: the residual add and RMS norm folded into the few-row products, as the unfused steps.
         zk::In w[4];
         zk::Out o[4];
         const bool gated = s.ints[1] != 0;

@@ -691,7 +691,7 @@ class CudaBackend final : public Backend {
                                        static_cast<float>(s.floats[0]), st));
         return {};
       case Op::norm_products: {
-        // Plan 2.11: the residual add and RMS norm folded into the few-row products that read them.
+        // Plan 2.12: the residual add and RMS norm folded into the few-row products that read them.
         zk::In w[4];
         zk::Out o[4];
         const bool gated = s.ints[1] != 0;
