@@ -4,17 +4,12 @@
 // each. cuBLASLt's kernels for such shapes leave much of the bandwidth unused (measured at one row on the
 // H200: 1.2 TB/s for a 2048 x 2048 weight), so these kernels are built to keep the memory busy:
 //
-// - W [K, N] with at most 4 rows whose x fits the shared memory (the decode step at batch 1-4): the
-//   streaming kernel (skinny_stream_kernel below: a strip of columns over the whole of K per block, a ring
-//   of cp.async copies, no K split), also running norm_products' residual add and RMS norm.
-// - Other W [K, N] (N contiguous, what the exports give): a block covers 64 columns (8 threads of 8 columns,
+// - W [K, N] (N contiguous, what the exports give): a block covers 64 columns (8 threads of 8 columns,
 //   one 16-byte load each per weight row) and a range of K; 32 rows of W are read at once by the block's
 //   256 threads, eight rows per thread in flight. Where the columns alone give too few blocks, K is split
 //   over a thread-block cluster (at most 8 blocks, Hopper) whose blocks add their partial sums through
 //   distributed shared memory: one kernel, no workspace, no second pass.
 // - W [N, K] (K contiguous): a warp per output column, its lanes reading 16-byte pieces of the row.
-// - One kernel per layout for plain (skinny_linear: one segment with its bias and epilogue), multi (up to
-//   four weights of one x) and gated products: they share the staging, the loads and the reduction.
 // - Programmatic dependent launch: a kernel is launched so that it may start while the previous kernel of
 //   the stream finishes. With early_weights (the caller knows that no kernel writes W: inference weights)
 //   it first issues its first weight loads, then waits for that kernel (griddepcontrol.wait) before it
@@ -25,7 +20,7 @@
 //   one rounding to the storage type.
 //
 // The oracle is the CPU reference kernel (zk::cpu::linear), tests/cuda/generate_kernels_test.cpp; which of
-// these kernels and cuBLASLt runs a product is the plan's choice (--zplan-decode-products, gemm.cpp).
+// this kernel and cuBLASLt runs a product is measured per shape (gemm.cpp).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -96,6 +91,192 @@ __device__ __forceinline__ float epilogue(float v, float alpha, float b, int epi
   return v;
 }
 
+// W [K, N]. Grid (column tiles, splits); a cluster of `splits` blocks along y shares a column tile.
+// Dynamic shared memory: x's rows over this block's K range as floats [MR][kc], later reused for the
+// reduction (8 warps x MR x 64 partial sums, then MR x 64 block sums).
+template <class T, int MR, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    skinny_kn_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                     T* __restrict__ out, int M, int K, int N, int kc, int splits, float alpha, int epi,
+                     int early) {
+  extern __shared__ __align__(16) float smem[];
+  const int tid = threadIdx.x, cl = tid % kColThreads, rl = tid / kColThreads;
+  const int n_tile = blockIdx.x * kTileN, n0 = n_tile + cl * 8;
+  const int split = blockIdx.y;
+  const int kbeg = split * kc, kend = min(K, kbeg + kc);
+  const bool cols_in = n0 < N;
+  // This thread's weight rows: kbeg + rl + kRowLanes * i, i < rows.
+  const int first = kbeg + rl;
+  const int rows = first < kend ? (kend - first + kRowLanes - 1) / kRowLanes : 0;
+
+  constexpr int kUnroll = unroll_of<T, MR>();
+  if (!early) wait_for_producer();
+  Pack<T> buf[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+    if (u < rows && cols_in)
+      load_pack<T, kVec>(buf[u], w + static_cast<int64_t>(first + kRowLanes * u) * N, n0, N);
+  if (early) wait_for_producer();
+  release_dependents();
+
+  // x [M, K] over [kbeg, kend) into shared memory (rows past M and columns past K are zeros).
+  const int span = kend - kbeg;
+  float* xs = smem;
+  for (int e = tid; e < MR * kc; e += kThreads) {
+    const int m = e / kc, kk = e % kc;
+    xs[e] = m < M && kk < span ? to_f32(x[static_cast<int64_t>(m) * K + kbeg + kk]) : 0.0f;
+  }
+  __syncthreads();
+
+  float acc[MR][8];
+#pragma unroll
+  for (int m = 0; m < MR; ++m)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[m][e] = 0.0f;
+
+  for (int base = 0; base < rows; base += kUnroll) {
+    Pack<T> cur[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) cur[u] = buf[u];
+      // The next rows' loads go out before this group's arithmetic.
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + kUnroll + u;
+      if (i < rows && cols_in)
+        load_pack<T, kVec>(buf[u], w + static_cast<int64_t>(first + kRowLanes * i) * N, n0, N);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u;
+      if (i < rows) {
+        const int kk = rl + kRowLanes * i;  // == first + kRowLanes * i - kbeg
+        float wf[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) wf[e] = to_f32(cur[u].v[e]);
+#pragma unroll
+        for (int m = 0; m < MR; ++m) {
+          const float xv = xs[m * kc + kk];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[m][e] = fmaf(xv, wf[e], acc[m][e]);
+        }
+      }
+    }
+  }
+
+  // The four row lanes of a warp (lanes 8 apart share columns), then the block's eight warps.
+#pragma unroll
+  for (int m = 0; m < MR; ++m)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float v = acc[m][e];
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      acc[m][e] = v;
+    }
+  __syncthreads();  // xs is dead: the reduction reuses its bytes
+  const int warp = tid / 32, lane = tid % 32;
+  float* red = smem;                     // [8 warps][MR][kTileN]
+  float* part = smem + 8 * MR * kTileN;  // [MR][kTileN]
+  if (lane < kColThreads)
+#pragma unroll
+    for (int m = 0; m < MR; ++m)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) red[(warp * MR + m) * kTileN + lane * 8 + e] = acc[m][e];
+  __syncthreads();
+  for (int o = tid; o < MR * kTileN; o += kThreads) {
+    float s = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kThreads / 32; ++g) s += red[g * MR * kTileN + o];
+    part[o] = s;
+  }
+
+  if (splits == 1) {
+    __syncthreads();
+    for (int o = tid; o < MR * kTileN; o += kThreads) {
+      const int m = o / kTileN, n = n_tile + o % kTileN;
+      if (m < M && n < N)
+        out[static_cast<int64_t>(m) * N + n] =
+            from_f32<T>(epilogue(part[o], alpha, bias ? to_f32(bias[n]) : 0.0f, epi));
+    }
+    return;
+  }
+  // The cluster's blocks add their sums: block r finalises the outputs o with o % splits == r.
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  for (int o = static_cast<int>(cluster.block_rank()) + splits * tid; o < MR * kTileN;
+       o += splits * kThreads) {
+    float s = 0.0f;
+    for (int r = 0; r < splits; ++r) s += cluster.map_shared_rank(part, r)[o];
+    const int m = o / kTileN, n = n_tile + o % kTileN;
+    if (m < M && n < N)
+      out[static_cast<int64_t>(m) * N + n] =
+          from_f32<T>(epilogue(s, alpha, bias ? to_f32(bias[n]) : 0.0f, epi));
+  }
+  cluster.sync();  // the other blocks' shared memory stays alive until every block has read it
+}
+
+// W [N, K]: a warp per output column n, its lanes over K in pieces of 8; x rows read through the cache.
+template <class T, int MR, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    skinny_nk_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                     T* __restrict__ out, int M, int K, int N, float alpha, int epi, int early) {
+  constexpr int kU = 4;
+  const int lane = threadIdx.x % 32;
+  const int n = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  const bool live = n < N;
+  const T* wr = w + static_cast<int64_t>(live ? n : 0) * K;
+  const int pieces = (K + 7) / 8;  // pieces of 8 along K
+  const int mine = lane < pieces ? (pieces - lane + 31) / 32 : 0;
+  if (!early) wait_for_producer();
+  Pack<T> buf[kU];
+#pragma unroll
+  for (int u = 0; u < kU; ++u)
+    if (live && u < mine) load_pack<T, kVec>(buf[u], wr, 8 * (lane + 32 * u), K);
+  if (early) wait_for_producer();
+  release_dependents();
+  float acc[MR];
+#pragma unroll
+  for (int m = 0; m < MR; ++m) acc[m] = 0.0f;
+  for (int base = 0; base < mine; base += kU) {
+    Pack<T> cur[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) cur[u] = buf[u];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int i = base + kU + u;
+      if (live && i < mine) load_pack<T, kVec>(buf[u], wr, 8 * (lane + 32 * i), K);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int i = base + u;
+      if (live && i < mine) {
+        const int k0 = 8 * (lane + 32 * i);
+        float wf[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) wf[e] = to_f32(cur[u].v[e]);
+#pragma unroll
+        for (int m = 0; m < MR; ++m) {
+          if (m < M) {
+            Pack<T> xp;
+            load_pack<T, kVec>(xp, x + static_cast<int64_t>(m) * K, k0, K);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[m] = fmaf(to_f32(xp.v[e]), wf[e], acc[m]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MR; ++m) {
+    float v = acc[m];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0 && live && m < M)
+      out[static_cast<int64_t>(m) * N + n] =
+          from_f32<T>(epilogue(v, alpha, bias ? to_f32(bias[n]) : 0.0f, epi));
+  }
+}
+
 // --- Fused few-row products (plan 2.9: linear_multi, linear_gated) ------------------------------------------
 // Several weights read by one launch: a decode step's q / k / v (linear_multi), or the gated MLP's gate and
 // up with the activation product in the epilogue (linear_gated). At one row a product's time is mostly the
@@ -112,7 +293,8 @@ struct Segs {
   int end[4];
   int count;
   int act;  // gated: the Unary code of the activation (silu 15, gelu_tanh 13, gelu_erf 14)
-  // A plain product (one segment, skinny_linear): its bias (or null) and Epilogue code.
+  // A plain product (one segment, skinny_linear through the streaming kernel): its bias (or null) and
+  // Epilogue code.
   const void* bias;
   int epi;
   // norm_products (the streaming kernel only): x's rows are first added to res's (the sum, rounded to the
@@ -159,18 +341,8 @@ __device__ __forceinline__ P pick(const P (&a)[4], int i) {
   return i == 0 ? a[0] : i == 1 ? a[1] : i == 2 ? a[2] : a[3];
 }
 
-/// A plain product's bias at column n (only a plain product, one segment, has one), else 0.
-template <class T>
-__device__ __forceinline__ float bias_of(const Segs& sg, int n) {
-  return sg.bias ? to_f32(static_cast<const T*>(sg.bias)[n]) : 0.0f;
-}
-
-// W [K, N]: a block covers 64 columns of one segment (8 threads of 8 columns, one 16-byte load each per
-// weight row) and a range of K; grid (column tiles of every segment, splits), a cluster of `splits` blocks
-// along y sharing a column tile. Dynamic shared memory: x's rows over this block's K range as floats
-// [MR][kc], later reused for the reduction (8 warps x MR x 64 partial sums, then MR x 64 block sums). A plain
-// product (skinny_linear) is one segment with its bias and epilogue. Gated: a block covers 32 output
-// columns; its column threads 0-3 read the gate's and 4-7 the up's.
+// W [K, N] fused: as skinny_kn_kernel, with the block's weight, columns and output taken from its segment.
+// Gated: a block covers 32 output columns; its column threads 0-3 read the gate's and 4-7 the up's.
 template <class T, int MR, bool kVec, bool kGated>
 __global__ void __launch_bounds__(kThreads)
     skinny_kn_fused_kernel(const T* __restrict__ x, Segs sg, int M, int K, int kc, int splits, float alpha,
@@ -271,8 +443,7 @@ __global__ void __launch_bounds__(kThreads)
   auto store = [&](int o, float s0, float s1) {
     const int m = o / kCols, j = o % kCols, n = n_tile + j;
     if (m < M && n < N)
-      out[static_cast<int64_t>(m) * N + n] =
-          kGated ? gated_out<T>(s0, s1, alpha, sg.act) : from_f32<T>(epilogue(s0, alpha, bias_of<T>(sg, n), sg.epi));
+      out[static_cast<int64_t>(m) * N + n] = kGated ? gated_out<T>(s0, s1, alpha, sg.act) : from_f32<T>(s0 * alpha);
   };
   auto index = [&](int o, int half) { return (o / kCols) * kTileN + o % kCols + half * kCols; };
   if (splits == 1) {
@@ -372,7 +543,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (lane == 0 && live && m < M)
       out[static_cast<int64_t>(m) * N + n] = kGated ? gated_out<T>(v[0], v[kW - 1], alpha, sg.act)
-                                                    : from_f32<T>(epilogue(v[0], alpha, bias_of<T>(sg, n), sg.epi));
+                                                    : from_f32<T>(v[0] * alpha);
   }
 }
 
@@ -705,22 +876,47 @@ cudaError_t launch_stream_rows(const T* x, const Segs& sg, int64_t M, int64_t K,
   }
 }
 
-template <class T, int MR, bool kGated>
-cudaError_t launch_fused_rows(const In& x, Segs sg, bool tw, int64_t M, int64_t K, float alpha, int early,
-                              cudaStream_t s);
-
-// A plain product is the fused kernels' one-segment case, with its bias and epilogue.
 template <class T, int MR>
 cudaError_t launch_rows(const In& x, const In& w, const In& bias, const Out& out, bool tw, int64_t M,
                         int64_t K, int64_t N, float alpha, Epilogue epi, int early, cudaStream_t s) {
-  Segs sg = {};
-  sg.w[0] = w.data;
-  sg.out[0] = out.data;
-  sg.n[0] = static_cast<int>(N);
-  sg.count = 1;
-  sg.bias = bias.data;
-  sg.epi = static_cast<int>(epi);
-  return launch_fused_rows<T, MR, false>(x, sg, tw, M, K, alpha, early, s);
+  const T *xp = static_cast<const T*>(x.data), *wp = static_cast<const T*>(w.data);
+  const T* bp = static_cast<const T*>(bias.data);
+  T* op = static_cast<T*>(out.data);
+  const int e = static_cast<int>(epi);
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (tw) {
+    const bool vec = K % 8 == 0 && aligned(xp) && aligned(wp);
+    const dim3 grid(static_cast<unsigned>((N + kThreads / 32 - 1) / (kThreads / 32)));
+    if (vec)
+      return launch_dependent(skinny_nk_kernel<T, MR, true>, grid, 0, 1, s, xp, wp, bp, op,
+                              static_cast<int>(M), static_cast<int>(K), static_cast<int>(N), alpha, e, early);
+    return launch_dependent(skinny_nk_kernel<T, MR, false>, grid, 0, 1, s, xp, wp, bp, op,
+                            static_cast<int>(M), static_cast<int>(K), static_cast<int>(N), alpha, e, early);
+  }
+  {
+    Segs sg = {};
+    sg.w[0] = wp;
+    sg.out[0] = op;
+    sg.n[0] = static_cast<int>(N);
+    sg.count = 1;
+    sg.bias = bp;
+    sg.epi = e;
+    if (stream_on() && stream_fits(M, K, sg, 1, sizeof(T)))
+      return launch_stream_rows<T, false>(xp, sg, M, K, alpha, early, s);
+  }
+  const int splits = kn_splits(M, K, N, sizeof(T));
+  const int kc = static_cast<int>((K + splits - 1) / splits);
+  const size_t smem =
+      std::max(static_cast<size_t>(MR) * kc, static_cast<size_t>(9) * MR * kTileN) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>((N + kTileN - 1) / kTileN), static_cast<unsigned>(splits));
+  const bool vec = N % 8 == 0 && aligned(wp);
+  if (vec)
+    return launch_dependent(skinny_kn_kernel<T, MR, true>, grid, smem, splits, s, xp, wp, bp, op,
+                            static_cast<int>(M), static_cast<int>(K), static_cast<int>(N), kc, splits, alpha,
+                            e, early);
+  return launch_dependent(skinny_kn_kernel<T, MR, false>, grid, smem, splits, s, xp, wp, bp, op,
+                          static_cast<int>(M), static_cast<int>(K), static_cast<int>(N), kc, splits, alpha, e,
+                          early);
 }
 
 template <class T>
