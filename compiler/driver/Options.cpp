@@ -195,7 +195,7 @@ std::vector<OptionRow> buildTable() {
   t.push_back(row("--cuda-arch", &C::cudaArch,
                   "cuda target: the GPU architecture the plan is for (default "
                   "sm_90, the H200); the compiler chooses each attention's "
-                  "kernel for it (sm_90: the wgmma kernel wg2; others: the "
+                  "kernel for it (sm_90: the wgmma kernel wg3; others: the "
                   "register kernels), and the runtime refuses the plan on a "
                   "device that cannot run its kernels")
                   .checked(Check::CudaArch, "(e.g. sm_90 or sm_80)"));

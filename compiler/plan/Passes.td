@@ -237,7 +237,7 @@ def ZplanAttentionKernels : Pass<"zplan-attention-kernels", "mlir::ModuleOp"> {
     it in bf16 or fp16, head dim 64 or 128, at least one key, and a packed
     operand's offset and row stride multiples of 8 elements, so that every
     row is 16-byte aligned) gets `kernel` when given (zplan
-    --attention-kernel, for A/B timing), else the default of `arch`: `wg2`
+    --attention-kernel, for A/B timing), else the default of `arch`: `wg3`
     (the wgmma kernel, sm_90a code) for 90, `fa4x1r` (head dim 64) or
     `fa4x1` (128) for any other; every other attention gets `rows`, the
     exact kernel. A `kernel` the table does not have, or one that `arch`

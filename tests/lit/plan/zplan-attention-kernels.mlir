@@ -5,13 +5,13 @@
 
 // Tests the compiler's choice of each attention's CUDA kernel (plan 2.11,
 // kernels/cuda/include/zk/attention_kernels.h). In a bf16 plan, head dims 64
-// and 128 take the tensor-core kernels: the wgmma kernel wg2 for sm_90 (the
+// and 128 take the tensor-core kernels: the wgmma kernel wg3 for sm_90 (the
 // default arch), the register kernels elsewhere (fa4x1r at head dim 64, fa4x1
 // at 128); kernel=NAME (zplan --attention-kernel) replaces that choice. Head
 // dim 32, and every attention of an fp32 plan, run the exact kernel, rows.
 // SM90-LABEL: func.func @heads
-// SM90: zg.attention {{.*}}zd.kernel = "wg2"{{.*}} -> tensor<1x2x8x64xf32>
-// SM90: zg.attention {{.*}}zd.kernel = "wg2"{{.*}} -> tensor<1x2x8x128xf32>
+// SM90: zg.attention {{.*}}zd.kernel = "wg3"{{.*}} -> tensor<1x2x8x64xf32>
+// SM90: zg.attention {{.*}}zd.kernel = "wg3"{{.*}} -> tensor<1x2x8x128xf32>
 // SM90: zg.attention {{.*}}zd.kernel = "rows"{{.*}} -> tensor<1x2x8x32xf32>
 // SM80-LABEL: func.func @heads
 // SM80: zg.attention {{.*}}zd.kernel = "fa4x1r"{{.*}} -> tensor<1x2x8x64xf32>
@@ -37,7 +37,7 @@ func.func @heads(%q64: tensor<1x2x8x64xf32>, %q128: tensor<1x2x8x128xf32>, %q32:
 // stride is one too, so the tensor-core kernels take the first attention;
 // an offset of 4 (8 bytes) leaves the second to the exact kernel on every arch.
 // SM90-LABEL: func.func @packed
-// SM90: zg.attention {{.*}}zd.kernel = "wg2"
+// SM90: zg.attention {{.*}}zd.kernel = "wg3"
 // SM90: zg.attention {{.*}}zd.kernel = "rows"
 // SM80-LABEL: func.func @packed
 // SM80: zg.attention {{.*}}zd.kernel = "fa4x1r"

@@ -36,7 +36,7 @@ struct AttentionKernel {
 };
 
 // ZK_ATTENTION_KERNEL(code, name, family, variant, arch). Measured on the H200 (docs/gpu-plan-runs.md,
-// "Attention forward kernels"): wg2 is the fastest on sm_90; fa4x1r (head dim 64) and fa4x1 (128) are the
+// "Attention forward: wg3"): wg3 is the fastest on sm_90; fa4x1r (head dim 64) and fa4x1 (128) are the
 // fastest of the kernels every device runs.
 #define ZK_ATTENTION_KERNELS(X)                                                                                  \
   X(1, "rows", rows, 0, any)     /* exact: one block per query row, fp32 math; every dtype and head dim */       \
@@ -105,7 +105,7 @@ inline bool attention_tensor_core_shape(bool half_dtype, int64_t head_dim, int64
 /// the H200) and an attention that can (tensor_core) or cannot take the tensor-core kernels.
 inline const AttentionKernel *default_attention_kernel(int sm, int64_t head_dim, bool tensor_core) {
   if (!tensor_core) return attention_kernel("rows");
-  if (sm == 90) return attention_kernel("wg2");
+  if (sm == 90) return attention_kernel("wg3");
   return attention_kernel(head_dim == 64 ? "fa4x1r" : "fa4x1");
 }
 
