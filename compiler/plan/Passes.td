@@ -252,7 +252,7 @@ def ZplanAttentionKernels : Pass<"zplan-attention-kernels", "mlir::ModuleOp"> {
     ```
     After:
     ```mlir
-    %o = zg.attention %q, %k, %v {causal = true, scale = 1.250000e-01 : f64, zd.kernel = "wg2"} : ...
+    %o = zg.attention %q, %k, %v {causal = true, scale = 1.250000e-01 : f64, zd.kernel = "wg3"} : ...
     ```
   }];
   let dependentDialects = ["zplan::graph::GraphDialect"];

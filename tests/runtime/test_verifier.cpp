@@ -189,7 +189,8 @@ TEST(AttentionKernels, DeviceRuleAndDefaults) {
     EXPECT_EQ(zk::cuda::attention_kernel(k.name), &k);
     EXPECT_EQ(zk::cuda::attention_kernel_runs_on(k, 8, 6), k.family != zk::cuda::AttnFamily::wg) << k.name;
   }
-  EXPECT_STREQ(zk::cuda::default_attention_kernel(90, 64, true)->name, "wg2");
+  EXPECT_STREQ(zk::cuda::default_attention_kernel(90, 64, true)->name, "wg3");
+  EXPECT_STREQ(zk::cuda::default_attention_kernel(90, 128, true)->name, "wg3");
   EXPECT_STREQ(zk::cuda::default_attention_kernel(80, 64, true)->name, "fa4x1r");
   EXPECT_STREQ(zk::cuda::default_attention_kernel(80, 128, true)->name, "fa4x1");
   EXPECT_STREQ(zk::cuda::default_attention_kernel(90, 32, false)->name, "rows");
