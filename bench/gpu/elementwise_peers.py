@@ -11,28 +11,13 @@ the same byte counts, so that each zplan row has its peers beside it:
 Median of 50 timed calls after 5 warm-ups (CUDA events around each call), and the device-to-device copy
 rate of 2 GiB measured here the same way. Prints one line per op and mode.
 """
-import statistics
-
 import torch
 import torch.nn.functional as F
 
+from cuda_timing import median_ms
+
 MODELS = [("llama2-7b", 4096, 4096, 11008, 32, 32, 128, 4, 1024),
           ("llama-1b", 8192, 2048, 5632, 32, 8, 64, 8, 1024)]
-
-
-def timed(fn, warm=5, reps=50):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ms = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ms.append(a.elapsed_time(b))
-    return statistics.median(ms)
 
 
 def residual_rms(x, r, w, eps: float = 1e-5):
@@ -67,7 +52,7 @@ def main():
     n = 2 << 30
     c0 = torch.ones(n, dtype=torch.uint8, device=dev)
     c1 = torch.empty_like(c0)
-    ms = timed(lambda: c1.copy_(c0), 3, 20)
+    ms = median_ms(lambda: c1.copy_(c0), 3, 20)
     bw = 2 * n / (ms / 1e3) / 1e9
     print(f"{'copy d2d 2 GiB (read + write)':52s} {'':8s} {ms:10.4f} {bw:9.0f} GB/s   ceiling")
     del c0, c1
@@ -77,7 +62,7 @@ def main():
 
     def row(name, mode, nbytes, fn):
         try:
-            t = timed(fn)
+            t = median_ms(fn)
             gbs = nbytes / (t / 1e3) / 1e9
             print(f"{name:52s} {mode:8s} {t:10.4f} {gbs:9.0f} GB/s {100 * gbs / bw:7.1f}%", flush=True)
         except Exception as e:  # a compile failure is reported, not fatal

@@ -6,29 +6,14 @@ under each of SDPA's flash and cuDNN backends. Median of 30 timed calls after 5 
 TFLOP/s counts the causal products as half of 4 B H S^2 D, as the C++ bench does. Where a backend refuses
 grouped-query operands (enable_gqa), k and v are expanded to the query heads first, outside the timing.
 """
-import statistics
-
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from cuda_timing import median_ms
+
 SHAPES = [("gpt2-350m", 8, 16, 16, 1024, 64), ("llama-1b", 8, 32, 8, 1024, 64), ("llama2-7b", 4, 32, 32, 1024, 128)]
 BACKENDS = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
-
-
-def timed(fn, warm=5, reps=30):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ms = []
-    for _ in range(reps):
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ms.append(a.elapsed_time(b))
-    return statistics.median(ms)
 
 
 def main():
@@ -52,7 +37,7 @@ def main():
                             label += "*"
                     else:
                         fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                    ms = timed(fn)
+                    ms = median_ms(fn, reps=30)
                     print(f"{name:22s} {label:10s} {ms:9.4f} {flops / ms / 1e9:9.1f}", flush=True)
                 except Exception as e:  # a backend this build or GPU does not offer
                     print(f"{name:22s} {label:10s} unavailable: {str(e).splitlines()[0][:80]}", flush=True)
