@@ -6,18 +6,10 @@
 # and with --fold-rotary on. OUTDIR must sit at the tree's root (plans refer to the test models' weights
 # relative to themselves).
 set -euo pipefail
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-zplan=$1
-out=$2
-mkdir -p "$out"
-c() { local o=$1; shift; "$zplan" "$@" --target cuda -o "$out/$o" 2> "$out/$o.log" || { cat "$out/$o.log"; exit 1; }; }
-for model in gpt2 llama bert; do
-  for dt in fp32 bf16; do
-    c $model-$dt.zplan "$top/tests/models/$model/model.onnx" --batch 2 --seq 16 --dtype $dt --tp 1
-  done
-done
-b7=("$top/tests/models/bench/llama2-7b/model.onnx" --batch 4 --seq 1024 --dtype bf16 --tp 1 --graph-only)
+source "$(dirname "${BASH_SOURCE[0]}")/plan_compile.sh"
+plans_init "$1" "$2"
+test_model_plans
+b7=("$bm/llama2-7b/model.onnx" --batch 4 --seq 1024 --dtype bf16 --tp 1 --graph-only)
 c llama2-7b-tp1.zplan "${b7[@]}"
 c llama2-7b-fold.zplan "${b7[@]}" --fold-rotary on
-rm -f "$out"/*.zplan.log
-ls -la "$out" | awk '{s += $5} END {print "make_memory_plans: " NR - 3 " files, " s " bytes in '"$out"'"}'
+plans_done make_memory_plans
