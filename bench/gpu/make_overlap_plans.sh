@@ -4,8 +4,8 @@
 #   bench/gpu/make_overlap_plans.sh ZPLAN OUTDIR
 # OUTDIR/manifest.txt (tests/cuda/plan_memory.sh: planned vs measured peak and median time of each plan):
 # llama-1b plain dp 2, ZeRO-3 over dp 2 without the prefetch window (--prefetch-bytes 0, the old placement)
-# and with the default window, tp 1, tp 2, and tp 2 with --overlap-chunks 2 and 4; gpt2-350m tp 1, tp 2 and
-# tp 2 with --overlap-chunks 2; llama-1b on one GPU with --offload-param cpu, with the default copy window
+# and with the default window, tp 1, tp 2, and tp 2 with --overlap-chunks 2 and 4; gpt2-350m and gpt2-1.3b
+# (tests/models/export_bench_graph.py) tp 1, tp 2 and tp 2 with --overlap-chunks 2; llama-1b on one GPU with --offload-param cpu, with the default copy window
 # (llama-1b-offload) and with the placement of before, one parameter ahead (llama-1b-offload-nowindow,
 # --prefetch-bytes 0), next to the resident tp 1 plan. bf16, global batch 8, seq 1024, --target cuda.
 # OUTDIR/host-copies.txt: NAME BYTES, the host -> device bytes one run of each offload plan moves (its
@@ -26,7 +26,7 @@ m() { echo "$1 $2 $1.zplan" >> "$out/manifest.txt"; }
 b llama-1b-dp2 llama-1b --world 2; m llama-1b-dp2 2
 b llama-1b-zero3-nowindow llama-1b --world 2 --zero 3 --prefetch-bytes 0; m llama-1b-zero3-nowindow 2
 b llama-1b-zero3 llama-1b --world 2 --zero 3; m llama-1b-zero3 2
-for model in llama-1b gpt2-350m; do
+for model in llama-1b gpt2-350m gpt2-1.3b; do
   b $model-tp1 $model --tp 1; m $model-tp1 1
   b $model-tp2 $model --tp 2; m $model-tp2 2
   b $model-tp2-chunks2 $model --tp 2 --overlap-chunks 2; m $model-tp2-chunks2 2

@@ -22,6 +22,8 @@ import torch
 
 CONFIGS = {
     "gpt2-350m": ("gpt2", dict(n_layer=24, n_embd=1024, n_head=16, n_positions=1024)),
+    # tests/models/bench/gpt2-1.3b's config (tests/models/export_bench_graph.py).
+    "gpt2-1.3b": ("gpt2", dict(n_layer=24, n_embd=2048, n_head=16, n_positions=1024)),
     "llama-1b": ("llama", dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
                                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=2048)),
     "llama2-7b": ("llama", dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
