@@ -1,19 +1,19 @@
 """zplan.export_hf where PyTorch, transformers and onnxscript are installed: small GPT-2 and Llama models
 (built from a config, random weights) exported, compiled and run give the torch model's own logits, through
-zplan.Engine on one rank and through zrun at tp 2 over two ranks under torchrun's variables. Skipped where
-they are not installed (CI has no torch)."""
+zplan.Engine on one rank and through zrun at tp 2 over two ranks under torchrun's variables. ctest skips the
+file where one of them is not installed (CI has no torch): run_pytest.py --needs, before pytest starts, so
+that inside the file a failed import is a failure."""
 import os
 import sys
 
 import numpy as np
+import onnxscript  # noqa: F401  (torch.onnx.export's exporter, which zplan.export_hf calls, needs it)
 import pytest
+import torch
+import transformers
 
 import zplan
 from conftest import BIN, CLEAN_ENV, SRC, run
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("onnxscript")
 
 TORCHRUN_ENV = [sys.executable, os.path.join(SRC, "tests", "tcp", "torchrun_env.py"), "--env",
                 "ZRT_CHECK_COLLECTIVES=1"]
