@@ -57,6 +57,9 @@ tests() {  # NAME BINARY [ARGS...]: a gtest binary, its verdict into the summary
 }
 tests kernels "$b/bin/zplan_cuda_kernels_test" --gtest_filter='CudaElementwise.*:CudaRows.*'
 tests rotary "$b/bin/zplan_cuda_rotary_test"
+# The comparison forms the kernel bench times must be right too.
+ZK_NORM_ROW_BLOCKS=1 tests kernels-row-blocks "$b/bin/zplan_cuda_kernels_test" --gtest_filter='CudaRows.*'
+ZK_ROTARY_ROWS=1 tests rotary-one-row "$b/bin/zplan_cuda_rotary_test"
 timeout "$(left)" tests/cuda/check_models.sh "$b/bin/zrun" "$plans" > "$out/models.log" 2>&1
 note "check_models rc $?"
 grep -E "^(ok|FAIL)" "$out/models.log" | tee -a "$out/summary.txt"

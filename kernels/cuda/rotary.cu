@@ -2,7 +2,9 @@
 // its transpose, the gradient w.r.t. x), in one pass over x.
 //
 // Each thread owns V consecutive elements of a row's low half and the V elements h further on that they pair
-// with, so it reads both partners before it writes either (out may alias x) and no element is touched twice.
+// with, in up to four rows that share a table row (the heads at one position), so it reads both partners
+// before it writes either (out may alias x), no element is touched twice, and the tables are read once for
+// the four rows.
 // V is 16 bytes of x's dtype (8 for bf16/fp16, 4 for fp32) when h and the pointers allow it, else 1. The
 // tables are read at the row's offset into them (they broadcast over x's leading dims: a table row of llama
 // serves every head of every sequence at that position). A sequence-major x [B, S, H, D] (plan 2.10) has the
@@ -10,6 +12,8 @@
 //
 // Tier 1 is the __global__ kernel, tier 2 the launcher in namespace `launch` (raw pointers, sizes, an index map
 // and a stream, returning cudaError_t), tier 3 zk::cuda::rotary, which checks what the CPU reference checks.
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -60,35 +64,68 @@ struct TableMap64 {
   }
 };
 
-/// One rotated pair group: V elements at i and V at i + h of row r. The products are rounded to fp32 before
-/// the sum (no fused multiply-add), exactly as the CPU reference computes them. I is the index type
-/// (uint32_t where every index fits, which llama's shapes do; int64_t otherwise).
-template <class T, class U, int V, class I, class Map>
-__global__ void rotary_kernel(const T *x, const U *__restrict__ cos, const U *__restrict__ sin, T *y, I rows, I d,
-                              Map table, bool inverse) {
-  const I h = d / 2, groups = h / V, n = rows * groups;
+/// Where the rows of x that share a table row lie: x's rows as [A, Dj, Sj] (row = (a * Dj + c) * Sj + z), with
+/// the table row a function of (a, z) alone, so that the Dj rows c = 0 .. Dj - 1 rotate with the same cos and
+/// sin. Dj is the heads of llama's q and k (head-major [B * H, S]: Dj = B * H, Sj = S; sequence-major
+/// [B, S, H]: Dj = H, Sj = 1). Where the tables do not broadcast, every row is an item of its own: Dj = rows,
+/// Sj = 1, one row a chunk.
+template <class I>
+struct Repeat {
+  I dj = 1, sj = 1, chunks = 1;  // chunks: ceil(Dj / R), the work items along Dj
+};
+
+/// One work item: V elements at i and V at i + h of R rows that share a table row (rows c0 .. c0 + R - 1 of
+/// their Dj). Its cos and sin groups are loaded once for the R rows (they were loaded once a row, twice the
+/// bytes of x, and the tables' traffic held the kernel to 42% of the copy rate); the R rows' x groups load
+/// before any is used. The products are rounded to fp32 before the sum (no fused multiply-add), exactly as
+/// the CPU reference computes them. I is the index type (uint32_t where every index fits, which llama's shapes
+/// do; int64_t otherwise).
+/// Two blocks of 256 threads a SM at least: with 4 rows a thread, 64 KB of x in flight a SM, and no spills
+/// (three blocks spill the 16-byte groups of 4 rows and the tables).
+template <class T, class U, int V, int R, class I, class Map>
+__global__ void __launch_bounds__(256, 2) rotary_kernel(const T *x, const U *__restrict__ cos, const U *__restrict__ sin, T *y, I items, I d,
+                              Repeat<I> rep, Map table, bool inverse) {
+  const I h = d / 2, groups = h / V;
   const I step = static_cast<I>(gridDim.x) * blockDim.x;
-  for (I k = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; k < n; k += step) {
-    const I r = k / groups, i = (k - r * groups) * V;
-    const I xo = r * d + i, to = static_cast<I>(table.offset(r)) + i;
-    const Group<T, V> a = *reinterpret_cast<const Group<T, V> *>(x + xo);
-    const Group<T, V> b = *reinterpret_cast<const Group<T, V> *>(x + xo + h);
+  for (I k = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; k < items; k += step) {
+    I t = k / groups;
+    const I i = (k - t * groups) * V;
+    const I z = t % rep.sj;
+    t /= rep.sj;
+    const I ch = t % rep.chunks, a = t / rep.chunks, c0 = ch * R;
+    const I r0 = (a * rep.dj + c0) * rep.sj + z;
+    const I to = static_cast<I>(table.offset(r0)) + i;
+    Group<T, V> lo[R], hi[R];
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+      if (c0 + u < rep.dj) {
+        const I xo = (r0 + u * rep.sj) * d + i;
+        lo[u] = *reinterpret_cast<const Group<T, V> *>(x + xo);
+        hi[u] = *reinterpret_cast<const Group<T, V> *>(x + xo + h);
+      }
+    }
     const Group<U, V> ca = *reinterpret_cast<const Group<U, V> *>(cos + to);
     const Group<U, V> cb = *reinterpret_cast<const Group<U, V> *>(cos + to + h);
     // Forward: each half takes sin at its own index; the transpose takes each partner's sin at the partner's.
     const Group<U, V> sa = *reinterpret_cast<const Group<U, V> *>(sin + (inverse ? to + h : to));
     const Group<U, V> sb = *reinterpret_cast<const Group<U, V> *>(sin + (inverse ? to : to + h));
-    Group<T, V> lo, hi;
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const float xa = to_f32(a.v[j]), xb = to_f32(b.v[j]);
-      const float pa = __fmul_rn(xa, to_f32(ca.v[j])), pb = __fmul_rn(xb, to_f32(cb.v[j]));
-      const float qa = __fmul_rn(xb, to_f32(sa.v[j])), qb = __fmul_rn(xa, to_f32(sb.v[j]));
-      lo.v[j] = from_f32<T>(inverse ? __fadd_rn(pa, qa) : __fsub_rn(pa, qa));
-      hi.v[j] = from_f32<T>(inverse ? __fsub_rn(pb, qb) : __fadd_rn(pb, qb));
+    for (int u = 0; u < R; ++u) {
+      if (c0 + u < rep.dj) {
+        Group<T, V> ol, oh;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float xa = to_f32(lo[u].v[j]), xb = to_f32(hi[u].v[j]);
+          const float pa = __fmul_rn(xa, to_f32(ca.v[j])), pb = __fmul_rn(xb, to_f32(cb.v[j]));
+          const float qa = __fmul_rn(xb, to_f32(sa.v[j])), qb = __fmul_rn(xa, to_f32(sb.v[j]));
+          ol.v[j] = from_f32<T>(inverse ? __fadd_rn(pa, qa) : __fsub_rn(pa, qa));
+          oh.v[j] = from_f32<T>(inverse ? __fsub_rn(pb, qb) : __fadd_rn(pb, qb));
+        }
+        const I xo = (r0 + u * rep.sj) * d + i;
+        *reinterpret_cast<Group<T, V> *>(y + xo) = ol;
+        *reinterpret_cast<Group<T, V> *>(y + xo + h) = oh;
+      }
     }
-    *reinterpret_cast<Group<T, V> *>(y + xo) = lo;
-    *reinterpret_cast<Group<T, V> *>(y + xo + h) = hi;
   }
 }
 
@@ -117,17 +154,46 @@ bool map32(const IndexMap<1> &table, int64_t x_elems, int64_t d, TableMap32 *out
   return true;
 }
 
+/// Rows of x that one work item rotates together (see Repeat). ZK_ROTARY_ROWS=1 makes it one row per item
+/// (the tables loaded once a row), for comparison; read at every launch.
+constexpr int kRotaryRows = 4;
+bool rotary_one_row() {
+  const char *e = std::getenv("ZK_ROTARY_ROWS");
+  return e && std::string(e) == "1";
+}
+
 template <class T, class U, int V>
 cudaError_t start(const T *x, const U *cos, const U *sin, T *y, int64_t rows, int64_t d, const IndexMap<1> &table,
                   bool inverse, cudaStream_t s) {
-  const int64_t n = rows * (d / 2 / V);
+  const int64_t groups = d / 2 / V;
   TableMap32 m32;
-  if (map32(table, rows * d, d, &m32))
-    rotary_kernel<T, U, V, uint32_t, TableMap32><<<detail::grid_for(n), kThreads, 0, s>>>(
-        x, cos, sin, y, static_cast<uint32_t>(rows), static_cast<uint32_t>(d), m32, inverse);
-  else
-    rotary_kernel<T, U, V, int64_t, TableMap64><<<detail::grid_for(n), kThreads, 0, s>>>(
-        x, cos, sin, y, rows, d, TableMap64{table}, inverse);
+  if (!map32(table, rows * d, d, &m32)) {
+    const int64_t items = rows * groups;
+    rotary_kernel<T, U, V, 1, int64_t, TableMap64><<<detail::grid_for(items), kThreads, 0, s>>>(
+        x, cos, sin, y, items, d, Repeat<int64_t>{rows, 1, rows}, TableMap64{table}, inverse);
+    return detail::launched();
+  }
+  // The innermost dim of the (merged) map along which the tables do not move: its rows share a table row.
+  Repeat<uint32_t> rep;
+  for (int k = m32.rank - 1; k >= 0; --k) {
+    if (m32.st[k] == 0) {  // merged dims all have more than one element
+      rep.dj = m32.dims[k];
+      for (int q = k + 1; q < m32.rank; ++q) rep.sj *= m32.dims[q];
+      break;
+    }
+  }
+  if (rep.dj > 1 && !rotary_one_row()) {
+    rep.chunks = (rep.dj + kRotaryRows - 1) / kRotaryRows;
+    const int64_t items = rows / rep.dj * rep.chunks * groups;
+    rotary_kernel<T, U, V, kRotaryRows, uint32_t, TableMap32><<<detail::grid_for(items), kThreads, 0, s>>>(
+        x, cos, sin, y, static_cast<uint32_t>(items), static_cast<uint32_t>(d), rep, m32, inverse);
+  } else {
+    // One row per item: x's rows as [1, rows, 1], every row its own chunk.
+    rep = Repeat<uint32_t>{static_cast<uint32_t>(rows), 1, static_cast<uint32_t>(rows)};
+    const int64_t items = rows * groups;
+    rotary_kernel<T, U, V, 1, uint32_t, TableMap32><<<detail::grid_for(items), kThreads, 0, s>>>(
+        x, cos, sin, y, static_cast<uint32_t>(items), static_cast<uint32_t>(d), rep, m32, inverse);
+  }
   return detail::launched();
 }
 

@@ -239,7 +239,7 @@ TEST(CudaRows, MaskedCausalSoftmax) {
 TEST(CudaRows, LayerNormRmsNormAndResidualFusion) {
   struct Case { Dims s; int axis; };
   const Case cases[] = {{Dims{4, 1024}, -1}, {Dims{3, 5, 77}, 2}, {Dims{2, 3, 4, 5}, 2}, {Dims{7, 3000}, 1},
-                        {Dims{1, 1}, 1},      {Dims{2, 4096}, 1},   {Dims{3, 11008}, 1}};
+                        {Dims{1, 1}, 1},      {Dims{2, 4096}, 1},   {Dims{3, 11008}, 1}, {Dims{600, 4096}, 1}};
   for (DType t : kFloats)
     for (const Case &c : cases) {
       SCOPED_TRACE(std::string(zk::dtype_name(t)) + " " + dims_str(c.s) + " axis " + std::to_string(c.axis));
@@ -261,12 +261,13 @@ TEST(CudaRows, LayerNormRmsNormAndResidualFusion) {
       EXPECT_TRUE(close(dy.download(), ref2, tol_for(t)));
     }
   for (DType t : kFloats)
-    // The 16-byte kernel at 1, 2, 4 and 8 packs a thread (2048, llama2-7b's 4096, one decode row of it,
-    // 11008 in bf16) and rows longer than it takes (20000; 11008 in f32), which the element-wise kernel reads
-    // once per pass; rows that are not whole packs (77; 4100 and 36 in bf16 and f16, whose packs are 8
-    // elements), which it keeps in registers; a single element.
-    for (Dims s : {Dims{4, 2048}, Dims{2, 4096}, Dims{1, 4096}, Dims{3, 4100}, Dims{2, 11008}, Dims{1, 20000},
-                   Dims{3, 5, 77}, Dims{2, 36}, Dims{1, 1}}) {
+    // The 16-byte kernel at 1 and 2 packs a thread (2048, llama2-7b's 4096, one decode row of it, 6144 in
+    // bf16 and f16; 4096 in f32), over more rows than the device holds blocks (each block then walks several
+    // rows); rows longer than it takes (11008, 20000), which the element-wise kernel reads once per pass, and
+    // rows that are not whole packs (77; 4100 and 36 in bf16 and f16, whose packs are 8 elements), which it
+    // keeps in registers; a single element.
+    for (Dims s : {Dims{4, 2048}, Dims{2, 4096}, Dims{1, 4096}, Dims{2, 6144}, Dims{1500, 2048}, Dims{3, 4100},
+                   Dims{2, 11008}, Dims{1, 20000}, Dims{3, 5, 77}, Dims{2, 36}, Dims{1, 1}}) {
       SCOPED_TRACE(std::string(zk::dtype_name(t)) + " rms " + dims_str(s));
       const int64_t n = s.d[s.rank - 1];
       HostT x = random_tensor(t, s), r = random_tensor(t, s), g = random_tensor(t, Dims{n}), b = random_tensor(t, Dims{n});
