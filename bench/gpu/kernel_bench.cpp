@@ -9,6 +9,13 @@
 // must move at least (every operand read once, every output written once; the rotary tables, which stay
 // in cache, not counted) and that rate as a share of the copy's. bench/gpu/elementwise_peers.py times
 // PyTorch's eager and compiled forms of the same ops at the same shapes.
+//
+// `zplan_cuda_kernel_bench --gemm` times the llama forwards' products (row-major x [M, K] times W [K, N], as
+// their plans hold them) as zk::cuda::linear runs them (cuBLASLt's first heuristic answer), then every
+// algorithm of cuBLASLt's first 24 answers, with the configuration of each (what a fixed choice would name),
+// and the residual add in the product's epilogue (beta = 1, C the residual, D another buffer) against the
+// plain product: what choosing another algorithm, or folding the residual into the product, is worth.
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -148,6 +155,118 @@ void llama_memory_rows(cudaStream_t s, double bw) {
   }
 }
 
+#define CHECK_LT(x)                                                                           \
+  do {                                                                                        \
+    cublasStatus_t e_ = (x);                                                                  \
+    if (e_ != CUBLAS_STATUS_SUCCESS) {                                                        \
+      std::fprintf(stderr, "%s failed at %s:%d: status %d\n", #x, __FILE__, __LINE__, (int)e_); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+/// The products of the llama forwards, each through zk::cuda::linear and through every candidate algorithm
+/// of cuBLASLt's heuristic (see the file comment).
+void gemm_candidates(cudaStream_t s, zc::Blas &blas, void *ws) {
+  cublasLtHandle_t lt;
+  CHECK_LT(cublasLtCreate(&lt));
+  struct Shape {
+    const char *name;
+    int64_t M, K, N;
+    bool residual;  // the product a residual add follows (o and down)
+  };
+  const Shape shapes[] = {{"llama2-7b q/k/v/o", 4096, 4096, 4096, true},
+                          {"llama2-7b gate/up", 4096, 4096, 11008, false},
+                          {"llama2-7b down", 4096, 11008, 4096, true},
+                          {"llama2-7b lm head", 4096, 4096, 32000, false},
+                          {"llama-1b q/o", 8192, 2048, 2048, true},
+                          {"llama-1b k/v", 8192, 2048, 512, false},
+                          {"llama-1b gate/up", 8192, 2048, 5632, false},
+                          {"llama-1b down", 8192, 5632, 2048, true}};
+  std::printf("%-40s %4s %9s %7s  %s\n", "product MxKxN", "cand", "ms", "TF/s", "algo tile stages splitk swz custom cluster waves");
+  for (const Shape &sh : shapes) {
+    const int64_t M = sh.M, K = sh.K, N = sh.N;
+    Buf x(DType::bf16, Dims{M, K}), w(DType::bf16, Dims{K, N}), y(DType::bf16, Dims{M, N}), r(DType::bf16, Dims{M, N});
+    const double flop = 2.0 * M * K * N;
+    const std::string nm = std::string(sh.name) + " " + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N);
+    const double tl = time_ms(s, [&] {
+      CHECK_GPU(zc::linear(blas, x.in(), w.in(), zk::In{}, y.out(), false, 1.0f, zc::Epilogue::none, ws, zc::kGemmWorkspaceBytes, s));
+    }, 3, 20);
+    std::printf("%-40s %4s %9.4f %7.1f  (zk::cuda::linear)\n", nm.c_str(), "lin", tl, flop / (tl * 1e-3) / 1e12);
+    // Column-major: D^T [N, M] = W^T [N, K] x^T [K, M], as gemm.cpp issues it.
+    cublasLtMatmulDesc_t op;
+    CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t nt = CUBLAS_OP_N;
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &nt, sizeof(nt)));
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof(nt)));
+    cublasLtMatrixLayout_t la, lb, lc;
+    CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, N, K, N));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, M, K));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, N, M, N));
+    cublasLtMatmulPreference_t pref;
+    CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t wsb = zc::kGemmWorkspaceBytes;
+    CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
+    constexpr int kAsk = 24;
+    cublasLtMatmulHeuristicResult_t res[kAsk] = {};
+    int found = 0;
+    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, kAsk, res, &found));
+    const float one = 1.0f, zero = 0.0f;
+    double best = 1e30;
+    int best_i = -1;
+    for (int i = 0; i < found; ++i) {
+      if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      bool ok = true;
+      auto run = [&](const float *beta, const void *c) {
+        if (cublasLtMatmul(lt, op, &one, w.p, la, x.p, lb, beta, c, lc, y.p, lc, &res[i].algo, ws, wsb, s) !=
+            CUBLAS_STATUS_SUCCESS)
+          ok = false;
+      };
+      const double t = time_ms(s, [&] { run(&zero, y.p); }, 2, 10);
+      if (!ok) continue;
+      int v[8] = {};
+      const cublasLtMatmulAlgoConfigAttributes_t at[8] = {
+          CUBLASLT_ALGO_CONFIG_ID,          CUBLASLT_ALGO_CONFIG_TILE_ID,       CUBLASLT_ALGO_CONFIG_STAGES_ID,
+          CUBLASLT_ALGO_CONFIG_SPLITK_NUM,  CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+          CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID};
+      for (int a = 0; a < 8; ++a) {
+        size_t wr = 0;
+        uint32_t u = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, at[a], &u, sizeof(u), &wr) == CUBLAS_STATUS_SUCCESS)
+          v[a] = static_cast<int>(u);
+      }
+      std::printf("%-40s %4d %9.4f %7.1f  %d %d %d %d %d %d %d %.2f inner %d ws %zu\n", nm.c_str(), i, t,
+                  flop / (t * 1e-3) / 1e12, v[0], v[1], v[2], v[3], v[4], v[5], v[6], res[i].wavesCount, v[7],
+                  res[i].workspaceSize);
+      if (t < best) {
+        best = t;
+        best_i = i;
+      }
+    }
+    std::printf("%-40s %4s %9.4f %7.1f  best of %d: candidate %d (%.1f%% under the first)\n", nm.c_str(), "best",
+                best, flop / (best * 1e-3) / 1e12, found, best_i, 100.0 * (1.0 - best / tl));
+    if (sh.residual && found > 0) {
+      // The residual in the epilogue: D = x W + 1 * C, C another buffer of D's layout.
+      for (int i : {0, best_i}) {
+        if (i < 0) continue;
+        const double t0 = time_ms(s, [&] {
+          CHECK_LT(cublasLtMatmul(lt, op, &one, w.p, la, x.p, lb, &zero, y.p, lc, y.p, lc, &res[i].algo, ws, wsb, s));
+        }, 2, 20);
+        const double t1 = time_ms(s, [&] {
+          CHECK_LT(cublasLtMatmul(lt, op, &one, w.p, la, x.p, lb, &one, r.p, lc, y.p, lc, &res[i].algo, ws, wsb, s));
+        }, 2, 20);
+        std::printf("%-40s %4d beta 0 %.4f ms, beta 1 (C the residual) %.4f ms: +%.4f ms\n", nm.c_str(), i, t0, t1,
+                    t1 - t0);
+      }
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatmulDescDestroy(op);
+  }
+  cublasLtDestroy(lt);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -166,6 +285,11 @@ int main(int argc, char **argv) {
   if (argc > 1 && std::string(argv[1]) == "--memory") {
     std::printf("%-52s %10s %12s %10s\n", "kernel", "ms", "rate", "of copy");
     llama_memory_rows(s, copy_ceiling(s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "--gemm") {
+    gemm_candidates(s, *blas, ws);
     CHECK_CUDA(cudaStreamSynchronize(s));
     return 0;
   }
