@@ -115,17 +115,10 @@ void llama_memory_rows(cudaStream_t s, double bw) {
       const Dims d{m.rows, m.hidden};
       Buf x(DType::bf16, d), r(DType::bf16, d), g(DType::bf16, Dims{m.hidden}), y(DType::bf16, d), sum(DType::bf16, d);
       const double e = 2.0 * m.rows * m.hidden;
-      // The default (resident blocks walking the rows, the next row in flight) and ZK_NORM_ROW_BLOCKS=1 (one
-      // block per row, nothing prefetched).
-      for (const char *rb : {"0", "1"}) {
-        setenv("ZK_NORM_ROW_BLOCKS", rb, 1);
-        const std::string v = rb[0] == '1' ? " row-blocks" : "";
-        mem(p + "residual+rms_norm " + hs + v, 4 * e, [&] {
-          CHECK_GPU(zc::residual_norm(x.in(), r.in(), g.in(), zk::In{}, sum.out(), y.out(), true, 1e-5f, s));
-        });
-        mem(p + "rms_norm " + hs + v, 2 * e, [&] { CHECK_GPU(zc::rms_norm(x.in(), g.in(), y.out(), 1e-5f, s)); });
-      }
-      unsetenv("ZK_NORM_ROW_BLOCKS");
+      mem(p + "residual+rms_norm " + hs, 4 * e, [&] {
+        CHECK_GPU(zc::residual_norm(x.in(), r.in(), g.in(), zk::In{}, sum.out(), y.out(), true, 1e-5f, s));
+      });
+      mem(p + "rms_norm " + hs, 2 * e, [&] { CHECK_GPU(zc::rms_norm(x.in(), g.in(), y.out(), 1e-5f, s)); });
     }
     {
       const Dims d{m.rows, m.inter};
@@ -140,16 +133,10 @@ void llama_memory_rows(cudaStream_t s, double bw) {
       const double e = 2.0 * m.batch * h * m.seq * m.head_dim;
       const std::string shp = "[" + std::to_string(m.batch) + "," + std::to_string(h) + "," + std::to_string(m.seq) +
                               "," + std::to_string(m.head_dim) + "]";
-      // The default (4 heads a thread, the tables read once for them) and ZK_ROTARY_ROWS=1 (one row a thread).
-      for (const char *rr : {"0", "1"}) {
-        setenv("ZK_ROTARY_ROWS", rr, 1);
-        const std::string v = rr[0] == '1' ? " one-row" : "";
-        mem(p + "rotary head-major " + shp + v, 2 * e,
-            [&] { CHECK_GPU(zc::rotary(xh.in(), c.in(), sn.in(), yh.out(), false, s)); });
-        mem(p + "rotary seq-major " + shp + v, 2 * e,
-            [&] { CHECK_GPU(zc::rotary(xs.in(), c.in(), sn.in(), ys.out(), false, s, true)); });
-      }
-      unsetenv("ZK_ROTARY_ROWS");
+      mem(p + "rotary head-major " + shp, 2 * e,
+          [&] { CHECK_GPU(zc::rotary(xh.in(), c.in(), sn.in(), yh.out(), false, s)); });
+      mem(p + "rotary seq-major " + shp, 2 * e,
+          [&] { CHECK_GPU(zc::rotary(xs.in(), c.in(), sn.in(), ys.out(), false, s, true)); });
       if (m.heads == m.kv_heads) break;  // k has q's shape: one row each
     }
   }

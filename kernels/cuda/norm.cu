@@ -11,8 +11,6 @@
 // the element-wise kernel, which keeps the row in registers too up to 8192 elements.
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "common.cuh"
@@ -364,14 +362,12 @@ inline int packs_per_thread(int64_t packs) {
 
 /// The grid of norm_packed_kernel<T, Rms, Residual, P> at t threads: one block per row up to the blocks the
 /// device holds at once (its SMs times the kernel's resident blocks per SM), so that every block stays
-/// resident and walks its rows with the next one in flight. ZK_NORM_ROW_BLOCKS=1 launches one block per row
-/// (each block one row, nothing prefetched), for comparison; so does any failed query.
+/// resident and walks its rows with the next one in flight (on the H200, llama2-7b's residual + RMS norm
+/// went from 69% to 79% of the copy rate, RMS norm alone from 41% to 58%, against one block per row). A
+/// failed query launches one block per row, which the kernel runs as well, only without the prefetch.
 template <class T, bool Rms, bool Residual, int P>
 unsigned norm_grid(int t, int64_t rows) {
-  // Read at every launch (a few hundred nanoseconds against a launch's microseconds), so that one process
-  // can time both forms.
-  const char *e = std::getenv("ZK_NORM_ROW_BLOCKS");
-  if ((e && std::string(e) == "1") || rows <= 1) return static_cast<unsigned>(rows);
+  if (rows <= 1) return static_cast<unsigned>(rows);
   // Resident blocks per SM of this kernel at each block size (t / 32 = 1..16), asked once.
   static std::atomic<int> resident[17] = {};
   const int ti = t / 32;
