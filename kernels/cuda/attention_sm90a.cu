@@ -720,52 +720,60 @@ __global__ void __launch_bounds__(384, 1)
       for (int kk = 0; kk < KS; ++kk) mma_rs<Dh, 1, T>(o, pa[kk], desc_at(vs + kk * 2048, Bc * 128, 1024));
     };
 
-    mbar_wait(bq, 0);
-    // Tile 0: S alone.
-    my_turn(0);
-    mbar_wait(full_k(0), 0);
-    fence_regs(s);
-    __syncwarp();
-    wg_fence();
-    issue_s(0);
-    wg_commit();
-    their_turn(0);
-    wg_wait<0>();
-    fence_regs(s);
-    release(empty_k(0));
-    float alpha[2];
-    softmax_tile(s, m, l, alpha, d, mask, 0, qw, g, t, b, h, sl);  // O is still zero: alpha is not needed
-    pack_p<T>(pa, s);
-    for (int j = 1; j < n; ++j) {
+    // One issue of this consumer's products: S of tile j (in its ping-pong turn) and P V of tile j - 1, or
+    // either alone (tile 0 has no P yet, the last P V no S after it). Which of the two is fixed where it is
+    // called (std::bool_constant), so that each call is the straight sequence it stands for.
+    auto issue = [&](int j, auto with_s, auto with_pv) {
+      constexpr bool S = decltype(with_s)::value, PV = decltype(with_pv)::value;
       const int st = j % Stages, ps = (j - 1) % Stages;
-      my_turn(j);
-      mbar_wait(full_k(st), (j / Stages) & 1);
-      mbar_wait(full_v(ps), ((j - 1) / Stages) & 1);
-      fence_regs(s);
-      fence_regs(o);
+      if constexpr (S) {
+        my_turn(j);
+        mbar_wait(full_k(st), (j / Stages) & 1);
+      }
+      if constexpr (PV) mbar_wait(full_v(ps), ((j - 1) / Stages) & 1);
+      if constexpr (S) fence_regs(s);
+      if constexpr (PV) fence_regs(o);
       __syncwarp();
       wg_fence();
-      issue_s(j);
-      wg_commit();
-      issue_pv(j - 1);
-      wg_commit();
-      their_turn(j);
-      wg_wait<1>();  // S of tile j; P V of tile j - 1 may still run
+      if constexpr (S) {
+        issue_s(j);
+        wg_commit();
+      }
+      if constexpr (PV) {
+        issue_pv(j - 1);
+        wg_commit();
+      }
+      if constexpr (S) their_turn(j);
+    };
+    // The softmax of tile j once its S is done, overlapped with P V of tile j - 1 where that was issued with
+    // it; then O is rescaled (tile 0: O is still zero, nothing to rescale) and P_j packed.
+    float alpha[2];
+    auto consume = [&](int j, auto with_pv) {
+      constexpr bool PV = decltype(with_pv)::value;
+      if constexpr (PV) wg_wait<1>();  // S of tile j; P V of tile j - 1 may still run
+      else wg_wait<0>();
       fence_regs(s);
-      release(empty_k(st));
+      release(empty_k(j % Stages));
       softmax_tile(s, m, l, alpha, d, mask, j * Bc, qw, g, t, b, h, sl);
-      wg_wait<0>();  // P V of tile j - 1: O and P are free
-      fence_regs(o);
-      release(empty_v(ps));
-      rescale(o, alpha);
+      if constexpr (PV) {
+        wg_wait<0>();  // P V of tile j - 1: O and P are free
+        fence_regs(o);
+        release(empty_v((j - 1) % Stages));
+        rescale(o, alpha);
+      }
       pack_p<T>(pa, s);
+    };
+    constexpr std::true_type yes{};
+    constexpr std::false_type no{};
+
+    mbar_wait(bq, 0);
+    issue(0, yes, no);
+    consume(0, no);
+    for (int j = 1; j < n; ++j) {
+      issue(j, yes, yes);
+      consume(j, yes);
     }
-    mbar_wait(full_v((n - 1) % Stages), ((n - 1) / Stages) & 1);
-    fence_regs(o);
-    __syncwarp();
-    wg_fence();
-    issue_pv(n - 1);
-    wg_commit();
+    issue(n, no, yes);  // P V of the last tile
     wg_wait<0>();
     fence_regs(o);
     // Every product that read this consumer's Q is complete: its buffer becomes the output staging.
