@@ -31,8 +31,7 @@ Result transpose(const In &x, const Out &out, const int64_t *perm) {
 
 Result concat(const In *xs, int n, const Out &out, int axis) {
   const int r = out.shape.rank;
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r) return Result::fail("concat: axis out of range");
+  if (!detail::normalise_axis(r, &axis)) return Result::fail("concat: axis out of range");
   int64_t total = 0;
   for (int k = 0; k < n; ++k) {
     if (xs[k].shape.rank != r) return Result::fail("concat: operand rank differs from the output's");
@@ -42,12 +41,10 @@ Result concat(const In *xs, int n, const Out &out, int axis) {
     total += xs[k].shape.d[axis];
   }
   if (total != out.shape.d[axis]) return Result::fail("concat: operand sizes do not sum to the output's");
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; ++i) outer *= out.shape.d[i];
-  for (int i = axis + 1; i < r; ++i) inner *= out.shape.d[i];
+  const auto [outer, out_n, inner] = detail::split_at(out.shape, axis);
   const size_t es = dtype_size(out.dtype);
   auto *dst = static_cast<uint8_t *>(out.data);
-  const size_t out_row = static_cast<size_t>(out.shape.d[axis] * inner) * es;
+  const size_t out_row = static_cast<size_t>(out_n * inner) * es;
   size_t at = 0;
   for (int k = 0; k < n; ++k) {
     const size_t row = static_cast<size_t>(xs[k].shape.d[axis] * inner) * es;
@@ -89,8 +86,7 @@ Result slice(const In &x, const Out &out, const int64_t *starts, const int64_t *
 
 Result gather(const In &data, const In &indices, const Out &out, int axis) {
   const int r = data.shape.rank;
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r) return Result::fail("gather: axis out of range");
+  if (!detail::normalise_axis(r, &axis)) return Result::fail("gather: axis out of range");
   if (indices.dtype != DType::i64 && indices.dtype != DType::i32) return Result::fail("gather: indices must be i64 or i32");
   if (data.dtype != out.dtype) return Result::fail("gather: dtypes differ");
   Dims expect;
@@ -99,10 +95,8 @@ Result gather(const In &data, const In &indices, const Out &out, int axis) {
   for (int i = 0; i < indices.shape.rank; ++i) expect.d[expect.rank++] = indices.shape.d[i];
   for (int i = axis + 1; i < r; ++i) expect.d[expect.rank++] = data.shape.d[i];
   if (expect != out.shape) return Result::fail("gather: output shape is not the gathered shape");
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; ++i) outer *= data.shape.d[i];
-  for (int i = axis + 1; i < r; ++i) inner *= data.shape.d[i];
-  const int64_t dim = data.shape.d[axis], n = indices.shape.numel();
+  const auto [outer, dim, inner] = detail::split_at(data.shape, axis);
+  const int64_t n = indices.shape.numel();
   // Indices are checked before anything is written so that a bad id leaves the output untouched.
   for (int64_t j = 0; j < n; ++j) {
     int64_t id = load_i64(indices.data, indices.dtype, j);

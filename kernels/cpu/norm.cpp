@@ -11,12 +11,8 @@ namespace cpu {
 Result softmax(const In &x, const Out &out, int axis) {
   if (x.shape != out.shape) return Result::fail("softmax: input and output shapes differ");
   if (!is_float(x.dtype) || !is_float(out.dtype)) return Result::fail("softmax: operands must be float");
-  const int r = x.shape.rank;
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r) return Result::fail("softmax: axis out of range");
-  int64_t outer = 1, inner = 1, n = x.shape.d[axis];
-  for (int i = 0; i < axis; ++i) outer *= x.shape.d[i];
-  for (int i = axis + 1; i < r; ++i) inner *= x.shape.d[i];
+  if (!detail::normalise_axis(x.shape.rank, &axis)) return Result::fail("softmax: axis out of range");
+  const auto [outer, n, inner] = detail::split_at(x.shape, axis);
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t in = 0; in < inner; ++in) {
       const int64_t base = o * n * inner + in;
@@ -37,12 +33,8 @@ Result softmax(const In &x, const Out &out, int axis) {
 Result layer_norm(const In &x, const In &scale, const In &bias, const Out &out, int axis, float eps) {
   if (x.shape != out.shape) return Result::fail("layer_norm: input and output shapes differ");
   if (!is_float(x.dtype) || !is_float(out.dtype)) return Result::fail("layer_norm: operands must be float");
-  const int r = x.shape.rank;
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r) return Result::fail("layer_norm: axis out of range");
-  int64_t rows = 1, n = 1;
-  for (int i = 0; i < axis; ++i) rows *= x.shape.d[i];
-  for (int i = axis; i < r; ++i) n *= x.shape.d[i];
+  int64_t rows, n;
+  if (!detail::split_rows(x.shape, &axis, &rows, &n)) return Result::fail("layer_norm: axis out of range");
   if (scale.data && scale.shape.numel() != n) return Result::fail("layer_norm: scale size differs from the normalised size");
   if (bias.data && bias.shape.numel() != n) return Result::fail("layer_norm: bias size differs from the normalised size");
   for (int64_t row = 0; row < rows; ++row) {

@@ -32,12 +32,8 @@ Result range(const In &start, const In &delta, const Out &out) {
 Result cumsum(const In &x, const Out &out, int axis, bool exclusive, bool reverse) {
   if (x.shape != out.shape) return Result::fail("cumsum: input and output shapes differ");
   if (x.dtype != out.dtype || x.dtype == DType::bool8) return Result::fail("cumsum: input and output must share one numeric dtype");
-  const int r = x.shape.rank;
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r) return Result::fail("cumsum: axis out of range");
-  int64_t outer = 1, inner = 1, n = x.shape.d[axis];
-  for (int i = 0; i < axis; ++i) outer *= x.shape.d[i];
-  for (int i = axis + 1; i < r; ++i) inner *= x.shape.d[i];
+  if (!detail::normalise_axis(x.shape.rank, &axis)) return Result::fail("cumsum: axis out of range");
+  const auto [outer, n, inner] = detail::split_at(x.shape, axis);
   const bool fl = is_float(x.dtype);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t in = 0; in < inner; ++in) {
@@ -115,8 +111,7 @@ Result gather_elements(const In &data, const In &indices, const Out &out, int ax
   if (data.dtype != out.dtype) return Result::fail("gather_elements: dtypes differ");
   if (r < 1 || indices.shape.rank != r) return Result::fail("gather_elements: data and indices must have one rank >= 1");
   if (out.shape != indices.shape) return Result::fail("gather_elements: output shape differs from the indices'");
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r) return Result::fail("gather_elements: axis out of range");
+  if (!detail::normalise_axis(r, &axis)) return Result::fail("gather_elements: axis out of range");
   for (int i = 0; i < r; ++i)
     if (i != axis && indices.shape.d[i] > data.shape.d[i])
       return Result::fail("gather_elements: indices exceed data off the axis");

@@ -28,18 +28,6 @@ void map2(const In &x, const In &dy, const Out &dx, F f) {
     store_f32(dx.data, dx.dtype, i, load_f32(dy.data, dy.dtype, i) * f(load_f32(x.data, x.dtype, i)));
 }
 
-/// Splits a shape at `axis` into rows (the leading dims) and the normalised size (the trailing dims).
-bool split_rows(const Dims &s, int *axis, int64_t *rows, int64_t *n) {
-  const int r = s.rank;
-  if (*axis < 0) *axis += r;
-  if (*axis < 0 || *axis >= r) return false;
-  *rows = 1;
-  *n = 1;
-  for (int i = 0; i < *axis; ++i) *rows *= s.d[i];
-  for (int i = *axis; i < r; ++i) *n *= s.d[i];
-  return true;
-}
-
 /// Column sums over rows in double, a block of kCols columns at a time so that every row is read in
 /// contiguous runs. term(row, col) is the summand.
 constexpr int64_t kCols = 64;
@@ -86,12 +74,8 @@ Result softmax_grad(const In &y, const In &dy, const Out &dx, int axis) {
   if (y.shape != dx.shape || dy.shape != dx.shape) return Result::fail("softmax_grad: y, dy and dx shapes differ");
   if (!is_float(y.dtype) || !is_float(dy.dtype) || !is_float(dx.dtype))
     return Result::fail("softmax_grad: operands must be float");
-  const int r = y.shape.rank;
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r) return Result::fail("softmax_grad: axis out of range");
-  int64_t outer = 1, inner = 1, n = y.shape.d[axis];
-  for (int i = 0; i < axis; ++i) outer *= y.shape.d[i];
-  for (int i = axis + 1; i < r; ++i) inner *= y.shape.d[i];
+  if (!detail::normalise_axis(y.shape.rank, &axis)) return Result::fail("softmax_grad: axis out of range");
+  const auto [outer, n, inner] = detail::split_at(y.shape, axis);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t in = 0; in < inner; ++in) {
       const int64_t base = o * n * inner + in;
@@ -109,7 +93,7 @@ Result softmax_grad(const In &y, const In &dy, const Out &dx, int axis) {
 
 size_t layer_norm_grad_scratch(const In &x, int axis) {
   int64_t rows, n;
-  if (!split_rows(x.shape, &axis, &rows, &n)) return 0;
+  if (!detail::split_rows(x.shape, &axis, &rows, &n)) return 0;
   return static_cast<size_t>(2 * rows);
 }
 
@@ -119,7 +103,7 @@ Result layer_norm_grad(const In &x, const In &scale, const In &dy, const Out &dx
   if (!is_float(x.dtype) || !is_float(dy.dtype) || !is_float(dx.dtype))
     return Result::fail("layer_norm_grad: operands must be float");
   int64_t rows, n;
-  if (!split_rows(x.shape, &axis, &rows, &n)) return Result::fail("layer_norm_grad: axis out of range");
+  if (!detail::split_rows(x.shape, &axis, &rows, &n)) return Result::fail("layer_norm_grad: axis out of range");
   if (scale.data && scale.shape.numel() != n) return Result::fail("layer_norm_grad: scale size differs from the normalised size");
   if (dscale.data && dscale.shape.numel() != n) return Result::fail("layer_norm_grad: dscale size differs from the normalised size");
   if (dbias.data && dbias.shape.numel() != n) return Result::fail("layer_norm_grad: dbias size differs from the normalised size");
