@@ -812,21 +812,25 @@ Status Session::read_output(const std::string &name, void *data, size_t bytes, i
 }
 
 namespace {
-int find_state(const std::vector<StateInfo> &v, const std::string &name) {
-  for (size_t i = 0; i < v.size(); ++i)
-    if (v[i].name == name) return static_cast<int>(i);
-  return -1;
+/// The index of state `name` in `v`, once `bytes` (the caller's buffer) is found to be its size on this rank.
+Status find_state(const std::vector<StateInfo> &v, const std::string &name, size_t bytes, size_t *index) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i].name != name) continue;
+    if (bytes != v[i].local_bytes())
+      return error(Code::invalid_argument, "state '" + name + "' holds " + std::to_string(v[i].local_bytes()) +
+                                               " bytes on this rank, got a buffer of " + std::to_string(bytes));
+    *index = i;
+    return {};
+  }
+  return error(Code::invalid_argument, "the plan has no state named '" + name + "'");
 }
 }  // namespace
 
 Status Session::read_state(const std::string &name, void *data, size_t bytes) {
   Impl &m = *impl_;
-  const int i = find_state(m.state, name);
-  if (i < 0) return error(Code::invalid_argument, "the plan has no state named '" + name + "'");
+  size_t i = 0;
+  ZRT_RETURN_IF_ERROR(find_state(m.state, name, bytes, &i));
   const TensorRef &t = m.tensors[m.state_tensor[i]];
-  if (bytes != m.state[i].local_bytes())
-    return error(Code::invalid_argument, "state '" + name + "' holds " + std::to_string(m.state[i].local_bytes()) +
-                                             " bytes on this rank, got a buffer of " + std::to_string(bytes));
   ZRT_RETURN_IF_ERROR(m.backend->synchronize());
   if (t.space == MemSpace::nvme) return m.nvme_transfer(t, data, bytes, false);
   return m.backend->read(t.space, data, t.data, bytes);
@@ -834,12 +838,9 @@ Status Session::read_state(const std::string &name, void *data, size_t bytes) {
 
 Status Session::write_state(const std::string &name, const void *data, size_t bytes) {
   Impl &m = *impl_;
-  const int i = find_state(m.state, name);
-  if (i < 0) return error(Code::invalid_argument, "the plan has no state named '" + name + "'");
+  size_t i = 0;
+  ZRT_RETURN_IF_ERROR(find_state(m.state, name, bytes, &i));
   const TensorRef &t = m.tensors[m.state_tensor[i]];
-  if (bytes != m.state[i].local_bytes())
-    return error(Code::invalid_argument, "state '" + name + "' holds " + std::to_string(m.state[i].local_bytes()) +
-                                             " bytes on this rank, got " + std::to_string(bytes));
   ZRT_RETURN_IF_ERROR(m.backend->synchronize());
   if (t.space == MemSpace::nvme) {
     ZRT_RETURN_IF_ERROR(m.nvme_transfer(t, const_cast<void *>(data), bytes, true));

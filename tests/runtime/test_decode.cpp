@@ -230,7 +230,14 @@ TEST(Programs, InitThenTrainStepsUpdateSharedState) {
   // State can be written back (a checkpoint restore) and is what the next run sees.
   std::vector<float> zeros(4, 0.0f);
   ASSERT_TRUE(ses->write_state("w.master", zeros.data(), 16).ok());
-  EXPECT_FALSE(ses->write_state("w.master", zeros.data(), 12).ok());
+  // A buffer of the wrong size, and a name the plan lacks, are refused with messages naming them.
+  const zrt::Status short_write = ses->write_state("w.master", zeros.data(), 12);
+  EXPECT_NE(short_write.message().find("state 'w.master' holds 16 bytes on this rank, got a buffer of 12"),
+            std::string::npos)
+      << short_write.message();
+  const zrt::Status unknown = ses->read_state("w.nope", zeros.data(), 16);
+  EXPECT_NE(unknown.message().find("the plan has no state named 'w.nope'"), std::string::npos)
+      << unknown.message();
   std::vector<float> back(4, 1.0f);
   ASSERT_TRUE(ses->read_state("w.master", back.data(), 16).ok());
   EXPECT_EQ(back, zeros);
