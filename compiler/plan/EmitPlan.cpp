@@ -173,12 +173,8 @@ void encodeCausalMask(graph::CausalMaskOp op, PlanDType dtype,
 
 /// The source's own dtype for a weight stored with element type `et`.
 std::optional<PlanDType> sourceDType(Type et) {
-  if (et.isF32())
-    return PlanDType::F32;
-  if (et.isBF16())
-    return PlanDType::BF16;
-  if (et.isF16())
-    return PlanDType::F16;
+  if (std::optional<PlanDType> exact = exactFloatDType(et))
+    return exact;
   return planDTypeOf(et, PlanDType::F32);
 }
 

@@ -61,6 +61,16 @@ std::optional<PlanDType> planDTypeOf(Type elementType, PlanDType floatDType) {
   return std::nullopt;
 }
 
+std::optional<PlanDType> exactFloatDType(Type elementType) {
+  if (elementType.isF32())
+    return PlanDType::F32;
+  if (elementType.isBF16())
+    return PlanDType::BF16;
+  if (elementType.isF16())
+    return PlanDType::F16;
+  return std::nullopt;
+}
+
 unsigned dtypeBytes(PlanDType dtype) {
   switch (dtype) {
   case PlanDType::F32:
@@ -81,23 +91,15 @@ std::optional<PlanDType> planDTypeOfValue(Value value, PlanDType floatDType) {
   Type et = cast<ShapedType>(value.getType()).getElementType();
   if (!isa<FloatType>(et))
     return planDTypeOf(et, floatDType);
-  auto own = [&]() -> std::optional<PlanDType> {
-    if (et.isF32())
-      return PlanDType::F32;
-    if (et.isBF16())
-      return PlanDType::BF16;
-    if (et.isF16())
-      return PlanDType::F16;
-    return std::nullopt;
-  };
   Operation *def = value.getDefiningOp();
   Operation *scope = def ? def : value.getParentBlock()->getParentOp();
   auto module = scope->getParentOfType<ModuleOp>();
   if (module && module->hasAttr("zplan.exact_dtypes"))
-    return own();
+    return exactFloatDType(et);
   if (!def)
-    return cast<ShapedType>(value.getType()).getRank() == 0 ? own()
-                                                            : floatDType;
+    return cast<ShapedType>(value.getType()).getRank() == 0
+               ? exactFloatDType(et)
+               : floatDType;
   // A generation KV cache holds the keys and values the attention computes:
   // it is planned in the compute dtype, so that kv_write stores them as they
   // are (half the bytes of an fp32 cache under bf16, and the decode step
@@ -111,10 +113,10 @@ std::optional<PlanDType> planDTypeOfValue(Value value, PlanDType floatDType) {
   // ops ZeRO marks `zplan.own_dtype` (the gradient's fp32 reduction chain).
   if (isa<graph::StateOp, graph::SumSquaresOp>(def) || isMasterShard(value) ||
       def->hasAttr("zplan.own_dtype"))
-    return own();
+    return exactFloatDType(et);
   if (isa<graph::AttentionOp>(def) &&
       cast<OpResult>(value).getResultNumber() == 1)
-    return own();
+    return exactFloatDType(et);
   return floatDType;
 }
 

@@ -71,6 +71,9 @@ llvm::StringRef dtypeName(PlanDType dtype);
 /// take `floatDType`, integers and i1 keep their own.
 std::optional<PlanDType> planDTypeOf(mlir::Type elementType,
                                      PlanDType floatDType);
+/// The plan dtype that stores a float element type exactly (f32, bf16, f16);
+/// none for other types.
+std::optional<PlanDType> exactFloatDType(mlir::Type elementType);
 unsigned dtypeBytes(PlanDType dtype);
 
 /// The plan dtype of a value. Non-float values keep their own type. A float
