@@ -1,5 +1,6 @@
 // zrt_npy_allclose GOT.npy WANT.npy ATOL: exit 0 when every element agrees within ATOL, else 1, printing
-// the largest absolute error either way.
+// the largest absolute error either way. A NaN on either side is a disagreement wherever it stands, and two
+// empty arrays are not an agreement: there was nothing to compare.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -24,13 +25,23 @@ int main(int argc, char **argv) {
     return 1;
   }
   const double atol = std::atof(argv[3]);
+  if (a.numel() == 0) {
+    std::fprintf(stderr, "zrt_npy_allclose: the arrays hold no elements\n");
+    return 1;
+  }
   double worst = 0;
+  int64_t nans = 0;
   const auto *x = reinterpret_cast<const float *>(a.data.data());
   const auto *y = reinterpret_cast<const float *>(b.data.data());
   for (int64_t i = 0; i < a.numel(); ++i) {
     const double d = std::fabs(static_cast<double>(x[i]) - y[i]);
-    if (!(d <= worst)) worst = d;  // NaN counts as the worst
+    // Counted apart: a NaN kept in `worst` would be lost to the next comparison, which is false for NaN.
+    if (std::isnan(d))
+      ++nans;
+    else if (d > worst)
+      worst = d;
   }
-  std::printf("max abs error %.3g over %lld elements (atol %g)\n", worst, static_cast<long long>(a.numel()), atol);
-  return worst <= atol ? 0 : 1;
+  std::printf("max abs error %.3g over %lld elements, %lld NaN (atol %g)\n", worst,
+              static_cast<long long>(a.numel()), static_cast<long long>(nans), atol);
+  return nans == 0 && worst <= atol ? 0 : 1;
 }
