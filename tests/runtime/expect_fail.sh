@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs a command that must fail: within 30 s, with a nonzero exit and output matching REGEX.
+# Runs a command that must fail: within 30 s, with a nonzero exit that is an ordinary error (not a signal: a
+# crash after the right message is still a crash, and mpirun passes a rank's signal on as 128 + N or says
+# so), and output matching REGEX.
 #   expect_fail.sh REGEX CMD...
 set -u
 regex=$1
@@ -12,5 +14,9 @@ echo "$output"
 echo "exit $rc after ${elapsed}s"
 if [ $rc -eq 0 ]; then echo "FAIL: the command succeeded"; exit 1; fi
 if [ $rc -eq 124 ] && [ $elapsed -ge 30 ]; then echo "FAIL: the command hung"; exit 1; fi
+if [ $rc -gt 128 ]; then echo "FAIL: the command ended on signal $((rc - 128))"; exit 1; fi
+if grep -Eq "terminate called|Process received signal|exited on signal|Segmentation fault|Aborted" <<<"$output"; then
+  echo "FAIL: the command crashed"; exit 1
+fi
 if ! grep -Eq -- "$regex" <<<"$output"; then echo "FAIL: no message matching /$regex/"; exit 1; fi
 echo "PASS"
