@@ -9,6 +9,14 @@ set -uo pipefail
 bin=$1 model=$2 work=$3 mpirun=$4
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
+# clean RC WHAT: a refusal is an ordinary error exit, not a signal (mpirun passes a rank's on as 128 + N) nor a
+# crash after the right message.
+clean() {
+  [ "$1" -le 128 ] || { cat "$work/log"; fail "$2 ended on signal $(($1 - 128))"; }
+  if grep -Eq "terminate called|Process received signal|exited on signal|Segmentation fault|Aborted" "$work/log"; then
+    cat "$work/log"; fail "$2 crashed"
+  fi
+}
 "$bin/zplan" "$model/model.onnx" --seq 16 --world 2 --zero 3 --batch 2 --offload-param nvme \
   --nvme-path "$work/never-made" -o "$work/p.zplan" >/dev/null || fail "the plan did not compile"
 
@@ -19,6 +27,7 @@ refused() {
     --output "logits=$work/out.npy" --timeout 60 > "$work/log" 2>&1
   local rc=$?
   [ $rc -ne 0 ] || fail "zrun --nvme-path $dir succeeded"
+  clean $rc "zrun --nvme-path $dir"
   grep -qF -- "$want" "$work/log" || { cat "$work/log"; fail "no '$want' in zrun's message"; }
   [ ! -e "$work/out.npy" ] || fail "zrun --nvme-path $dir wrote an output"
   grep -q "run .* ms" "$work/log" && fail "zrun --nvme-path $dir ran the plan"
@@ -27,6 +36,7 @@ refused() {
 # The plan's own folder does not exist.
 $mpirun -np 2 "$bin/zrun" "$work/p.zplan" --input input_ids="$model/input_ids.npy" --timeout 60 > "$work/log" 2>&1 \
   && fail "zrun with the plan's missing folder succeeded"
+clean $? "zrun with the plan's missing folder"
 grep -qF "NVMe path '$work/never-made'" "$work/log" || { cat "$work/log"; fail "the plan's folder is not named"; }
 echo "ok: the plan's folder: $(grep -m1 -F "NVMe path" "$work/log")"
 refused "$work/missing" "NVMe path '$work/missing': No such file or directory (it must be an existing folder)"
@@ -48,6 +58,7 @@ refused_train() {
     --losses-out "$work/losses.npy" --timeout 60 > "$work/log" 2>&1
   local rc=$?
   [ $rc -ne 0 ] || fail "zrun --train --nvme-path $dir succeeded"
+  clean $rc "zrun --train --nvme-path $dir"
   grep -qF -- "$want" "$work/log" || { cat "$work/log"; fail "no '$want' in zrun's message"; }
   [ ! -e "$work/losses.npy" ] || fail "zrun --train --nvme-path $dir wrote losses"
   grep -q "zrun: step" "$work/log" && fail "zrun --train --nvme-path $dir ran a step"
@@ -64,6 +75,7 @@ fi
 compile_refused() {
   local want=$1; shift
   "$bin/zplan" "$model/model.onnx" --seq 16 "$@" -o "$work/bad.zplan" > "$work/log" 2>&1 && fail "zplan $* succeeded"
+  clean $? "zplan $*"
   grep -qF -- "$want" "$work/log" || { cat "$work/log"; fail "no '$want' in zplan's message"; }
   [ ! -e "$work/bad.zplan" ] || fail "zplan $* wrote a plan"
   echo "ok: zplan $*: $(grep -m1 -F -- "$want" "$work/log")"
