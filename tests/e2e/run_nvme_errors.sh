@@ -11,11 +11,10 @@ rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 # clean RC WHAT: a refusal is an ordinary error exit, not a signal (mpirun passes a rank's on as 128 + N) nor a
 # crash after the right message.
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/crashed.sh"
 clean() {
-  [ "$1" -le 128 ] || { cat "$work/log"; fail "$2 ended on signal $(($1 - 128))"; }
-  if grep -Eq "terminate called|Process received signal|exited on signal|Segmentation fault|Aborted" "$work/log"; then
-    cat "$work/log"; fail "$2 crashed"
-  fi
+  local why
+  if why=$(crashed "$1" "$(cat "$work/log")"); then cat "$work/log"; fail "$2 $why"; fi
 }
 "$bin/zplan" "$model/model.onnx" --seq 16 --world 2 --zero 3 --batch 2 --offload-param nvme \
   --nvme-path "$work/never-made" -o "$work/p.zplan" >/dev/null || fail "the plan did not compile"

@@ -3,6 +3,7 @@
 # within LIMIT seconds, non-zero, with the check's message matching REGEX on some rank; `ok` must pass.
 #   check_order.sh MODE LIMIT REGEX MPIRUN... -np 4 PROGRAM
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/crashed.sh"
 mode=$1 limit=$2 regex=$3
 shift 3
 start=$(date +%s%N)
@@ -17,7 +18,8 @@ if [ "$mode" = ok ]; then
   [ "$(grep -c 'order check on, results match' <<<"$output")" -eq 4 ] || { echo "FAIL: not every rank finished"; fail=1; }
 else
   if [ $rc -eq 0 ]; then echo "FAIL: the faulty sequence was accepted"; fail=1; fi
-  if [ $rc -eq 137 ]; then echo "FAIL: killed after 60 s (hang)"; fail=1; fi
+  if [ $rc -eq 137 ]; then echo "FAIL: killed after 60 s (hang)"; fail=1
+  elif why=$(crashed $rc "$output"); then echo "FAIL: the job $why, not an ordinary exit"; fail=1; fi
   if ! grep -Eq -- "$regex" <<<"$output"; then echo "FAIL: no message matching /$regex/"; fail=1; fi
 fi
 if [ $elapsed_ms -gt $((limit * 1000)) ]; then echo "FAIL: took over $limit s"; fail=1; fi

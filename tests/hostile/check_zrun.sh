@@ -4,6 +4,7 @@
 # exit that is not a signal, and print a message matching REGEX.
 #   check_zrun.sh REGEX ZRUN ARGS...
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/crashed.sh"
 regex=$1
 shift
 start=$(date +%s%N)
@@ -15,10 +16,7 @@ echo "exit $rc after ${elapsed_ms} ms"
 fail=0
 if [ $rc -eq 0 ]; then echo "FAIL: zrun accepted it"; fail=1; fi
 if [ $rc -eq 137 ]; then echo "FAIL: killed after 20 s (hang)"; fail=1
-elif [ $rc -gt 128 ]; then echo "FAIL: zrun ended on signal $((rc - 128))"; fail=1; fi
-if grep -Eq "terminate called|Process received signal|exited on signal|Segmentation|Aborted" <<<"$output"; then
-  echo "FAIL: zrun crashed"; fail=1
-fi
+elif why=$(crashed $rc "$output"); then echo "FAIL: zrun $why"; fail=1; fi
 if ! grep -Eq -- "$regex" <<<"$output"; then echo "FAIL: no message matching /$regex/"; fail=1; fi
 [ $fail -eq 0 ] && echo "PASS"
 exit $fail

@@ -4,6 +4,7 @@
 # so), and output matching REGEX.
 #   expect_fail.sh REGEX CMD...
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/crashed.sh"
 regex=$1
 shift
 start=$(date +%s)
@@ -14,9 +15,6 @@ echo "$output"
 echo "exit $rc after ${elapsed}s"
 if [ $rc -eq 0 ]; then echo "FAIL: the command succeeded"; exit 1; fi
 if [ $rc -eq 124 ] && [ $elapsed -ge 30 ]; then echo "FAIL: the command hung"; exit 1; fi
-if [ $rc -gt 128 ]; then echo "FAIL: the command ended on signal $((rc - 128))"; exit 1; fi
-if grep -Eq "terminate called|Process received signal|exited on signal|Segmentation fault|Aborted" <<<"$output"; then
-  echo "FAIL: the command crashed"; exit 1
-fi
+if why=$(crashed $rc "$output"); then echo "FAIL: the command $why"; exit 1; fi
 if ! grep -Eq -- "$regex" <<<"$output"; then echo "FAIL: no message matching /$regex/"; exit 1; fi
 echo "PASS"
