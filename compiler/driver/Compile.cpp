@@ -394,27 +394,26 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
       plan::ZplanDecodeProductsOptions decode;
       decode.fuse = f.decodeFusion != "off";
       // The cuda target's default follows the H200 measurements
-      // (docs/generation.md, session 6): one launch for q / k / v beat three
-      // cuBLASLt products at one row (13.3 against 21.0 us at llama-1b's
-      // shapes) and lost from 8 rows; gate / up with the SiLU in one launch
-      // lost to two cuBLASLt products and the gated kernel at every row count.
-      // The same launch over the gate / up pair without the SiLU would read
-      // 44 MiB: the byte cap keeps it to q / k / v (12 MiB at llama-1b).
+      // (docs/generation.md, sessions 6 and 8): at one row the fused steps
+      // win (q / k / v as one launch, gate / up with the SiLU as one, the
+      // residual add and RMS norm in the product that reads them: with the
+      // streaming few-row kernel, batch 1 went from 844 to 960-969 tokens/s
+      // in session 8), from 8 rows the few-row launches lose to cuBLASLt, so
+      // only the rotaries and cache writes are fused there (batch 8 neutral,
+      // batch 64 +3.8%). The q / k / v launch is capped at 16 MiB of weights
+      // (a launch over the gate / up pair without its SiLU would read 44 MiB
+      // at llama-1b).
       if (f.target == "cuda" && f.decodeFusion == "auto") {
         decode.multiMaxRows = 1;
         decode.multiMaxBytes = 16 << 20;
-        decode.gatedMaxRows = 0;
+        decode.gatedMaxRows = 1;
       }
-      // One step for a layer's rotaries and cache writes, and the norm
-      // before a few-row product in that product's kernel (the streaming
-      // few-row kernel; at one row on cuda, wherever it would hold the rows
-      // on cpu). By default on the cpu target (which runs their reference
-      // kernels); on the cuda target only with --decode-fusion on until their
-      // kernels have run on a GPU (docs/generation.md, session 7).
-      bool fewerKernels = f.decodeFusion == "on" ||
-                          (f.decodeFusion == "auto" && f.target != "cuda");
-      decode.ropeKv = fewerKernels;
-      if (fewerKernels)
+      // One step for a layer's rotaries and cache writes (every batch), and
+      // the norm before a few-row product in that product's kernel (the
+      // streaming few-row kernel; at one row on cuda, wherever it would hold
+      // the rows on cpu).
+      decode.ropeKv = decode.fuse;
+      if (decode.fuse)
         decode.normMaxRows = f.target == "cuda" ? 1 : 4;
       decode.chooseKernel = f.target == "cuda" && f.fewRowsMaxRows > 0;
       decode.fewRowsMax = f.fewRowsMaxRows;

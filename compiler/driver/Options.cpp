@@ -180,10 +180,13 @@ std::vector<OptionRow> buildTable() {
                   "has offset views)"));
   t.push_back(row("--decode-fusion", &C::decodeFusion,
                   "--generate: the decode program's products of one input "
-                  "as one step (q/k/v; gate/up with the activation), "
+                  "as one step (q/k/v; gate/up with the activation), the "
+                  "norm before them in their kernel and each layer's "
+                  "rotaries and cache writes as one step, "
                   "--zplan-decode-products (auto: every few-row group on "
-                  "the cpu target; on cuda only q/k/v at one row, as "
-                  "measured; on: every few-row group)")
+                  "the cpu target; on cuda the rotaries and cache writes at "
+                  "every batch, the products and norms at one row, as "
+                  "measured; on: every few-row group; off: nothing)")
                   .oneOf({"auto", "on", "off"}));
   t.push_back(row("--fold-rotary", &C::foldRotary,
                   "Fold the head split transposes of q and k through the "

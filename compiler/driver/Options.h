@@ -69,8 +69,10 @@ struct CompileConfig {
   bool noFuse = false;
   bool mergeLinears = false;
   /// --decode-fusion: one step for the products of one input in a decode
-  /// program (auto: every few-row group on the cpu target; on the cuda
-  /// target q/k/v at one row only, where the H200 measured a gain).
+  /// program, the norm before them folded in, one step for a layer's
+  /// rotaries and cache writes (auto: every few-row group on the cpu target;
+  /// on the cuda target the rotary / cache step at every batch and the
+  /// products and norms at one row only, where the H200 measured a gain).
   std::string decodeFusion = "auto";
   /// --fold-rotary: fold llama's q / k head split transposes through the
   /// rotary embedding (auto and on: both targets, checked on the H200 in
