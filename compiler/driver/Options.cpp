@@ -171,8 +171,9 @@ std::vector<OptionRow> buildTable() {
                   "chunk's all_reduce runs while another computes (1: off)")
                   .atLeast(1));
   t.push_back(row("--no-fuse", &C::noFuse,
-                  "cuda target: keep linear+GELU, residual add+norm and "
-                  "activation+gate as separate steps (--zplan-fuse is off)"));
+                  "cuda target: keep linear+GELU, linear+residual add, "
+                  "residual add+norm and activation+gate as separate steps "
+                  "(--zplan-fuse is off)"));
   t.push_back(row("--merge-linears", &C::mergeLinears,
                   "Merge the linears that read one input into one matrix "
                   "product followed by slices (--zplan-merge-linears; off "

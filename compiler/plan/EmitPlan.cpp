@@ -996,6 +996,10 @@ struct Emitter {
           ints = {l.getTransW() ? 1 : 0};
           floats = {l.getAlpha().convertToDouble()};
         })
+        .Case([&](graph::LinearResidualOp l) {
+          ints = {l.getTransW() ? 1 : 0};
+          floats = {l.getAlpha().convertToDouble()};
+        })
         .Case([&](graph::ResidualNormOp r) {
           ints = {r.getKind() == "rms" ? 1 : 0};
           floats = {r.getEpsilon().convertToDouble()};

@@ -1,7 +1,8 @@
 //===- Fuse.cpp - --zplan-fuse --------------------------------------------===//
 //
 // Fuses producer/consumer pairs that the CUDA kernels run as one step
-// (linear + GELU epilogue, residual add + norm, activation + gate product),
+// (linear + GELU epilogue, linear + residual add epilogue, residual add +
+// norm, activation + gate product),
 // before the schedule and the memory plan see the graph: the plan then holds
 // the fused steps and their buffers, and the runtime rewrites nothing.
 //
@@ -53,7 +54,7 @@ struct FusePass : impl::ZplanFuseBase<FusePass> {
       fuseProgram(func.getBody().front());
   }
 
-  /// The three patterns over one program's block.
+  /// The four patterns over one program's block.
   void fuseProgram(Block &body) {
     // One walk per pattern over a snapshot of the block; `erased` skips the
     // ops an earlier rewrite removed.
@@ -65,6 +66,12 @@ struct FusePass : impl::ZplanFuseBase<FusePass> {
       if (!erased.contains(op))
         if (auto lin = dyn_cast<graph::LinearOp>(op))
           fuseLinearGelu(lin, erased);
+    // Before the residual norm: an add folded into its product leaves the
+    // norm after it plain.
+    for (Operation *op : ops)
+      if (!erased.contains(op))
+        if (auto add = dyn_cast<graph::AddOp>(op))
+          fuseLinearResidual(add, erased);
     for (Operation *op : ops)
       if (!erased.contains(op))
         if (auto add = dyn_cast<graph::AddOp>(op))
@@ -96,6 +103,54 @@ struct FusePass : impl::ZplanFuseBase<FusePass> {
     gelu.erase();
     lin.erase();
     ++numLinearGelu;
+  }
+
+  /// add(linear, r) / add(r, linear), the linear's result read by nothing
+  /// else, every type the add's (no broadcasting) and the product at least
+  /// residualMinRows rows. The fused op sits where the linear was when the
+  /// residual is defined before it (the residual stream always is), else
+  /// where the add was when nothing releases the linear's operands in
+  /// between.
+  void fuseLinearResidual(graph::AddOp add,
+                          llvm::DenseSet<Operation *> &erased) {
+    auto type = cast<RankedTensorType>(add.getResult().getType());
+    if (add.getLhs().getType() != type || add.getRhs().getType() != type ||
+        !isFloatTensor(add.getResult()) || type.getRank() < 1 ||
+        add.getLhs() == add.getRhs())
+      return;
+    for (bool linearLhs : {true, false}) {
+      Value y = linearLhs ? add.getLhs() : add.getRhs();
+      Value residual = linearLhs ? add.getRhs() : add.getLhs();
+      auto lin = y.getDefiningOp<graph::LinearOp>();
+      if (!lin || !y.hasOneUse() || lin->getBlock() != add->getBlock())
+        continue;
+      int64_t n = type.getShape().back();
+      if (n <= 0 || type.getNumElements() / n < residualMinRows)
+        return;
+      Operation *at = nullptr;
+      Operation *def = residual.getDefiningOp();
+      if (!def || (def->getBlock() == lin->getBlock() &&
+                   def->isBeforeInBlock(lin)))
+        at = lin;
+      else if (!releasedBetween(lin.getInput(), lin, add) &&
+               !releasedBetween(lin.getWeight(), lin, add) &&
+               !(lin.getBias() && releasedBetween(lin.getBias(), lin, add)))
+        at = add;
+      if (!at)
+        continue;
+      OpBuilder b(at);
+      auto fused = graph::LinearResidualOp::create(
+          b, FusedLoc::get(b.getContext(), {lin.getLoc(), add.getLoc()}), type,
+          lin.getInput(), lin.getWeight(), residual, lin.getBias(),
+          lin.getTransWAttr(), lin.getAlphaAttr());
+      add.getResult().replaceAllUsesWith(fused.getResult());
+      erased.insert(add);
+      erased.insert(lin);
+      add.erase();
+      lin.erase();
+      ++numLinearResidual;
+      return;
+    }
   }
 
   /// add(a, b) -> layer_norm / rms_norm over the last axis with a scale. The

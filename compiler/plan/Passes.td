@@ -275,7 +275,7 @@ def ZplanAttentionKernels : Pass<"zplan-attention-kernels", "mlir::ModuleOp"> {
 def ZplanFuse : Pass<"zplan-fuse", "mlir::ModuleOp"> {
   let summary = "Fuse producer/consumer pairs the CUDA kernels run as one step";
   let description = [{
-    Rewrites, in the plan function's block, three patterns into one op each,
+    Rewrites, in the plan function's block, four patterns into one op each,
     so that the plan holds the fused steps and the memory plan sizes their
     buffers (the runtime executes what the plan says and fuses nothing):
 
@@ -285,6 +285,14 @@ def ZplanFuse : Pass<"zplan-fuse", "mlir::ModuleOp"> {
       result a last-axis `zg.layer_norm` / `zg.rms_norm` with a scale reads
       becomes `zg.residual_norm`, which writes both the sum (still used by
       the residual stream) and the normalised tensor;
+    - `zg.linear` whose only user is a `zg.add` of the result's type (no
+      broadcasting) becomes `zg.linear_residual` with the add's other operand
+      as the residual (one matrix product whose epilogue adds it), when the
+      product has at least `residual-min-rows` rows: the few-row products of
+      a decode step keep their add, which `--zplan-decode-products` folds
+      into the next layer's products. It runs before the residual-norm
+      pattern, so a llama layer's `o_proj + add` and `down_proj + add` keep
+      a plain `zg.rms_norm` after them (half the bytes of the residual norm);
     - `zg.silu` / `zg.gelu` whose only user is a `zg.mul` with an operand of
       the same type becomes `zg.gated` (the activation computed inside the
       product).
@@ -305,8 +313,17 @@ def ZplanFuse : Pass<"zplan-fuse", "mlir::ModuleOp"> {
     ```
   }];
   let dependentDialects = ["zplan::graph::GraphDialect"];
+  let options = [
+    Option<"residualMinRows", "residual-min-rows", "int64_t",
+           /*default=*/"17",
+           "The fewest rows (the product's output elements over N) a "
+           "linear needs for its residual add to fold into it; the default "
+           "is one more than the few-row kernel takes (16)">,
+  ];
   let statistics = [
     Statistic<"numLinearGelu", "linear-gelu", "zg.linear + zg.gelu fused">,
+    Statistic<"numLinearResidual", "linear-residual",
+              "zg.linear + residual zg.add fused">,
     Statistic<"numResidualNorm", "residual-norm", "zg.add + norm fused">,
     Statistic<"numGated", "gated", "activation + zg.mul fused">,
   ];

@@ -225,6 +225,23 @@ LogicalResult LinearGatedOp::verify() {
                        getTransW());
 }
 
+LogicalResult LinearResidualOp::verify() {
+  if (rtt(getResidual()) != rtt(getResult()))
+    return emitOpError("residual and result must have one type");
+  if (getBias()) {
+    auto b = rtt(getBias());
+    int64_t n = rtt(getResult()).getShape().empty()
+                    ? 0
+                    : rtt(getResult()).getShape().back();
+    if (b.getShape() != ArrayRef<int64_t>{n} ||
+        b.getElementType() != rtt(getInput()).getElementType())
+      return emitOpError("bias must be [")
+             << n << "] of the input's element type";
+  }
+  return verifyProduct(*this, getInput(), getWeight(), getResult(),
+                       getTransW());
+}
+
 LogicalResult NormProductsOp::verify() {
   if (rtt(getResidual()) != rtt(getInput()) || rtt(getSum()) != rtt(getInput()))
     return emitOpError("input, residual and sum must have one type");

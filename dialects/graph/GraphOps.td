@@ -956,6 +956,32 @@ def ZG_ResidualNormOp : ZG_Op<"residual_norm", [Pure, ZG_TpWhole]> {
   let results = (outs ZG_Tensor:$sum, ZG_Tensor:$normed);
 }
 
+def ZG_LinearResidualOp : ZG_Op<"linear_residual", [Pure, ZG_TpWhole]> {
+  let summary = "zg.linear followed by the residual add, as one step";
+  let description = [{
+    `alpha * input x W + bias + residual`: the operands and attributes of
+    `zg.linear`, and the residual the `zg.add` after it added (the result's
+    type: no broadcasting). One matrix product on the GPU whose epilogue
+    adds the residual (cuBLASLt's C operand with beta = 1), so that the
+    product's own result is never written and read back; the sum is rounded
+    once, from fp32, where the unfused steps rounded the product and then
+    the sum.
+
+    Example:
+    ```mlir
+    %s = zg.linear_residual %x, %w, %r {alpha = 1.0 : f64, trans_w = true}
+        : (tensor<4x64xbf16>, tensor<32x64xbf16>, tensor<4x32xbf16>)
+        -> tensor<4x32xbf16>
+    ```
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$weight,
+                   ZG_Tensor:$residual, Optional<ZG_Tensor>:$bias,
+                   DefaultValuedAttr<BoolAttr, "false">:$trans_w,
+                   DefaultValuedAttr<F64Attr, "1.0">:$alpha);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
 def ZG_GatedOp : ZG_Op<"gated", [Pure, SameOperandsAndResultType, ZG_TpWhole]> {
   let summary = "act(gate) * up, as one step";
   let description = [{

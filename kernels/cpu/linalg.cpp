@@ -140,9 +140,16 @@ size_t linear_scratch(const In &x, const In &w, const Out &out, bool tw) {
 }
 
 Result linear(const In &x, const In &w, const In &bias, const Out &out, bool tw, float alpha, float *scratch) {
+  return linear_residual(x, w, bias, In{}, out, tw, alpha, scratch);
+}
+
+Result linear_residual(const In &x, const In &w, const In &bias, const In &residual, const Out &out, bool tw,
+                       float alpha, float *scratch) {
   int64_t M, K, N;
   if (const char *e = plan_linear(x, w, out, tw, &M, &K, &N)) return Result::fail(e);
   if (bias.data && (bias.shape.numel() != N || !is_float(bias.dtype))) return Result::fail("linear: bias must be [N]");
+  if (residual.data && (residual.shape != out.shape || !is_float(residual.dtype)))
+    return Result::fail("linear_residual: the residual must be a float tensor of the output's shape");
   float *sx = scratch;
   float *sw = sx + (x.dtype != DType::f32 ? M * K : 0);
   float *sc = sw + (w.dtype != DType::f32 ? K * N : 0);
@@ -162,6 +169,7 @@ Result linear(const In &x, const In &w, const In &bias, const Out &out, bool tw,
     for (int64_t n = 0; n < N; ++n) {
       float v = C[m * N + n];
       if (bias.data) v += load_f32(bias.data, bias.dtype, n);
+      if (residual.data) v += load_f32(residual.data, residual.dtype, m * N + n);
       if (out.dtype == DType::f32) C[m * N + n] = v;
       else store_f32(out.data, out.dtype, m * N + n, v);
     }

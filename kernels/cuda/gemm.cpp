@@ -1,5 +1,6 @@
 // Matrix products through cuBLASLt: ONNX MatMul with batch broadcast, and linear (x W + bias) with the
-// bias / GELU epilogues that fuse the plan's bias + activation patterns into the product.
+// bias / GELU epilogues that fuse the plan's bias + activation patterns into the product, and the residual
+// add of linear_residual (cuBLASLt's C operand, beta = 1).
 //
 // Row-major to column-major: cuBLASLt is column-major, and a row-major C[M, N] is a column-major C^T[N, M].
 // So C = op(A) op(B) is issued as C^T = op(B)^T op(A)^T: the library's first operand is our B, its second
@@ -113,6 +114,8 @@ struct LtGemm {
   float alpha;
   Epilogue epi;
   const void *bias;
+  /// The residual added in the epilogue (C with beta = 1, D's layout), or null (beta = 0).
+  const void *residual = nullptr;
 };
 
 GpuStatus set_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
@@ -158,12 +161,15 @@ GpuStatus run_lt(Blas::Impl *impl, const LtGemm &g, void *ws, size_t ws_bytes, c
   const uint32_t al_a = mat_align(g.A, g.lda, g.sa), al_b = mat_align(g.B, g.ldb, g.sb);
   uint32_t al_c = mat_align(g.C, g.ldc, g.sc);
   if (g.bias) al_c = std::min(al_c, alignment_of(g.bias));
+  // The residual is the library's C, in D's layout: its own alignment (D's where there is none).
+  const uint32_t al_r = g.residual ? mat_align(g.residual, g.ldc, g.sc) : al_c;
   const uint32_t align = (al_a << 16) | (al_b << 8) | al_c;  // for the cache key
   char key[256];
-  std::snprintf(key, sizeof key, "%d|%d%d|%lld,%lld,%lld|%lld,%lld,%lld|%lld|%d%d%d|%d|%u|%zu", static_cast<int>(g.dtype), g.ta,
+  std::snprintf(key, sizeof key, "%d|%d%d|%lld,%lld,%lld|%lld,%lld,%lld|%lld|%d%d%d|%d|%u|%zu|r%u", static_cast<int>(g.dtype), g.ta,
                 g.tb, static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
                 static_cast<long long>(g.lda), static_cast<long long>(g.ldb), static_cast<long long>(g.ldc),
-                static_cast<long long>(g.batch), g.sa != 0, g.sb != 0, g.sc != 0, static_cast<int>(g.epi), align, ws_bytes);
+                static_cast<long long>(g.batch), g.sa != 0, g.sb != 0, g.sc != 0, static_cast<int>(g.epi), align, ws_bytes,
+                g.residual ? al_r : 0u);
   cublasLtMatmulAlgo_t algo;
   bool have = false;
   {
@@ -181,7 +187,7 @@ GpuStatus run_lt(Blas::Impl *impl, const LtGemm &g, void *ws, size_t ws_bytes, c
     // The arena places buffers at the plan's offsets; tell the heuristic what alignment those really have.
     ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
     ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-    ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+    ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_r, sizeof(al_r)));
     ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
     cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
@@ -193,8 +199,10 @@ GpuStatus run_lt(Blas::Impl *impl, const LtGemm &g, void *ws, size_t ws_bytes, c
     std::lock_guard<std::mutex> lock(impl->mu);
     impl->algos.emplace(key, algo);
   }
-  const float alpha = g.alpha, beta = 0.0f;
-  ZK_CUBLAS_TRY(cublasLtMatmul(impl->lt, d.op, &alpha, g.A, d.a, g.B, d.b, &beta, g.C, d.c, g.C, d.c, &algo, ws,
+  // D = alpha op(A) op(B) + beta C (+ epilogue): C is D itself with beta 0, the residual with beta 1.
+  const float alpha = g.alpha, beta = g.residual ? 1.0f : 0.0f;
+  const void *c = g.residual ? g.residual : g.C;
+  ZK_CUBLAS_TRY(cublasLtMatmul(impl->lt, d.op, &alpha, g.A, d.a, g.B, d.b, &beta, c, d.c, g.C, d.c, &algo, ws,
                                ws ? ws_bytes : 0, s));
   return {};
 }
@@ -334,8 +342,12 @@ GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool ta, 
   return {};
 }
 
-GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool tw, float alpha,
-                 Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, bool few) {
+namespace {
+
+/// linear's contract, plus the residual (out's shape and dtype, or none) that linear_residual adds in the
+/// product's epilogue.
+GpuStatus linear_impl(Blas &blas, const In &x, const In &w, const In &bias, const In &residual, const Out &out,
+                      bool tw, float alpha, Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, bool few) {
   if (x.shape.rank < 1 || w.shape.rank != 2) return kernel_failure("linear: x must have rank >= 1 and W rank 2");
   const int64_t K = x.shape.d[x.shape.rank - 1];
   const int64_t N = tw ? w.shape.d[0] : w.shape.d[1];
@@ -350,11 +362,21 @@ GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out
   if (wants_bias != (bias.data != nullptr)) return kernel_failure("linear: the epilogue and the bias operand disagree");
   if (bias.data && (bias.shape.numel() != N || bias.dtype != x.dtype))
     return kernel_failure("linear: bias must be [N] of x's dtype");
+  if (residual.data && (residual.shape != out.shape || residual.dtype != out.dtype))
+    return kernel_failure("linear_residual: the residual must have the output's shape and dtype");
+  if (residual.data && (epi == Epilogue::gelu || epi == Epilogue::gelu_bias))
+    return kernel_failure("linear_residual: the residual is added after the product and bias only");
   const int64_t M = out.shape.numel() / (N == 0 ? 1 : N);
   if (M == 0 || N == 0) return {};
   if (K == 0) {
     // An empty contraction: the product is zero and only the epilogue remains.
-    ZK_CUDA_TRY(cudaMemsetAsync(out.data, 0, static_cast<size_t>(M * N) * dtype_size(out.dtype), s));
+    const size_t bytes = static_cast<size_t>(M * N) * dtype_size(out.dtype);
+    if (residual.data) {
+      ZK_CUDA_TRY(cudaMemcpyAsync(out.data, residual.data, bytes, cudaMemcpyDeviceToDevice, s));
+      if (bias.data) return bias_act(Unary::copy, In{out.data, out.dtype, out.shape}, bias, out, s);
+      return {};
+    }
+    ZK_CUDA_TRY(cudaMemsetAsync(out.data, 0, bytes, s));
     if (epi == Epilogue::none) return {};
     const Unary act = epi == Epilogue::bias ? Unary::copy : Unary::gelu_tanh;
     if (bias.data) return bias_act(act, In{out.data, out.dtype, out.shape}, bias, out, s);
@@ -365,7 +387,8 @@ GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out
   // every row start misaligned, and cuBLASLt then only has slow kernels (8.8 ms instead of about 1 ms for
   // the gpt2 LM head). Such a product is computed in row blocks as out_block^T = W x_block^T into the
   // (aligned) workspace, each block then transposed into place; the product itself runs without workspace.
-  if ((static_cast<size_t>(N) * es) % 16 != 0 && epi == Epilogue::none && !bias.data && tw && ws && M >= 256) {
+  if ((static_cast<size_t>(N) * es) % 16 != 0 && epi == Epilogue::none && !bias.data && !residual.data && tw && ws &&
+      M >= 256) {
     int64_t mc = static_cast<int64_t>(ws_bytes / (static_cast<size_t>(N) * es)) / 64 * 64;
     if (mc >= 64) {
       for (int64_t m0 = 0; m0 < M; m0 += mc) {
@@ -380,11 +403,29 @@ GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out
       return {};
     }
   }
-  LtGemm g{x.dtype, tw, false, N, M, K, w.data, tw ? K : N, 0, x.data, K, 0, out.data, N, 0, 1, alpha, epi, bias.data};
-  bool done = false;
-  ZK_GPU_TRY(few_rows(blas.impl(), x, w, bias, out, tw, M, K, N, alpha, epi, few, s, &done));
-  if (done) return {};
+  LtGemm g{x.dtype, tw, false, N, M, K, w.data, tw ? K : N, 0, x.data, K, 0, out.data, N, 0, 1, alpha, epi, bias.data,
+           residual.data};
+  if (!residual.data) {
+    // The few-row kernel has no residual epilogue; linear_residual's products run on cuBLASLt at any size.
+    bool done = false;
+    ZK_GPU_TRY(few_rows(blas.impl(), x, w, bias, out, tw, M, K, N, alpha, epi, few, s, &done));
+    if (done) return {};
+  }
   return run_lt(blas.impl(), g, ws, ws_bytes, s);
+}
+
+}  // namespace
+
+GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool tw, float alpha,
+                 Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, bool few) {
+  return linear_impl(blas, x, w, bias, In{}, out, tw, alpha, epi, ws, ws_bytes, s, few);
+}
+
+GpuStatus linear_residual(Blas &blas, const In &x, const In &w, const In &bias, const In &residual, const Out &out,
+                          bool tw, float alpha, void *ws, size_t ws_bytes, cudaStream_t s) {
+  if (!residual.data) return kernel_failure("linear_residual: no residual");
+  return linear_impl(blas, x, w, bias, residual, out, tw, alpha, bias.data ? Epilogue::bias : Epilogue::none, ws,
+                     ws_bytes, s, false);
 }
 
 GpuStatus linear_multi(Blas &blas, const In &x, const In *w, const Out *out, int n, bool tw, float alpha,

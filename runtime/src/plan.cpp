@@ -785,6 +785,21 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
         return bad("ints[1] (kernel) must be 0, or 1 (the few-row kernel) for a product of at most 16 rows");
       return {};
     }
+    case Op::linear_residual: {
+      // Plan 2.13: linear's rule, in2 the residual (the output's shape and dtype), in3 the optional bias.
+      const Shape &x = I(0).shape, &w = I(1).shape;
+      if (x.empty() || w.size() != 2) return bad("x must have rank >= 1 and W rank 2");
+      const bool tw = ints(0) != 0;
+      const int64_t K = tw ? w[1] : w[0], N = tw ? w[0] : w[1];
+      if (x.back() != K) return bad("W " + shape_str(w) + " does not match x " + shape_str(x));
+      Shape o = x;
+      o.back() = N;
+      if (o != O().shape) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
+      if (I(2).shape != O().shape || I(2).dtype != O().dtype)
+        return bad("the residual must have the output's shape and dtype, got " + shape_str(I(2).shape));
+      if (ins.size() > 3 && ins[3] >= 0 && I(3).numel != N) return bad("bias must have N elements");
+      return {};
+    }
     case Op::linear_multi:
     case Op::linear_gated: {
       // Few-row products of one input (plan 2.9): each weight's product as linear's, equal dtypes.

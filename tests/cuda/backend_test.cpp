@@ -280,6 +280,48 @@ TEST(CudaBackend, FusedOpcodesMatchTheirPartsOnTheCpuBackend) {
     }
 }
 
+/// linear_residual (plan 2.13, --zplan-fuse) against its parts: s = x W^T (+ b) + r, n = rms_norm(s), y = n + s
+/// (llama's o_proj / down_proj, the residual add after them and the plain norm that follows).
+PlanBuilder residual_plan(fb::DType dt, bool fused, bool bias, int64_t B, int64_t S, int64_t D, int64_t F) {
+  PlanBuilder p(1, 1, dt);
+  auto bytes_of = [](const std::vector<float> &v) {
+    std::vector<uint8_t> o(v.size() * 4);
+    std::memcpy(o.data(), v.data(), o.size());
+    return o;
+  };
+  int x = p.input("x", dt, {B, S, F}, true), r = p.input("r", dt, {B, S, D}, true);
+  int W = p.param("w", {D, F}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(D * F, 71)));
+  int b = p.param("b", {D}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(D, 72)));
+  int G = p.param("g", {D}, -1, false, "", 0, fb::DType::f32, bytes_of(lcg(D, 73)));
+  int y0 = p.act("y0", {B, S, D}), sum = p.act("s", {B, S, D}), n = p.act("n", {B, S, D});
+  std::vector<int32_t> lin_in = bias ? std::vector<int32_t>{x, W, b} : std::vector<int32_t>{x, W};
+  if (fused) {
+    p.op(zrt::Op::linear_residual, bias ? std::vector<int32_t>{x, W, r, b} : std::vector<int32_t>{x, W, r}, {sum}, {1},
+         {0.5});
+  } else {
+    p.op(zrt::Op::linear, lin_in, {y0}, {1}, {0.5});
+    p.op(zrt::Op::add, {y0, r}, {sum});
+  }
+  p.op(zrt::Op::rms_norm, {sum, G}, {n}, {}, {1e-6});
+  int y = p.output("y", {B, S, D}, true);
+  p.op(zrt::Op::add, {n, sum}, {y});
+  return p;
+}
+
+TEST(CudaBackend, LinearResidualMatchesItsPartsOnTheCpuBackend) {
+  for (fb::DType dt : {fb::DType::f32, fb::DType::bf16})
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE(std::string(fb::EnumNameDType(dt)) + (bias ? " bias" : ""));
+      std::vector<float> x = lcg(2 * 33 * 96, 74), r = lcg(2 * 33 * 64, 75);
+      const std::vector<std::pair<std::string, std::vector<float>>> ins = {{"x", x}, {"r", r}};
+      std::vector<float> gpu = run_plan(residual_plan(dt, true, bias, 2, 33, 64, 96), zrt::BackendKind::cuda, ins, "y");
+      std::vector<float> cpu_fused = run_plan(residual_plan(dt, true, bias, 2, 33, 64, 96), zrt::BackendKind::cpu, ins, "y");
+      std::vector<float> cpu = run_plan(residual_plan(dt, false, bias, 2, 33, 64, 96), zrt::BackendKind::cpu, ins, "y");
+      EXPECT_TRUE(close(gpu, widen(cpu), tol_for(dt)));
+      EXPECT_TRUE(close(cpu_fused, widen(cpu), tol_for(dt)));
+    }
+}
+
 TEST(CudaBackend, PlanForTheCpuIsRefusedBeforeAllocating) {
   zrt_test::Mlp m;
   PlanBuilder p = m.plan(1, 1, false, fb::DType::f32, "");

@@ -195,6 +195,42 @@ TEST(CudaElementwise, FusedBiasActivationAndGatedProduct) {
     }
 }
 
+// linear_residual (plan 2.13): the product with the residual added in cuBLASLt's epilogue (C, beta = 1)
+// against the CPU kernel's fp32 sum rounded once; with and without a bias, both weight layouts, a 3-D x,
+// few rows (still cuBLASLt), and an N whose rows are not 16-byte aligned in the 16-bit types.
+TEST(CudaLinear, ResidualEpilogueMatchesReference) {
+  std::unique_ptr<zc::Blas> blas;
+  ZT_GPU_OK(zc::Blas::create(&blas));
+  DevT ws(DType::f32, Dims{static_cast<int64_t>(zc::kGemmWorkspaceBytes / 4)});
+  struct Shape {
+    Dims x;
+    int64_t N;
+  };
+  const Shape shapes[] = {{Dims{300, 96}, 64}, {Dims{2, 17, 128}, 256}, {Dims{4, 64}, 40}, {Dims{257, 64}, 50}};
+  for (DType t : kFloats)
+    for (const Shape &sh : shapes)
+      for (bool tw : {false, true})
+        for (bool with_bias : {false, true}) {
+          const int64_t K = sh.x.d[sh.x.rank - 1], N = sh.N;
+          Dims os = sh.x;
+          os.d[os.rank - 1] = N;
+          SCOPED_TRACE(std::string(zk::dtype_name(t)) + " x " + dims_str(sh.x) + " N " + std::to_string(N) +
+                       (tw ? " W [N, K]" : " W [K, N]") + (with_bias ? " bias" : ""));
+          HostT x = random_tensor(t, sh.x), w = random_tensor(t, tw ? Dims{N, K} : Dims{K, N}, -0.2f, 0.2f);
+          HostT bias = random_tensor(t, Dims{N}), r = random_tensor(t, os);
+          HostT ref32(DType::f32, os), ref(t, os);
+          std::vector<float> scratch(zk::cpu::linear_scratch(x.in(), w.in(), ref32.out(), tw) + 1);
+          ZT_CPU_OK(zk::cpu::linear_residual(x.in(), w.in(), with_bias ? bias.in() : zk::In{}, r.in(), ref32.out(), tw,
+                                             0.5f, scratch.data()));
+          ZT_CPU_OK(zk::cpu::cast(ref32.in(), ref.out()));
+          DevT dx(x), dw(w), db(bias), dr(r), dy(t, os);
+          ZT_GPU_OK(zc::linear_residual(*blas, dx.in(), dw.in(), with_bias ? db.in() : zk::In{}, dr.in(), dy.out(), tw,
+                                        0.5f, ws.ptr, zc::kGemmWorkspaceBytes, nullptr));
+          EXPECT_TRUE(close(dy.download(), ref, t == DType::f32 ? 1e-4f : tol_for(t)));
+          EXPECT_TRUE(close(dr.download(), r, 0.0f)) << "the residual must be left as it was";
+        }
+}
+
 TEST(CudaRows, SoftmaxAnyAxis) {
   struct Case { Dims s; int axis; };
   const Case cases[] = {{Dims{4, 1000}, -1}, {Dims{3, 7, 5}, 1}, {Dims{2, 3, 33}, 2}, {Dims{5, 4100}, 1}, {Dims{9, 1}, 1}};

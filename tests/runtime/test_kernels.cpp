@@ -306,6 +306,15 @@ TEST(Kernels, Linear) {
             want[m * N + n] = alpha * acc + (bias ? b.get(n) : 0.0);
           }
         expect_close(y, want, tol(dt) * 4, "linear");
+        // linear_residual (plan 2.13): the same product plus a residual of the output's shape, rounded once.
+        Buf r = rnd(dt, {2, 3, N}, g), yr(dt, {2, 3, N});
+        ASSERT_TRUE(cpu::linear_residual(x.in(), w.in(), bias ? b.in() : In{}, r.in(), yr.out(), tw, alpha,
+                                         scratch.data())
+                        .ok());
+        for (int64_t i = 0; i < 6 * N; ++i) want[i] += r.get(i);
+        expect_close(yr, want, tol(dt) * 4, "linear_residual");
+        Buf bad(dt, {6, N});
+        EXPECT_FALSE(cpu::linear_residual(x.in(), w.in(), In{}, bad.in(), yr.out(), tw, alpha, scratch.data()).ok());
       }
 }
 

@@ -214,6 +214,21 @@ TEST(Verifier, RotarySequenceMajor) {
   expect_reject(verify(with({4, 3, 8}, {4, 1, 8}, {0, 1}).file(), 2), "seq_major needs a rank-4");
 }
 
+// Plan 2.13: linear_residual is linear's shape rule plus a residual of the output's shape and dtype.
+TEST(Verifier, LinearResidual) {
+  auto with = [](std::vector<int64_t> r, bool bias) {
+    PlanBuilder p = good();
+    const int x = p.act("x", {4, 6}), w = p.act("w", {5, 6}), ri = p.act("r", r), b = p.act("b", {5}),
+              y = p.act("y", {4, 5});
+    p.op(zrt::Op::linear_residual, bias ? std::vector<int32_t>{x, w, ri, b} : std::vector<int32_t>{x, w, ri}, {y},
+         {1}, {1.0});
+    return p;
+  };
+  EXPECT_TRUE(verify(with({4, 5}, false).file(), 2).ok());
+  EXPECT_TRUE(verify(with({4, 5}, true).file(), 2).ok());
+  expect_reject(verify(with({20}, false).file(), 2), "the residual must have the output's shape and dtype");
+}
+
 TEST(PlanFile, WriterRoundTripAndNoPartialFile) {
   std::string dir = ::testing::TempDir();
   if (dir.size() > 1 && dir.back() == '/') dir.pop_back();

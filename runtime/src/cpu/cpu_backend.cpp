@@ -67,6 +67,7 @@ class CpuBackend final : public Backend {
                                       s.ints[1] != 0);
           break;
         case Op::linear:
+        case Op::linear_residual:
           n = zk::cpu::linear_scratch(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0);
           break;
         case Op::linear_multi:
@@ -135,6 +136,10 @@ class CpuBackend final : public Backend {
       case Op::linear:
         return linear(in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(s.outputs[0]), s.ints[0] != 0,
                       static_cast<float>(s.floats[0]), scratch);
+      case Op::linear_residual:
+        // Plan 2.13: the product and the residual add after it, the sum rounded once (as the GPU's epilogue).
+        return linear_residual(in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 3), in_of(s.inputs[2]),
+                               out_of(s.outputs[0]), s.ints[0] != 0, static_cast<float>(s.floats[0]), scratch);
       case Op::linear_multi: {
         // The plan's fused few-row products (plan 2.9): each weight's product, as linear computes it.
         zk::In w[4];

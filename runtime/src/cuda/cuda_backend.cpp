@@ -142,6 +142,7 @@ int class_of(Op op) {
     case Op::matmul:
     case Op::linear:
     case Op::linear_gelu:
+    case Op::linear_residual:
     case Op::linear_multi:
     case Op::linear_gated:
     case Op::norm_products: return 0;
@@ -318,7 +319,8 @@ class CudaBackend final : public Backend {
       }
       ZRT_RETURN_IF_ERROR(check_supported(s));
       const auto op = s.op;
-      gemm = gemm || op == Op::matmul || op == Op::linear || op == Op::linear_gelu || op == Op::linear_multi ||
+      gemm = gemm || op == Op::matmul || op == Op::linear || op == Op::linear_gelu || op == Op::linear_residual ||
+             op == Op::linear_multi ||
              op == Op::linear_gated || op == Op::norm_products;
       kernel_ws = std::max(kernel_ws, kernel_workspace(s));
     }
@@ -713,6 +715,13 @@ class CudaBackend final : public Backend {
                                  bias ? Epilogue::gelu_bias : Epilogue::gelu, workspace_, workspace_bytes_, st));
         return {};
       }
+      case Op::linear_residual:
+        // The plan's fused step (plan 2.13, compiler/plan/Fuse.cpp): the product with the residual add after it
+        // in its epilogue (C = the residual, beta = 1).
+        ZRT_GPU_CHECK(zc::linear_residual(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 3),
+                                          in_of(s.inputs[2]), out_of(s.outputs[0]), s.ints[0] != 0,
+                                          static_cast<float>(s.floats[0]), workspace_, workspace_bytes_, st));
+        return {};
       case Op::residual_norm:
         ZRT_GPU_CHECK(zc::residual_norm(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
                                         s.ints[0] != 0 ? zk::In{} : opt_in(s, 3), out_of(s.outputs[0]),

@@ -122,3 +122,65 @@ func.func @gated_not(%gate: tensor<2x8xf32>, %row: tensor<8xf32>) -> (tensor<2x8
   %m2 = zg.mul %act2, %row : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
   return %m, %m2, %act : tensor<2x8xf32>, tensor<2x8xf32>, tensor<2x8xf32>
 }
+
+// -----
+
+// Tests that a linear read only by a residual add becomes one
+// zg.linear_residual (either operand order, the bias kept), and that the
+// norm after it then stays a plain zg.rms_norm rather than a residual norm.
+// CHECK-LABEL: func.func @linear_residual
+// CHECK: %[[H:.*]] = zg.linear_residual %arg0, %arg1, %arg3 {trans_w = true}
+// CHECK-SAME: -> tensor<2x16x8xbf16>
+// CHECK: %[[N:.*]] = zg.rms_norm %[[H]], %arg4
+// CHECK: %[[H2:.*]] = zg.linear_residual %[[N]], %arg2, %[[H]], %arg5 {alpha = 5.000000e-01 : f64}
+// CHECK-NOT: zg.add
+// CHECK-NOT: zg.residual_norm
+// CHECK: return %[[H2]]
+func.func @linear_residual(%x: tensor<2x16x8xbf16>, %wo: tensor<8x8xbf16>, %wd: tensor<8x8xbf16>, %r: tensor<2x16x8xbf16>, %g: tensor<8xbf16>, %b: tensor<8xbf16>) -> tensor<2x16x8xbf16> {
+  %o = zg.linear %x, %wo {alpha = 1.0 : f64, trans_w = true} : (tensor<2x16x8xbf16>, tensor<8x8xbf16>) -> tensor<2x16x8xbf16>
+  %h = zg.add %r, %o : (tensor<2x16x8xbf16>, tensor<2x16x8xbf16>) -> tensor<2x16x8xbf16>
+  %n = zg.rms_norm %h, %g {epsilon = 1.0e-5 : f64} : (tensor<2x16x8xbf16>, tensor<8xbf16>) -> tensor<2x16x8xbf16>
+  %d = zg.linear %n, %wd, %b {alpha = 0.5 : f64, trans_w = false} : (tensor<2x16x8xbf16>, tensor<8x8xbf16>, tensor<8xbf16>) -> tensor<2x16x8xbf16>
+  %h2 = zg.add %d, %h : (tensor<2x16x8xbf16>, tensor<2x16x8xbf16>) -> tensor<2x16x8xbf16>
+  return %h2 : tensor<2x16x8xbf16>
+}
+
+// -----
+
+// Tests that the fused product sits where the add was when the residual is
+// computed after the linear, so that the residual is defined before its use.
+// CHECK-LABEL: func.func @linear_residual_late
+// CHECK: %[[R:.*]] = zg.neg %arg2
+// CHECK-NEXT: %[[H:.*]] = zg.linear_residual %arg0, %arg1, %[[R]]
+// CHECK-NEXT: return %[[H]]
+func.func @linear_residual_late(%x: tensor<32x8xf32>, %w: tensor<8x8xf32>, %a: tensor<32x8xf32>) -> tensor<32x8xf32> {
+  %o = zg.linear %x, %w {alpha = 1.0 : f64, trans_w = false} : (tensor<32x8xf32>, tensor<8x8xf32>) -> tensor<32x8xf32>
+  %r = zg.neg %a : (tensor<32x8xf32>) -> tensor<32x8xf32>
+  %h = zg.add %o, %r : (tensor<32x8xf32>, tensor<32x8xf32>) -> tensor<32x8xf32>
+  return %h : tensor<32x8xf32>
+}
+
+// -----
+
+// Tests that the pass must not fold an add into a product of fewer rows than
+// residual-min-rows (a decode step's, which keeps its residual norm), nor
+// into a linear whose result has another user, nor a broadcasting add.
+// CHECK-LABEL: func.func @linear_residual_not
+// CHECK-NOT: zg.linear_residual
+// CHECK: zg.linear
+// CHECK: zg.residual_norm
+// CHECK: zg.linear
+// CHECK: zg.add
+// CHECK: zg.linear
+// CHECK: zg.add
+// CHECK-NOT: zg.linear_residual
+func.func @linear_residual_not(%x: tensor<16x8xf32>, %w: tensor<8x8xf32>, %r: tensor<16x8xf32>, %g: tensor<8xf32>, %row: tensor<8xf32>) -> (tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) {
+  %o = zg.linear %x, %w {alpha = 1.0 : f64, trans_w = false} : (tensor<16x8xf32>, tensor<8x8xf32>) -> tensor<16x8xf32>
+  %h = zg.add %r, %o : (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+  %n = zg.rms_norm %h, %g {epsilon = 1.0e-5 : f64} : (tensor<16x8xf32>, tensor<8xf32>) -> tensor<16x8xf32>
+  %o2 = zg.linear %x, %w {alpha = 1.0 : f64, trans_w = false} : (tensor<16x8xf32>, tensor<8x8xf32>) -> tensor<16x8xf32>
+  %h2 = zg.add %r, %o2 : (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+  %o3 = zg.linear %x, %w {alpha = 1.0 : f64, trans_w = false} : (tensor<16x8xf32>, tensor<8x8xf32>) -> tensor<16x8xf32>
+  %h3 = zg.add %o3, %row : (tensor<16x8xf32>, tensor<8xf32>) -> tensor<16x8xf32>
+  return %n, %h2, %o2, %h3, %h : tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>
+}

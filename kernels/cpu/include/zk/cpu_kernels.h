@@ -115,6 +115,11 @@ Result matmul(const In &a, const In &b, const Out &out, bool trans_a, bool trans
 /// (data == nullptr).
 size_t linear_scratch(const In &x, const In &w, const Out &out, bool trans_w);
 Result linear(const In &x, const In &w, const In &bias, const Out &out, bool trans_w, float alpha, float *scratch);
+/// out = alpha * (x W) + bias + residual (plan op linear_residual): linear's product with the residual add of
+/// the step after it, the sum rounded once from fp32 (as the GPU's product epilogue rounds it); residual has
+/// out's shape. Scratch: linear_scratch.
+Result linear_residual(const In &x, const In &w, const In &bias, const In &residual, const Out &out, bool trans_w,
+                       float alpha, float *scratch);
 /// Few-row products of one input (plan 2.9, a decode program's fused steps): linear_multi is `linear` of x
 /// by each of `n` weights (no bias) into its output; linear_gated is act(alpha x Wg) * (alpha x Wu), rounded
 /// as the unfused steps round (each product to out's dtype, then the activation, then the product), act one

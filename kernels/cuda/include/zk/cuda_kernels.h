@@ -122,6 +122,12 @@ GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool tran
 GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool trans_w, float alpha,
                  Epilogue epilogue, void *workspace, size_t workspace_bytes, cudaStream_t stream,
                  bool few_rows = false);
+/// out[..., N] = alpha * x[..., K] W (+ bias) + residual (plan 2.13, linear_residual): linear's product with
+/// the residual (out's shape and dtype, not out itself) added in cuBLASLt's epilogue as its C operand with
+/// beta = 1, so that the sum is rounded once from fp32. Always cuBLASLt (the few-row kernel has no such
+/// epilogue).
+GpuStatus linear_residual(Blas &blas, const In &x, const In &w, const In &bias, const In &residual, const Out &out,
+                          bool trans_w, float alpha, void *workspace, size_t workspace_bytes, cudaStream_t stream);
 /// The plan's fused few-row products (plan 2.9, kernels/cuda/skinny_gemm.cu): linear_multi writes
 /// out[i] = alpha x w[i] for n = 2..4 weights of one x in one launch; linear_gated writes
 /// act(alpha x w_gate) * (alpha x w_up). At most kSkinnyMaxRows rows. The weights are read before the wait
