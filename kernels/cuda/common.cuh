@@ -250,6 +250,22 @@ cudaError_t launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, 
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+// --- thread-block clusters (sm_90) ----------------------------------------------------------------------
+// A block may write into another block's shared memory of its cluster only once that block has started; the
+// kernels that combine partial results in one block announce their start with cluster_arrive_relaxed() as
+// their first statement and call cluster_wait() before their first remote write, so the wait costs nothing
+// by then. cluster_sync() then orders the remote writes before the reads of the block that receives them
+// (release / acquire). Every thread of every block of the cluster must execute each of them.
+
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
 }  // namespace detail
 }  // namespace cuda
 }  // namespace zk

@@ -1,12 +1,18 @@
-// The sampler on the GPU: one block per row. It draws the ids the CPU reference (kernels/cpu/sample.cpp)
-// draws, bit for bit: both compute the same integer weights and Philox bits (zk/sample.h), and every
-// decision is an integer comparison or an integer sum, which a parallel reduction leaves unchanged. Where
-// the reference sorts, this kernel finds the same cut-off key by radix selection, eight bits at a time, over
-// the 64-bit order keys (logit, then index): the k-th largest key for top-k, and for top-p the last key of
-// the nucleus, found from per-digit histograms of counts and integer weights.
+// The sampler on the GPU: one block finishes each row (after a first pass over up to eight). It draws the
+// ids the CPU reference (kernels/cpu/sample.cpp) draws, bit for bit: both compute the same integer weights and
+// Philox bits (zk/sample.h), and every decision is an integer comparison or an integer sum, which a parallel
+// reduction leaves unchanged. Where the reference sorts, this kernel finds the same cut-off key by radix
+// selection, eight bits at a time, over the 64-bit order keys (logit, then index): the k-th largest key for
+// top-k, and for top-p the last key of the nucleus, found from per-digit histograms of counts and integer
+// weights.
 //
-// Greedy rows (temperature <= 0) take one pass: the largest key. A sampled row reads its logits about
-// 2 + 8 (top-k) + 8 (top-p) + 2 times; the logits stay in L2 between passes.
+// The first pass, the largest key (the arg max, lowest index on ties), is all a greedy row (temperature <= 0)
+// needs, and all a decode step at batch 1 samples: it is spread over up to eight blocks of a thread-block
+// cluster per row (one 16-byte load per thread for a 32000-wide bf16 row), whose maxima meet in the shared
+// memory of the cluster's first block. That block alone goes on for a sampled row, which reads its logits
+// about 1 + 8 (top-k) + 8 (top-p) + 2 more times; the logits stay in L2 between passes.
+#include <cooperative_groups.h>
+
 #include <cmath>
 
 #include "common.cuh"
@@ -17,14 +23,81 @@ namespace zk {
 namespace cuda {
 namespace {
 
+namespace cg = cooperative_groups;
 namespace zs = zk::sample;
 using ull = unsigned long long;
 
 constexpr int kSampleThreads = 512;
 constexpr int kWarps = kSampleThreads / 32;
+constexpr int kMaxRowBlocks = 8;  // blocks of a row's first pass: a portable cluster
 
 __device__ __forceinline__ float logit_at(const void *x, DType t, int64_t i) {
   return zs::clean_logit(detail::load_f(x, t, i));
+}
+
+/// The blocks of a row's first pass: one 16-byte load per thread where the row allows, at most a cluster.
+int row_blocks(int64_t v, DType t) {
+  const int64_t bytes = v * (t == DType::f32 ? 4 : 2), per_block = int64_t{kSampleThreads} * 16;
+  const int64_t n = (bytes + per_block - 1) / per_block;
+  return static_cast<int>(n < 1 ? 1 : (n > kMaxRowBlocks ? kMaxRowBlocks : n));
+}
+
+/// 16 bytes of logits as floats: 4 of f32, 8 of bf16 (the upper half of a float's bits), 8 of f16.
+struct F32 {
+  static constexpr int n = 4;
+  __device__ static void unpack(const uint4 &u, float (&x)[4]) {
+    x[0] = __uint_as_float(u.x), x[1] = __uint_as_float(u.y), x[2] = __uint_as_float(u.z), x[3] = __uint_as_float(u.w);
+  }
+};
+struct BF16 {
+  static constexpr int n = 8;
+  __device__ static void unpack(const uint4 &u, float (&x)[8]) {
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      x[2 * k] = __uint_as_float(w[k] << 16);
+      x[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+    }
+  }
+};
+struct F16 {
+  static constexpr int n = 8;
+  __device__ static void unpack(const uint4 &u, float (&x)[8]) {
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __half22float2(h[k]);
+      x[2 * k] = f.x, x[2 * k + 1] = f.y;
+    }
+  }
+};
+
+/// This block's share of a row's largest key: the row's 16-byte pieces dealt evenly over the `blocks`
+/// blocks of the row, four loads in flight per thread; the elements before the first 16-byte boundary and
+/// after the last whole piece are read one by one by block 0.
+template <class E>
+__device__ ull largest_key(const void *row, DType t, int64_t v, int rank, int blocks) {
+  constexpr int kPer = E::n;
+  const int64_t es = 16 / kPer;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(row);
+  int64_t head = static_cast<int64_t>((16 - addr % 16) % 16) / es;
+  if (head > v) head = v;
+  const int64_t pieces = (v - head) / kPer, tail = head + pieces * kPer;
+  ull best = 0;
+  if (rank == 0) {
+    for (int64_t i = threadIdx.x; i < head; i += blockDim.x) best = max(best, (ull)zs::order_key(logit_at(row, t, i), i));
+    for (int64_t i = tail + threadIdx.x; i < v; i += blockDim.x) best = max(best, (ull)zs::order_key(logit_at(row, t, i), i));
+  }
+  const int64_t share = (pieces + blocks - 1) / blocks, p0 = rank * share, p1 = min(pieces, p0 + share);
+  const uint4 *pv = reinterpret_cast<const uint4 *>(static_cast<const char *>(row) + head * es);
+#pragma unroll 4
+  for (int64_t j = p0 + threadIdx.x; j < p1; j += blockDim.x) {
+    float x[kPer];
+    E::unpack(pv[j], x);
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) best = max(best, (ull)zs::order_key(zs::clean_logit(x[e]), head + j * kPer + e));
+  }
+  return best;
 }
 
 /// Block-wide reductions; every thread gets the result. `scratch` holds one value per warp.
@@ -89,13 +162,17 @@ struct Hist {
 
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(const void *x, DType t, int64_t v, const float *temperature, const int64_t *top_k, const float *top_p,
-                  const int64_t *seed, const int64_t *step, int64_t row_offset, int64_t *ids) {
+                  const int64_t *seed, const int64_t *step, int64_t row_offset, int64_t *ids, int blocks) {
+  // Grid: `blocks` blocks per row, the row's cluster (none when 1); block 0 of each finishes the row.
+  if (blocks > 1) detail::cluster_arrive_relaxed();
   ::zk::cuda::detail::pdl_enter();
   __shared__ ull red[kWarps];
+  __shared__ ull s_best[kMaxRowBlocks];
   __shared__ Hist hist;
   __shared__ ull s_prefix, s_above;
   __shared__ long long s_want;
-  const int64_t b = blockIdx.x;
+  const int rank = static_cast<int>(blockIdx.x % static_cast<unsigned>(blocks));
+  const int64_t b = blockIdx.x / static_cast<unsigned>(blocks);
   const void *row = nullptr;
   {
     // Offset the row pointer by bytes so that load_f indexes within the row.
@@ -103,10 +180,19 @@ __global__ void __launch_bounds__(kSampleThreads)
     row = static_cast<const char *>(x) + static_cast<size_t>(b) * static_cast<size_t>(v) * es;
   }
 
-  // Pass 1: the largest key (the arg max, lowest index on ties).
-  ull best = 0;
-  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) best = max(best, (ull)zs::order_key(logit_at(row, t, i), i));
+  // Pass 1: the largest key (the arg max, lowest index on ties), each block over its share of the row, then
+  // the blocks' maxima in block 0.
+  ull best = t == DType::f32    ? largest_key<F32>(row, t, v, rank, blocks)
+             : t == DType::bf16 ? largest_key<BF16>(row, t, v, rank, blocks)
+                                : largest_key<F16>(row, t, v, rank, blocks);
   best = block_max_u64(best, red);
+  if (blocks > 1) {
+    detail::cluster_wait();  // every block of the cluster has started: block 0's shared memory may be written
+    if (threadIdx.x == 0) *cg::this_cluster().map_shared_rank(&s_best[rank], 0) = best;
+    detail::cluster_sync();
+    if (rank != 0) return;
+    for (int c = 0; c < blocks; ++c) best = max(best, s_best[c]);
+  }
   const int64_t argmax = zs::key_index(best);
   const float temp = *temperature;
   if (!(temp > 0.0f)) {
@@ -263,11 +349,14 @@ GpuStatus sample(const In &logits, const In &temperature, const In &top_k, const
   const int64_t rows = logits.shape[0];
   if (rows == 0) return {};
   if (rows > 0x7FFFFFFF) return kernel_failure("sample: too many rows");
-  ::zk::cuda::detail::launch_pdl(
-      sample_kernel, dim3(static_cast<unsigned>(rows)), dim3(kSampleThreads), 0, s, logits.data, logits.dtype,
-      logits.shape[1], static_cast<const float*>(temperature.data), static_cast<const int64_t*>(top_k.data),
-      static_cast<const float*>(top_p.data), static_cast<const int64_t*>(seed.data),
-      static_cast<const int64_t*>(step.data), row_offset, static_cast<int64_t*>(ids.data));
+  const int blocks = row_blocks(logits.shape[1], logits.dtype);
+  if (rows * blocks > 0x7FFFFFFF) return kernel_failure("sample: too many rows");
+  ZK_CUDA_TRY(::zk::cuda::detail::launch_pdl_cluster(
+      sample_kernel, dim3(static_cast<unsigned>(rows * blocks)), dim3(kSampleThreads), 0, s, blocks, logits.data,
+      logits.dtype, logits.shape[1], static_cast<const float*>(temperature.data),
+      static_cast<const int64_t*>(top_k.data), static_cast<const float*>(top_p.data),
+      static_cast<const int64_t*>(seed.data), static_cast<const int64_t*>(step.data), row_offset,
+      static_cast<int64_t*>(ids.data), blocks));
   ZK_CUDA_TRY(detail::launched());
   return {};
 }

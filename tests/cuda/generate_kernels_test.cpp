@@ -2,15 +2,17 @@
 //
 // The decode attention kernel (kernels/cuda/decode_attention.cu) against the CPU reference kernel
 // cached_attention (kernels/cpu/generate.cpp), on random queries and caches in every float storage dtype:
-// head dims 64 and 128; 1, 4 and 8 query heads per K/V head; one and two query rows per step; batches that
-// split the cache into many chunks (the combine pass) and batches that take one chunk (no workspace);
-// positions at 0, mid-tile, at a tile boundary and at the cache's end. Outputs are poisoned with NaN first,
-// so a row the kernel never writes fails. Tolerances: fp32 1e-4 relative (fp32 sums and exp2 against the
+// head dims 64 and 128; 1, 2, 4 and 8 query heads per K/V head; one and two query rows per step; batches that
+// split the cache into chunks combined in a cluster, a long cache whose chunks go through the workspace and
+// the combine kernel, and a batch that takes one chunk; positions at 0, 77, 128 and at the cache's end. Outputs
+// are poisoned with NaN first, so a row the kernel never writes fails, and each case runs twice (the second
+// time into a poisoned output again: nothing may depend on what a launch left behind). Tolerances: fp32 1e-4 relative (fp32 sums and exp2 against the
 // reference's double sums), bf16/f16 their storage rounding (tol_for).
 //
 // Then the timing of one decode step's attention at llama-1b's shapes (32 query heads, 8 K/V heads, head dim
-// 64, cache 768, 640 positions filled), decode kernel against the simple kernel, printed with the rate at
-// which the step reads the cache (not a pass/fail figure: the generation benchmark is the decode step's).
+// 64, cache 768, 640 positions filled), against the simple kernel, with the cache in L2 and outside it,
+// printed with the rate at which the step reads the cache (not a pass/fail figure: the generation benchmark
+// is the decode step's).
 //
 // The few-row products (kernels/cuda/skinny_gemm.cu) against the CPU reference linear: every row count 1..16,
 // odd and even K and N, both weight layouts, every epilogue, three dtypes; chained launches (the programmatic
@@ -57,14 +59,19 @@ HostT positions(int64_t B, int64_t L, int64_t S) {
 }
 
 TEST(CudaDecodeAttention, MatchesCpuReference) {
+  // The chunks of each case (zk/cuda_workspace.h) in the comments: up to 8 combine inside a cluster, more
+  // through the workspace and the combine kernel, 1 writes the output itself.
   const Case cases[] = {
-      {1, 32, 8, 1, 768, 64},   // llama-1b, batch 1: 6 chunks, combined in a cluster
-      {3, 32, 8, 1, 300, 64},   // a cache that is not a whole number of tiles
-      {64, 32, 8, 1, 768, 64},  // llama-1b, batch 64: 3 chunks of 256 positions
-      {2, 32, 32, 1, 1000, 128},  // llama2-7b's heads (no grouping), head dim 128: 8 chunks, one full cluster
-      {2, 16, 2, 1, 2049, 128},   // 8 query heads per K/V head; 17 chunks: the workspace and the combine kernel
-      {3, 8, 2, 2, 517, 64},      // two query rows per step (each sees one more key than the last)
-      {5, 12, 12, 1, 40, 64},     // gpt2's heads, a short cache
+      {1, 32, 8, 1, 768, 64},     // llama-1b, batch 1: 8 chunks of 96 positions, one full cluster
+      {8, 32, 8, 1, 768, 64},     // llama-1b, batch 8: 5 chunks of 160
+      {3, 32, 8, 1, 300, 64},     // a cache that is not a whole number of chunks: 7 chunks of 48
+      {64, 32, 8, 1, 768, 64},    // llama-1b, batch 64: one chunk, no combine
+      {2, 32, 32, 1, 1000, 128},  // llama2-7b's heads (no grouping: one query row), head dim 128: 5 chunks
+      {2, 8, 4, 1, 300, 128},     // two query heads per K/V head: 7 chunks
+      {2, 16, 2, 1, 1000, 128},   // 8 query heads per K/V head, 8 chunks: over 48 KiB of shared memory
+      {4, 16, 2, 1, 5000, 128},   // 8 query heads per K/V head; 10 chunks: the workspace and the combine kernel
+      {3, 8, 2, 2, 517, 64},      // two query rows per step (each sees one more key than the last): 8 rows
+      {5, 12, 12, 1, 40, 64},     // gpt2's heads, a short cache: 3 chunks of 16
   };
   for (DType t : {DType::f32, DType::bf16, DType::f16})
     for (const Case &c : cases) {
@@ -81,10 +88,13 @@ TEST(CudaDecodeAttention, MatchesCpuReference) {
       ASSERT_TRUE(zc::decode_attention_supported(gq.in(), gk.in(), gv.in(), gp.in(), go.out()));
       const uint64_t ws = zk::cuda::workspace::cached_attention(c.B, c.Hq, c.S, c.D, c.Hkv, c.L);
       DevBytes w(ws);
-      ZT_GPU_OK(zc::decode_attention(gq.in(), gk.in(), gv.in(), gp.in(), go.out(), scale, ws ? w.ptr : nullptr,
-                                     nullptr));
-      EXPECT_TRUE(close(go.download(), ref, t == DType::f32 ? 1e-4f : tol_for(t)))
-          << "splits " << zk::cuda::workspace::decode_attention_splits(c.B, c.Hkv, c.L);
+      for (int rep = 0; rep < 2; ++rep) {
+        go.poison();
+        ZT_GPU_OK(zc::decode_attention(gq.in(), gk.in(), gv.in(), gp.in(), go.out(), scale, ws ? w.ptr : nullptr,
+                                       nullptr));
+        EXPECT_TRUE(close(go.download(), ref, t == DType::f32 ? 1e-4f : tol_for(t)))
+            << "splits " << zk::cuda::workspace::decode_attention_splits(c.B, c.Hkv, c.L) << ", run " << rep;
+      }
     }
 }
 
@@ -136,37 +146,57 @@ TEST(CudaDecodeAttention, RefusesWhatItDoesNotCover) {
   EXPECT_FALSE(zc::decode_attention(gq.in(), gk.in(), gk.in(), gp.in(), go.out(), 1.0f, nullptr, nullptr).ok());
 }
 
+// One decode step's attention at llama-1b's shapes (bf16, 32 query heads, 8 K/V heads, head dim 64, cache
+// 768, 640 positions filled) at batch 1, 8 and 64, against the simple kernel. "hot": 50 launches back to
+// back on one cache (it stays in L2 below batch 64); "cold": 64 launches back to back, each on the next of
+// enough copies of the cache that every launch finds its cache outside the L2 (as in a decode step, whose
+// weights sweep the L2 between layers). Printed with the rate at which the step reads the cache; not a
+// pass/fail figure. Session 9's call (docs/generation.md) ran this against main's kernel before it.
 TEST(CudaDecodeAttention, TimingAtLlama1bShapes) {
   const int64_t Hq = 32, Hkv = 8, L = 768, D = 64, filled = 640;
   for (int64_t B : {1, 8, 64}) {
     const DType t = DType::bf16;
-    HostT q = random_tensor(t, Dims{B, Hq, 1, D}), k = random_tensor(t, Dims{B, Hkv, L, D});
+    const size_t cache_bytes = static_cast<size_t>(B * Hkv * L * D) * 2;
+    const int copies = static_cast<int>(
+        std::min<size_t>(64, std::max<size_t>(2, (size_t{256} << 20) / (2 * cache_bytes) + 1)));
+    HostT q = random_tensor(t, Dims{B, Hq, 1, D});
+    std::vector<std::unique_ptr<DevT>> ks, vs;
+    for (int c = 0; c < copies; ++c) {
+      ks.push_back(std::make_unique<DevT>(random_tensor(t, Dims{B, Hkv, L, D})));
+      vs.push_back(std::make_unique<DevT>(random_tensor(t, Dims{B, Hkv, L, D})));
+    }
     HostT pos(DType::i64, Dims{B});
     for (int64_t b = 0; b < B; ++b) zk::store_i64(pos.bytes.data(), DType::i64, b, filled - 1);
-    DevT gq(q), gk(k), gv(k), gp(pos), go(t, q.shape);
+    DevT gq(q), gp(pos), go(t, q.shape);
     DevBytes w(zk::cuda::workspace::cached_attention(B, Hq, 1, D, Hkv, L));
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    auto time = [&](bool fast) {
-      for (int it = 0; it < 3; ++it)
-        fast ? (void)zc::decode_attention(gq.in(), gk.in(), gv.in(), gp.in(), go.out(), 0.125f, w.ptr, nullptr)
-             : (void)zc::cached_attention(gq.in(), gk.in(), gv.in(), gp.in(), go.out(), 0.125f, nullptr);
-      const int n = 50;
+    auto run = [&](bool decode, int c) {
+      const DevT &gk = *ks[static_cast<size_t>(c)], &gv = *vs[static_cast<size_t>(c)];
+      if (decode)
+        ZT_GPU_OK(zc::decode_attention(gq.in(), gk.in(), gv.in(), gp.in(), go.out(), 0.125f, w.ptr, nullptr));
+      else
+        ZT_GPU_OK(zc::cached_attention(gq.in(), gk.in(), gv.in(), gp.in(), go.out(), 0.125f, nullptr));
+    };
+    auto time = [&](bool decode, bool cold) {
+      for (int it = 0; it < 3; ++it) run(decode, 0);
+      const int n = cold ? 64 : 50;
       cudaEventRecord(e0);
-      for (int it = 0; it < n; ++it)
-        fast ? (void)zc::decode_attention(gq.in(), gk.in(), gv.in(), gp.in(), go.out(), 0.125f, w.ptr, nullptr)
-             : (void)zc::cached_attention(gq.in(), gk.in(), gv.in(), gp.in(), go.out(), 0.125f, nullptr);
+      for (int it = 0; it < n; ++it) run(decode, cold ? (it + 1) % copies : 0);
       cudaEventRecord(e1);
       cudaEventSynchronize(e1);
       float ms = 0;
       cudaEventElapsedTime(&ms, e0, e1);
-      return ms / n;
+      return ms / n * 1e3f;
     };
-    const float fast = time(true), simple = time(false);
+    const float hot = time(true, false), cold = time(true, true), simple = time(false, false);
     const double bytes = 2.0 * B * Hkv * filled * D * 2;  // K and V read once
-    std::printf("decode attention B=%lld: decode kernel %.2f us (%.0f GB/s of cache), simple kernel %.2f us\n",
-                static_cast<long long>(B), fast * 1e3, bytes / (fast * 1e-3) / 1e9, simple * 1e3);
+    std::printf("decode attention B=%-3lld chunks %lld: hot %.2f us, cold %.2f us (%.0f GB/s of cache), simple "
+                "kernel %.2f us\n",
+                static_cast<long long>(B),
+                static_cast<long long>(zk::cuda::workspace::decode_attention_splits(B, Hkv, L)), hot, cold,
+                bytes / (cold * 1e-6) / 1e9, simple);
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

@@ -16,9 +16,9 @@ bool decode_attention_supported(const In &q, const In &k, const In &v, const In 
 
 /// Query row i of sequence b attends to the cached keys 0 .. pos[b] + i, like cached_attention, split over
 /// the cache length (flash-decoding): each block reads one chunk of one K/V head's cache once for all the
-/// query heads that share it (grouped-query attention), keeps a running softmax, and a second kernel combines
-/// the chunks. `workspace` holds zk::cuda::workspace::cached_attention(...) bytes (zk/cuda_workspace.h); it
-/// may be null when that is 0.
+/// query heads that share it (grouped-query attention) and keeps a running softmax; up to eight chunks
+/// combine inside a thread-block cluster, more in a second kernel through `workspace`, which holds
+/// zk::cuda::workspace::cached_attention(...) bytes (zk/cuda_workspace.h) and may be null when that is 0.
 GpuStatus decode_attention(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
                            void *workspace, cudaStream_t stream);
 

@@ -29,22 +29,33 @@ inline uint64_t norm_grad(int64_t rows, int64_t n) {
 inline uint64_t sum_squares() { return static_cast<uint64_t>(kSumSquaresBlocks) * sizeof(double); }
 
 /// cached_attention (decode, kernels/cuda/decode_attention.cu) splits each (sequence, K/V head)'s cache into
-/// chunks of whole 128-key tiles, one block each, so that a small batch still fills the GPU (flash-decoding);
-/// a final pass combines the chunks' partial results. The split depends on the shapes alone, so that the plan
-/// counts the same workspace the kernel uses. Aiming at about 1056 blocks, eight per SM of the H200's 132:
-/// a block's tiles run one after another, so the blocks resident together hide each other's load latency.
-inline constexpr int64_t kDecodeTile = 128;
-inline constexpr int64_t kDecodeBlocks = 1056;
+/// chunks of whole 16-position units, one block each, so that a small batch still fills the GPU
+/// (flash-decoding), and combines the chunks' partial results. The split depends on the shapes alone, so that
+/// the plan counts the same workspace the kernel uses:
+/// - aim at about kDecodeBlocks blocks (two per SM of the H200's 132), no more chunks than units;
+/// - up to kDecodeClusterChunks chunks are one thread-block cluster and combine inside the kernel, with no
+///   workspace; more than that are taken only where the cluster's chunks would each exceed kDecodeLongChunk
+///   positions (long caches at small batches), and go through the workspace and a second kernel.
+/// llama-1b (8 K/V heads, 768 positions): 8 chunks of 96 at batch 1, 5 of 160 at batch 8, 1 from batch 33.
+inline constexpr int64_t kDecodeUnit = 16;
+inline constexpr int64_t kDecodeBlocks = 264;
+inline constexpr int64_t kDecodeClusterChunks = 8;
+inline constexpr int64_t kDecodeLongChunk = 512;
 
-/// The cache positions one block of cached_attention covers (a multiple of kDecodeTile).
+/// The cache positions one block of cached_attention covers (a multiple of kDecodeUnit).
 inline int64_t decode_attention_chunk(int64_t batch, int64_t kv_heads, int64_t cache_len) {
-  const int64_t tiles = (cache_len + kDecodeTile - 1) / kDecodeTile;
+  const int64_t units = cache_len > 0 ? (cache_len + kDecodeUnit - 1) / kDecodeUnit : 1;
   const int64_t pairs = batch * kv_heads > 0 ? batch * kv_heads : 1;
   int64_t splits = (kDecodeBlocks + pairs - 1) / pairs;
-  if (splits > tiles) splits = tiles;
+  if (splits > kDecodeClusterChunks) {
+    const int64_t longest = (cache_len + kDecodeLongChunk - 1) / kDecodeLongChunk;
+    const int64_t enough = longest > kDecodeClusterChunks ? longest : kDecodeClusterChunks;
+    if (splits > enough) splits = enough;
+  }
+  if (splits > units) splits = units;
   if (splits < 1) splits = 1;
-  const int64_t per = (tiles + splits - 1) / splits;
-  return per * kDecodeTile;
+  const int64_t per = (units + splits - 1) / splits;
+  return per * kDecodeUnit;
 }
 
 /// The number of chunks (blocks per sequence and K/V head) of cached_attention.
@@ -55,11 +66,12 @@ inline int64_t decode_attention_splits(int64_t batch, int64_t kv_heads, int64_t 
 }
 
 /// cached_attention's workspace: per query row of q [B, Hq, S, Dh] and chunk, the unnormalised output (Dh
-/// floats) and its running maximum and sum (2 floats); none when one chunk covers the cache.
+/// floats) and its running maximum and sum (2 floats); none when one chunk covers the cache or the chunks
+/// combine inside a cluster.
 inline uint64_t cached_attention(int64_t batch, int64_t heads, int64_t queries, int64_t head_dim,
                                  int64_t kv_heads, int64_t cache_len) {
   const int64_t splits = decode_attention_splits(batch, kv_heads, cache_len);
-  if (splits <= 1) return 0;
+  if (splits <= kDecodeClusterChunks) return 0;
   return static_cast<uint64_t>(batch * heads * queries * splits * (head_dim + 2)) * sizeof(float);
 }
 
