@@ -212,6 +212,8 @@ std::string commandLine(const CompileConfig &f, const CommonOptions &o) {
     os << " --generate --max-seq " << f.maxSeq;
   if (f.generate && f.decodeFusion != "auto")
     os << " --decode-fusion " << f.decodeFusion;
+  if (f.generate && f.fewRowsKernel != "stream")
+    os << " --few-rows-kernel " << f.fewRowsKernel;
   if (f.foldRotary != "auto")
     os << " --fold-rotary " << f.foldRotary;
   if (f.target == "cuda")
@@ -418,6 +420,10 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
       decode.chooseKernel = f.target == "cuda" && f.fewRowsMaxRows > 0;
       decode.fewRowsMax = f.fewRowsMaxRows;
       decode.fewRowsMaxBytes = f.fewRowsMaxBytes;
+      // The streaming few-row kernel where it holds a product (the K-slab
+      // grid sized to the SMs, docs/generation.md, session 9); the cpu
+      // target has one kernel per op.
+      decode.streamKernel = f.target == "cuda" && f.fewRowsKernel == "stream";
       decode.dtype = f.dtype;
       pm.addPass(plan::createZplanDecodeProducts(decode));
     }

@@ -221,6 +221,13 @@ std::vector<OptionRow> buildTable() {
                   "cuda target, --generate: the largest weight the few-row "
                   "kernel runs by that rule (default 4194304)")
                   .checked(Check::NonNegative));
+  t.push_back(row("--few-rows-kernel", &C::fewRowsKernel,
+                  "cuda target, --generate: the kernel of the fused few-row "
+                  "products and of those --few-rows-max-rows marks, where "
+                  "the streaming kernel holds them (stream, the default: "
+                  "W [K, N], at most 4 rows; cluster: the earlier kernels "
+                  "everywhere, for A/B timing), written into the plan")
+                  .oneOf({"stream", "cluster"}));
   t.push_back(row("--keep-logits-sharded", &C::keepLogitsSharded,
                   "Leave the LM head's logits split over tp"));
   t.push_back(row("--train", &C::train,

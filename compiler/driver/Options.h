@@ -86,6 +86,10 @@ struct CompileConfig {
   /// --few-rows-max-rows / --few-rows-max-bytes: the cuda target's rule for
   /// the products the few-row kernel runs instead of cuBLASLt.
   int64_t fewRowsMaxRows = 1, fewRowsMaxBytes = 4 * 1024 * 1024;
+  /// --few-rows-kernel: the cuda target's kernel for the few-row products
+  /// (fused, or marked by the rule above) that the streaming kernel holds
+  /// (stream, the default; cluster: the earlier kernels, for A/B timing).
+  std::string fewRowsKernel = "stream";
   bool report = false;
   std::string reportJson;
   // Training (docs/training-contract.md): --train builds @init and

@@ -13,6 +13,10 @@
 //   few-row product, by a rule on its rows and weight bytes, written into the
 //   plan (zd.kernel), so that two runs of one plan run the same kernels and
 //   round alike (the backend used to time both at run time);
+// - stream-kernel: which few-row kernel (zk/few_rows_kernels.h) runs the
+//   fused products and those choose-kernel marked: the streaming kernel
+//   wherever it holds the product, the cluster kernels elsewhere (the
+//   backend used to pick the streaming kernel by an environment variable);
 // - rope-kv: a decode layer's rotary of q and k and its two cache writes
 //   become one zg.rope_kv_write (one kernel instead of four);
 // - norm: the residual add and RMS norm before a few-row product go into the
@@ -32,6 +36,8 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
+
+#include "zk/few_rows_kernels.h"
 
 #include <map>
 #include <tuple>
@@ -124,6 +130,8 @@ struct DecodeProductsPass
         fuseRopeKvWrites(body);
       if (chooseKernel)
         choose(body, *floatDType);
+      if (streamKernel)
+        chooseStream(body);
       if (normMaxRows > 0)
         fuseNorms(body);
     }
@@ -489,6 +497,47 @@ struct DecodeProductsPass
       if (addOp)
         addOp->erase();
       ++numNorm;
+    }
+  }
+
+  /// Whether the streaming few-row kernel holds a product of input `x`
+  /// against these weights (zk/few_rows_kernels.h's rule, shared with the
+  /// plan verifier and the kernel).
+  static bool streamHolds(Value x, ValueRange weights, bool transW) {
+    int64_t rows = rowsOf(x);
+    SmallVector<int64_t> widths;
+    for (Value w : weights) {
+      auto t = rtt(w);
+      if (t.getRank() != 2 || !t.hasStaticShape())
+        return false;
+      widths.push_back(t.getShape()[transW ? 0 : 1]);
+    }
+    return zk::cuda::stream_holds(transW, rows, rtt(x).getShape().back(),
+                                  widths.data(), int(widths.size()));
+  }
+
+  /// zd.kernel = "few_rows_stream" on the fused products (zg.linear_multi,
+  /// zg.linear_gated) and the products choose-kernel marked, where the
+  /// streaming kernel holds them; the others keep the cluster kernels (the
+  /// fused ones without a zd.kernel, the marked ones "few_rows").
+  void chooseStream(Block &body) {
+    const char *stream = zk::cuda::few_rows_name(zk::cuda::FewRows::stream);
+    for (Operation &op : body.without_terminator()) {
+      bool held = false;
+      if (auto m = dyn_cast<zg::LinearMultiOp>(op))
+        held = streamHolds(m.getInput(), m.getWeights(), m.getTransW());
+      else if (auto g = dyn_cast<zg::LinearGatedOp>(op))
+        held = streamHolds(g.getInput(), g.getGateWeight(), g.getTransW());
+      else if (auto l = dyn_cast<zg::LinearOp>(op))
+        held = l->hasAttr("zd.kernel") &&
+               streamHolds(l.getInput(), l.getWeight(), l.getTransW());
+      else if (auto mm = dyn_cast<zg::MatmulOp>(op))
+        held = mm->hasAttr("zd.kernel") &&
+               streamHolds(mm.getLhs(), mm.getRhs(), mm.getTransB());
+      if (!held)
+        continue;
+      op.setAttr("zd.kernel", StringAttr::get(op.getContext(), stream));
+      ++numStream;
     }
   }
 

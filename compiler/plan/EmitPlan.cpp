@@ -16,6 +16,7 @@
 
 #include "zk/attention_kernels.h"
 #include "zk/cuda_workspace.h"
+#include "zk/few_rows_kernels.h"
 #include "zrt/collective_staging.h"
 #include "zrt/plan_file.h"
 #include "zrt/plan_generated.h"
@@ -36,10 +37,21 @@ namespace fs = std::filesystem;
 namespace zplan::plan {
 namespace {
 
-/// Whether --zplan-decode-products chose the few-row kernel for a product.
-bool fewRowsKernel(mlir::Operation *op) {
-  auto kernel = op->getAttrOfType<mlir::StringAttr>("zd.kernel");
-  return kernel && kernel.getValue() == "few_rows";
+/// The code of the few-row kernel --zplan-decode-products chose for a
+/// product (zk/few_rows_kernels.h): 0 when none was chosen, -1 (after an
+/// error naming the op) for a name that is no few-row kernel.
+int fewRowsKernel(mlir::Operation *op) {
+  auto name = op->getAttrOfType<mlir::StringAttr>("zd.kernel");
+  if (!name)
+    return 0;
+  int code = zk::cuda::few_rows_code(name.str().c_str());
+  if (code < 0)
+    op->emitOpError("zd.kernel '")
+        << name.getValue()
+        << "' is not a few-row kernel of "
+           "kernels/cuda/include/zk/few_rows_kernels.h (few_rows, "
+           "few_rows_stream)";
+  return code;
 }
 
 /// The code of the attention kernel --zplan-attention-kernels chose (a name
@@ -916,19 +928,33 @@ struct Emitter {
     llvm::TypeSwitch<Operation *>(op)
         .Case([&](graph::MatmulOp m) {
           ints = {m.getTransA() ? 1 : 0, m.getTransB() ? 1 : 0};
-          // Plan 2.9: the kernel --zplan-decode-products chose, only when
-          // it chose the few-row kernel (other plans keep their bytes).
-          if (fewRowsKernel(m))
-            ints.push_back(1);
+          // Plans 2.9 / 2.14: the kernel --zplan-decode-products chose,
+          // only when it chose a few-row kernel (other plans keep their
+          // bytes).
+          int kernel = fewRowsKernel(m);
+          if (kernel < 0)
+            ok = failure();
+          else if (kernel > 0)
+            ints.push_back(kernel);
         })
         .Case([&](graph::LinearOp l) {
           ints = {l.getTransW() ? 1 : 0};
-          if (fewRowsKernel(l))
-            ints.push_back(1);
+          int kernel = fewRowsKernel(l);
+          if (kernel < 0)
+            ok = failure();
+          else if (kernel > 0)
+            ints.push_back(kernel);
           floats = {l.getAlpha().convertToDouble()};
         })
         .Case([&](graph::LinearMultiOp l) {
+          // Plan 2.14: ints [trans_w, kernel] where a kernel was chosen
+          // (without it the cluster kernels).
           ints = {l.getTransW() ? 1 : 0};
+          int kernel = fewRowsKernel(l);
+          if (kernel < 0)
+            ok = failure();
+          else if (kernel > 0)
+            ints.push_back(kernel);
           floats = {l.getAlpha().convertToDouble()};
         })
         .Case([&](graph::NormProductsOp n) {
@@ -946,6 +972,12 @@ struct Emitter {
                   l.getAct() == "silu"        ? 15
                   : l.getAct() == "gelu_tanh" ? 13
                                               : 14};
+          // Plan 2.14: the kernel as linear_multi's.
+          int kernel = fewRowsKernel(l);
+          if (kernel < 0)
+            ok = failure();
+          else if (kernel > 0)
+            ints.push_back(kernel);
           floats = {l.getAlpha().convertToDouble()};
         })
         .Case([&](graph::SoftmaxOp s) { ints = {int64_t(s.getAxis())}; })

@@ -176,6 +176,12 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
       then runs it with the few-row kernel (kernels/cuda/skinny_gemm.cu)
       instead of cuBLASLt. The defaults follow the session 5 measurements on
       the H200: the few-row kernel won only at one row and a 2 MiB weight.
+    - `stream-kernel` (the cuda target, after choose-kernel): each
+      `zg.linear_multi`, `zg.linear_gated` and each product choose-kernel
+      marked that the streaming few-row kernel holds (W [K, N], at most 4
+      rows, K x rows within 16384, widths a multiple of 8:
+      zk/few_rows_kernels.h) gets `zd.kernel = "few_rows_stream"` (plan 2.14:
+      kernel code 2); the others keep the cluster kernels (code 1).
 
     Before (one row):
     ```mlir
@@ -211,6 +217,9 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
     Option<"fewRowsMaxBytes", "few-rows-max-bytes", "int64_t",
            "4 * 1024 * 1024",
            "choose-kernel: the largest weight (bytes) the rule marks">,
+    Option<"streamKernel", "stream-kernel", "bool", "false",
+           "run the fused and marked few-row products that the streaming "
+           "kernel holds with it">,
     Option<"dtype", "dtype", "std::string", "\"fp32\"",
            "the plan's float dtype (a weight's bytes)">,
   ];
@@ -218,6 +227,7 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
     Statistic<"numGated", "gated", "gate/up pairs fused with their act">,
     Statistic<"numMulti", "multi", "groups of linears fused into one step">,
     Statistic<"numFewRows", "few-rows", "products marked for the few-row kernel">,
+    Statistic<"numStream", "stream", "products marked for the streaming kernel">,
     Statistic<"numRopeKv", "rope-kv", "rotary and cache write groups fused">,
     Statistic<"numNorm", "norm", "norms folded into few-row products">,
   ];

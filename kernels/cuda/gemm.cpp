@@ -241,39 +241,30 @@ void broadcast_strides(const Dims &in, const Dims &out, int64_t *st) {
   }
 }
 
-/// set_skinny_mode's setting; initially from ZK_SKINNY ("0" never, "1" always, unset: the plan's choice).
-std::atomic<int> g_skinny_mode{[] {
-  const char* e = std::getenv("ZK_SKINNY");
-  if (!e || !*e) return -1;
-  return std::strcmp(e, "0") == 0 ? 0 : 1;
-}()};
-
-int skinny_override() { return g_skinny_mode.load(std::memory_order_relaxed); }
-
-/// A product of M <= kSkinnyMaxRows rows of x against one weight matrix: skinny_linear where the plan chose
-/// it (`chosen`, plan 2.9: --zplan-decode-products decides by rows and weight bytes) or ZK_SKINNY=1 forces
-/// it, and where the kernel holds the shape; *done stays false otherwise and cuBLASLt runs the product. No
-/// timing at run time: two runs of one plan run the same kernels and round alike.
+/// A product of M <= kSkinnyMaxRows rows of x against one weight matrix by the few-row kernel the plan named
+/// (plan 2.9 / 2.14: --zplan-decode-products decides by rows, weight bytes and shape): the cluster kernels
+/// where they hold the shape (*done stays false otherwise and cuBLASLt runs the product), the streaming
+/// kernel (an error where it does not hold it: the plan verifier refuses such plans). FewRows::library:
+/// *done false. No timing and no override at run time: two runs of one plan run the same kernels and round
+/// alike.
 GpuStatus few_rows(Blas::Impl* impl, const In& x, const In& w, const In& bias, const Out& out, bool tw,
-                   int64_t M, int64_t K, int64_t N, float alpha, Epilogue epi, bool chosen, cudaStream_t s,
+                   int64_t M, int64_t K, int64_t N, float alpha, Epilogue epi, FewRows kernel, cudaStream_t s,
                    bool* done) {
   *done = false;
-  const int mode = skinny_override();
-  const bool want = mode == 1 || (mode == -1 && chosen);
-  if (!want || M > kSkinnyMaxRows || !skinny_linear_fits(x.dtype, M, K, N, tw)) return {};
+  if (kernel == FewRows::library) return {};
+  if (kernel != FewRows::cluster && kernel != FewRows::stream)
+    return kernel_failure(
+        ("linear / matmul: unknown few-row kernel code " + std::to_string(static_cast<int>(kernel))).c_str());
+  if (kernel == FewRows::cluster && (M > kSkinnyMaxRows || !skinny_linear_fits(x.dtype, M, K, N, tw))) return {};
   const bool early = impl->never_written(w.data, static_cast<size_t>(K * N) * dtype_size(w.dtype));
   *done = true;
-  return skinny_linear(x, w, bias, out, tw, alpha, epi, early, s);
+  return skinny_linear(x, w, bias, out, tw, alpha, epi, early, s, kernel);
 }
 
 }  // namespace
 
-void set_skinny_mode(int mode) {
-  g_skinny_mode.store(mode < 0 ? -1 : mode == 0 ? 0 : 1, std::memory_order_relaxed);
-}
-
 GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool ta, bool tb, void *ws, size_t ws_bytes,
-                 cudaStream_t s, bool few) {
+                 cudaStream_t s, FewRows few) {
   if (a.shape.rank < 1 || b.shape.rank < 1) return kernel_failure("matmul: operands must have rank >= 1");
   MatShape ma = mat_of(a.shape, false), mb = mat_of(b.shape, true);
   const bool tae = ta && !ma.vec, tbe = tb && !mb.vec;
@@ -347,7 +338,7 @@ namespace {
 /// linear's contract, plus the residual (out's shape and dtype, or none) that linear_residual adds in the
 /// product's epilogue.
 GpuStatus linear_impl(Blas &blas, const In &x, const In &w, const In &bias, const In &residual, const Out &out,
-                      bool tw, float alpha, Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, bool few) {
+                      bool tw, float alpha, Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, FewRows few) {
   if (x.shape.rank < 1 || w.shape.rank != 2) return kernel_failure("linear: x must have rank >= 1 and W rank 2");
   const int64_t K = x.shape.d[x.shape.rank - 1];
   const int64_t N = tw ? w.shape.d[0] : w.shape.d[1];
@@ -417,7 +408,7 @@ GpuStatus linear_impl(Blas &blas, const In &x, const In &w, const In &bias, cons
 }  // namespace
 
 GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool tw, float alpha,
-                 Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, bool few) {
+                 Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, FewRows few) {
   return linear_impl(blas, x, w, bias, In{}, out, tw, alpha, epi, ws, ws_bytes, s, few);
 }
 
@@ -425,15 +416,15 @@ GpuStatus linear_residual(Blas &blas, const In &x, const In &w, const In &bias, 
                           bool tw, float alpha, void *ws, size_t ws_bytes, cudaStream_t s) {
   if (!residual.data) return kernel_failure("linear_residual: no residual");
   return linear_impl(blas, x, w, bias, residual, out, tw, alpha, bias.data ? Epilogue::bias : Epilogue::none, ws,
-                     ws_bytes, s, false);
+                     ws_bytes, s, FewRows::library);
 }
 
 GpuStatus linear_multi(Blas &blas, const In &x, const In *w, const Out *out, int n, bool tw, float alpha,
-                       cudaStream_t s) {
+                       cudaStream_t s, FewRows kernel) {
   bool early = true;
   for (int i = 0; i < n; ++i)
     early = early && blas.impl()->never_written(w[i].data, static_cast<size_t>(w[i].shape.numel()) * dtype_size(w[i].dtype));
-  return skinny_linear_multi(x, w, out, n, tw, alpha, early, s);
+  return skinny_linear_multi(x, w, out, n, tw, alpha, early, s, kernel);
 }
 
 GpuStatus norm_products(Blas &blas, const In &x, const In &residual, const In &scale, const In *w, const Out &sum,
@@ -445,10 +436,10 @@ GpuStatus norm_products(Blas &blas, const In &x, const In &residual, const In &s
 }
 
 GpuStatus linear_gated(Blas &blas, Unary act, const In &x, const In &wg, const In &wu, const Out &out, bool tw,
-                       float alpha, cudaStream_t s) {
+                       float alpha, cudaStream_t s, FewRows kernel) {
   const size_t bytes = static_cast<size_t>(wg.shape.numel()) * dtype_size(wg.dtype);
   const bool early = blas.impl()->never_written(wg.data, bytes) && blas.impl()->never_written(wu.data, bytes);
-  return skinny_linear_gated(act, x, wg, wu, out, tw, alpha, early, s);
+  return skinny_linear_gated(act, x, wg, wu, out, tw, alpha, early, s, kernel);
 }
 
 }  // namespace cuda

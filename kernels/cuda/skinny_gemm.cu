@@ -19,17 +19,20 @@
 // - fp32 accumulation, the epilogue (alpha, bias, GELU in its tanh form as cuBLASLt's) on the fp32 sum,
 //   one rounding to the storage type.
 //
-// The oracle is the CPU reference kernel (zk::cpu::linear), tests/cuda/generate_kernels_test.cpp; which of
-// this kernel and cuBLASLt runs a product is measured per shape (gemm.cpp).
+// - The streaming kernel (below, session 7; K-split and sized to the SMs in session 9) for W [K, N] at 1 to 4
+//   rows: a ring of cp.async copies per thread instead of registers.
+//
+// The oracle is the CPU reference kernel (zk::cpu::linear), tests/cuda/generate_kernels_test.cpp. Which of
+// cuBLASLt, the cluster kernels and the streaming kernel runs a product is the plan's (the compiler's
+// --zplan-decode-products writes a code of zk/few_rows_kernels.h per product); nothing here chooses.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
+#include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
+#include <type_traits>
 
 #include "common.cuh"
 #include "zk/cuda_kernels.h"
@@ -547,21 +550,21 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// --- The streaming few-row kernel (session 7) ---------------------------------------------------------------
-// One kernel for the plain, multi and gated products over W [K, N] where x's rows fit the shared memory: a
-// block reads a strip of kTN weight columns over the whole of K (no K split, so no cluster, no second
-// reduction and no cluster barriers), through a ring of cp.async copies into shared memory. A thread keeps
-// kStreamDepth - 1 pieces of 16 bytes in flight without holding them in registers (the [K, N] kernels above
-// hold eight in registers, which is what capped their occupancy), and the first of them go out before the
-// wait for the previous kernel: a 2048-row strip of 16 columns (64 KiB) is then wholly requested before x
-// exists. Each thread consumes only the pieces it copied, so the ring needs no block barrier. The block is
-// small in registers and shared memory (under half an SM), so that the next product's blocks fit beside it
-// and start their own weight stream while it finishes: the memory stays busy across the launches of a
-// decode step.
+// --- The streaming few-row kernel (sessions 7 and 9) --------------------------------------------------------
+// One kernel for the plain, multi and gated products over W [K, N] where x's rows fit the shared memory (the
+// plan's kernel code FewRows::stream, zk/few_rows_kernels.h). The grid is (strips, splits): block (s, k)
+// reads strip s (kTN weight columns) over the K-slab k (kc consecutive rows), through a ring of cp.async
+// copies into shared memory. A thread keeps kStreamDepth - 1 pieces of 16 bytes in flight without holding
+// them in registers (the [K, N] kernels above hold eight in registers, which is what capped their
+// occupancy), and the first of them go out before the wait for the previous kernel, so the weight stream
+// begins before x exists. Each thread consumes only the pieces it copied, so the ring needs no block
+// barrier. The strip width and the K split are chosen together (stream_shape) so that the grid fills the
+// SMs in one wave with equal blocks (session 8 measured the earlier choice, whole-K strips, at 1.33 waves for
+// llama-1b's gate/up); the K split's partial sums are added within a thread-block cluster through
+// distributed shared memory, in rank order (one kernel, no workspace, the same sums on every run).
 constexpr int kStreamDepth = 16;                // ring slots per thread (15 pieces in flight)
 constexpr int kStreamRingBytes = kStreamDepth * kThreads * 16;
-constexpr int kStreamMaxXBytes = 64 * 1024;     // x's rows as floats: M x K x 4 at most this
-constexpr int kStreamMaxRows = 4;               // more rows keep the [K, N] kernels above
+constexpr int kStreamMaxXBytes = static_cast<int>(zk::cuda::kStreamMaxXBytes);  // x's slab as floats
 
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
@@ -580,21 +583,25 @@ __device__ __forceinline__ void unpack16(const uint4& raw, float (&f)[16 / sizeo
   for (int e = 0; e < static_cast<int>(16 / sizeof(T)); ++e) f[e] = to_f32(v[e]);
 }
 
-// Grid: one block per strip (segment_of maps blocks to segments). kTN weight columns per strip: kTN / EP
-// column threads (EP elements of 16 bytes each), the others rows. Gated: the first half of the column threads
-// read the gate's columns, the second half the same columns of the up weight; a strip then has kTN / 2
-// outputs. Dynamic shared memory: the ring [kStreamDepth][kThreads] of 16-byte slots, then x [MR][K] as
-// floats; the ring's bytes hold the reduction afterwards.
+// Grid: (strips, splits), one cluster of `splits` blocks along y per strip when splits > 1 (segment_of maps
+// strips to segments). kTN weight columns per strip: kTN / EP column threads (EP elements of 16 bytes each),
+// the others rows. Gated: the first half of the column threads read the gate's columns, the second half the
+// same columns of the up weight; a strip then has kTN / 2 outputs. Dynamic shared memory: the ring
+// [kStreamDepth][kThreads] of 16-byte slots, then x's K-slab [MR][kc] as floats; the ring's bytes hold the
+// reduction afterwards (the warps' sums, then the block's, which the cluster's blocks read).
 template <class T, int MR, int kTN, bool kGated>
 __global__ void __launch_bounds__(kThreads, 2)
-    skinny_stream_kernel(const T* __restrict__ x, Segs sg, int M, int K, float alpha, int early) {
+    skinny_stream_kernel(const T* __restrict__ x, Segs sg, int M, int K, int kc, int splits, float alpha,
+                         int early) {
   extern __shared__ __align__(16) unsigned char sbytes[];
   constexpr int EP = 16 / static_cast<int>(sizeof(T));
   constexpr int CT = kTN / EP;                      // column threads
   constexpr int RL = kThreads / CT;                 // weight rows read at once
   constexpr int kCols = kGated ? kTN / 2 : kTN;     // output columns of a strip
   constexpr int D = kStreamDepth;
+  constexpr int kWarps = kThreads / 32;
   static_assert(CT >= 2 && CT <= 32 && (32 % CT) == 0, "column threads must divide a warp");
+  static_assert((kWarps + 1) * MR * kTN * 4 <= kStreamRingBytes, "the reduction must fit the ring's bytes");
   uint4* ring = reinterpret_cast<uint4*>(sbytes);
   float* xs = reinterpret_cast<float*>(sbytes + kStreamRingBytes);
   const int tid = threadIdx.x, c = tid % CT, r = tid / CT;
@@ -605,12 +612,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int N = pick(sg.n, kGated ? 0 : seg);
   const int n0 = strip * kCols + (kGated ? c % (CT / 2) : c) * EP;
   const bool live = n0 < N;  // N is a multiple of EP: a piece is wholly in or out
-  const int rows = r < K ? (K - r + RL - 1) / RL : 0;
-  const T* wp = w + static_cast<int64_t>(r) * N + (live ? n0 : 0);
+  const int kbeg = static_cast<int>(blockIdx.y) * kc, kend = min(K, kbeg + kc);
+  const int span = kend > kbeg ? kend - kbeg : 0;
+  const int rows = r < span ? (span - r + RL - 1) / RL : 0;
+  const T* wp = w + static_cast<int64_t>(kbeg + r) * N + (live ? n0 : 0);
   const int64_t step = static_cast<int64_t>(RL) * N;
   uint4* slot = ring + tid;  // this thread's slots, kThreads apart
-  // Piece i (weight row r + RL i) goes to slot i % D; every call commits one group, empty or not, so that
-  // "group i done" is "at most (groups committed - i - 1) pending".
+  // Piece i (weight row kbeg + r + RL i) goes to slot i % D; every call commits one group, empty or not, so
+  // that "group i done" is "at most (groups committed - i - 1) pending".
   auto issue = [&](int i) {
     if (live && i < rows) cp_async16(slot + (i % D) * kThreads, wp + i * step);
     cp_async_commit();
@@ -625,26 +634,27 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (sg.res) {
     // The residual add and RMS norm of norm_products, as the residual_norm kernel computes them (the norm of
     // the rounded sum, the normed value rounded to the storage type): every block normalises the rows itself
-    // (K wide, at most kStreamMaxRows of them, from the L2), block 0 writes the sum.
+    // (K wide, at most kStreamMaxRows of them, from the L2) and keeps its K-slab; block (0, 0) writes the sum.
     const T* __restrict__ res = static_cast<const T*>(sg.res);
     const T* __restrict__ g = static_cast<const T*>(sg.nscale);
     T* __restrict__ sum_out = static_cast<T*>(sg.sum);
+    const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
     float ss[MR];
 #pragma unroll
     for (int m = 0; m < MR; ++m) ss[m] = 0.0f;
     for (int e = tid; e < MR * K; e += kThreads) {
-      const int m = e / K;
+      const int m = e / K, kk = e % K;
       float v = 0.0f;
       if (m < M) {
         const T t = from_f32<T>(to_f32(x[e]) + to_f32(res[e]));
-        if (blockIdx.x == 0) sum_out[e] = t;
+        if (writer) sum_out[e] = t;
         v = to_f32(t);
       }
-      xs[e] = v;
+      if (kk >= kbeg && kk < kend) xs[m * kc + kk - kbeg] = v;
 #pragma unroll
       for (int mm = 0; mm < MR; ++mm) ss[mm] += mm == m ? v * v : 0.0f;
     }
-    __shared__ float nred[kThreads / 32][MR];
+    __shared__ float nred[kWarps][MR];
     const int w32 = tid / 32, l32 = tid % 32;
 #pragma unroll
     for (int m = 0; m < MR; ++m) {
@@ -659,22 +669,22 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int m = 0; m < MR; ++m) {
       float t = 0.0f;
 #pragma unroll
-      for (int q = 0; q < kThreads / 32; ++q) t += nred[q][m];
+      for (int q = 0; q < kWarps; ++q) t += nred[q][m];
       inv[m] = rsqrtf(t / static_cast<float>(K) + sg.eps);
     }
-    for (int e = tid; e < MR * K; e += kThreads) {
-      const int m = e / K;
+    for (int e = tid; e < MR * span; e += kThreads) {
+      const int m = e / span, j = e % span;
       float iv = 0.0f;
 #pragma unroll
       for (int mm = 0; mm < MR; ++mm) iv = mm == m ? inv[mm] : iv;
-      float o = xs[e] * iv;
-      o *= to_f32(g[e % K]);
-      xs[e] = to_f32(from_f32<T>(o));
+      float o = xs[m * kc + j] * iv;
+      o *= to_f32(g[kbeg + j]);
+      xs[m * kc + j] = to_f32(from_f32<T>(o));
     }
   } else {
-    for (int e = tid; e < MR * K; e += kThreads) {
-      const int m = e / K;
-      xs[e] = m < M ? to_f32(x[e]) : 0.0f;
+    for (int e = tid; e < MR * span; e += kThreads) {
+      const int m = e / span, j = e % span;
+      xs[m * kc + j] = m < M ? to_f32(x[static_cast<int64_t>(m) * K + kbeg + j]) : 0.0f;
     }
   }
   __syncthreads();
@@ -695,7 +705,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const float* xk = xs + r + RL * i;
 #pragma unroll
     for (int m = 0; m < MR; ++m) {
-      const float xv = xk[m * K];
+      const float xv = xk[m * kc];
 #pragma unroll
       for (int e = 0; e < EP; ++e) acc[m][e] = fmaf(xv, wf[e], acc[m][e]);
     }
@@ -713,8 +723,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       acc[m][e] = v;
     }
   __syncthreads();  // every thread is past its ring: the reduction reuses its bytes
-  constexpr int kWarps = kThreads / 32;
   float* red = reinterpret_cast<float*>(sbytes);  // [kWarps][MR][kTN]
+  float* part = red + kWarps * MR * kTN;          // [MR][kTN]: the block's sums over its K-slab
   const int warp = tid / 32, lane = tid % 32;
   if (lane < CT)
 #pragma unroll
@@ -722,23 +732,42 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int e = 0; e < EP; ++e) red[(warp * MR + m) * kTN + lane * EP + e] = acc[m][e];
   __syncthreads();
-  auto sum = [&](int idx) {
+  for (int o = tid; o < MR * kTN; o += kThreads) {
     float s = 0.0f;
 #pragma unroll
-    for (int g = 0; g < kWarps; ++g) s += red[g * MR * kTN + idx];
-    return s;
-  };
-  for (int o = tid; o < MR * kCols; o += kThreads) {
+    for (int q = 0; q < kWarps; ++q) s += red[q * MR * kTN + o];
+    part[o] = s;
+  }
+  // Output o < MR x kCols: row m = o / kCols, column j = o % kCols of the strip; half 1 is the up weight's.
+  auto store = [&](int o, float s0, float s1) {
     const int m = o / kCols, j = o % kCols, n = strip * kCols + j;
-    if (m >= M || n >= N) continue;
+    if (m >= M || n >= N) return;
     if (kGated) {
-      out[static_cast<int64_t>(m) * N + n] = gated_out<T>(sum(m * kTN + j), sum(m * kTN + kCols + j), alpha, sg.act);
+      out[static_cast<int64_t>(m) * N + n] = gated_out<T>(s0, s1, alpha, sg.act);
     } else {
       const T* bias = static_cast<const T*>(sg.bias);
-      out[static_cast<int64_t>(m) * N + n] =
-          from_f32<T>(epilogue(sum(m * kTN + j), alpha, bias ? to_f32(bias[n]) : 0.0f, sg.epi));
+      out[static_cast<int64_t>(m) * N + n] = from_f32<T>(epilogue(s0, alpha, bias ? to_f32(bias[n]) : 0.0f, sg.epi));
     }
+  };
+  auto index = [&](int o, int half) { return (o / kCols) * kTN + o % kCols + half * kCols; };
+  if (splits == 1) {
+    __syncthreads();
+    for (int o = tid; o < MR * kCols; o += kThreads) store(o, part[index(o, 0)], kGated ? part[index(o, 1)] : 0.0f);
+    return;
   }
+  // The cluster's blocks add their sums in rank order: block r finalises the outputs o with o % splits == r.
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  for (int o = static_cast<int>(cluster.block_rank()) + splits * tid; o < MR * kCols; o += splits * kThreads) {
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int q = 0; q < splits; ++q) {
+      const float* pq = cluster.map_shared_rank(part, q);
+      s0 += pq[index(o, 0)];
+      if (kGated) s1 += pq[index(o, 1)];
+    }
+    store(o, s0, s1);
+  }
+  cluster.sync();  // the other blocks' shared memory stays alive until every block has read it
 }
 
 /// The launch of a kernel that may start while the previous kernel of the stream ends (programmatic
@@ -802,83 +831,129 @@ int kn_splits(int64_t M, int64_t K, int64_t N, size_t es_unused) {
   return static_cast<int>(std::max<int64_t>(splits, need));
 }
 
-/// set_skinny_stream's setting; initially from ZK_SKINNY_STREAM ("1": the streaming kernel where it applies;
-/// unset or anything else: the [K, N] kernels above, until the streaming kernel has been checked on a GPU).
-std::atomic<int> g_stream{[] {
-  const char* e = std::getenv("ZK_SKINNY_STREAM");
-  return e && std::strcmp(e, "1") == 0 ? 1 : 0;
-}()};
-
-bool stream_on() { return g_stream.load(std::memory_order_relaxed) != 0; }
-
-/// Whether the streaming kernel holds a [K, N] product of M rows: its rows and x's floats within its limits,
-/// and every weight's columns in whole 16-byte pieces of 16-byte aligned storage.
-bool stream_fits(int64_t M, int64_t K, const Segs& sg, int nw, size_t es) {
-  if (M < 1 || M > kStreamMaxRows || K < 1) return false;
-  if (static_cast<int64_t>(rows_template(M)) * K * 4 > kStreamMaxXBytes) return false;
-  const int64_t ep = static_cast<int64_t>(16 / es);
+/// Whether the streaming kernel holds a [K, N] product of M rows (zk/few_rows_kernels.h's stream_holds) with
+/// every weight in 16-byte aligned storage.
+bool stream_fits(int64_t M, int64_t K, const Segs& sg, int nw) {
+  int64_t n[4] = {0, 0, 0, 0};
+  for (int i = 0; i < sg.count; ++i) n[i] = sg.n[i];
+  if (!stream_holds(false, M, K, n, sg.count)) return false;
   for (int i = 0; i < nw; ++i)
     if (reinterpret_cast<uintptr_t>(sg.w[i]) % 16 != 0) return false;
-  for (int i = 0; i < sg.count; ++i)
-    if (sg.n[i] % ep != 0) return false;
   return true;
 }
 
-/// Strips of a streaming launch with kTN weight columns each (kTN / 2 outputs when gated).
-int64_t stream_strips(const Segs& sg, int tn, bool gated) {
+/// Strips of a streaming launch with tn weight columns each (tn / 2 outputs when gated) over these widths.
+int64_t stream_strips(const int64_t* n, int count, int tn, bool gated) {
   const int cols = gated ? tn / 2 : tn;
   int64_t total = 0;
-  for (int i = 0; i < sg.count; ++i) total += (sg.n[i] + cols - 1) / cols;
+  for (int i = 0; i < count; ++i) total += (n[i] + cols - 1) / cols;
   return total;
 }
 
+/// The rows of the K-slab of each of `splits` blocks: K itself unsplit, else a whole number of the block's
+/// row lanes (rl) so that its threads read alike; 0 when the last block would have no rows.
+int64_t stream_kc(int64_t K, int splits, int rl) {
+  if (splits == 1) return K;
+  const int64_t kc = ((K + splits - 1) / splits + rl - 1) / rl * rl;
+  return (splits - 1) * kc < K ? kc : 0;
+}
+
+/// The launch shape (see StreamShape): of the strip widths of 2, 4, 8 and 16 pieces and the K splits 1..8
+/// whose grid fits one wave at two blocks an SM, the one whose blocks fill the SMs most evenly (blocks over
+/// SMs x the waves of blocks an SM runs), then the most blocks (the most loads in flight), then the widest
+/// strip (whole 128-byte lines of a row), then the fewest splits; a split gives each thread at least four
+/// pieces. Where no grid fits one wave, the widest strip unsplit. llama-1b at one row in bf16 on 132 SMs:
+/// q/k/v 64 columns x 5 splits (240 blocks), gate/up 128 x 3 (264), o and down 64 x 8 (256).
+StreamShape choose_stream_shape(size_t es, int64_t K, const int64_t* n, int count, bool gated, int sms) {
+  const int ep = static_cast<int>(16 / es);
+  const int64_t cap = 2 * static_cast<int64_t>(sms);
+  StreamShape best{16 * ep, 1};
+  double best_fill = -1.0;
+  int64_t best_blocks = 0;
+  for (int pieces : {16, 8, 4, 2}) {
+    const int tn = pieces * ep, rl = kThreads / pieces;
+    const int64_t strips = stream_strips(n, count, tn, gated);
+    for (int s = 1; s <= kMaxSplits; ++s) {
+      const int64_t kc = stream_kc(K, s, rl);
+      if (kc == 0 || (s > 1 && kc < 4 * rl)) continue;
+      const int64_t blocks = strips * s;
+      if (blocks > cap) break;
+      const int64_t waves = (blocks + sms - 1) / sms;
+      const double fill = std::floor(100.0 * static_cast<double>(blocks) / static_cast<double>(sms * waves)) / 100.0;
+      if (fill > best_fill || (fill == best_fill && blocks > best_blocks)) {
+        best = StreamShape{tn, s};
+        best_fill = fill;
+        best_blocks = blocks;
+      }
+    }
+  }
+  return best;
+}
+
 template <class T, int MR, int kTN, bool kGated>
-cudaError_t launch_stream_tn(const T* x, Segs sg, int64_t M, int64_t K, float alpha, int early, cudaStream_t s) {
-  const int cols = kGated ? kTN / 2 : kTN;
+cudaError_t launch_stream_tn(const T* x, Segs sg, int64_t M, int64_t K, int splits, float alpha, int early,
+                             cudaStream_t s) {
+  constexpr int cols = kGated ? kTN / 2 : kTN;
+  constexpr int rl = kThreads / (kTN / (16 / static_cast<int>(sizeof(T))));
+  const int64_t kc = stream_kc(K, splits, rl);
+  if (kc == 0 || static_cast<int64_t>(MR) * kc * 4 > kStreamMaxXBytes) return cudaErrorInvalidValue;
   int64_t strips = 0;
   for (int i = 0; i < sg.count; ++i) sg.end[i] = static_cast<int>(strips += (sg.n[i] + cols - 1) / cols);
-  const size_t smem = static_cast<size_t>(kStreamRingBytes) + static_cast<size_t>(MR) * K * sizeof(float);
+  const size_t smem = static_cast<size_t>(kStreamRingBytes) + static_cast<size_t>(MR) * kc * sizeof(float);
   auto kernel = skinny_stream_kernel<T, MR, kTN, kGated>;
   // Above 48 KiB a kernel's dynamic shared memory needs the opt-in; once per instantiation, for the most it
   // ever asks (the ring and kStreamMaxXBytes of x).
   static const cudaError_t attr = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStreamRingBytes + kStreamMaxXBytes);
   if (attr != cudaSuccess) return attr;
-  return launch_dependent(kernel, dim3(static_cast<unsigned>(strips)), smem, 1, s, x, sg, static_cast<int>(M),
-                          static_cast<int>(K), alpha, early);
+  return launch_dependent(kernel, dim3(static_cast<unsigned>(strips), static_cast<unsigned>(splits)), smem, splits,
+                          s, x, sg, static_cast<int>(M), static_cast<int>(K), static_cast<int>(kc), splits, alpha,
+                          early);
 }
 
-/// The strip width: the widest of 64, 32 and 16 columns that still gives two strips per SM (wide strips read
-/// whole 128-byte lines of a row; narrow ones give small weights enough blocks), else 16.
-template <class T, int MR, bool kGated>
-cudaError_t launch_stream(const T* x, const Segs& sg, int64_t M, int64_t K, float alpha, int early,
-                          cudaStream_t s) {
-  constexpr int EP = 16 / static_cast<int>(sizeof(T));
-  const int64_t want = 2 * static_cast<int64_t>(sm_count());
-  if (stream_strips(sg, 8 * EP, kGated) >= want)
-    return launch_stream_tn<T, MR, 8 * EP, kGated>(x, sg, M, K, alpha, early, s);
-  if (stream_strips(sg, 4 * EP, kGated) >= want)
-    return launch_stream_tn<T, MR, 4 * EP, kGated>(x, sg, M, K, alpha, early, s);
-  return launch_stream_tn<T, MR, 2 * EP, kGated>(x, sg, M, K, alpha, early, s);
-}
-
-/// The streaming kernel at x's rows (rows_template of M, at most kStreamMaxRows).
+/// The streaming kernel at x's rows (rows_template of M, at most kStreamMaxRows), in `shape` (its cols
+/// 0: choose_stream_shape's).
 template <class T, bool kGated>
 cudaError_t launch_stream_rows(const T* x, const Segs& sg, int64_t M, int64_t K, float alpha, int early,
-                               cudaStream_t s) {
+                               const StreamShape& shape, cudaStream_t s) {
+  constexpr int EP = 16 / static_cast<int>(sizeof(T));
+  StreamShape sh = shape;
+  if (sh.cols == 0) {
+    int64_t n[4] = {0, 0, 0, 0};
+    for (int i = 0; i < sg.count; ++i) n[i] = sg.n[i];
+    sh = choose_stream_shape(sizeof(T), K, n, sg.count, kGated, sm_count());
+  }
+  if (sh.splits < 1 || sh.splits > kMaxSplits) return cudaErrorInvalidValue;
+  auto by_rows = [&](auto mr) -> cudaError_t {
+    constexpr int MR = decltype(mr)::value;
+    switch (sh.cols / EP) {
+      case 2:
+        return launch_stream_tn<T, MR, 2 * EP, kGated>(x, sg, M, K, sh.splits, alpha, early, s);
+      case 4:
+        return launch_stream_tn<T, MR, 4 * EP, kGated>(x, sg, M, K, sh.splits, alpha, early, s);
+      case 8:
+        return launch_stream_tn<T, MR, 8 * EP, kGated>(x, sg, M, K, sh.splits, alpha, early, s);
+      case 16:
+        return launch_stream_tn<T, MR, 16 * EP, kGated>(x, sg, M, K, sh.splits, alpha, early, s);
+      default:
+        return cudaErrorInvalidValue;
+    }
+  };
+  if (sh.cols % EP != 0) return cudaErrorInvalidValue;
   switch (rows_template(M)) {
     case 1:
-      return launch_stream<T, 1, kGated>(x, sg, M, K, alpha, early, s);
+      return by_rows(std::integral_constant<int, 1>{});
     case 2:
-      return launch_stream<T, 2, kGated>(x, sg, M, K, alpha, early, s);
+      return by_rows(std::integral_constant<int, 2>{});
     default:
-      return launch_stream<T, 4, kGated>(x, sg, M, K, alpha, early, s);
+      return by_rows(std::integral_constant<int, 4>{});
   }
 }
 
 template <class T, int MR>
 cudaError_t launch_rows(const In& x, const In& w, const In& bias, const Out& out, bool tw, int64_t M,
                         int64_t K, int64_t N, float alpha, Epilogue epi, int early, cudaStream_t s) {
+  // The cluster kernels (FewRows::cluster); the streaming kernel is launch_stream_rows.
   const T *xp = static_cast<const T*>(x.data), *wp = static_cast<const T*>(w.data);
   const T* bp = static_cast<const T*>(bias.data);
   T* op = static_cast<T*>(out.data);
@@ -892,17 +967,6 @@ cudaError_t launch_rows(const In& x, const In& w, const In& bias, const Out& out
                               static_cast<int>(M), static_cast<int>(K), static_cast<int>(N), alpha, e, early);
     return launch_dependent(skinny_nk_kernel<T, MR, false>, grid, 0, 1, s, xp, wp, bp, op,
                             static_cast<int>(M), static_cast<int>(K), static_cast<int>(N), alpha, e, early);
-  }
-  {
-    Segs sg = {};
-    sg.w[0] = wp;
-    sg.out[0] = op;
-    sg.n[0] = static_cast<int>(N);
-    sg.count = 1;
-    sg.bias = bp;
-    sg.epi = e;
-    if (stream_on() && stream_fits(M, K, sg, 1, sizeof(T)))
-      return launch_stream_rows<T, false>(xp, sg, M, K, alpha, early, s);
   }
   const int splits = kn_splits(M, K, N, sizeof(T));
   const int kc = static_cast<int>((K + splits - 1) / splits);
@@ -967,8 +1031,6 @@ cudaError_t launch_fused_rows(const In& x, Segs sg, bool tw, int64_t M, int64_t 
     return launch_dependent(skinny_nk_fused_kernel<T, MR, false, kGated>, grid, 0, 1, s, xp, sg,
                             static_cast<int>(M), static_cast<int>(K), alpha, early);
   }
-  if (stream_on() && stream_fits(M, K, sg, nw, sizeof(T)))
-    return launch_stream_rows<T, kGated>(xp, sg, M, K, alpha, early, s);
   constexpr int kCols = kGated ? kTileN / 2 : kTileN;
   int64_t tiles = 0;
   bool n_vec = true;
@@ -1005,9 +1067,33 @@ cudaError_t launch_fused_typed(const In& x, const Segs& sg, bool tw, int64_t M, 
   }
 }
 
-/// Checks the fused products' operands and launches: gated with act != 0.
+/// The streaming kernel in x's dtype.
+cudaError_t launch_stream_typed(DType dtype, bool gated, const void* x, const Segs& sg, int64_t M, int64_t K,
+                                float alpha, int early, const StreamShape& shape, cudaStream_t s) {
+  switch (dtype) {
+    case DType::bf16: {
+      const auto* xp = static_cast<const __nv_bfloat16*>(x);
+      return gated ? launch_stream_rows<__nv_bfloat16, true>(xp, sg, M, K, alpha, early, shape, s)
+                   : launch_stream_rows<__nv_bfloat16, false>(xp, sg, M, K, alpha, early, shape, s);
+    }
+    case DType::f16: {
+      const auto* xp = static_cast<const __half*>(x);
+      return gated ? launch_stream_rows<__half, true>(xp, sg, M, K, alpha, early, shape, s)
+                   : launch_stream_rows<__half, false>(xp, sg, M, K, alpha, early, shape, s);
+    }
+    default: {
+      const auto* xp = static_cast<const float*>(x);
+      return gated ? launch_stream_rows<float, true>(xp, sg, M, K, alpha, early, shape, s)
+                   : launch_stream_rows<float, false>(xp, sg, M, K, alpha, early, shape, s);
+    }
+  }
+}
+
+/// Checks the fused products' operands and launches the plan's kernel: gated with act != 0.
 GpuStatus fused_products(const In& x, const In* w, const Out* out, int n, bool tw, float alpha, int act,
-                         bool early_weights, cudaStream_t s) {
+                         bool early_weights, FewRows kernel, const StreamShape& shape, cudaStream_t s) {
+  if (kernel != FewRows::cluster && kernel != FewRows::stream)
+    return kernel_failure("skinny fused products: the kernel must be the cluster (1) or the streaming (2) kernel");
   if (n < 1 || n > 4) return kernel_failure("skinny fused products: one to four weights");
   if (x.shape.rank < 1) return kernel_failure("skinny fused products: x must have rank >= 1");
   const int64_t K = x.shape.d[x.shape.rank - 1];
@@ -1039,6 +1125,14 @@ GpuStatus fused_products(const In& x, const In* w, const Out* out, int n, bool t
     return kernel_failure("skinny_linear_gated: the gate and up weights must have one shape");
   if (M == 0 || K == 0) return kernel_failure("skinny fused products: empty products are not fused");
   const int early = early_weights ? 1 : 0;
+  if (kernel == FewRows::stream) {
+    if (tw || !stream_fits(M, K, sg, act ? 2 : n))
+      return kernel_failure("skinny fused products: the plan names the streaming kernel for a product it does not "
+                            "hold (W [K, N], at most 4 rows, K x rows within 16384, widths a multiple of 8, "
+                            "16-byte aligned weights)");
+    ZK_CUDA_TRY(launch_stream_typed(x.dtype, act != 0, x.data, sg, M, K, alpha, early, shape, s));
+    return {};
+  }
   cudaError_t e;
   switch (x.dtype) {
     case DType::bf16:
@@ -1060,6 +1154,10 @@ GpuStatus fused_products(const In& x, const In* w, const Out* out, int n, bool t
 
 }  // namespace
 
+StreamShape skinny_stream_shape(DType dtype, int64_t K, const int64_t* n, int count, bool gated) {
+  return choose_stream_shape(dtype_size(dtype), K, n, count, gated, sm_count());
+}
+
 bool skinny_linear_fits(DType dtype, int64_t M, int64_t K, int64_t N, bool trans_w) {
   if (!is_float(dtype) || M < 1 || M > kSkinnyMaxRows || K < 1 || N < 1) return false;
   if (K >= (int64_t{1} << 30) || N >= (int64_t{1} << 30) || M * K >= (int64_t{1} << 31) ||
@@ -1070,7 +1168,9 @@ bool skinny_linear_fits(DType dtype, int64_t M, int64_t K, int64_t N, bool trans
 }
 
 GpuStatus skinny_linear(const In& x, const In& w, const In& bias, const Out& out, bool trans_w, float alpha,
-                        Epilogue epi, bool early_weights, cudaStream_t s) {
+                        Epilogue epi, bool early_weights, cudaStream_t s, FewRows kernel, StreamShape shape) {
+  if (kernel != FewRows::cluster && kernel != FewRows::stream)
+    return kernel_failure("skinny_linear: the kernel must be the cluster (1) or the streaming (2) kernel");
   const int early = early_weights ? 1 : 0;
   if (x.shape.rank < 1 || w.shape.rank != 2)
     return kernel_failure("skinny_linear: x must have rank >= 1 and W rank 2");
@@ -1093,6 +1193,21 @@ GpuStatus skinny_linear(const In& x, const In& w, const In& bias, const Out& out
   const int64_t M = N ? out.shape.numel() / N : 0;
   if (!skinny_linear_fits(x.dtype, M, K, N, trans_w))
     return kernel_failure("skinny_linear: the product is outside the kernel's cases (skinny_linear_fits)");
+  if (kernel == FewRows::stream) {
+    Segs sg = {};
+    sg.w[0] = w.data;
+    sg.out[0] = out.data;
+    sg.n[0] = static_cast<int>(N);
+    sg.count = 1;
+    sg.bias = bias.data;
+    sg.epi = static_cast<int>(epi);
+    if (trans_w || !stream_fits(M, K, sg, 1))
+      return kernel_failure("skinny_linear: the plan names the streaming kernel for a product it does not hold (W "
+                            "[K, N], at most 4 rows, K x rows within 16384, N a multiple of 8, a 16-byte aligned "
+                            "weight)");
+    ZK_CUDA_TRY(launch_stream_typed(x.dtype, false, x.data, sg, M, K, alpha, early, shape, s));
+    return {};
+  }
   switch (x.dtype) {
     case DType::bf16:
       ZK_CUDA_TRY(launch_typed<__nv_bfloat16>(x, w, bias, out, trans_w, M, K, N, alpha, epi, early, s));
@@ -1107,11 +1222,10 @@ GpuStatus skinny_linear(const In& x, const In& w, const In& bias, const Out& out
   return {};
 }
 
-void set_skinny_stream(int on) { g_stream.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 GpuStatus skinny_norm_products(const In& x, const In& residual, const In& scale, const In* w, const Out& sum,
                                const Out* out, int n, Unary act, bool gated, float alpha, float eps,
-                               bool early_weights, cudaStream_t s) {
+                               bool early_weights, cudaStream_t s, StreamShape shape) {
   if (n < 1 || n > 4 || (gated && n != 2)) return kernel_failure("norm_products: one to four weights (gated: two)");
   if (x.shape.rank < 1) return kernel_failure("norm_products: x must have rank >= 1");
   const int64_t K = x.shape.d[x.shape.rank - 1];
@@ -1144,40 +1258,27 @@ GpuStatus skinny_norm_products(const In& x, const In& residual, const In& scale,
   }
   if (gated && w[0].shape != w[1].shape) return kernel_failure("norm_products: the gate and up weights differ");
   // Only the streaming kernel folds the norm: its limits are the op's (the compiler writes it within them).
-  if (!stream_fits(M, K, sg, n, dtype_size(x.dtype))) return kernel_failure("norm_products: outside the streaming kernel's cases (rows, K, N % 8, alignment)");
-  const int early = early_weights ? 1 : 0;
-  cudaError_t e;
-  switch (x.dtype) {
-    case DType::bf16:
-      e = gated ? launch_stream_rows<__nv_bfloat16, true>(static_cast<const __nv_bfloat16*>(x.data), sg, M, K, alpha, early, s)
-                : launch_stream_rows<__nv_bfloat16, false>(static_cast<const __nv_bfloat16*>(x.data), sg, M, K, alpha, early, s);
-      break;
-    case DType::f16:
-      e = gated ? launch_stream_rows<__half, true>(static_cast<const __half*>(x.data), sg, M, K, alpha, early, s)
-                : launch_stream_rows<__half, false>(static_cast<const __half*>(x.data), sg, M, K, alpha, early, s);
-      break;
-    default:
-      e = gated ? launch_stream_rows<float, true>(static_cast<const float*>(x.data), sg, M, K, alpha, early, s)
-                : launch_stream_rows<float, false>(static_cast<const float*>(x.data), sg, M, K, alpha, early, s);
-      break;
-  }
-  ZK_CUDA_TRY(e);
+  if (!stream_fits(M, K, sg, n))
+    return kernel_failure("norm_products: outside the streaming kernel's cases (at most 4 rows, K x rows within "
+                          "16384, N a multiple of 8, 16-byte aligned weights)");
+  ZK_CUDA_TRY(launch_stream_typed(x.dtype, gated, x.data, sg, M, K, alpha, early_weights ? 1 : 0, shape, s));
   return {};
 }
 
 GpuStatus skinny_linear_multi(const In& x, const In* w, const Out* out, int n, bool trans_w, float alpha,
-                              bool early_weights, cudaStream_t s) {
+                              bool early_weights, cudaStream_t s, FewRows kernel, StreamShape shape) {
   if (n < 2) return kernel_failure("skinny_linear_multi: two to four weights");
-  return fused_products(x, w, out, n, trans_w, alpha, 0, early_weights, s);
+  return fused_products(x, w, out, n, trans_w, alpha, 0, early_weights, kernel, shape, s);
 }
 
 GpuStatus skinny_linear_gated(Unary act, const In& x, const In& w_gate, const In& w_up, const Out& out,
-                              bool trans_w, float alpha, bool early_weights, cudaStream_t s) {
+                              bool trans_w, float alpha, bool early_weights, cudaStream_t s, FewRows kernel,
+                              StreamShape shape) {
   if (act != Unary::silu && act != Unary::gelu_tanh && act != Unary::gelu_erf)
     return kernel_failure("skinny_linear_gated: the activation must be silu, gelu_tanh or gelu_erf");
   const In w[2] = {w_gate, w_up};
   const Out o[2] = {out, out};
-  return fused_products(x, w, o, 2, trans_w, alpha, static_cast<int>(act), early_weights, s);
+  return fused_products(x, w, o, 2, trans_w, alpha, static_cast<int>(act), early_weights, kernel, shape, s);
 }
 
 }  // namespace cuda

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "zk/attention_kernels.h"
+#include "zk/few_rows_kernels.h"
 #include "zrt/ops.h"
 #include "zrt/plan_file.h"
 
@@ -745,10 +746,19 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       if (!bv) bc.push_back(b.back());
       if (bc != O().shape) return bad("output shape " + shape_str(O().shape) + " is not the product's " + shape_str(bc));
       if (!is_fl(I(0).dtype) || !is_fl(I(1).dtype) || !is_fl(O().dtype)) return bad("operands must be float");
-      if (nints > 2 && ints(2) != 0 &&
-          (ints(2) != 1 || I(1).shape.size() != 2 || ints(0) || O().numel / (b.back() ? b.back() : 1) > 16))
-        return bad("ints[2] (kernel) must be 0, or 1 (the few-row kernel) for a product of at most 16 rows against "
-                   "a 2-D operand");
+      if (nints > 2 && ints(2) != 0) {
+        // Plans 2.9 / 2.14: the few-row kernel the compiler chose (zk/few_rows_kernels.h).
+        const int64_t rows = O().numel / (b.back() ? b.back() : 1), n = b.back();
+        if (ints(2) != 1 && ints(2) != 2)
+          return bad("ints[2] (kernel) " + std::to_string(ints(2)) +
+                     " is not 0 (cuBLASLt), 1 (the few-row kernels) or 2 (the streaming kernel)");
+        if (I(1).shape.size() != 2 || ints(0) || rows > zk::cuda::kFewRowsMaxRows)
+          return bad("ints[2] (kernel) names a few-row kernel for a product that is not of at most 16 rows against "
+                     "a 2-D operand");
+        if (ints(2) == 2 && !zk::cuda::stream_holds(ints(1) != 0, rows, a.back(), &n, 1))
+          return bad("ints[2] (kernel) 2: the streaming kernel does not hold this product (W [K, N], at most 4 "
+                     "rows, K x rows within 16384, N a multiple of 8)");
+      }
       return {};
     }
     case Op::residual_norm: {
@@ -781,8 +791,18 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       o.back() = N;
       if (o != O().shape) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
       if (ins.size() > 2 && ins[2] >= 0 && I(2).numel != N) return bad("bias must have N elements");
-      if (nints > 1 && ints(1) != 0 && (ints(1) != 1 || K == 0 || O().numel / (N ? N : 1) > 16))
-        return bad("ints[1] (kernel) must be 0, or 1 (the few-row kernel) for a product of at most 16 rows");
+      if (nints > 1 && ints(1) != 0) {
+        // Plans 2.9 / 2.14: the few-row kernel the compiler chose (zk/few_rows_kernels.h).
+        const int64_t rows = O().numel / (N ? N : 1);
+        if (ints(1) != 1 && ints(1) != 2)
+          return bad("ints[1] (kernel) " + std::to_string(ints(1)) +
+                     " is not 0 (cuBLASLt), 1 (the few-row kernels) or 2 (the streaming kernel)");
+        if (K == 0 || rows > zk::cuda::kFewRowsMaxRows)
+          return bad("ints[1] (kernel) names a few-row kernel for a product that is not of 1 to 16 rows");
+        if (ints(1) == 2 && !zk::cuda::stream_holds(tw, rows, K, &N, 1))
+          return bad("ints[1] (kernel) 2: the streaming kernel does not hold this product (W [K, N], at most 4 "
+                     "rows, K x rows within 16384, N a multiple of 8)");
+      }
       return {};
     }
     case Op::linear_residual: {
@@ -817,6 +837,25 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       int64_t rows = 1;
       for (size_t d = 0; d + 1 < x.size(); ++d) rows *= x[d];
       if (rows > 16) return bad("a fused few-row product takes at most 16 rows, x is " + shape_str(x));
+      // Plan 2.14: the few-row kernel (zk/few_rows_kernels.h), linear_multi's ints[1], linear_gated's ints[2];
+      // without it the cluster kernels.
+      const int kslot = op == Op::linear_multi ? 1 : 2;
+      if (nints > kslot) {
+        const int64_t code = ints(kslot);
+        if (code != 1 && code != 2)
+          return bad("ints[" + std::to_string(kslot) + "] (kernel) " + std::to_string(code) +
+                     " is not 1 (the few-row kernels) or 2 (the streaming kernel)");
+        if (code == 2) {
+          std::vector<int64_t> widths;
+          for (size_t i = 0; i < nw && op == Op::linear_multi; ++i) widths.push_back(tw ? I(1 + i).shape[0] : I(1 + i).shape.back());
+          if (op == Op::linear_gated) widths.push_back(tw ? I(1).shape[0] : I(1).shape.back());
+          if (I(1).shape.size() != 2 ||
+              !zk::cuda::stream_holds(tw, rows, x.back(), widths.data(), static_cast<int>(widths.size())))
+            return bad("ints[" + std::to_string(kslot) +
+                       "] (kernel) 2: the streaming kernel does not hold this product (W [K, N], at most 4 rows, K x "
+                       "rows within 16384, widths a multiple of 8)");
+        }
+      }
       for (size_t i = 0; i < nw; ++i) {
         const Shape &w = I(1 + i).shape;
         if (w.size() != 2) return bad("W " + std::to_string(i) + " must have rank 2");

@@ -17,7 +17,8 @@
 // The few-row products (kernels/cuda/skinny_gemm.cu) against the CPU reference linear: every row count 1..16,
 // odd and even K and N, both weight layouts, every epilogue, three dtypes; chained launches (the programmatic
 // launch must still wait for its input); linear and matmul running the plan's choice; the fused products
-// (linear_multi, linear_gated) against the CPU reference kernels; and the timing tables against cuBLASLt.
+// (linear_multi, linear_gated) against the CPU reference kernels; the streaming kernel in every launch shape
+// (strip width x K split) against the CPU reference; and the timing tables against cuBLASLt.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -278,8 +279,9 @@ TEST(CudaSkinnyLinear, Llama1bShapes) {
 // kernels in between (an elementwise kernel, a cuBLASLt product): each waits for its input (the programmatic
 // launch lets it start early; it must not read x before the previous kernel has finished).
 TEST(CudaSkinnyLinear, ChainedLaunchesWaitForTheirInput) {
+  for (zc::FewRows kernel : {zc::FewRows::cluster, zc::FewRows::stream})
   for (DType t : {DType::bf16, DType::f32}) {
-    SCOPED_TRACE(zk::dtype_name(t));
+    SCOPED_TRACE(std::string(zk::dtype_name(t)) + " kernel " + std::to_string(static_cast<int>(kernel)));
     const int64_t M = 4, D = 1024;
     std::unique_ptr<zc::Blas> blas;
     ZT_GPU_OK(zc::Blas::create(&blas));
@@ -306,21 +308,19 @@ TEST(CudaSkinnyLinear, ChainedLaunchesWaitForTheirInput) {
       b.poison();
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ZT_GPU_OK(zc::skinny_linear(dx.in(), dws[0]->in(), zk::In{}, a.out(), false, 1.0f, zc::Epilogue::none,
-                                  true, s));
+                                  true, s, kernel));
       ZT_GPU_OK(zc::skinny_linear(a.in(), dws[1]->in(), zk::In{}, b.out(), false, 1.0f, zc::Epilogue::none,
-                                  true, s));
+                                  true, s, kernel));
       ZT_GPU_OK(zc::skinny_linear(b.in(), dws[2]->in(), zk::In{}, a.out(), false, 1.0f, zc::Epilogue::none,
-                                  true, s));
+                                  true, s, kernel));
       ZT_GPU_OK(zc::unary(zk::cpu::Unary::tanh, a.in(), b.out(), s));
       ZT_GPU_OK(zc::skinny_linear(b.in(), dws[3]->in(), zk::In{}, a.out(), false, 1.0f, zc::Epilogue::none,
-                                  true, s));
+                                  true, s, kernel));
       // A cuBLASLt product (no workspace) between two of ours.
-      zc::set_skinny_mode(0);
       ZT_GPU_OK(zc::linear(*blas, a.in(), dws[4]->in(), zk::In{}, b.out(), false, 1.0f, zc::Epilogue::none,
-                           nullptr, 0, s));
-      zc::set_skinny_mode(-1);
+                           nullptr, 0, s, zc::FewRows::library));
       ZT_GPU_OK(zc::skinny_linear(b.in(), dws[5]->in(), zk::In{}, a.out(), false, 1.0f, zc::Epilogue::none,
-                                  true, s));
+                                  true, s, kernel));
       ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
       ASSERT_TRUE(close(a.download(), y, 4 * tol_for(t))) << "repeat " << rep;
     }
@@ -328,36 +328,45 @@ TEST(CudaSkinnyLinear, ChainedLaunchesWaitForTheirInput) {
   }
 }
 
-// linear() and matmul() run the kernel the plan chose (plan 2.9: the few_rows argument, from the compiler's
-// rule): the few-row kernel where chosen and the shape fits, cuBLASLt otherwise (17 rows: beyond the kernel),
-// and ZK_SKINNY's override (set_skinny_mode 0 / 1) either way. Every combination gives the product.
+// linear() and matmul() run the kernel the plan chose (plans 2.9 / 2.14: the kernel code, from the compiler's
+// rule): cuBLASLt for FewRows::library, the cluster kernels where chosen and the shape fits (cuBLASLt beyond
+// 16 rows), the streaming kernel where chosen: it holds 1 to 4 rows, and beyond them the call is an error
+// (the plan verifier refuses such a plan), not another kernel. Every product that runs is the product.
 TEST(CudaSkinnyLinear, LinearRunsThePlansChoice) {
   std::unique_ptr<zc::Blas> blas;
   ZT_GPU_OK(zc::Blas::create(&blas));
   DevBytes ws(zc::kGemmWorkspaceBytes);
-  for (int mode : {-1, 0, 1})
-    for (bool few : {false, true})
-      for (int64_t M : {1, 8, 16, 17}) {
-        SCOPED_TRACE("mode " + std::to_string(mode) + (few ? " few-row chosen" : " library chosen") + " M " +
-                     std::to_string(M));
-        zc::set_skinny_mode(mode);
-        const DType t = DType::bf16;
-        const int64_t K = 2048, N = 2048;
-        HostT x = random_tensor(t, Dims{M, K}), w = random_tensor(t, Dims{K, N}, -0.05f, 0.05f),
-              bias = random_tensor(t, Dims{N});
-        HostT ref = linear_ref(x, w, &bias, false, 1.0f, zc::Epilogue::gelu_bias, Dims{M, N});
-        DevT dx(x), dw(w), db(bias), dy(t, ref.shape);
-        dy.poison();
-        ZT_GPU_OK(zc::linear(*blas, dx.in(), dw.in(), db.in(), dy.out(), false, 1.0f, zc::Epilogue::gelu_bias,
-                             ws.ptr, zc::kGemmWorkspaceBytes, nullptr, few));
-        EXPECT_TRUE(close(dy.download(), ref, tol_for(t)));
-        HostT ref2 = linear_ref(x, w, nullptr, false, 1.0f, zc::Epilogue::none, Dims{M, N});
-        dy.poison();
-        ZT_GPU_OK(zc::matmul(*blas, dx.in(), dw.in(), dy.out(), false, false, ws.ptr, zc::kGemmWorkspaceBytes,
-                             nullptr, few));
-        EXPECT_TRUE(close(dy.download(), ref2, tol_for(t)));
-      }
-  zc::set_skinny_mode(-1);
+  for (zc::FewRows kernel : {zc::FewRows::library, zc::FewRows::cluster, zc::FewRows::stream})
+    for (int64_t M : {1, 3, 4, 8, 16, 17}) {
+      SCOPED_TRACE("kernel " + std::to_string(static_cast<int>(kernel)) + " M " + std::to_string(M));
+      const DType t = DType::bf16;
+      const int64_t K = 2048, N = 2048;
+      HostT x = random_tensor(t, Dims{M, K}), w = random_tensor(t, Dims{K, N}, -0.05f, 0.05f),
+            bias = random_tensor(t, Dims{N});
+      DevT dx(x), dw(w), db(bias), dy(t, Dims{M, N});
+      const bool runs = kernel != zc::FewRows::stream || M <= 4;
+      dy.poison();
+      const zk::cuda::GpuStatus st = zc::linear(*blas, dx.in(), dw.in(), db.in(), dy.out(), false, 1.0f,
+                                                zc::Epilogue::gelu_bias, ws.ptr, zc::kGemmWorkspaceBytes, nullptr,
+                                                kernel);
+      EXPECT_EQ(st.ok(), runs) << st.message;
+      if (runs)
+        EXPECT_TRUE(close(dy.download(), linear_ref(x, w, &bias, false, 1.0f, zc::Epilogue::gelu_bias, Dims{M, N}),
+                          tol_for(t)));
+      dy.poison();
+      const zk::cuda::GpuStatus sm = zc::matmul(*blas, dx.in(), dw.in(), dy.out(), false, false, ws.ptr,
+                                                zc::kGemmWorkspaceBytes, nullptr, kernel);
+      EXPECT_EQ(sm.ok(), runs) << sm.message;
+      if (runs)
+        EXPECT_TRUE(close(dy.download(), linear_ref(x, w, nullptr, false, 1.0f, zc::Epilogue::none, Dims{M, N}),
+                          tol_for(t)));
+    }
+  // A code that names no kernel is refused.
+  HostT x = random_tensor(DType::bf16, Dims{1, 64}), w = random_tensor(DType::bf16, Dims{64, 64});
+  DevT dx(x), dw(w), dy(DType::bf16, Dims{1, 64});
+  EXPECT_FALSE(zc::linear(*blas, dx.in(), dw.in(), zk::In{}, dy.out(), false, 1.0f, zc::Epilogue::none, ws.ptr,
+                          zc::kGemmWorkspaceBytes, nullptr, static_cast<zc::FewRows>(3))
+                   .ok());
 }
 
 // --- the fused few-row products (plan 2.9: linear_multi, linear_gated) -----------------------------------
@@ -430,6 +439,15 @@ TEST(CudaSkinnyFused, MatchesCpuReference) {
             ZT_GPU_OK(zc::linear_multi(*blas, dx.in(), win, yout, static_cast<int>(ns.size()), tw, 0.5f, nullptr));
             for (size_t i = 0; i < ns.size(); ++i) EXPECT_TRUE(close(dy[i]->download(), ref[i], tol)) << "output " << i;
             ++cases;
+            // The streaming kernel too, where it holds the product (the plan's code 2).
+            if (zc::stream_holds(tw, M, K, ns.data(), static_cast<int>(ns.size()))) {
+              for (auto& y : dy) y->poison();
+              ZT_GPU_OK(zc::linear_multi(*blas, dx.in(), win, yout, static_cast<int>(ns.size()), tw, 0.5f, nullptr,
+                                         zc::FewRows::stream));
+              for (size_t i = 0; i < ns.size(); ++i)
+                EXPECT_TRUE(close(dy[i]->download(), ref[i], tol)) << "streaming kernel, output " << i;
+              ++cases;
+            }
           }
           for (zk::cpu::Unary act : acts)
             for (int64_t N : {176, 45}) {
@@ -444,9 +462,220 @@ TEST(CudaSkinnyFused, MatchesCpuReference) {
               ZT_GPU_OK(zc::linear_gated(*blas, act, dx.in(), dwg.in(), dwu.in(), dy.out(), tw, 0.5f, nullptr));
               EXPECT_TRUE(close(dy.download(), ref, tol));
               ++cases;
+              if (zc::stream_holds(tw, M, K, &N, 1)) {
+                dy.poison();
+                ZT_GPU_OK(zc::linear_gated(*blas, act, dx.in(), dwg.in(), dwu.in(), dy.out(), tw, 0.5f, nullptr,
+                                           zc::FewRows::stream));
+                EXPECT_TRUE(close(dy.download(), ref, tol)) << "streaming kernel";
+                ++cases;
+              }
             }
         }
   std::printf("fused few-row products: %d cases against the CPU reference\n", cases);
+}
+
+/// The launch shapes a test can force on the streaming kernel: its own choice ({0, 0}), then every strip width
+/// (2, 4, 8 and 16 pieces of 16 bytes) by the K splits 1, 2, 3, 5 and 8 whose last block still has rows (the
+/// launcher refuses the others).
+std::vector<zc::StreamShape> stream_shapes(DType t, int64_t K) {
+  const int ep = static_cast<int>(16 / zk::dtype_size(t));
+  std::vector<zc::StreamShape> v{zc::StreamShape{}};
+  for (int pieces : {2, 4, 8, 16})
+    for (int splits : {1, 2, 3, 5, 8}) {
+      const int64_t rl = 256 / pieces, kc = ((K + splits - 1) / splits + rl - 1) / rl * rl;
+      if (splits > 1 && (splits - 1) * kc >= K) continue;
+      v.push_back(zc::StreamShape{pieces * ep, splits});
+    }
+  return v;
+}
+
+std::string shape_name(const zc::StreamShape& sh) {
+  return sh.cols == 0 ? std::string("its choice") : std::to_string(sh.cols) + " columns x " + std::to_string(sh.splits) + " splits";
+}
+
+/// Session 7's launch shape of the streaming kernel, kept here to time it against: the widest strip of 8, 4
+/// and 2 pieces that still gives two strips an SM (else 2 pieces), K unsplit (one block over the whole of K).
+zc::StreamShape session7_shape(DType t, const std::vector<int64_t>& n, bool gated) {
+  int dev = 0, sms = 132;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int ep = static_cast<int>(16 / zk::dtype_size(t));
+  for (int pieces : {8, 4, 2}) {
+    const int64_t cols = gated ? pieces * ep / 2 : pieces * ep;
+    int64_t strips = 0;
+    for (int64_t w : n) strips += (w + cols - 1) / cols;
+    if (strips >= 2 * sms) return zc::StreamShape{pieces * ep, 1};
+  }
+  return zc::StreamShape{2 * ep, 1};
+}
+
+/// The median of 21 timed runs (3 more untimed first) of `run`, the L2 cleared before each by a 256 MiB memset
+/// (a decode step finds its weights in HBM), in microseconds.
+template <class F>
+float median_cold_us(F&& run, void* flush) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> ts;
+  for (int it = 0; it < 24; ++it) {
+    cudaMemsetAsync(flush, it & 1, size_t{256} << 20, nullptr);
+    cudaEventRecord(e0);
+    (void)run();
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (it >= 3) ts.push_back(ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2] * 1e3f;
+}
+
+// llama-1b's decode products at one row as the default plan runs them (q/k/v one launch of three weights, o,
+// gate/up with SiLU one launch, down), through the streaming kernel in every launch shape it can take: its
+// own choice, session 7's shape (whole-K strips) and each strip width x K split, each the median of 21 cold
+// runs, with the rate at which the weights are read. Printed, not a pass/fail figure: the table the launch
+// shape rule (choose_stream_shape) is checked against. Each output is checked against the first shape's.
+TEST(CudaSkinnyStream, LaunchShapesAtLlama1bShapes) {
+  DevBytes flush(size_t{256} << 20);
+  const DType t = DType::bf16;
+  struct Product {
+    const char* name;
+    int64_t K;
+    std::vector<int64_t> n;
+    bool gated;
+  };
+  const Product products[] = {{"q/k/v", 2048, {2048, 512, 512}, false},
+                              {"o", 2048, {2048}, false},
+                              {"gate/up", 2048, {5632}, true},
+                              {"down", 5632, {2048}, false}};
+  for (const Product& p : products) {
+    HostT x = random_tensor(t, Dims{1, p.K});
+    DevT dx(x);
+    std::vector<std::unique_ptr<DevT>> dw, dy;
+    zk::In win[4];
+    zk::Out yout[4];
+    double bytes = 0;
+    const int nw = p.gated ? 2 : static_cast<int>(p.n.size());
+    for (int i = 0; i < nw; ++i) {
+      const int64_t N = p.gated ? p.n[0] : p.n[static_cast<size_t>(i)];
+      dw.push_back(std::make_unique<DevT>(random_tensor(t, Dims{p.K, N}, -0.05f, 0.05f)));
+      win[i] = dw.back()->in();
+      bytes += 2.0 * p.K * N;
+    }
+    for (int64_t N : p.n) {
+      dy.push_back(std::make_unique<DevT>(t, Dims{1, N}));
+      yout[dy.size() - 1] = dy.back()->out();
+    }
+    auto run = [&](const zc::StreamShape& sh) {
+      if (p.gated)
+        return zc::skinny_linear_gated(zk::cpu::Unary::silu, dx.in(), win[0], win[1], yout[0], false, 1.0f, true,
+                                       nullptr, zc::FewRows::stream, sh);
+      if (nw > 1) return zc::skinny_linear_multi(dx.in(), win, yout, nw, false, 1.0f, true, nullptr, zc::FewRows::stream, sh);
+      return zc::skinny_linear(dx.in(), win[0], zk::In{}, yout[0], false, 1.0f, zc::Epilogue::none, true, nullptr,
+                               zc::FewRows::stream, sh);
+    };
+    const zc::StreamShape chosen = zc::skinny_stream_shape(t, p.K, p.n.data(), static_cast<int>(p.n.size()), p.gated);
+    std::vector<zc::StreamShape> shapes = {chosen, session7_shape(t, p.n, p.gated)};
+    for (const zc::StreamShape& sh : stream_shapes(t, p.K))
+      if (sh.cols != 0) shapes.push_back(sh);
+    ZT_GPU_OK(run(shapes[0]));
+    std::vector<HostT> first;
+    for (auto& y : dy) first.push_back(y->download());
+    float best = 1e30f;
+    zc::StreamShape best_shape{};
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const zc::StreamShape& sh = shapes[k];
+      ZT_GPU_OK(run(sh));
+      for (size_t i = 0; i < dy.size(); ++i)
+        EXPECT_TRUE(close(dy[i]->download(), first[i], 2 * tol_for(t))) << p.name << " " << shape_name(sh);
+      const float us = median_cold_us([&] { return run(sh); }, flush.ptr);
+      if (us < best) {
+        best = us;
+        best_shape = sh;
+      }
+      std::printf("stream shape %-8s %3d cols x %d splits %8.2f us %6.0f GB/s%s\n", p.name, sh.cols, sh.splits, us,
+                  bytes / (us * 1e-6) / 1e9, k == 0 ? "  (its choice)" : k == 1 ? "  (session 7's)" : "");
+    }
+    std::printf("stream shape %-8s best %d cols x %d splits %.2f us; its choice %d x %d\n", p.name, best_shape.cols,
+                best_shape.splits, best, chosen.cols, chosen.splits);
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// The streaming kernel (the plan's kernel code 2) in every launch shape it can take (strip width x K split:
+// one block per strip unsplit, a cluster of 2 to 8 blocks whose partial sums are added in distributed shared
+// memory otherwise) against the CPU reference kernels: the plain product with each epilogue, three weights of
+// different widths in one launch (linear_multi), the gated pair (linear_gated, SiLU); rows 1-4; K 64, 1000
+// and 2056 (K-slabs that end mid-tile); f32, bf16 and f16; every output poisoned first.
+TEST(CudaSkinnyStream, EveryLaunchShapeMatchesCpuReference) {
+  int cases = 0;
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    for (int64_t K : {64, 1000, 2056})
+      for (int64_t M : {1, 2, 3, 4}) {
+        const float tol = t == DType::f32 ? 1e-4f : 2 * tol_for(t);
+        HostT x = random_tensor(t, Dims{M, K});
+        DevT dx(x);
+        const auto e = static_cast<zc::Epilogue>((M + K) % 4);
+        const bool with_bias = e == zc::Epilogue::bias || e == zc::Epilogue::gelu_bias;
+        HostT w = random_tensor(t, Dims{K, 520}, -0.2f, 0.2f), bias = random_tensor(t, Dims{520});
+        HostT ref = linear_ref(x, w, with_bias ? &bias : nullptr, false, 0.5f, e, Dims{M, 520});
+        DevT dw(w), db(bias), dy(t, Dims{M, 520});
+        const std::vector<int64_t> ns = {136, 64, 264};
+        std::vector<HostT> mw, mref;
+        std::vector<std::unique_ptr<DevT>> dmw, dmy;
+        zk::In win[3], wdev[3];
+        zk::Out rout[3], yout[3];
+        size_t need = 0;
+        for (size_t i = 0; i < ns.size(); ++i) {
+          mw.push_back(random_tensor(t, Dims{K, ns[i]}, -0.2f, 0.2f));
+          mref.emplace_back(t, Dims{M, ns[i]});
+        }
+        for (size_t i = 0; i < ns.size(); ++i) {
+          win[i] = mw[i].in();
+          rout[i] = mref[i].out();
+          need = std::max(need, zk::cpu::linear_scratch(x.in(), win[i], rout[i], false));
+          dmw.push_back(std::make_unique<DevT>(mw[i]));
+          dmy.push_back(std::make_unique<DevT>(t, Dims{M, ns[i]}));
+          wdev[i] = dmw.back()->in();
+          yout[i] = dmy.back()->out();
+        }
+        std::vector<float> scratch(need + 1);
+        ZT_CPU_OK(zk::cpu::linear_multi(x.in(), win, rout, 3, false, 0.5f, scratch.data()));
+        HostT wg = random_tensor(t, Dims{K, 264}, -0.2f, 0.2f), wu = random_tensor(t, Dims{K, 264}, -0.2f, 0.2f);
+        HostT gref = gated_ref(zk::cpu::Unary::silu, x, wg, wu, false, 0.5f, Dims{M, 264});
+        DevT dwg(wg), dwu(wu), dh(t, Dims{M, 264});
+        for (const zc::StreamShape& sh : stream_shapes(t, K)) {
+          SCOPED_TRACE(std::string(zk::dtype_name(t)) + " M " + std::to_string(M) + " K " + std::to_string(K) + ", " +
+                       shape_name(sh));
+          dy.poison();
+          ZT_GPU_OK(zc::skinny_linear(dx.in(), dw.in(), with_bias ? db.in() : zk::In{}, dy.out(), false, 0.5f, e,
+                                      (M + K) % 2 == 0, nullptr, zc::FewRows::stream, sh));
+          EXPECT_TRUE(close(dy.download(), ref, tol)) << "plain, epilogue " << static_cast<int>(e);
+          for (auto& y : dmy) y->poison();
+          ZT_GPU_OK(zc::skinny_linear_multi(dx.in(), wdev, yout, 3, false, 0.5f, true, nullptr, zc::FewRows::stream, sh));
+          for (size_t i = 0; i < ns.size(); ++i) EXPECT_TRUE(close(dmy[i]->download(), mref[i], tol)) << "multi " << i;
+          dh.poison();
+          ZT_GPU_OK(zc::skinny_linear_gated(zk::cpu::Unary::silu, dx.in(), dwg.in(), dwu.in(), dh.out(), false, 0.5f,
+                                            false, nullptr, zc::FewRows::stream, sh));
+          EXPECT_TRUE(close(dh.download(), gref, tol)) << "gated";
+          cases += 3;
+        }
+      }
+  std::printf("streaming kernel: %d products in every launch shape against the CPU reference\n", cases);
+  // What it does not hold is refused, not run wrong: W [N, K], five rows, a width not a multiple of 8.
+  HostT x = random_tensor(DType::bf16, Dims{5, 64}), w = random_tensor(DType::bf16, Dims{64, 64}),
+        w12 = random_tensor(DType::bf16, Dims{64, 12});
+  DevT dx(x), dw(w), dw12(w12), dy(DType::bf16, Dims{5, 64}), dy1(DType::bf16, Dims{1, 64}), dy12(DType::bf16, Dims{1, 12});
+  const zk::In x1{dx.ptr, DType::bf16, Dims{1, 64}};
+  EXPECT_FALSE(zc::skinny_linear(x1, dw.in(), zk::In{}, dy1.out(), true, 1.0f, zc::Epilogue::none, false, nullptr,
+                                 zc::FewRows::stream).ok());
+  EXPECT_FALSE(zc::skinny_linear(dx.in(), dw.in(), zk::In{}, dy.out(), false, 1.0f, zc::Epilogue::none, false,
+                                 nullptr, zc::FewRows::stream).ok());
+  EXPECT_FALSE(zc::skinny_linear(x1, dw12.in(), zk::In{}, dy12.out(), false, 1.0f, zc::Epilogue::none, false,
+                                 nullptr, zc::FewRows::stream).ok());
 }
 
 // llama-1b's fused decode products in bf16 (q / k / v: 2048 -> 2048, 512, 512; gate / up: 2048 -> 5632 with
@@ -511,7 +740,7 @@ TEST(CudaSkinnyFused, Llama1bShapesAndTiming) {
     };
     auto lt = [&](const DevT& w, DevT& y) {
       return zc::linear(*blas, dx.in(), w.in(), zk::In{}, y.out(), false, 1.0f, zc::Epilogue::none, ws.ptr,
-                        zc::kGemmWorkspaceBytes, nullptr, false);
+                        zc::kGemmWorkspaceBytes, nullptr, zc::FewRows::library);
     };
     const float f_qkv = median_us(fused_qkv), f_mlp = median_us(fused_mlp);
     const float u_qkv = median_us([&] {
@@ -529,16 +758,37 @@ TEST(CudaSkinnyFused, Llama1bShapesAndTiming) {
                 "launch %.2f us (%.0f GB/s), two cuBLASLt + gated %.2f us\n",
                 static_cast<long long>(M), f_qkv, b_qkv / (f_qkv * 1e-6) / 1e9, u_qkv, f_mlp,
                 b_mlp / (f_mlp * 1e-6) / 1e9, u_mlp);
+    if (M <= 4) {
+      // The streaming kernel (the plan's code 2), checked and timed the same way.
+      dq.poison();
+      dh.poison();
+      ZT_GPU_OK(zc::linear_multi(*blas, dx.in(), w3, o3, 3, false, 1.0f, nullptr, zc::FewRows::stream));
+      ZT_GPU_OK(zc::linear_gated(*blas, zk::cpu::Unary::silu, dx.in(), dwg.in(), dwu.in(), dh.out(), false, 1.0f,
+                                 nullptr, zc::FewRows::stream));
+      EXPECT_TRUE(close(dq.download(), linear_ref(x, wq, nullptr, false, 1.0f, zc::Epilogue::none, Dims{M, qkv[0]}),
+                        tol_for(t)));
+      EXPECT_TRUE(close(dh.download(), gated_ref(zk::cpu::Unary::silu, x, wg, wu, false, 1.0f, Dims{M, F}),
+                        2 * tol_for(t)));
+      const float s_qkv = median_us([&] { return zc::linear_multi(*blas, dx.in(), w3, o3, 3, false, 1.0f, nullptr,
+                                                                  zc::FewRows::stream); });
+      const float s_mlp = median_us([&] {
+        return zc::linear_gated(*blas, zk::cpu::Unary::silu, dx.in(), dwg.in(), dwu.in(), dh.out(), false, 1.0f,
+                                nullptr, zc::FewRows::stream);
+      });
+      std::printf("fused rows %2lld, streaming kernel: q/k/v %.2f us (%.0f GB/s); gate/up+silu %.2f us (%.0f GB/s)\n",
+                  static_cast<long long>(M), s_qkv, b_qkv / (s_qkv * 1e-6) / 1e9, s_mlp, b_mlp / (s_mlp * 1e-6) / 1e9);
+    }
   }
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
 }
 
-// The timing table of the decode products at llama-1b's shapes (bf16): the few-row kernel against cuBLASLt at
-// 1, 8 and 16 rows, cuBLASLt alone at 64 (beyond the kernel's rows), each the median of 21 runs with the L2
-// cleared before each (a decode step finds its weights in HBM), and the rate at which the weight is read.
-// Not a pass/fail figure; the compiler's rule (--few-rows-max-rows / --few-rows-max-bytes) follows it.
+// The timing table of the decode products at llama-1b's shapes (bf16): cuBLASLt, the cluster kernels (1 to 16
+// rows) and the streaming kernel (1 to 4 rows; in its launch shape and in session 7's), at 1, 4, 8, 16 and 64
+// rows, each the median of 21 runs with the L2 cleared before each (a decode step finds its weights in HBM),
+// and the rate at which the weight is read. Not a pass/fail figure; the compiler's rule
+// (--few-rows-max-rows / --few-rows-max-bytes / --few-rows-kernel) follows it.
 TEST(CudaSkinnyLinear, TimingAtLlama1bShapes) {
   std::unique_ptr<zc::Blas> blas;
   ZT_GPU_OK(zc::Blas::create(&blas));
@@ -552,54 +802,45 @@ TEST(CudaSkinnyLinear, TimingAtLlama1bShapes) {
                           {"gate/up", 2048, 5632},
                           {"down", 5632, 2048},
                           {"lm_head", 2048, 32000}};
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::printf("skinny %-8s %4s %10s %10s %10s %10s %8s\n", "product", "rows", "ours us", "ours GB/s",
-              "cublas us", "cublas GB/s", "faster");
+  std::printf("skinny %-8s %4s %10s %10s %10s %10s %10s %8s\n", "product", "rows", "cublas us", "cluster us",
+              "stream us", "GB/s", "s7 shape", "fastest");
   for (const Shape& sh : shapes) {
     const DType t = DType::bf16;
     HostT w = random_tensor(t, Dims{sh.K, sh.N}, -0.05f, 0.05f);
     DevT dw(w);
-    for (int64_t M : {1, 8, 16, 64}) {
+    for (int64_t M : {1, 4, 8, 16, 64}) {
       HostT x = random_tensor(t, Dims{M, sh.K});
       DevT dx(x), dy(t, Dims{M, sh.N});
-      auto time = [&](bool ours) {
-        zc::set_skinny_mode(ours ? 1 : 0);
-        std::vector<float> ts;
-        for (int it = 0; it < 24; ++it) {
-          cudaMemsetAsync(flush.ptr, it & 1, size_t{256} << 20, nullptr);
-          cudaEventRecord(e0);
-          (void)zc::linear(*blas, dx.in(), dw.in(), zk::In{}, dy.out(), false, 1.0f, zc::Epilogue::none,
-                           ws.ptr, zc::kGemmWorkspaceBytes, nullptr);
-          cudaEventRecord(e1);
-          cudaEventSynchronize(e1);
-          float ms = 0;
-          cudaEventElapsedTime(&ms, e0, e1);
-          if (it >= 3) ts.push_back(ms);
-        }
-        std::sort(ts.begin(), ts.end());
-        return ts[ts.size() / 2] * 1e3f;
+      auto lin = [&](zc::FewRows k) {
+        return zc::linear(*blas, dx.in(), dw.in(), zk::In{}, dy.out(), false, 1.0f, zc::Epilogue::none, ws.ptr,
+                          zc::kGemmWorkspaceBytes, nullptr, k);
       };
       const double bytes = 2.0 * sh.K * sh.N;
-      const bool fits = M <= zc::kSkinnyMaxRows;
-      const float ours = fits ? time(true) : 0.0f, lt = time(false);
-      char o_us[32] = "-", o_rate[32] = "-";
-      if (fits) {
-        std::snprintf(o_us, sizeof o_us, "%.2f", ours);
-        std::snprintf(o_rate, sizeof o_rate, "%.0f", bytes / (ours * 1e-6) / 1e9);
+      const bool cluster = M <= zc::kSkinnyMaxRows, stream = zc::stream_holds(false, M, sh.K, &sh.N, 1);
+      const float lt = median_cold_us([&] { return lin(zc::FewRows::library); }, flush.ptr);
+      const float cl = cluster ? median_cold_us([&] { return lin(zc::FewRows::cluster); }, flush.ptr) : 0.0f;
+      const float st = stream ? median_cold_us([&] { return lin(zc::FewRows::stream); }, flush.ptr) : 0.0f;
+      const zc::StreamShape s7 = session7_shape(t, {sh.N}, false);
+      const float old = stream ? median_cold_us([&] {
+        return zc::skinny_linear(dx.in(), dw.in(), zk::In{}, dy.out(), false, 1.0f, zc::Epilogue::none, false, nullptr,
+                                 zc::FewRows::stream, s7);
+      }, flush.ptr) : 0.0f;
+      char c_us[32] = "-", s_us[32] = "-", s_rate[32] = "-", o_us[32] = "-";
+      if (cluster) std::snprintf(c_us, sizeof c_us, "%.2f", cl);
+      if (stream) {
+        std::snprintf(s_us, sizeof s_us, "%.2f", st);
+        std::snprintf(s_rate, sizeof s_rate, "%.0f", bytes / (st * 1e-6) / 1e9);
+        std::snprintf(o_us, sizeof o_us, "%.2f", old);
       }
-      std::printf("skinny %-8s %4lld %10s %10s %10.2f %10.0f %8s\n", sh.name, static_cast<long long>(M), o_us,
-                  o_rate, lt, bytes / (lt * 1e-6) / 1e9,
-                  !fits        ? "cublas"
-                  : ours <= lt ? "ours"
-                               : "cublas");
+      const char* fastest = "cublas";
+      float f = lt;
+      if (cluster && cl < f) f = cl, fastest = "cluster";
+      if (stream && st < f) f = st, fastest = "stream";
+      std::printf("skinny %-8s %4lld %10.2f %10s %10s %10s %10s %8s   (cublas %.0f GB/s)\n", sh.name,
+                  static_cast<long long>(M), lt, c_us, s_us, s_rate, o_us, fastest, bytes / (lt * 1e-6) / 1e9);
     }
   }
-  zc::set_skinny_mode(-1);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
 }
 
 // norm_products (the residual add and RMS norm folded into the few-row products) against the CPU reference
@@ -656,6 +897,25 @@ TEST(CudaSkinnyFused, NormProductsMatchCpuReference) {
                               t == DType::f32 ? 1e-4f : 2 * tol_for(t)))
                 << "product " << i;
           ++cases;
+          // Forced launch shapes: every block normalises the whole rows and keeps its K-slab; the K split's
+          // partial sums meet in the cluster.
+          const int ep = static_cast<int>(16 / zk::dtype_size(t));
+          for (zc::StreamShape sh : {zc::StreamShape{2 * ep, 3}, zc::StreamShape{16 * ep, 5}, zc::StreamShape{8 * ep, 8}}) {
+            const int64_t rl = 256 / (sh.cols / ep), kc = ((K + sh.splits - 1) / sh.splits + rl - 1) / rl * rl;
+            if ((sh.splits - 1) * kc >= K) continue;
+            SCOPED_TRACE(shape_name(sh));
+            dsum.poison();
+            for (auto& o : douts) o->poison();
+            ZT_GPU_OK(zc::skinny_norm_products(dx.in(), dr.in(), dg.in(), wdev, dsum.out(), dout,
+                                               static_cast<int>(ns.size()), zk::cpu::Unary::silu, gated, 0.5f, 1e-5f,
+                                               true, nullptr, sh));
+            EXPECT_TRUE(close(dsum.download(), sum, 0.0f)) << "sum";
+            for (int i = 0; i < nout; ++i)
+              EXPECT_TRUE(close(douts[static_cast<size_t>(i)]->download(), refs[static_cast<size_t>(i)],
+                                t == DType::f32 ? 1e-4f : 2 * tol_for(t)))
+                  << "product " << i;
+            ++cases;
+          }
         }
       }
   std::printf("norm_products: %d cases against the CPU reference\n", cases);
@@ -673,11 +933,12 @@ TEST(CudaSkinnyFused, NormProductsMatchCpuReference) {
 // Four llama-1b layers' decode products at one row (bf16), launched back to back as a decode step launches
 // them, each product reading the previous one's output: q/k/v (one linear_multi), o, gate/up with SiLU (one
 // linear_gated), down. The weights (4 x 89 MiB, more than the L2) are read once per chain, after the L2 is
-// cleared. Three ways: the streaming few-row kernel (the default), the earlier [K, N] kernels
-// (set_skinny_stream(0)), and cuBLASLt for every product with the gated kernel after gate and up. The
-// weights are declared never written (set_written_ranges with the activations only), so the few-row
-// kernels issue their weight loads before waiting for the previous kernel, as in a plan. The median of 11
-// chains; the outputs of the first two ways are compared with each other. Printed, not a pass/fail figure.
+// cleared. Four ways: the streaming few-row kernel in its launch shape (the plan's code 2), the same kernel
+// in session 7's shape (whole-K strips), the cluster kernels (code 1), and cuBLASLt for every product with
+// the gated kernel after gate and up. The weights are declared never written (set_written_ranges with the
+// activations only), so the few-row kernels issue their weight loads before waiting for the previous
+// kernel, as in a plan. The median of 11 chains; the outputs of the few-row ways are compared with each
+// other. Printed, not a pass/fail figure.
 TEST(CudaSkinnyFused, Llama1bLayerChainTiming) {
   std::unique_ptr<zc::Blas> blas;
   ZT_GPU_OK(zc::Blas::create(&blas));
@@ -709,44 +970,56 @@ TEST(CudaSkinnyFused, Llama1bLayerChainTiming) {
   for (DevT* a : {&dx, &yq, &yk, &yv, &yo, &yg, &yu, &ya, &yd})
     written.emplace_back(reinterpret_cast<uintptr_t>(a->ptr), reinterpret_cast<uintptr_t>(a->ptr) + a->nbytes);
   blas->set_written_ranges(written);
-  auto lin = [&](const DevT& in, const DevT& w, DevT& out, bool few) {
+  auto lin = [&](const DevT& in, const DevT& w, DevT& out, zc::FewRows few) {
     return zc::linear(*blas, in.in(), w.in(), zk::In{}, out.out(), false, 1.0f, zc::Epilogue::none, ws.ptr,
                       zc::kGemmWorkspaceBytes, nullptr, few);
   };
   // The chain: x -> q/k/v; q -> o; o -> gate/up -> a; a -> down -> next layer's x (yd, then back through x).
-  auto chain = [&](bool fused) {
+  // way 0: the streaming kernel in its shape; 1: in session 7's; 2: the cluster kernels; 3: cuBLASLt.
+  const zc::StreamShape s7_qkv = session7_shape(t, {H, KV, KV}, false), s7_o = session7_shape(t, {H}, false),
+                        s7_mlp = session7_shape(t, {F}, true), s7_d = session7_shape(t, {H}, false);
+  auto chain = [&](int way) {
     for (int i = 0; i < kLayers; ++i) {
       const Layer& l = layers[static_cast<size_t>(i)];
       const DevT& in = i == 0 ? dx : yd;
-      if (fused) {
-        const zk::In w3[3] = {l.q->in(), l.k->in(), l.v->in()};
-        const zk::Out o3[3] = {yq.out(), yk.out(), yv.out()};
-        ZT_GPU_OK(zc::linear_multi(*blas, in.in(), w3, o3, 3, false, 1.0f, nullptr));
-        ZT_GPU_OK(lin(yq, *l.o, yo, true));
+      const zk::In w3[3] = {l.q->in(), l.k->in(), l.v->in()};
+      const zk::Out o3[3] = {yq.out(), yk.out(), yv.out()};
+      if (way == 0 || way == 2) {
+        const zc::FewRows k = way == 0 ? zc::FewRows::stream : zc::FewRows::cluster;
+        ZT_GPU_OK(zc::linear_multi(*blas, in.in(), w3, o3, 3, false, 1.0f, nullptr, k));
+        ZT_GPU_OK(lin(yq, *l.o, yo, k));
         ZT_GPU_OK(zc::linear_gated(*blas, zk::cpu::Unary::silu, yo.in(), l.g->in(), l.u->in(), ya.out(), false,
-                                   1.0f, nullptr));
-        ZT_GPU_OK(lin(ya, *l.d, yd, true));
+                                   1.0f, nullptr, k));
+        ZT_GPU_OK(lin(ya, *l.d, yd, k));
+      } else if (way == 1) {
+        ZT_GPU_OK(zc::skinny_linear_multi(in.in(), w3, o3, 3, false, 1.0f, true, nullptr, zc::FewRows::stream, s7_qkv));
+        ZT_GPU_OK(zc::skinny_linear(yq.in(), l.o->in(), zk::In{}, yo.out(), false, 1.0f, zc::Epilogue::none, true,
+                                    nullptr, zc::FewRows::stream, s7_o));
+        ZT_GPU_OK(zc::skinny_linear_gated(zk::cpu::Unary::silu, yo.in(), l.g->in(), l.u->in(), ya.out(), false, 1.0f,
+                                          true, nullptr, zc::FewRows::stream, s7_mlp));
+        ZT_GPU_OK(zc::skinny_linear(ya.in(), l.d->in(), zk::In{}, yd.out(), false, 1.0f, zc::Epilogue::none, true,
+                                    nullptr, zc::FewRows::stream, s7_d));
       } else {
-        ZT_GPU_OK(lin(in, *l.q, yq, false));
-        ZT_GPU_OK(lin(in, *l.k, yk, false));
-        ZT_GPU_OK(lin(in, *l.v, yv, false));
-        ZT_GPU_OK(lin(yq, *l.o, yo, false));
-        ZT_GPU_OK(lin(yo, *l.g, yg, false));
-        ZT_GPU_OK(lin(yo, *l.u, yu, false));
+        ZT_GPU_OK(lin(in, *l.q, yq, zc::FewRows::library));
+        ZT_GPU_OK(lin(in, *l.k, yk, zc::FewRows::library));
+        ZT_GPU_OK(lin(in, *l.v, yv, zc::FewRows::library));
+        ZT_GPU_OK(lin(yq, *l.o, yo, zc::FewRows::library));
+        ZT_GPU_OK(lin(yo, *l.g, yg, zc::FewRows::library));
+        ZT_GPU_OK(lin(yo, *l.u, yu, zc::FewRows::library));
         ZT_GPU_OK(zc::gated(zk::cpu::Unary::silu, yg.in(), yu.in(), ya.out(), nullptr));
-        ZT_GPU_OK(lin(ya, *l.d, yd, false));
+        ZT_GPU_OK(lin(ya, *l.d, yd, zc::FewRows::library));
       }
     }
   };
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  auto median_us = [&](bool fused) {
+  auto median_us = [&](int way) {
     std::vector<float> ts;
     for (int it = 0; it < 14; ++it) {
       cudaMemsetAsync(flush.ptr, it & 1, size_t{256} << 20, nullptr);
       cudaEventRecord(e0);
-      chain(fused);
+      chain(way);
       cudaEventRecord(e1);
       cudaEventSynchronize(e1);
       float ms = 0;
@@ -757,17 +1030,18 @@ TEST(CudaSkinnyFused, Llama1bLayerChainTiming) {
     return ts[ts.size() / 2] * 1e3f;
   };
   const double bytes = 2.0 * kLayers * (H * H + 2 * H * KV + H * H + 2 * H * F + F * H);
-  zc::set_skinny_stream(1);
-  const float stream_us = median_us(true);
+  const float stream_us = median_us(0);
   HostT out_stream = yd.download();
-  zc::set_skinny_stream(0);
-  const float old_us = median_us(true);
+  const float s7_us = median_us(1);
+  HostT out_s7 = yd.download();
+  const float old_us = median_us(2);
   HostT out_old = yd.download();
-  zc::set_skinny_stream(1);
-  const float lt_us = median_us(false);
+  const float lt_us = median_us(3);
   EXPECT_TRUE(close(out_stream, out_old, 4 * tol_for(t)));
-  for (auto [name, us] : {std::pair<const char*, float>{"streaming few-row kernel", stream_us},
-                          {"earlier [K, N] kernels", old_us},
+  EXPECT_TRUE(close(out_stream, out_s7, 4 * tol_for(t)));
+  for (auto [name, us] : {std::pair<const char*, float>{"streaming kernel, its shape", stream_us},
+                          {"streaming, session 7's shape", s7_us},
+                          {"cluster kernels", old_us},
                           {"cuBLASLt + gated", lt_us}})
     std::printf("layer chain (%d layers, 1 row): %-26s %8.2f us, %6.2f us a layer, %5.0f GB/s\n", kLayers, name, us,
                 us / kLayers, bytes / (us * 1e-6) / 1e9);

@@ -5,11 +5,12 @@
 #   tests/cuda/make_generate_plans.sh [OUTDIR] [--7b] [--fused] [--stream]
 # llama-1b (tests/models/bench, graph only: the weights are drawn at load time with zrun --init random), bf16,
 # --target cuda, --max-seq 768 (a 512-token prompt and 256 new tokens), one plan per batch size 1, 8 and 64.
-# --fused adds llama-1b-b1-fused and -b8-fused (--decode-fusion on). --stream adds llama-1b-b1-all (every
-# one-row decode product on the few-row kernel, gate/up + SiLU one launch: --decode-fusion on
-# --few-rows-max-bytes 1 GiB), -b1-mid (the same but the LM head) and -b1-gated (--decode-fusion on alone: gate/up
-# + SiLU one launch, o / down / LM head cuBLASLt), which tests/cuda/decode_stream_gpu.sh runs. --7b adds llama2-7b at tp 2 (the same
-# batches) and at batch 64 with --offload-param cpu.
+# --fused adds llama-1b-b1-fused and -b8-fused (--decode-fusion on). --stream adds, for
+# tests/cuda/decode_stream_gpu.sh, llama-1b-b1-cluster (--few-rows-kernel cluster: the default steps on the
+# earlier few-row kernels), -b1-od (--few-rows-max-bytes 64 MiB: o and down on the streaming kernel too), the
+# fp32 test llama at batch 1 and 2 for the greedy check against Hugging Face (check/llama-b1, -b2), and with
+# ZPLAN_MAIN=ZPLAN (another build's zplan, main's before the change under test) llama-1b-b1-main and -b8-main.
+# --7b adds llama2-7b at tp 2 (the same batches) and at batch 64 with --offload-param cpu.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 zplan=${ZPLAN:-$top/build/bin/zplan}
@@ -47,9 +48,19 @@ if [[ $fused == 1 ]]; then
   done
 fi
 if [[ $stream == 1 ]]; then
-  c llama-1b-b1-all.zplan llama-1b --batch 1 --decode-fusion on --few-rows-max-bytes 1073741824
-  c llama-1b-b1-mid.zplan llama-1b --batch 1 --decode-fusion on --few-rows-max-bytes 67108864
-  c llama-1b-b1-gated.zplan llama-1b --batch 1 --decode-fusion on
+  c llama-1b-b1-cluster.zplan llama-1b --batch 1 --few-rows-kernel cluster
+  c llama-1b-b1-od.zplan llama-1b --batch 1 --few-rows-max-bytes 67108864
+  mkdir -p "$out/check"
+  # The model path relative to the repository root, as generate_gpu.sh's: zrun finds the weights from there.
+  for b in 1 2; do
+    (cd "$top" && "$zplan" tests/models/llama/model.onnx --generate --max-seq 40 --batch $b --target cuda \
+      -o "$out/check/llama-b$b.zplan" > /dev/null)
+  done
+  if [[ -n ${ZPLAN_MAIN:-} ]]; then
+    for b in 1 8; do
+      zplan=$ZPLAN_MAIN c llama-1b-b$b-main.zplan llama-1b --batch $b
+    done
+  fi
 fi
 if [[ $big == 1 ]]; then
   for b in 1 8 64; do

@@ -78,7 +78,7 @@ TEST(Verifier, IndicesRangesAndCounts) {
   expect_reject(verify(p.file(), 2), "overflows the device arena");
   p = good();
   p.instrs[0].ints.push_back(7);
-  expect_reject(verify(p.file(), 2), "ints[1] (kernel) must be 0, or 1 (the few-row kernel)");
+  expect_reject(verify(p.file(), 2), "ints[1] (kernel) 7 is not 0 (cuBLASLt), 1 (the few-row kernels) or 2");
   p = good();
   p.instrs[0].ints.insert(p.instrs[0].ints.end(), {1, 0});
   expect_reject(verify(p.file(), 2), "has 3 ints, expects 1 to 2");
@@ -148,6 +148,58 @@ TEST(Verifier, AttentionPackedOperands) {
   expect_reject(verify(with({1, 14, 0, 48, 2, 16, 48, 2, 32, 48, 2}).file(), 2),
                 "a packed operand must be sequence-major");
   expect_reject(verify(with({1, 15, 0, 48, 2, 16, 48, 2, 32, 48}).file(), 2), "ints");
+}
+
+// Plans 2.9 / 2.14: the few-row kernel codes of zk/few_rows_kernels.h on linear (ints[1]), matmul (ints[2]),
+// linear_multi (ints[1]) and linear_gated (ints[2]): a code that names no kernel is refused, and so is the
+// streaming kernel (2) for a product it does not hold (more than 4 rows, a width not a multiple of 8, W [N, K]).
+TEST(Verifier, FewRowsKernelCodes) {
+  auto lin = [](std::vector<int64_t> ints, int64_t rows, int64_t n, bool tw = false) {
+    PlanBuilder p = good();
+    const int x = p.act("x1", {rows, 64}), w = p.act("w1", tw ? Shape{n, 64} : Shape{64, n}), y = p.act("y1", {rows, n});
+    p.op(zrt::Op::linear, {x, w}, {y}, std::move(ints), {1.0});
+    return p;
+  };
+  EXPECT_TRUE(verify(lin({0, 0}, 4, 16).file(), 2).ok());
+  EXPECT_TRUE(verify(lin({0, 1}, 16, 12).file(), 2).ok());
+  EXPECT_TRUE(verify(lin({0, 2}, 4, 16).file(), 2).ok()) << verify(lin({0, 2}, 4, 16).file(), 2).message();
+  expect_reject(verify(lin({0, 3}, 1, 16).file(), 2), "ints[1] (kernel) 3 is not 0 (cuBLASLt)");
+  expect_reject(verify(lin({0, 1}, 17, 16).file(), 2), "not of 1 to 16 rows");
+  expect_reject(verify(lin({0, 2}, 5, 16).file(), 2), "the streaming kernel does not hold this product");
+  expect_reject(verify(lin({0, 2}, 1, 12).file(), 2), "the streaming kernel does not hold this product");
+  expect_reject(verify(lin({1, 2}, 1, 16, true).file(), 2), "the streaming kernel does not hold this product");
+  auto mm = [](std::vector<int64_t> ints, int64_t rows, int64_t n) {
+    PlanBuilder p = good();
+    const int a = p.act("a1", {rows, 64}), b = p.act("b1", {64, n}), y = p.act("y1", {rows, n});
+    p.op(zrt::Op::matmul, {a, b}, {y}, std::move(ints), {});
+    return p;
+  };
+  EXPECT_TRUE(verify(mm({0, 0, 2}, 2, 16).file(), 2).ok());
+  expect_reject(verify(mm({0, 0, 5}, 2, 16).file(), 2), "ints[2] (kernel) 5 is not 0 (cuBLASLt)");
+  expect_reject(verify(mm({0, 0, 2}, 8, 16).file(), 2), "the streaming kernel does not hold this product");
+  auto multi = [](std::vector<int64_t> ints, int64_t rows, int64_t n) {
+    PlanBuilder p = good();
+    const int x = p.act("x1", {rows, 64}), w1 = p.act("w1", {64, n}), w2 = p.act("w2", {64, 16});
+    const int y1 = p.act("y1", {rows, n}), y2 = p.act("y2", {rows, 16});
+    p.op(zrt::Op::linear_multi, {x, w1, w2}, {y1, y2}, std::move(ints), {1.0});
+    return p;
+  };
+  EXPECT_TRUE(verify(multi({0}, 8, 12).file(), 2).ok());
+  EXPECT_TRUE(verify(multi({0, 1}, 8, 12).file(), 2).ok());
+  EXPECT_TRUE(verify(multi({0, 2}, 3, 24).file(), 2).ok());
+  expect_reject(verify(multi({0, 0}, 1, 16).file(), 2), "ints[1] (kernel) 0 is not 1 (the few-row kernels) or 2");
+  expect_reject(verify(multi({0, 2}, 1, 12).file(), 2), "the streaming kernel does not hold this product");
+  auto gated = [](std::vector<int64_t> ints, int64_t rows) {
+    PlanBuilder p = good();
+    const int x = p.act("x1", {rows, 64}), wg = p.act("wg", {64, 32}), wu = p.act("wu", {64, 32});
+    const int y = p.act("y1", {rows, 32});
+    p.op(zrt::Op::linear_gated, {x, wg, wu}, {y}, std::move(ints), {1.0});
+    return p;
+  };
+  EXPECT_TRUE(verify(gated({0, 15}, 16).file(), 2).ok());
+  EXPECT_TRUE(verify(gated({0, 15, 2}, 1).file(), 2).ok());
+  expect_reject(verify(gated({0, 15, 9}, 1).file(), 2), "ints[2] (kernel) 9 is not 1");
+  expect_reject(verify(gated({0, 15, 2}, 16).file(), 2), "the streaming kernel does not hold this product");
 }
 
 // Plan 2.11: an attention's twelfth int and an attention_grad's second are kernel codes of

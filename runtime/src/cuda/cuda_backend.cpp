@@ -661,15 +661,17 @@ class CudaBackend final : public Backend {
         ZRT_GPU_CHECK(zc::where(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), out_of(s.outputs[0]), st));
         return {};
       case Op::matmul:
-        // ints[2] (plan 2.9): the compiler's choice of the few-row kernel.
+        // ints[2] (plan 2.9 / 2.14): the compiler's choice of the few-row kernel (zk/few_rows_kernels.h).
         ZRT_GPU_CHECK(zc::matmul(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0,
-                                 s.ints[1] != 0, workspace_, workspace_bytes_, st, s.ints.size() > 2 && s.ints[2] == 1));
+                                 s.ints[1] != 0, workspace_, workspace_bytes_, st,
+                                 s.ints.size() > 2 ? static_cast<zk::cuda::FewRows>(s.ints[2]) : zk::cuda::FewRows::library));
         return {};
       case Op::linear: {
         const bool bias = s.inputs.size() > 2 && s.inputs[2].data;
         ZRT_GPU_CHECK(zc::linear(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(s.outputs[0]),
                                  s.ints[0] != 0, static_cast<float>(s.floats[0]), bias ? Epilogue::bias : Epilogue::none,
-                                 workspace_, workspace_bytes_, st, s.ints.size() > 1 && s.ints[1] == 1));
+                                 workspace_, workspace_bytes_, st,
+                                 s.ints.size() > 1 ? static_cast<zk::cuda::FewRows>(s.ints[1]) : zk::cuda::FewRows::library));
         return {};
       }
       case Op::linear_multi: {
@@ -683,14 +685,18 @@ class CudaBackend final : public Backend {
           w[i] = in_of(s.inputs[1 + i]);
           o[i] = out_of(s.outputs[i]);
         }
+        // ints[1] (plan 2.14): the few-row kernel; without it the cluster kernels, as before 2.14.
         ZRT_GPU_CHECK(zc::linear_multi(*blas_, in_of(s.inputs[0]), w, o, n, s.ints[0] != 0,
-                                       static_cast<float>(s.floats[0]), st));
+                                       static_cast<float>(s.floats[0]), st,
+                                       s.ints.size() > 1 ? static_cast<zk::cuda::FewRows>(s.ints[1]) : zk::cuda::FewRows::cluster));
         return {};
       }
       case Op::linear_gated:
+        // ints[2] (plan 2.14): the few-row kernel; without it the cluster kernels, as before 2.14.
         ZRT_GPU_CHECK(zc::linear_gated(*blas_, static_cast<Unary>(s.ints[1]), in_of(s.inputs[0]), in_of(s.inputs[1]),
                                        in_of(s.inputs[2]), out_of(s.outputs[0]), s.ints[0] != 0,
-                                       static_cast<float>(s.floats[0]), st));
+                                       static_cast<float>(s.floats[0]), st,
+                                       s.ints.size() > 2 ? static_cast<zk::cuda::FewRows>(s.ints[2]) : zk::cuda::FewRows::cluster));
         return {};
       case Op::norm_products: {
         // Plan 2.12: the residual add and RMS norm folded into the few-row products that read them.

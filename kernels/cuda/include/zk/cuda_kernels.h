@@ -23,6 +23,7 @@
 
 #include "zk/cpu_kernels.h"
 #include "zk/cuda_status.h"
+#include "zk/few_rows_kernels.h"
 
 namespace zk {
 namespace cuda {
@@ -113,15 +114,18 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 
 /// ONNX MatMul (batch broadcast, trans_a / trans_b on the last two dims) with fp32 accumulation; a, b and
 /// out share one float dtype. workspace may be null (then workspace_bytes must be 0).
-/// few_rows: the plan's choice (plan 2.9, --zplan-decode-products) of the few-row kernel for a product of at
-/// most kSkinnyMaxRows rows against one 2-D operand; otherwise cuBLASLt runs it (set_skinny_mode overrides).
+/// kernel: the plan's choice (plan 2.9 / 2.14, --zplan-decode-products) for a product of at most
+/// kSkinnyMaxRows rows against one 2-D operand: FewRows::cluster runs the few-row kernels where they hold the
+/// shape (cuBLASLt otherwise), FewRows::stream the streaming kernel (an error where it does not hold the
+/// product); FewRows::library, and every other product, cuBLASLt.
 GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool trans_a, bool trans_b, void *workspace,
-                 size_t workspace_bytes, cudaStream_t stream, bool few_rows = false);
+                 size_t workspace_bytes, cudaStream_t stream, FewRows kernel = FewRows::library);
 /// out[..., N] = alpha * x[..., K] W (+ bias) (then gelu for the gelu epilogues); W [K, N] or [N, K] with
-/// trans_w; x, W, out share one float dtype; bias [N] of that dtype when the epilogue takes one.
+/// trans_w; x, W, out share one float dtype; bias [N] of that dtype when the epilogue takes one. kernel as
+/// matmul's.
 GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool trans_w, float alpha,
                  Epilogue epilogue, void *workspace, size_t workspace_bytes, cudaStream_t stream,
-                 bool few_rows = false);
+                 FewRows kernel = FewRows::library);
 /// out[..., N] = alpha * x[..., K] W (+ bias) + residual (plan 2.13, linear_residual): linear's product with
 /// the residual (out's shape and dtype, not out itself) added in cuBLASLt's epilogue as its C operand with
 /// beta = 1, so that the sum is rounded once from fp32. Always cuBLASLt (the few-row kernel has no such
@@ -131,36 +135,47 @@ GpuStatus linear_residual(Blas &blas, const In &x, const In &w, const In &bias, 
 /// The plan's fused few-row products (plan 2.9, kernels/cuda/skinny_gemm.cu): linear_multi writes
 /// out[i] = alpha x w[i] for n = 2..4 weights of one x in one launch; linear_gated writes
 /// act(alpha x w_gate) * (alpha x w_up). At most kSkinnyMaxRows rows. The weights are read before the wait
-/// for the previous kernel where no kernel writes them (as skinny_linear's early_weights).
+/// for the previous kernel where no kernel writes them (as skinny_linear's early_weights). kernel: the
+/// plan's (2.14), the cluster kernels or the streaming kernel (FewRows::library is refused).
 GpuStatus linear_multi(Blas &blas, const In &x, const In *w, const Out *out, int n, bool trans_w, float alpha,
-                       cudaStream_t stream);
+                       cudaStream_t stream, FewRows kernel = FewRows::cluster);
 GpuStatus linear_gated(Blas &blas, Unary act, const In &x, const In &w_gate, const In &w_up, const Out &out,
-                       bool trans_w, float alpha, cudaStream_t stream);
+                       bool trans_w, float alpha, cudaStream_t stream, FewRows kernel = FewRows::cluster);
 
 /// Products with few rows (kernels/cuda/skinny_gemm.cu): at most this many rows of x.
 constexpr int64_t kSkinnyMaxRows = 16;
 /// Whether skinny_linear runs a product of M rows, contraction K and N columns (W [K, N], or [N, K] with
 /// trans_w) of this dtype.
 bool skinny_linear_fits(DType dtype, int64_t M, int64_t K, int64_t N, bool trans_w);
+/// The streaming kernel's launch shape: the weight columns of a block's strip (2, 4, 8 or 16 pieces of 16
+/// bytes: 16 to 128 columns in bf16 / f16, 8 to 64 in f32) and the K split (1 to 8 blocks, one cluster, each
+/// streaming a K-slab of the strip). cols 0: the kernel's own choice (skinny_stream_shape), which the
+/// launchers make unless told otherwise; another shape is for comparing shapes in the kernel tests.
+struct StreamShape {
+  int cols = 0;
+  int splits = 0;
+};
+/// The streaming kernel's choice for K and the weights' widths n[0..count) (gated: the pair's width once) on
+/// this device: the grid that fills the SMs most evenly in one wave (kernels/cuda/skinny_gemm.cu,
+/// choose_stream_shape).
+StreamShape skinny_stream_shape(DType dtype, int64_t K, const int64_t* n, int count, bool gated);
 /// linear's contract (out = epilogue(alpha x W + bias)) for at most kSkinnyMaxRows rows, by a kernel that
 /// streams W at the memory's rate instead of cuBLASLt; needs no workspace. It is launched as a programmatic
 /// dependent of the stream's previous kernel: it reads x (and bias) only after that kernel has finished, and
 /// W too unless early_weights says that no kernel writes W (then its first loads go out before the wait).
+/// kernel: FewRows::cluster or FewRows::stream (zk/few_rows_kernels.h; an error where it does not hold the
+/// product); shape: the streaming kernel's (default: its choice).
 GpuStatus skinny_linear(const In& x, const In& w, const In& bias, const Out& out, bool trans_w, float alpha,
-                        Epilogue epilogue, bool early_weights, cudaStream_t stream);
-/// The fused kernels behind linear_multi and linear_gated (early_weights as skinny_linear's).
+                        Epilogue epilogue, bool early_weights, cudaStream_t stream,
+                        FewRows kernel = FewRows::cluster, StreamShape shape = {});
+/// The fused kernels behind linear_multi and linear_gated (early_weights, kernel and shape as
+/// skinny_linear's).
 GpuStatus skinny_linear_multi(const In& x, const In* w, const Out* out, int n, bool trans_w, float alpha,
-                              bool early_weights, cudaStream_t stream);
+                              bool early_weights, cudaStream_t stream, FewRows kernel = FewRows::cluster,
+                              StreamShape shape = {});
 GpuStatus skinny_linear_gated(Unary act, const In& x, const In& w_gate, const In& w_up, const Out& out,
-                              bool trans_w, float alpha, bool early_weights, cudaStream_t stream);
-/// How linear and matmul run products of at most kSkinnyMaxRows rows: -1 (the default, or ZK_SKINNY unset)
-/// as the plan chose (their few_rows argument); 0 always cuBLASLt (ZK_SKINNY=0); 1 always skinny_linear
-/// where it applies (ZK_SKINNY=1). The override is for A/B timing of one plan; it changes no fused step.
-void set_skinny_mode(int mode);
-/// Whether the few-row products over W [K, N] of at most 4 rows run the streaming kernel (1; ZK_SKINNY_STREAM=1
-/// at start) or the earlier [K, N] kernels (0, the default until the streaming kernel is checked on a GPU).
-/// For A/B timing: the plan's steps and their results' contract are the same either way.
-void set_skinny_stream(int on);
+                              bool trans_w, float alpha, bool early_weights, cudaStream_t stream,
+                              FewRows kernel = FewRows::cluster, StreamShape shape = {});
 /// The plan's norm_products (kernels/cpu's norm_products contract): sum = x + residual, the RMS norm of it
 /// with scale and eps folded into the few-row products that read it (n weights [K, N_i], or the gated pair),
 /// by the streaming kernel, which every block runs the norm in (at most 4 rows, x's rows as floats within 64
@@ -169,7 +184,7 @@ GpuStatus norm_products(Blas &blas, const In &x, const In &residual, const In &s
                         const Out *out, int n, Unary act, bool gated, float alpha, float eps, cudaStream_t stream);
 GpuStatus skinny_norm_products(const In& x, const In& residual, const In& scale, const In* w, const Out& sum,
                                const Out* out, int n, Unary act, bool gated, float alpha, float eps,
-                               bool early_weights, cudaStream_t stream);
+                               bool early_weights, cudaStream_t stream, StreamShape shape = {});
 
 }  // namespace cuda
 }  // namespace zk
