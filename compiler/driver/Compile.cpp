@@ -424,6 +424,7 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
       // grid sized to the SMs, docs/generation.md, session 9); the cpu
       // target has one kernel per op.
       decode.streamKernel = f.target == "cuda" && f.fewRowsKernel == "stream";
+      decode.fewRowsStreamMaxBytes = f.fewRowsStreamMaxBytes;
       decode.dtype = f.dtype;
       pm.addPass(plan::createZplanDecodeProducts(decode));
     }

@@ -221,6 +221,12 @@ std::vector<OptionRow> buildTable() {
                   "cuda target, --generate: the largest weight the few-row "
                   "kernel runs by that rule (default 4194304)")
                   .checked(Check::NonNegative));
+  t.push_back(row("--few-rows-stream-max-bytes", &C::fewRowsStreamMaxBytes,
+                  "cuda target, --generate: the largest weight the rule "
+                  "gives the few-row kernels where the streaming kernel "
+                  "holds the product (default 67108864: llama-1b's o and "
+                  "down at one row, not its LM head)")
+                  .checked(Check::NonNegative));
   t.push_back(row("--few-rows-kernel", &C::fewRowsKernel,
                   "cuda target, --generate: the kernel of the fused few-row "
                   "products and of those --few-rows-max-rows marks, where "

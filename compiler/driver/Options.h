@@ -90,6 +90,10 @@ struct CompileConfig {
   /// (fused, or marked by the rule above) that the streaming kernel holds
   /// (stream, the default; cluster: the earlier kernels, for A/B timing).
   std::string fewRowsKernel = "stream";
+  /// --few-rows-stream-max-bytes: the rule's weight cap for the products the
+  /// streaming kernel holds (it read llama-1b's o and down at one row faster
+  /// than cuBLASLt; the LM head, 131 MB, stays with cuBLASLt).
+  int64_t fewRowsStreamMaxBytes = 64 * 1024 * 1024;
   bool report = false;
   std::string reportJson;
   // Training (docs/training-contract.md): --train builds @init and

@@ -568,7 +568,15 @@ struct DecodeProductsPass
       if (!wt)
         continue;
       int64_t bytes = rtt(w).getNumElements() * dtypeBytes(*wt);
-      if (bytes > fewRowsMaxBytes)
+      // The streaming kernel reads large weights faster than cuBLASLt at
+      // one row (docs/generation.md, session 9), the cluster kernels did
+      // not (session 5): a larger cap where the streaming kernel runs it.
+      bool transW = isa<zg::LinearOp>(op) ? cast<zg::LinearOp>(op).getTransW()
+                                          : cast<zg::MatmulOp>(op).getTransB();
+      int64_t cap = fewRowsMaxBytes;
+      if (streamKernel && streamHolds(x, w, transW))
+        cap = std::max<int64_t>(cap, fewRowsStreamMaxBytes);
+      if (bytes > cap)
         continue;
       op.setAttr("zd.kernel", StringAttr::get(op.getContext(), "few_rows"));
       ++numFewRows;

@@ -176,6 +176,10 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
       then runs it with the few-row kernel (kernels/cuda/skinny_gemm.cu)
       instead of cuBLASLt. The defaults follow the session 5 measurements on
       the H200: the few-row kernel won only at one row and a 2 MiB weight.
+      With `stream-kernel`, a product the streaming kernel holds is marked
+      up to `few-rows-stream-max-bytes` (session 9 on the H200: llama-1b's o
+      and down at one row, 8 and 23 MiB, read faster by it than by
+      cuBLASLt).
     - `stream-kernel` (the cuda target, after choose-kernel): each
       `zg.linear_multi`, `zg.linear_gated` and each product choose-kernel
       marked that the streaming few-row kernel holds (W [K, N], at most 4
@@ -220,6 +224,11 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
     Option<"streamKernel", "stream-kernel", "bool", "false",
            "run the fused and marked few-row products that the streaming "
            "kernel holds with it">,
+    Option<"fewRowsStreamMaxBytes", "few-rows-stream-max-bytes", "int64_t",
+           "0",
+           "choose-kernel with stream-kernel: the largest weight (bytes) the "
+           "rule marks where the streaming kernel holds the product (at "
+           "least few-rows-max-bytes)">,
     Option<"dtype", "dtype", "std::string", "\"fp32\"",
            "the plan's float dtype (a weight's bytes)">,
   ];

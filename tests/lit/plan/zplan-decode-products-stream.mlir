@@ -1,5 +1,6 @@
 // RUN: zplan-opt %s --split-input-file --zplan-decode-products="fuse=true choose-kernel=true few-rows-max=8 few-rows-max-bytes=4096 stream-kernel=true" | FileCheck %s
 // RUN: zplan-opt %s --split-input-file --zplan-decode-products="fuse=true choose-kernel=true few-rows-max=8 few-rows-max-bytes=4096" | FileCheck %s --check-prefix=OFF
+// RUN: zplan-opt %s --split-input-file --zplan-decode-products="choose-kernel=true few-rows-max=8 few-rows-max-bytes=128 few-rows-stream-max-bytes=4096 stream-kernel=true" | FileCheck %s --check-prefix=CAP
 
 // Tests that stream-kernel names the streaming few-row kernel
 // (zd.kernel = "few_rows_stream", plan 2.14's kernel code 2) on the fused
@@ -49,4 +50,21 @@ func.func @decode(%x: tensor<8x8xf32>, %wg: tensor<8x16xf32>, %wu: tensor<8x16xf
   %m = zg.gated %g, %u {act = "silu"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
   %d = zg.linear %m, %wd : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
   return %d : tensor<8x8xf32>
+}
+
+// -----
+
+// Tests that few-rows-stream-max-bytes caps the weights of the products the
+// streaming kernel holds (1536 bytes here, within 4096: marked for it) apart
+// from few-rows-max-bytes, which still caps the others (1152 bytes 12 wide,
+// over 128: left to cuBLASLt). With fuse the two are one linear_multi, which
+// the streaming kernel does not hold (a width of 12): no zd.kernel.
+// CHECK-LABEL: func.func @decode
+// CHECK: zg.linear_multi %arg0, %arg1, %arg2 : (tensor<1x24xf32>
+// CAP: zg.linear %arg0, %arg1 {zd.kernel = "few_rows_stream"} : (tensor<1x24xf32>
+// CAP: zg.linear %arg0, %arg2 : (tensor<1x24xf32>
+func.func @decode(%x: tensor<1x24xf32>, %w: tensor<24x16xf32>, %w12: tensor<24x12xf32>) -> (tensor<1x16xf32>, tensor<1x12xf32>) {
+  %a = zg.linear %x, %w : (tensor<1x24xf32>, tensor<24x16xf32>) -> tensor<1x16xf32>
+  %b = zg.linear %x, %w12 : (tensor<1x24xf32>, tensor<24x12xf32>) -> tensor<1x12xf32>
+  return %a, %b : tensor<1x16xf32>, tensor<1x12xf32>
 }
