@@ -212,6 +212,13 @@ std::vector<OptionRow> buildTable() {
                   "default: --cuda-arch's; rows: the exact kernel everywhere)")
                   .oneOf(attentionKernels,
                          "(kernels/cuda/include/zk/attention_kernels.h)"));
+  t.push_back(row("--gemm-algos", &C::gemmAlgos,
+                  "cuda target: name each product's cuBLASLt algorithm where "
+                  "the tuning table (kernels/cuda/include/zk/gemm_algos.h) "
+                  "has it for --cuda-arch (--zplan-gemm-algos; off: cuBLASLt's "
+                  "first heuristic answer everywhere, the default until a GPU "
+                  "has run the plan's form)")
+                  .oneOf({"on", "off"}));
   t.push_back(row("--few-rows-max-rows", &C::fewRowsMaxRows,
                   "cuda target, --generate: products of at most this many "
                   "rows (and --few-rows-max-bytes of weight) run the "

@@ -83,6 +83,11 @@ struct CompileConfig {
   /// --attention-kernel: one forward kernel for every attention that can take
   /// it (zk/attention_kernels.h's names; empty: the arch's default).
   std::string cudaArch = "sm_90", attentionKernel;
+  /// --gemm-algos: on writes the cuBLASLt algorithm of the products the
+  /// tuning table zk/gemm_algos.h has for --cuda-arch (--zplan-gemm-algos,
+  /// plan 2.15); off (the default until a GPU has run the plan's form) leaves
+  /// every product to cuBLASLt's first heuristic answer.
+  std::string gemmAlgos = "off";
   /// --few-rows-max-rows / --few-rows-max-bytes: the cuda target's rule for
   /// the products the few-row kernel runs instead of cuBLASLt.
   int64_t fewRowsMaxRows = 1, fewRowsMaxBytes = 4 * 1024 * 1024;

@@ -54,6 +54,17 @@ int fewRowsKernel(mlir::Operation *op) {
   return code;
 }
 
+/// Plan 2.15: the cuBLASLt algorithm --zplan-gemm-algos chose for a product
+/// (zd.gemm_algo), after [trans_w, kernel 0]; nothing when none was chosen.
+void appendGemmAlgo(mlir::Operation *op, std::vector<int64_t> &ints) {
+  auto algo = op->getAttrOfType<mlir::DenseI64ArrayAttr>("zd.gemm_algo");
+  if (!algo)
+    return;
+  ints.resize(1);
+  ints.push_back(0);
+  ints.insert(ints.end(), algo.asArrayRef().begin(), algo.asArrayRef().end());
+}
+
 /// The code of the attention kernel --zplan-attention-kernels chose (a name
 /// of zk/attention_kernels.h in zd.kernel): 0 when none was chosen, -1 (after
 /// an error naming the op) for a name the table does not have.
@@ -944,6 +955,8 @@ struct Emitter {
             ok = failure();
           else if (kernel > 0)
             ints.push_back(kernel);
+          else
+            appendGemmAlgo(l, ints);
           floats = {l.getAlpha().convertToDouble()};
         })
         .Case([&](graph::LinearMultiOp l) {
@@ -1030,6 +1043,7 @@ struct Emitter {
         })
         .Case([&](graph::LinearResidualOp l) {
           ints = {l.getTransW() ? 1 : 0};
+          appendGemmAlgo(l, ints);
           floats = {l.getAlpha().convertToDouble()};
         })
         .Case([&](graph::ResidualNormOp r) {

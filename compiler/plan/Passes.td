@@ -291,6 +291,43 @@ def ZplanAttentionKernels : Pass<"zplan-attention-kernels", "mlir::ModuleOp"> {
   ];
 }
 
+def ZplanGemmAlgos : Pass<"zplan-gemm-algos", "mlir::ModuleOp"> {
+  let summary = "Choose the cuBLASLt algorithm of the products the tuning table has";
+  let description = [{
+    Sets `zd.gemm_algo` (the seven ints of a cuBLASLt algorithm: its id and
+    its tile, stages, split-k, swizzle, custom option and cluster shape) on
+    each `zg.linear` and `zg.linear_residual` whose shape the tuning table
+    kernels/cuda/include/zk/gemm_algos.h has for `arch`: the rows M (the
+    input's elements over K), K, N, the weight's layout, the bias and
+    residual, the plan's storage dtype (bf16 or fp16). The emitter writes
+    them as the product's ints 2..8 (plan 2.15); the CUDA backend builds
+    that algorithm or refuses the product. A product the table does not
+    have, or one the few-row kernel runs (`zd.kernel`), is left alone and
+    runs cuBLASLt's first heuristic answer. The table holds what was
+    measured on the GPU of its arch; nothing is timed when the plan runs.
+
+    Before (bf16, arch 90, llama2-7b batch 4's gate product):
+    ```mlir
+    %g = zg.linear %x, %w : (tensor<4x1024x4096xbf16>, tensor<4096x11008xbf16>) -> tensor<4x1024x11008xbf16>
+    ```
+    After:
+    ```mlir
+    %g = zg.linear %x, %w {zd.gemm_algo = array<i64: 66, 29, 35, 1, 0, 1, 0>} : ...
+    ```
+  }];
+  let dependentDialects = ["zplan::graph::GraphDialect"];
+  let options = [
+    Option<"arch", "arch", "int64_t", "90",
+           "the target GPU's compute capability, major * 10 + minor (zplan "
+           "--cuda-arch sm_90 is 90)">,
+    Option<"dtype", "dtype", "std::string", "\"fp32\"",
+           "the plan's float dtype">,
+  ];
+  let statistics = [
+    Statistic<"numChosen", "chosen", "products given a tuned algorithm">,
+  ];
+}
+
 def ZplanFuse : Pass<"zplan-fuse", "mlir::ModuleOp"> {
   let summary = "Fuse producer/consumer pairs the CUDA kernels run as one step";
   let description = [{

@@ -116,7 +116,51 @@ struct LtGemm {
   const void *bias;
   /// The residual added in the epilogue (C with beta = 1, D's layout), or null (beta = 0).
   const void *residual = nullptr;
+  /// The plan's algorithm (plan 2.15), or null: the heuristic's first answer.
+  const GemmAlgo *algo = nullptr;
 };
+
+/// cuBLASLt's algorithm `a` for the product of `d`, built from its id and configuration, after cuBLASLt's own
+/// check that it runs this product here within `ws_bytes` of workspace; a refusal names the product.
+GpuStatus plan_algo(cublasLtHandle_t lt, const LtDescs &d, cudaDataType_t t, const GemmAlgo &a, size_t ws_bytes,
+                    const char *key, cublasLtMatmulAlgo_t *algo) {
+  char what[160];
+  std::snprintf(what, sizeof what, "algorithm %d (tile %d, stages %d, split-k %d, swizzle %d, custom %d, cluster %d)",
+                a.id, a.tile, a.stages, a.splitk, a.swizzle, a.custom, a.cluster);
+  auto refuse = [&](const std::string &why) {
+    return GpuStatus::fail(GpuLib::cublas, CUBLAS_STATUS_NOT_SUPPORTED,
+                           std::string("the plan's cuBLASLt ") + what + " for the product " + key + " " + why +
+                               ": recompile the plan for this GPU and library");
+  };
+  if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, t, t, a.id, algo) != CUBLAS_STATUS_SUCCESS)
+    return refuse("is not an algorithm of this cuBLASLt");
+  const struct {
+    cublasLtMatmulAlgoConfigAttributes_t attr;
+    int32_t v;
+  } cfg[] = {{CUBLASLT_ALGO_CONFIG_TILE_ID, a.tile},           {CUBLASLT_ALGO_CONFIG_STAGES_ID, a.stages},
+             {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, a.splitk},      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, a.swizzle},
+             {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, a.custom},   {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, a.cluster}};
+  for (const auto &c : cfg) {
+    // Each attribute has its own width in cuBLASLt (uint32_t or uint16_t): a query of size 0 returns it.
+    size_t width = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(algo, c.attr, nullptr, 0, &width) != CUBLAS_STATUS_SUCCESS)
+      width = sizeof(uint32_t);
+    const uint32_t v32 = static_cast<uint32_t>(c.v);
+    const uint16_t v16 = static_cast<uint16_t>(c.v);
+    const cublasStatus_t st = width == sizeof(uint16_t)
+                                  ? cublasLtMatmulAlgoConfigSetAttribute(algo, c.attr, &v16, sizeof(v16))
+                                  : cublasLtMatmulAlgoConfigSetAttribute(algo, c.attr, &v32, sizeof(v32));
+    if (st != CUBLAS_STATUS_SUCCESS) return refuse("has a configuration this cuBLASLt does not take");
+  }
+  cublasLtMatmulHeuristicResult_t check{};
+  if (cublasLtMatmulAlgoCheck(lt, d.op, d.a, d.b, d.c, d.c, algo, &check) != CUBLAS_STATUS_SUCCESS ||
+      check.state != CUBLAS_STATUS_SUCCESS)
+    return refuse("does not run here (cublasLtMatmulAlgoCheck)");
+  if (check.workspaceSize > ws_bytes)
+    return refuse("needs " + std::to_string(check.workspaceSize) + " bytes of workspace, the plan has " +
+                  std::to_string(ws_bytes));
+  return {};
+}
 
 GpuStatus set_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
                      int64_t stride) {
@@ -165,11 +209,14 @@ GpuStatus run_lt(Blas::Impl *impl, const LtGemm &g, void *ws, size_t ws_bytes, c
   const uint32_t al_r = g.residual ? mat_align(g.residual, g.ldc, g.sc) : al_c;
   const uint32_t align = (al_a << 16) | (al_b << 8) | al_c;  // for the cache key
   char key[256];
-  std::snprintf(key, sizeof key, "%d|%d%d|%lld,%lld,%lld|%lld,%lld,%lld|%lld|%d%d%d|%d|%u|%zu|r%u", static_cast<int>(g.dtype), g.ta,
+  std::snprintf(key, sizeof key, "%d|%d%d|%lld,%lld,%lld|%lld,%lld,%lld|%lld|%d%d%d|%d|%u|%zu|r%u|a%d,%d,%d,%d,%d,%d,%d",
+                static_cast<int>(g.dtype), g.ta,
                 g.tb, static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
                 static_cast<long long>(g.lda), static_cast<long long>(g.ldb), static_cast<long long>(g.ldc),
                 static_cast<long long>(g.batch), g.sa != 0, g.sb != 0, g.sc != 0, static_cast<int>(g.epi), align, ws_bytes,
-                g.residual ? al_r : 0u);
+                g.residual ? al_r : 0u, g.algo ? g.algo->id : -1, g.algo ? g.algo->tile : 0, g.algo ? g.algo->stages : 0,
+                g.algo ? g.algo->splitk : 0, g.algo ? g.algo->swizzle : 0, g.algo ? g.algo->custom : 0,
+                g.algo ? g.algo->cluster : 0);
   cublasLtMatmulAlgo_t algo;
   bool have = false;
   {
@@ -180,7 +227,11 @@ GpuStatus run_lt(Blas::Impl *impl, const LtGemm &g, void *ws, size_t ws_bytes, c
       have = true;
     }
   }
-  if (!have) {
+  if (!have && g.algo) {
+    ZK_GPU_TRY(plan_algo(impl->lt, d, t, *g.algo, ws ? ws_bytes : 0, key, &algo));
+    std::lock_guard<std::mutex> lock(impl->mu);
+    impl->algos.emplace(key, algo);
+  } else if (!have) {
     ZK_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&d.pref));
     uint64_t wsb = ws ? ws_bytes : 0;
     ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
@@ -338,7 +389,8 @@ namespace {
 /// linear's contract, plus the residual (out's shape and dtype, or none) that linear_residual adds in the
 /// product's epilogue.
 GpuStatus linear_impl(Blas &blas, const In &x, const In &w, const In &bias, const In &residual, const Out &out,
-                      bool tw, float alpha, Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, FewRows few) {
+                      bool tw, float alpha, Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, FewRows few,
+                      const GemmAlgo *algo) {
   if (x.shape.rank < 1 || w.shape.rank != 2) return kernel_failure("linear: x must have rank >= 1 and W rank 2");
   const int64_t K = x.shape.d[x.shape.rank - 1];
   const int64_t N = tw ? w.shape.d[0] : w.shape.d[1];
@@ -379,7 +431,7 @@ GpuStatus linear_impl(Blas &blas, const In &x, const In &w, const In &bias, cons
   // the gpt2 LM head). Such a product is computed in row blocks as out_block^T = W x_block^T into the
   // (aligned) workspace, each block then transposed into place; the product itself runs without workspace.
   if ((static_cast<size_t>(N) * es) % 16 != 0 && epi == Epilogue::none && !bias.data && !residual.data && tw && ws &&
-      M >= 256) {
+      M >= 256 && !algo) {
     int64_t mc = static_cast<int64_t>(ws_bytes / (static_cast<size_t>(N) * es)) / 64 * 64;
     if (mc >= 64) {
       for (int64_t m0 = 0; m0 < M; m0 += mc) {
@@ -395,8 +447,8 @@ GpuStatus linear_impl(Blas &blas, const In &x, const In &w, const In &bias, cons
     }
   }
   LtGemm g{x.dtype, tw, false, N, M, K, w.data, tw ? K : N, 0, x.data, K, 0, out.data, N, 0, 1, alpha, epi, bias.data,
-           residual.data};
-  if (!residual.data) {
+           residual.data, algo};
+  if (!residual.data && !algo) {
     // The few-row kernel has no residual epilogue; linear_residual's products run on cuBLASLt at any size.
     bool done = false;
     ZK_GPU_TRY(few_rows(blas.impl(), x, w, bias, out, tw, M, K, N, alpha, epi, few, s, &done));
@@ -408,15 +460,15 @@ GpuStatus linear_impl(Blas &blas, const In &x, const In &w, const In &bias, cons
 }  // namespace
 
 GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool tw, float alpha,
-                 Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, FewRows few) {
-  return linear_impl(blas, x, w, bias, In{}, out, tw, alpha, epi, ws, ws_bytes, s, few);
+                 Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, FewRows few, const GemmAlgo *algo) {
+  return linear_impl(blas, x, w, bias, In{}, out, tw, alpha, epi, ws, ws_bytes, s, few, algo);
 }
 
 GpuStatus linear_residual(Blas &blas, const In &x, const In &w, const In &bias, const In &residual, const Out &out,
-                          bool tw, float alpha, void *ws, size_t ws_bytes, cudaStream_t s) {
+                          bool tw, float alpha, void *ws, size_t ws_bytes, cudaStream_t s, const GemmAlgo *algo) {
   if (!residual.data) return kernel_failure("linear_residual: no residual");
   return linear_impl(blas, x, w, bias, residual, out, tw, alpha, bias.data ? Epilogue::bias : Epilogue::none, ws,
-                     ws_bytes, s, FewRows::library);
+                     ws_bytes, s, FewRows::library, algo);
 }
 
 GpuStatus linear_multi(Blas &blas, const In &x, const In *w, const Out *out, int n, bool tw, float alpha,

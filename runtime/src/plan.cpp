@@ -650,6 +650,17 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
   auto scalar = [](const TInfo &t) { return t.shape.empty(); };
   const Op op = sig.op;
   const int nints = in.ints() ? static_cast<int>(in.ints()->size()) : 0;
+  // Plan 2.15: a product's cuBLASLt algorithm (--zplan-gemm-algos) follows [trans_w, kernel 0] as seven ints,
+  // none negative; whether this cuBLASLt runs it is the CUDA backend's check.
+  auto check_gemm_algo = [&]() -> Status {
+    if (nints <= 2) return {};
+    if (nints != 2 + 7 || ints(1) != 0)
+      return bad("ints must be [trans_w, 0] followed by the seven ints of a cuBLASLt algorithm (kernel 0), got " +
+                 std::to_string(nints) + " ints");
+    for (int i = 2; i < nints; ++i)
+      if (ints(i) < 0) return bad("the cuBLASLt algorithm's ints must not be negative");
+    return {};
+  };
   switch (sig.category) {
     case OpCategory::unary:
       if (I(0).shape != O().shape) return bad("input shape " + shape_str(I(0).shape) + " differs from output shape " + shape_str(O().shape));
@@ -803,6 +814,7 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
           return bad("ints[1] (kernel) 2: the streaming kernel does not hold this product (W [K, N], at most 4 "
                      "rows, K x rows within 16384, N a multiple of 8)");
       }
+      if (op == Op::linear) return check_gemm_algo();
       return {};
     }
     case Op::linear_residual: {
@@ -818,7 +830,8 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       if (I(2).shape != O().shape || I(2).dtype != O().dtype)
         return bad("the residual must have the output's shape and dtype, got " + shape_str(I(2).shape));
       if (ins.size() > 3 && ins[3] >= 0 && I(3).numel != N) return bad("bias must have N elements");
-      return {};
+      if (nints == 2) return bad("ints must be [trans_w] or [trans_w, 0, the seven ints of a cuBLASLt algorithm]");
+      return check_gemm_algo();
     }
     case Op::linear_multi:
     case Op::linear_gated: {

@@ -231,6 +231,68 @@ TEST(CudaLinear, ResidualEpilogueMatchesReference) {
         }
 }
 
+// Plan 2.15: the plan's cuBLASLt algorithm runs as given. Every row of the tuning table (zk/gemm_algos.h) for
+// this device at its shape, against the CPU kernel on a slice of rows (the first and last 64; the whole
+// product would take the CPU too long) and against the heuristic's own answer; an algorithm cuBLASLt does not
+// have is refused with a message that says to recompile, and nothing runs.
+TEST(CudaLinear, PlanAlgorithmRunsOrIsRefused) {
+  std::unique_ptr<zc::Blas> blas;
+  ZT_GPU_OK(zc::Blas::create(&blas));
+  DevT ws(DType::f32, Dims{static_cast<int64_t>(zc::kGemmWorkspaceBytes / 4)});
+  int major = 0, minor = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+  int rows = 0;
+  for (const zc::TunedGemm &t : zc::kTunedGemms) {
+    if (t.arch != major * 10 + minor) continue;
+    const DType dt = t.bf16 ? DType::bf16 : DType::f16;
+    SCOPED_TRACE("tuned " + std::to_string(t.M) + "x" + std::to_string(t.K) + "x" + std::to_string(t.N));
+    HostT x = random_tensor(dt, Dims{t.M, t.K}), w = random_tensor(dt, t.trans_w ? Dims{t.N, t.K} : Dims{t.K, t.N}, -0.05f, 0.05f);
+    HostT bias = random_tensor(dt, Dims{t.N}), r = random_tensor(dt, Dims{t.M, t.N});
+    DevT dx(x), dw(w), db(bias), dr(r), dy(dt, Dims{t.M, t.N}), dh(dt, Dims{t.M, t.N});
+    const zk::In b = t.bias ? db.in() : zk::In{};
+    if (t.residual) {
+      ZT_GPU_OK(zc::linear_residual(*blas, dx.in(), dw.in(), b, dr.in(), dy.out(), t.trans_w, 1.0f, ws.ptr,
+                                    zc::kGemmWorkspaceBytes, nullptr, &t.algo));
+      ZT_GPU_OK(zc::linear_residual(*blas, dx.in(), dw.in(), b, dr.in(), dh.out(), t.trans_w, 1.0f, ws.ptr,
+                                    zc::kGemmWorkspaceBytes, nullptr));
+    } else {
+      const zc::Epilogue e = t.bias ? zc::Epilogue::bias : zc::Epilogue::none;
+      ZT_GPU_OK(zc::linear(*blas, dx.in(), dw.in(), b, dy.out(), t.trans_w, 1.0f, e, ws.ptr, zc::kGemmWorkspaceBytes,
+                           nullptr, zc::FewRows::library, &t.algo));
+      ZT_GPU_OK(zc::linear(*blas, dx.in(), dw.in(), b, dh.out(), t.trans_w, 1.0f, e, ws.ptr, zc::kGemmWorkspaceBytes,
+                           nullptr));
+    }
+    HostT y = dy.download();
+    EXPECT_TRUE(close(y, dh.download(), tol_for(dt))) << "against the heuristic's answer";
+    const size_t es = zk::dtype_size(dt);
+    for (int64_t r0 : {int64_t{0}, t.M - 64}) {
+      HostT xs(dt, Dims{64, t.K}), rs(dt, Dims{64, t.N}), ys(dt, Dims{64, t.N}), ref32(DType::f32, Dims{64, t.N}),
+          ref(dt, Dims{64, t.N});
+      std::memcpy(xs.bytes.data(), x.bytes.data() + r0 * t.K * es, xs.bytes.size());
+      std::memcpy(rs.bytes.data(), r.bytes.data() + r0 * t.N * es, rs.bytes.size());
+      std::memcpy(ys.bytes.data(), y.bytes.data() + r0 * t.N * es, ys.bytes.size());
+      std::vector<float> scratch(zk::cpu::linear_scratch(xs.in(), w.in(), ref32.out(), t.trans_w) + 1);
+      ZT_CPU_OK(zk::cpu::linear_residual(xs.in(), w.in(), t.bias ? bias.in() : zk::In{},
+                                         t.residual ? rs.in() : zk::In{}, ref32.out(), t.trans_w, 1.0f, scratch.data()));
+      ZT_CPU_OK(zk::cpu::cast(ref32.in(), ref.out()));
+      EXPECT_TRUE(close(ys, ref, tol_for(dt))) << "rows " << r0 << ".." << r0 + 64;
+    }
+    ++rows;
+  }
+  std::printf("tuned products of this device checked: %d\n", rows);
+  // An algorithm id no cuBLASLt has: refused, the output untouched (still the poison).
+  HostT x = random_tensor(DType::bf16, Dims{256, 128}), w = random_tensor(DType::bf16, Dims{128, 256});
+  DevT dx(x), dw(w), dy(DType::bf16, Dims{256, 256});
+  const zc::GemmAlgo bogus{100000, 29, 35, 1, 0, 1, 0};
+  zc::GpuStatus st = zc::linear(*blas, dx.in(), dw.in(), zk::In{}, dy.out(), false, 1.0f, zc::Epilogue::none, ws.ptr,
+                                zc::kGemmWorkspaceBytes, nullptr, zc::FewRows::library, &bogus);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message.find("recompile the plan"), std::string::npos) << st.message;
+  HostT y = dy.download();
+  EXPECT_TRUE(std::isnan(y.at(0)) && std::isnan(y.at(y.numel() - 1)));
+}
+
 TEST(CudaRows, SoftmaxAnyAxis) {
   struct Case { Dims s; int axis; };
   const Case cases[] = {{Dims{4, 1000}, -1}, {Dims{3, 7, 5}, 1}, {Dims{2, 3, 33}, 2}, {Dims{5, 4100}, 1}, {Dims{9, 1}, 1}};

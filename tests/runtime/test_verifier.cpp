@@ -80,8 +80,8 @@ TEST(Verifier, IndicesRangesAndCounts) {
   p.instrs[0].ints.push_back(7);
   expect_reject(verify(p.file(), 2), "ints[1] (kernel) 7 is not 0 (cuBLASLt), 1 (the few-row kernels) or 2");
   p = good();
-  p.instrs[0].ints.insert(p.instrs[0].ints.end(), {1, 0});
-  expect_reject(verify(p.file(), 2), "has 3 ints, expects 1 to 2");
+  p.instrs[0].ints.insert(p.instrs[0].ints.end(), {0, 66, 29, 35, 1, 0, 1, 0, 0});
+  expect_reject(verify(p.file(), 2), "has 10 ints, expects 1 to 9");
   p = good();
   p.instrs[0].floats.clear();
   expect_reject(verify(p.file(), 2), "has 0 floats, expects 1");
@@ -279,6 +279,24 @@ TEST(Verifier, LinearResidual) {
   EXPECT_TRUE(verify(with({4, 5}, false).file(), 2).ok());
   EXPECT_TRUE(verify(with({4, 5}, true).file(), 2).ok());
   expect_reject(verify(with({20}, false).file(), 2), "the residual must have the output's shape and dtype");
+}
+
+// Plan 2.15: a product's cuBLASLt algorithm, seven non-negative ints after [trans_w, kernel 0].
+TEST(Verifier, GemmAlgorithmInts) {
+  auto with = [](zrt::Op op, std::vector<int64_t> ints) {
+    PlanBuilder p = good();
+    const int x = p.act("x", {4, 6}), w = p.act("w", {5, 6}), r = p.act("r", {4, 5}), y = p.act("y", {4, 5});
+    p.op(op, op == zrt::Op::linear ? std::vector<int32_t>{x, w} : std::vector<int32_t>{x, w, r}, {y}, std::move(ints),
+         {1.0});
+    return p;
+  };
+  for (zrt::Op op : {zrt::Op::linear, zrt::Op::linear_residual}) {
+    EXPECT_TRUE(verify(with(op, {1, 0, 66, 29, 35, 1, 0, 1, 0}).file(), 2).ok());
+    expect_reject(verify(with(op, {1, 0, 66, 29, 35}).file(), 2), "followed by the seven ints of a cuBLASLt algorithm");
+    expect_reject(verify(with(op, {1, 0, 66, -29, 35, 1, 0, 1, 0}).file(), 2), "must not be negative");
+  }
+  expect_reject(verify(with(zrt::Op::linear, {1, 1, 66, 29, 35, 1, 0, 1, 0}).file(), 2), "(kernel 0)");
+  expect_reject(verify(with(zrt::Op::linear_residual, {1, 0}).file(), 2), "ints must be [trans_w] or");
 }
 
 TEST(PlanFile, WriterRoundTripAndNoPartialFile) {

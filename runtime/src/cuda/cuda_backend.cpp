@@ -542,6 +542,15 @@ class CudaBackend final : public Backend {
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) peak_used_ = std::max(peak_used_, total_b - free_b);
   }
 
+  /// The cuBLASLt algorithm the plan names for a product (plan 2.15: ints 2..8 after [trans_w, 0]), filled
+  /// into *a; null when the plan names none (the heuristic's first answer runs).
+  static const zk::cuda::GemmAlgo *gemm_algo(const Step &s, zk::cuda::GemmAlgo *a) {
+    if (s.ints.size() != 2 + zk::cuda::GemmAlgo::kInts) return nullptr;
+    const auto i = [&](size_t k) { return static_cast<int32_t>(s.ints[2 + k]); };
+    *a = zk::cuda::GemmAlgo{i(0), i(1), i(2), i(3), i(4), i(5), i(6)};
+    return a;
+  }
+
   Status check_supported(const Step &s) const {
     const auto op = s.op;
     const int v = static_cast<int>(s.op);
@@ -668,10 +677,12 @@ class CudaBackend final : public Backend {
         return {};
       case Op::linear: {
         const bool bias = s.inputs.size() > 2 && s.inputs[2].data;
+        zc::GemmAlgo algo;
         ZRT_GPU_CHECK(zc::linear(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 2), out_of(s.outputs[0]),
                                  s.ints[0] != 0, static_cast<float>(s.floats[0]), bias ? Epilogue::bias : Epilogue::none,
                                  workspace_, workspace_bytes_, st,
-                                 s.ints.size() > 1 ? static_cast<zk::cuda::FewRows>(s.ints[1]) : zk::cuda::FewRows::library));
+                                 s.ints.size() > 1 ? static_cast<zk::cuda::FewRows>(s.ints[1]) : zk::cuda::FewRows::library,
+                                 gemm_algo(s, &algo)));
         return {};
       }
       case Op::linear_multi: {
@@ -721,13 +732,16 @@ class CudaBackend final : public Backend {
                                  bias ? Epilogue::gelu_bias : Epilogue::gelu, workspace_, workspace_bytes_, st));
         return {};
       }
-      case Op::linear_residual:
+      case Op::linear_residual: {
         // The plan's fused step (plan 2.13, compiler/plan/Fuse.cpp): the product with the residual add after it
         // in its epilogue (C = the residual, beta = 1).
+        zc::GemmAlgo algo;
         ZRT_GPU_CHECK(zc::linear_residual(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), opt_in(s, 3),
                                           in_of(s.inputs[2]), out_of(s.outputs[0]), s.ints[0] != 0,
-                                          static_cast<float>(s.floats[0]), workspace_, workspace_bytes_, st));
+                                          static_cast<float>(s.floats[0]), workspace_, workspace_bytes_, st,
+                                          gemm_algo(s, &algo)));
         return {};
+      }
       case Op::residual_norm:
         ZRT_GPU_CHECK(zc::residual_norm(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
                                         s.ints[0] != 0 ? zk::In{} : opt_in(s, 3), out_of(s.outputs[0]),

@@ -24,6 +24,7 @@
 #include "zk/cpu_kernels.h"
 #include "zk/cuda_status.h"
 #include "zk/few_rows_kernels.h"
+#include "zk/gemm_algos.h"
 
 namespace zk {
 namespace cuda {
@@ -122,16 +123,19 @@ GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool tran
                  size_t workspace_bytes, cudaStream_t stream, FewRows kernel = FewRows::library);
 /// out[..., N] = alpha * x[..., K] W (+ bias) (then gelu for the gelu epilogues); W [K, N] or [N, K] with
 /// trans_w; x, W, out share one float dtype; bias [N] of that dtype when the epilogue takes one. kernel as
-/// matmul's.
+/// matmul's. algo: the plan's cuBLASLt algorithm for the product (plan 2.15, zk/gemm_algos.h), run as given or
+/// refused (cuBLASLt's check fails, or it needs more workspace than there is); null: cuBLASLt's first heuristic
+/// answer.
 GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool trans_w, float alpha,
                  Epilogue epilogue, void *workspace, size_t workspace_bytes, cudaStream_t stream,
-                 FewRows kernel = FewRows::library);
+                 FewRows kernel = FewRows::library, const GemmAlgo *algo = nullptr);
 /// out[..., N] = alpha * x[..., K] W (+ bias) + residual (plan 2.13, linear_residual): linear's product with
 /// the residual (out's shape and dtype, not out itself) added in cuBLASLt's epilogue as its C operand with
 /// beta = 1, so that the sum is rounded once from fp32. Always cuBLASLt (the few-row kernel has no such
 /// epilogue).
 GpuStatus linear_residual(Blas &blas, const In &x, const In &w, const In &bias, const In &residual, const Out &out,
-                          bool trans_w, float alpha, void *workspace, size_t workspace_bytes, cudaStream_t stream);
+                          bool trans_w, float alpha, void *workspace, size_t workspace_bytes, cudaStream_t stream,
+                          const GemmAlgo *algo = nullptr);
 /// The plan's fused few-row products (plan 2.9, kernels/cuda/skinny_gemm.cu): linear_multi writes
 /// out[i] = alpha x w[i] for n = 2..4 weights of one x in one launch; linear_gated writes
 /// act(alpha x w_gate) * (alpha x w_up). At most kSkinnyMaxRows rows. The weights are read before the wait
