@@ -4,7 +4,7 @@
 # (MEMORY_CALL_PEERS: "elementwise", bench/gpu/elementwise_peers.py, eager and torch.compile of the same ops
 # with the copy rate; "torch", bench/gpu/torch_baseline.py's torch.compile of the models in
 # MEMORY_CALL_TORCH_MODELS, default llama2-7b at batch 4; "none"), then the kernels' tests against the CPU
-# reference (tests/cuda: CudaElementwise, CudaRows, CudaRotary), the one-GPU forwards of PLANDIR/manifest-one.txt
+# reference (tests/cuda: CudaElementwise, CudaRows, CudaLinear, CudaRotary), the one-GPU forwards of PLANDIR/manifest-one.txt
 # under tests/cuda/plan_memory.sh (medians of 10 CUDA-graph replays; once more under MEMORY_CALL_OLD_ENV, the
 # environment of a comparison form, where set), `zplan_cuda_kernel_bench --memory` (each kernel's time, rate
 # and share of the copy rate) and `--gemm` (the products' algorithms), a ZRT_CUDA_PROFILE breakdown of
@@ -68,7 +68,7 @@ tests() {  # NAME BINARY [ARGS...]: a gtest binary, its verdict into the summary
   note "$name rc $? $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$out/$name.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED  \]|Failure" "$out/$name.log" | head -10
 }
-tests kernels "$b/bin/zplan_cuda_kernels_test" --gtest_filter='CudaElementwise.*:CudaRows.*'
+tests kernels "$b/bin/zplan_cuda_kernels_test" --gtest_filter='CudaElementwise.*:CudaRows.*:CudaLinear.*'
 tests rotary "$b/bin/zplan_cuda_rotary_test"
 
 # The one-GPU forwards: this code, then (where MEMORY_CALL_OLD_ENV is set) the comparison form in the same
