@@ -120,46 +120,60 @@ struct LtGemm {
   const GemmAlgo *algo = nullptr;
 };
 
-/// cuBLASLt's algorithm `a` for the product of `d`, built from its id and configuration, after cuBLASLt's own
-/// check that it runs this product here within `ws_bytes` of workspace; a refusal names the product.
-GpuStatus plan_algo(cublasLtHandle_t lt, const LtDescs &d, cudaDataType_t t, const GemmAlgo &a, size_t ws_bytes,
-                    const char *key, cublasLtMatmulAlgo_t *algo) {
+/// An algorithm's configuration as the tuning table records it (zk/gemm_algos.h): each attribute read into a
+/// 32-bit value, 0 where cuBLASLt does not give it that way (kernel_bench --gemm reads them the same way).
+GemmAlgo config_of(const cublasLtMatmulAlgo_t &algo) {
+  const cublasLtMatmulAlgoConfigAttributes_t attrs[GemmAlgo::kInts] = {
+      CUBLASLT_ALGO_CONFIG_ID,          CUBLASLT_ALGO_CONFIG_TILE_ID,       CUBLASLT_ALGO_CONFIG_STAGES_ID,
+      CUBLASLT_ALGO_CONFIG_SPLITK_NUM,  CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+      CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
+  int32_t v[GemmAlgo::kInts] = {};
+  for (int i = 0; i < GemmAlgo::kInts; ++i) {
+    uint32_t u = 0;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attrs[i], &u, sizeof(u), &written) == CUBLAS_STATUS_SUCCESS)
+      v[i] = static_cast<int32_t>(u);
+  }
+  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+}
+
+bool same_config(const GemmAlgo &a, const GemmAlgo &b) {
+  return a.id == b.id && a.tile == b.tile && a.stages == b.stages && a.splitk == b.splitk && a.swizzle == b.swizzle &&
+         a.custom == b.custom && a.cluster == b.cluster;
+}
+
+/// cuBLASLt's heuristic answers for the product of `d` (at most kAnswers, each within the preference's
+/// workspace and alignments), and of them the one to run: the first, or the one whose configuration is the
+/// plan's `want`. The plan's algorithm is taken from cuBLASLt's own answers rather than assembled from its
+/// configuration, since an answer carries more state than the configuration attributes expose (an algorithm
+/// built with cublasLtMatmulAlgoInit from the table's attributes failed cublasLtMatmulAlgoCheck on the H200);
+/// an answer list without it refuses the product, naming it.
+GpuStatus pick_algo(cublasLtHandle_t lt, const LtDescs &d, const GemmAlgo *want, const char *key,
+                    cublasLtMatmulAlgo_t *algo) {
+  constexpr int kAnswers = 32;
+  cublasLtMatmulHeuristicResult_t res[kAnswers] = {};
+  int found = 0;
+  ZK_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.a, d.b, d.c, d.c, d.pref, want ? kAnswers : 1, res, &found));
+  if (found == 0)
+    return GpuStatus::fail(GpuLib::cublas, CUBLAS_STATUS_NOT_SUPPORTED,
+                           std::string("cuBLASLt has no algorithm for the product ") + key);
+  if (!want) {
+    *algo = res[0].algo;
+    return {};
+  }
+  for (int i = 0; i < found; ++i) {
+    if (res[i].state == CUBLAS_STATUS_SUCCESS && same_config(config_of(res[i].algo), *want)) {
+      *algo = res[i].algo;
+      return {};
+    }
+  }
   char what[160];
   std::snprintf(what, sizeof what, "algorithm %d (tile %d, stages %d, split-k %d, swizzle %d, custom %d, cluster %d)",
-                a.id, a.tile, a.stages, a.splitk, a.swizzle, a.custom, a.cluster);
-  auto refuse = [&](const std::string &why) {
-    return GpuStatus::fail(GpuLib::cublas, CUBLAS_STATUS_NOT_SUPPORTED,
-                           std::string("the plan's cuBLASLt ") + what + " for the product " + key + " " + why +
-                               ": recompile the plan for this GPU and library");
-  };
-  if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, t, t, a.id, algo) != CUBLAS_STATUS_SUCCESS)
-    return refuse("is not an algorithm of this cuBLASLt");
-  const struct {
-    cublasLtMatmulAlgoConfigAttributes_t attr;
-    int32_t v;
-  } cfg[] = {{CUBLASLT_ALGO_CONFIG_TILE_ID, a.tile},           {CUBLASLT_ALGO_CONFIG_STAGES_ID, a.stages},
-             {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, a.splitk},      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, a.swizzle},
-             {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, a.custom},   {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, a.cluster}};
-  for (const auto &c : cfg) {
-    // Each attribute has its own width in cuBLASLt (uint32_t or uint16_t): a query of size 0 returns it.
-    size_t width = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(algo, c.attr, nullptr, 0, &width) != CUBLAS_STATUS_SUCCESS)
-      width = sizeof(uint32_t);
-    const uint32_t v32 = static_cast<uint32_t>(c.v);
-    const uint16_t v16 = static_cast<uint16_t>(c.v);
-    const cublasStatus_t st = width == sizeof(uint16_t)
-                                  ? cublasLtMatmulAlgoConfigSetAttribute(algo, c.attr, &v16, sizeof(v16))
-                                  : cublasLtMatmulAlgoConfigSetAttribute(algo, c.attr, &v32, sizeof(v32));
-    if (st != CUBLAS_STATUS_SUCCESS) return refuse("has a configuration this cuBLASLt does not take");
-  }
-  cublasLtMatmulHeuristicResult_t check{};
-  if (cublasLtMatmulAlgoCheck(lt, d.op, d.a, d.b, d.c, d.c, algo, &check) != CUBLAS_STATUS_SUCCESS ||
-      check.state != CUBLAS_STATUS_SUCCESS)
-    return refuse("does not run here (cublasLtMatmulAlgoCheck)");
-  if (check.workspaceSize > ws_bytes)
-    return refuse("needs " + std::to_string(check.workspaceSize) + " bytes of workspace, the plan has " +
-                  std::to_string(ws_bytes));
-  return {};
+                want->id, want->tile, want->stages, want->splitk, want->swizzle, want->custom, want->cluster);
+  return GpuStatus::fail(GpuLib::cublas, CUBLAS_STATUS_NOT_SUPPORTED,
+                         std::string("the plan's cuBLASLt ") + what + " for the product " + key +
+                             " is not among this cuBLASLt's " + std::to_string(found) +
+                             " answers for it here: recompile the plan for this GPU and library");
 }
 
 GpuStatus set_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
@@ -227,11 +241,7 @@ GpuStatus run_lt(Blas::Impl *impl, const LtGemm &g, void *ws, size_t ws_bytes, c
       have = true;
     }
   }
-  if (!have && g.algo) {
-    ZK_GPU_TRY(plan_algo(impl->lt, d, t, *g.algo, ws ? ws_bytes : 0, key, &algo));
-    std::lock_guard<std::mutex> lock(impl->mu);
-    impl->algos.emplace(key, algo);
-  } else if (!have) {
+  if (!have) {
     ZK_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&d.pref));
     uint64_t wsb = ws ? ws_bytes : 0;
     ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
@@ -240,13 +250,7 @@ GpuStatus run_lt(Blas::Impl *impl, const LtGemm &g, void *ws, size_t ws_bytes, c
     ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
     ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_r, sizeof(al_r)));
     ZK_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-    cublasLtMatmulHeuristicResult_t res{};
-    int found = 0;
-    ZK_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(impl->lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res, &found));
-    if (found == 0)
-      return GpuStatus::fail(GpuLib::cublas, CUBLAS_STATUS_NOT_SUPPORTED,
-                             std::string("cuBLASLt has no algorithm for the product ") + key);
-    algo = res.algo;
+    ZK_GPU_TRY(pick_algo(impl->lt, d, g.algo, key, &algo));
     std::lock_guard<std::mutex> lock(impl->mu);
     impl->algos.emplace(key, algo);
   }

@@ -2,9 +2,8 @@
 //
 // Plain C++ (no CUDA headers), read by two parties: the compiler looks each large product up here
 // (compiler/plan/GemmAlgos.cpp, --zplan-gemm-algos, for zplan --cuda-arch) and writes the configuration it
-// finds into the product's ints (docs/plan-format.md, 2.15); the CUDA backend (kernels/cuda/gemm.cpp) builds
-// that algorithm with cublasLtMatmulAlgoInit and its configuration attributes, checks it with
-// cublasLtMatmulAlgoCheck and refuses the product when cuBLASLt cannot run it there. A product without one
+// finds into the product's ints (docs/plan-format.md, 2.15); the CUDA backend (kernels/cuda/gemm.cpp) runs
+// the answer of cuBLASLt's heuristic with that configuration and refuses the product when no answer has it. A product without one
 // runs cuBLASLt's first heuristic answer, as before. No timing at run time: one plan runs the same
 // algorithms on every GPU it runs on.
 //
