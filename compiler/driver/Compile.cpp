@@ -220,7 +220,7 @@ std::string commandLine(const CompileConfig &f, const CommonOptions &o) {
     os << " --cuda-arch " << f.cudaArch;
   if (!f.attentionKernel.empty())
     os << " --attention-kernel " << f.attentionKernel;
-  if (f.gemmAlgos != "off")
+  if (f.gemmAlgos != "on")
     os << " --gemm-algos " << f.gemmAlgos;
   if (f.microBatches != 1)
     os << " --micro-batches " << f.microBatches;
@@ -391,9 +391,10 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
       kernels.kernel = f.attentionKernel;
       kernels.dtype = f.dtype;
       pm.addPass(plan::createZplanAttentionKernels(kernels));
-      // With --gemm-algos on, each product's cuBLASLt algorithm where the
-      // tuning table (zk/gemm_algos.h, measured on the GPU of --cuda-arch)
-      // has its shape; the others run cuBLASLt's first heuristic answer.
+      // With --gemm-algos on (the default), each product's cuBLASLt algorithm
+      // where the tuning table (zk/gemm_algos.h, measured on the GPU of
+      // --cuda-arch) has its shape; the others run cuBLASLt's first heuristic
+      // answer.
       if (f.gemmAlgos == "on") {
         plan::ZplanGemmAlgosOptions algos;
         algos.arch = kernels.arch;

@@ -215,9 +215,9 @@ std::vector<OptionRow> buildTable() {
   t.push_back(row("--gemm-algos", &C::gemmAlgos,
                   "cuda target: name each product's cuBLASLt algorithm where "
                   "the tuning table (kernels/cuda/include/zk/gemm_algos.h) "
-                  "has it for --cuda-arch (--zplan-gemm-algos; off: cuBLASLt's "
-                  "first heuristic answer everywhere, the default until a GPU "
-                  "has run the plan's form)")
+                  "has it for --cuda-arch (--zplan-gemm-algos; default on; off: "
+                  "cuBLASLt's first heuristic answer everywhere, for a GPU or "
+                  "library where the table's algorithm is refused at load)")
                   .oneOf({"on", "off"}));
   t.push_back(row("--few-rows-max-rows", &C::fewRowsMaxRows,
                   "cuda target, --generate: products of at most this many "

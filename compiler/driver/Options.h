@@ -85,9 +85,10 @@ struct CompileConfig {
   std::string cudaArch = "sm_90", attentionKernel;
   /// --gemm-algos: on writes the cuBLASLt algorithm of the products the
   /// tuning table zk/gemm_algos.h has for --cuda-arch (--zplan-gemm-algos,
-  /// plan 2.15); off (the default until a GPU has run the plan's form) leaves
-  /// every product to cuBLASLt's first heuristic answer.
-  std::string gemmAlgos = "off";
+  /// plan 2.15; the default since session 9's H200 call ran it: llama2-7b
+  /// batch 4 82.0-82.2 ms against 85.9-86.0); off leaves every product to
+  /// cuBLASLt's first heuristic answer.
+  std::string gemmAlgos = "on";
   /// --few-rows-max-rows / --few-rows-max-bytes: the cuda target's rule for
   /// the products the few-row kernel runs instead of cuBLASLt.
   int64_t fewRowsMaxRows = 1, fewRowsMaxBytes = 4 * 1024 * 1024;

@@ -173,7 +173,8 @@ GpuStatus pick_algo(cublasLtHandle_t lt, const LtDescs &d, const GemmAlgo *want,
   return GpuStatus::fail(GpuLib::cublas, CUBLAS_STATUS_NOT_SUPPORTED,
                          std::string("the plan's cuBLASLt ") + what + " for the product " + key +
                              " is not among this cuBLASLt's " + std::to_string(found) +
-                             " answers for it here: recompile the plan for this GPU and library");
+                             " answers for it here: recompile the plan for this GPU and library (zplan --gemm-algos off leaves "
+                             "every product to cuBLASLt's first answer)");
 }
 
 GpuStatus set_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
