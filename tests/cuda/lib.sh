@@ -43,11 +43,26 @@ gpu_env() {
 # gpu_build [--no-tests] TARGET...: configures $b with the compiler off (FlatBuffers, CLI11 and GoogleTest
 # from .gpu-deps, made by scripts/gpu-deps.sh; --no-tests leaves the test targets out) and builds the
 # targets, as the steps "configure" and "build". On a failure it prints the log's errors and exits 1.
+# With .gpu-bin/runtime.tar.xz in the tree (tests/cuda/pack_runtime.sh, made on the compiling machine and
+# carried), nothing is built: the packed binaries are unpacked into $b (step "unpack"), each TARGET must be
+# among them, and LD_LIBRARY_PATH finds their libzrt (it is searched before the binaries' RUNPATH). That
+# spares a call the ~120 s a build takes on the GPU machine.
 gpu_build() {
   local tests=()
   if [[ ${1:-} == --no-tests ]]; then
     tests=(-DZPLAN_BUILD_TESTS=OFF)
     shift
+  fi
+  if [[ -f $top/.gpu-bin/runtime.tar.xz ]]; then
+    mkdir -p "$b/bin"
+    step unpack tar xJf "$top/.gpu-bin/runtime.tar.xz" -C "$b/bin" || { tail -5 "$out/unpack.log"; exit 1; }
+    export LD_LIBRARY_PATH="$b/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "gpu_build: nothing built; the runtime packed from $(cat "$top/.gpu-bin/runtime.commit" 2>/dev/null || echo '?')"
+    local t
+    for t in "$@"; do
+      [[ -x $b/bin/$t ]] || { echo "gpu_build: $t is not in .gpu-bin/runtime.tar.xz (tests/cuda/pack_runtime.sh)"; exit 1; }
+    done
+    return 0
   fi
   step configure cmake -S "$top" -B "$b" -G Ninja -DZPLAN_BUILD_COMPILER=OFF "${tests[@]}" \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DZPLAN_FLATBUFFERS_ROOT="$top/.gpu-deps" \
