@@ -250,6 +250,42 @@ cudaError_t launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, 
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+/// 16 bytes of a row as floats: 8 elements of bf16/f16, 4 of f32 (the decode attention's K/V and q rows, the
+/// sampler's logits).
+template <class T>
+struct Piece;
+template <>
+struct Piece<float> {
+  static constexpr int n = 4;
+  __device__ static void unpack(const uint4 &u, float (&x)[4]) {
+    x[0] = __uint_as_float(u.x), x[1] = __uint_as_float(u.y), x[2] = __uint_as_float(u.z), x[3] = __uint_as_float(u.w);
+  }
+};
+template <>
+struct Piece<__nv_bfloat16> {
+  static constexpr int n = 8;
+  __device__ static void unpack(const uint4 &u, float (&x)[8]) {
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(h[k]);
+      x[2 * k] = f.x, x[2 * k + 1] = f.y;
+    }
+  }
+};
+template <>
+struct Piece<__half> {
+  static constexpr int n = 8;
+  __device__ static void unpack(const uint4 &u, float (&x)[8]) {
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __half22float2(h[k]);
+      x[2 * k] = f.x, x[2 * k + 1] = f.y;
+    }
+  }
+};
+
 // --- thread-block clusters (sm_90) ----------------------------------------------------------------------
 // A block may write into another block's shared memory of its cluster only once that block has started; the
 // kernels that combine partial results in one block announce their start with cluster_arrive_relaxed() as

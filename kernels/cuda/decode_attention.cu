@@ -40,47 +40,13 @@ namespace cg = cooperative_groups;
 
 using detail::from_f32;
 using detail::launched;
+using detail::Piece;
 
 constexpr int kThreadsPerBlock = 128;
 constexpr int kWarps = kThreadsPerBlock / 32;
 constexpr int kMaxRows = 8;  // query rows per K/V head a block serves
 constexpr int kMaxClusterChunks = static_cast<int>(workspace::kDecodeClusterChunks);
 constexpr float kLog2e = 1.4426950408889634f;
-
-/// 16 bytes of a row as floats: 8 elements of bf16/f16, 4 of f32.
-template <class T>
-struct Piece;
-template <>
-struct Piece<float> {
-  static constexpr int n = 4;
-  __device__ static void unpack(const uint4 &u, float (&x)[4]) {
-    x[0] = __uint_as_float(u.x), x[1] = __uint_as_float(u.y), x[2] = __uint_as_float(u.z), x[3] = __uint_as_float(u.w);
-  }
-};
-template <>
-struct Piece<__nv_bfloat16> {
-  static constexpr int n = 8;
-  __device__ static void unpack(const uint4 &u, float (&x)[8]) {
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 f = __bfloat1622float2(h[k]);
-      x[2 * k] = f.x, x[2 * k + 1] = f.y;
-    }
-  }
-};
-template <>
-struct Piece<__half> {
-  static constexpr int n = 8;
-  __device__ static void unpack(const uint4 &u, float (&x)[8]) {
-    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 f = __half22float2(h[k]);
-      x[2 * k] = f.x, x[2 * k + 1] = f.y;
-    }
-  }
-};
 
 /// The kernel's geometry for element type T, head dim DH and at most MR query rows.
 template <class T, int DH, int MR>

@@ -42,36 +42,6 @@ int row_blocks(int64_t v, DType t) {
   return static_cast<int>(n < 1 ? 1 : (n > kMaxRowBlocks ? kMaxRowBlocks : n));
 }
 
-/// 16 bytes of logits as floats: 4 of f32, 8 of bf16 (the upper half of a float's bits), 8 of f16.
-struct F32 {
-  static constexpr int n = 4;
-  __device__ static void unpack(const uint4 &u, float (&x)[4]) {
-    x[0] = __uint_as_float(u.x), x[1] = __uint_as_float(u.y), x[2] = __uint_as_float(u.z), x[3] = __uint_as_float(u.w);
-  }
-};
-struct BF16 {
-  static constexpr int n = 8;
-  __device__ static void unpack(const uint4 &u, float (&x)[8]) {
-    const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      x[2 * k] = __uint_as_float(w[k] << 16);
-      x[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
-    }
-  }
-};
-struct F16 {
-  static constexpr int n = 8;
-  __device__ static void unpack(const uint4 &u, float (&x)[8]) {
-    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 f = __half22float2(h[k]);
-      x[2 * k] = f.x, x[2 * k + 1] = f.y;
-    }
-  }
-};
-
 /// This block's share of a row's largest key: the row's 16-byte pieces dealt evenly over the `blocks`
 /// blocks of the row, four loads in flight per thread; the elements before the first 16-byte boundary and
 /// after the last whole piece are read one by one by block 0.
@@ -182,9 +152,9 @@ __global__ void __launch_bounds__(kSampleThreads)
 
   // Pass 1: the largest key (the arg max, lowest index on ties), each block over its share of the row, then
   // the blocks' maxima in block 0.
-  ull best = t == DType::f32    ? largest_key<F32>(row, t, v, rank, blocks)
-             : t == DType::bf16 ? largest_key<BF16>(row, t, v, rank, blocks)
-                                : largest_key<F16>(row, t, v, rank, blocks);
+  ull best = t == DType::f32    ? largest_key<detail::Piece<float>>(row, t, v, rank, blocks)
+             : t == DType::bf16 ? largest_key<detail::Piece<__nv_bfloat16>>(row, t, v, rank, blocks)
+                                : largest_key<detail::Piece<__half>>(row, t, v, rank, blocks);
   best = block_max_u64(best, red);
   if (blocks > 1) {
     detail::cluster_wait();  // every block of the cluster has started: block 0's shared memory may be written

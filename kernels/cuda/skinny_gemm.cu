@@ -346,6 +346,32 @@ __device__ __forceinline__ P pick(const P (&a)[4], int i) {
 
 // W [K, N] fused: as skinny_kn_kernel, with the block's weight, columns and output taken from its segment.
 // Gated: a block covers 32 output columns; its column threads 0-3 read the gate's and 4-7 the up's.
+/// The few-row kernels' last step: `outputs` sums of this block's K slab in shared memory (`part`, output o's
+/// at index(o, 0), its up half's at index(o, 1) when gated) handed to store(o, sum, up sum). With the K split
+/// over the `splits` blocks of a cluster, the blocks add their sums in rank order, block r finalising the
+/// outputs o with o % splits == r, so that a result does not depend on which block finishes first.
+template <bool kGated, class Index, class Store>
+__device__ __forceinline__ void finish_splits(float* part, int outputs, int threads, int tid, int splits, Index index,
+                                              Store store) {
+  if (splits == 1) {
+    __syncthreads();
+    for (int o = tid; o < outputs; o += threads) store(o, part[index(o, 0)], kGated ? part[index(o, 1)] : 0.0f);
+    return;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  for (int o = static_cast<int>(cluster.block_rank()) + splits * tid; o < outputs; o += splits * threads) {
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int r = 0; r < splits; ++r) {
+      const float* pr = cluster.map_shared_rank(part, r);
+      s0 += pr[index(o, 0)];
+      if (kGated) s1 += pr[index(o, 1)];
+    }
+    store(o, s0, s1);
+  }
+  cluster.sync();  // the other blocks' shared memory stays alive until every block has read it
+}
+
 template <class T, int MR, bool kVec, bool kGated>
 __global__ void __launch_bounds__(kThreads)
     skinny_kn_fused_kernel(const T* __restrict__ x, Segs sg, int M, int K, int kc, int splits, float alpha,
@@ -449,23 +475,7 @@ __global__ void __launch_bounds__(kThreads)
       out[static_cast<int64_t>(m) * N + n] = kGated ? gated_out<T>(s0, s1, alpha, sg.act) : from_f32<T>(s0 * alpha);
   };
   auto index = [&](int o, int half) { return (o / kCols) * kTileN + o % kCols + half * kCols; };
-  if (splits == 1) {
-    __syncthreads();
-    for (int o = tid; o < MR * kCols; o += kThreads) store(o, part[index(o, 0)], kGated ? part[index(o, 1)] : 0.0f);
-    return;
-  }
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  for (int o = static_cast<int>(cluster.block_rank()) + splits * tid; o < MR * kCols; o += splits * kThreads) {
-    float s0 = 0.0f, s1 = 0.0f;
-    for (int r = 0; r < splits; ++r) {
-      const float* pr = cluster.map_shared_rank(part, r);
-      s0 += pr[index(o, 0)];
-      if (kGated) s1 += pr[index(o, 1)];
-    }
-    store(o, s0, s1);
-  }
-  cluster.sync();
+  finish_splits<kGated>(part, MR * kCols, kThreads, tid, splits, index, store);
 }
 
 // W [N, K] fused: a warp per output column of the concatenated segments (multi), or per gated column with
@@ -750,24 +760,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   };
   auto index = [&](int o, int half) { return (o / kCols) * kTN + o % kCols + half * kCols; };
-  if (splits == 1) {
-    __syncthreads();
-    for (int o = tid; o < MR * kCols; o += kThreads) store(o, part[index(o, 0)], kGated ? part[index(o, 1)] : 0.0f);
-    return;
-  }
-  // The cluster's blocks add their sums in rank order: block r finalises the outputs o with o % splits == r.
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  for (int o = static_cast<int>(cluster.block_rank()) + splits * tid; o < MR * kCols; o += splits * kThreads) {
-    float s0 = 0.0f, s1 = 0.0f;
-    for (int q = 0; q < splits; ++q) {
-      const float* pq = cluster.map_shared_rank(part, q);
-      s0 += pq[index(o, 0)];
-      if (kGated) s1 += pq[index(o, 1)];
-    }
-    store(o, s0, s1);
-  }
-  cluster.sync();  // the other blocks' shared memory stays alive until every block has read it
+  finish_splits<kGated>(part, MR * kCols, kThreads, tid, splits, index, store);
 }
 
 /// The launch of a kernel that may start while the previous kernel of the stream ends (programmatic

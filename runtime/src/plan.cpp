@@ -652,6 +652,19 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
   const int nints = in.ints() ? static_cast<int>(in.ints()->size()) : 0;
   // Plan 2.15: a product's cuBLASLt algorithm (--zplan-gemm-algos) follows [trans_w, kernel 0] as seven ints,
   // none negative; whether this cuBLASLt runs it is the CUDA backend's check.
+  // A product's x [.., K] times W ([K, N], or [N, K] with ints[0] set) into an output [.., N]: linear's and
+  // linear_residual's shape rule, giving K and N.
+  auto check_product = [&](int64_t *K, int64_t *N) -> Status {
+    const Shape &x = I(0).shape, &w = I(1).shape;
+    if (x.empty() || w.size() != 2) return bad("x must have rank >= 1 and W rank 2");
+    const bool tw = ints(0) != 0;
+    *K = tw ? w[1] : w[0], *N = tw ? w[0] : w[1];
+    if (x.back() != *K) return bad("W " + shape_str(w) + " does not match x " + shape_str(x));
+    Shape o = x;
+    o.back() = *N;
+    if (o != O().shape) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
+    return {};
+  };
   auto check_gemm_algo = [&]() -> Status {
     if (nints <= 2) return {};
     if (nints != 2 + 7 || ints(1) != 0)
@@ -793,14 +806,9 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
     }
     case Op::linear_gelu:
     case Op::linear: {
-      const Shape &x = I(0).shape, &w = I(1).shape;
-      if (x.empty() || w.size() != 2) return bad("x must have rank >= 1 and W rank 2");
+      int64_t K = 0, N = 0;
+      if (Status st = check_product(&K, &N); !st.ok()) return st;
       const bool tw = ints(0) != 0;
-      const int64_t K = tw ? w[1] : w[0], N = tw ? w[0] : w[1];
-      if (x.back() != K) return bad("W " + shape_str(w) + " does not match x " + shape_str(x));
-      Shape o = x;
-      o.back() = N;
-      if (o != O().shape) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
       if (ins.size() > 2 && ins[2] >= 0 && I(2).numel != N) return bad("bias must have N elements");
       if (nints > 1 && ints(1) != 0) {
         // Plans 2.9 / 2.14: the few-row kernel the compiler chose (zk/few_rows_kernels.h).
@@ -819,14 +827,8 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
     }
     case Op::linear_residual: {
       // Plan 2.13: linear's rule, in2 the residual (the output's shape and dtype), in3 the optional bias.
-      const Shape &x = I(0).shape, &w = I(1).shape;
-      if (x.empty() || w.size() != 2) return bad("x must have rank >= 1 and W rank 2");
-      const bool tw = ints(0) != 0;
-      const int64_t K = tw ? w[1] : w[0], N = tw ? w[0] : w[1];
-      if (x.back() != K) return bad("W " + shape_str(w) + " does not match x " + shape_str(x));
-      Shape o = x;
-      o.back() = N;
-      if (o != O().shape) return bad("output shape " + shape_str(O().shape) + " should be " + shape_str(o));
+      int64_t K = 0, N = 0;
+      if (Status st = check_product(&K, &N); !st.ok()) return st;
       if (I(2).shape != O().shape || I(2).dtype != O().dtype)
         return bad("the residual must have the output's shape and dtype, got " + shape_str(I(2).shape));
       if (ins.size() > 3 && ins[3] >= 0 && I(3).numel != N) return bad("bias must have N elements");
