@@ -298,23 +298,31 @@ ab_run ZK_SKINNY=0
 for spec in $ab_late; do ab_set "$spec"; done
 
 # --kernels: one decode step's kernels at batch 1 under Nsight Compute (graphs off: a kernel per launch; each
-# kernel's own duration, so the sum is the step's GPU busy time and the rest of the measured step is gaps).
-# Two new tokens: the prefill, then two decode steps; the table is the kernels between the last two samples.
+# kernel's own duration and DRAM bytes read, the L2 flushed before each, so the sum is the step's GPU busy time
+# and the rest of the measured step is gaps). Two new tokens: the prefill, then two decode steps; the table is
+# the kernels between the last two samples, in launch order and by kernel. A second pass profiles that step's
+# kernels alone (--launch-skip) with the sections that say why a kernel waits (warp states, occupancy, launch,
+# memory), into $OUT/ncu-step.csv.
 if [[ $kernels == 1 ]] && left $((budget - 60)); then
   ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
   if [[ -n $ncu_bin ]]; then
+    ncu_zrun=("$b/bin/zrun" .gpu-gen/$model-b1.zplan --backend cuda --init random --generate
+              --prompt "$out/prompt-b1.npy" --max-new-tokens 2)
     step ncu-b1 env ZRT_CUDA_GRAPH=0 timeout $((budget - SECONDS - 15)) "$ncu_bin" --clock-control none \
-      --metrics gpu__time_duration.sum --csv --page raw --print-units base --log-file "$out/ncu-b1.txt" \
-      "$b/bin/zrun" .gpu-gen/$model-b1.zplan --backend cuda --init random --generate \
-      --prompt "$out/prompt-b1.npy" --max-new-tokens 2
-    python3 - "$out/ncu-b1.txt" "$out/kernels-b1.txt" <<'PY'
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --page raw --print-units base \
+      --log-file "$out/ncu-b1.txt" "${ncu_zrun[@]}"
+    python3 - "$out/ncu-b1.txt" "$out/kernels-b1.txt" "$out/ncu-skip.txt" <<'PY'
 import csv, io, re, sys
 text = open(sys.argv[1]).read()
 start = text.find('"ID"')
 rows = list(csv.DictReader(io.StringIO(text[start:]))) if start >= 0 else []
-for r in rows:
-    r["gpu__time_duration.sum"] = (r.get("gpu__time_duration.sum") or "").replace(",", "")
-rows = [r for r in rows if r["gpu__time_duration.sum"].replace(".", "").isdigit() and r.get("Kernel Name")]
+def num(r, k):
+    v = (r.get(k) or "").replace(",", "")
+    try:
+        return float(v)
+    except ValueError:
+        return None
+rows = [r for r in rows if num(r, "gpu__time_duration.sum") is not None and r.get("Kernel Name")]
 def short(n):
     # "void zk::cuda::(anonymous namespace)::skinny_kn_kernel<__nv_bfloat16, 1, true>(const T1 *, ...)"
     n = n.replace("(anonymous namespace)::", "").replace("{anonymous}::", "")
@@ -324,24 +332,40 @@ names = [short(r["Kernel Name"]) for r in rows]
 marks = [i for i, n in enumerate(names) if n == "sample_kernel"]
 out = []
 if len(marks) >= 2:
-    step = rows[marks[-2] + 1: marks[-1] + 1]
+    first = marks[-2] + 1
+    step = rows[first: marks[-1] + 1]
+    open(sys.argv[3], "w").write(f"{first} {len(step)}\n")
     agg = {}
-    for r in step:
+    out.append(f"{'#':>3} {'kernel':<40} {'grid':>12} {'us':>7} {'MB read':>8} {'GB/s':>6}")
+    for i, r in enumerate(step):
         n = short(r["Kernel Name"])
-        t = float(r["gpu__time_duration.sum"]) / 1e3  # ns -> us
-        c, s = agg.get(n, (0, 0.0))
-        agg[n] = (c + 1, s + t)
-    total = sum(s for _, s in agg.values())
-    out.append(f"one decode step at batch 1: {len(step)} kernels, {total:.1f} us of kernel time")
-    out.append(f"{'kernel':<48} {'count':>5} {'total us':>9} {'mean us':>8} {'share':>6}")
-    for n, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
-        out.append(f"{n:<48} {c:>5} {s:>9.1f} {s / c:>8.2f} {100 * s / total:>5.1f}%")
+        t = num(r, "gpu__time_duration.sum") / 1e3  # ns -> us
+        by = num(r, "dram__bytes_read.sum") or 0.0
+        c, s, bb = agg.get(n, (0, 0.0, 0.0))
+        agg[n] = (c + 1, s + t, bb + by)
+        grid = (r.get("Grid Size") or "").replace(" ", "")
+        out.append(f"{i:>3} {n:<40} {grid:>12} {t:>7.2f} {by / 1e6:>8.2f} {by / t / 1e3:>6.0f}")
+    total = sum(s for _, s, _ in agg.values())
+    tb = sum(b for _, _, b in agg.values())
+    out.insert(0, f"one decode step at batch 1: {len(step)} kernels, {total:.1f} us of kernel time, "
+                  f"{tb / 1e6:.1f} MB read from DRAM ({tb / total / 1e3:.0f} GB/s over the kernel time)")
+    out.append(f"{'kernel':<40} {'count':>5} {'total us':>9} {'mean us':>8} {'share':>6} {'GB/s':>6}")
+    for n, (c, s, bb) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+        out.append(f"{n:<40} {c:>5} {s:>9.1f} {s / c:>8.2f} {100 * s / total:>5.1f}% {bb / s / 1e3:>6.0f}")
 else:
     out.append(f"ncu: {len(rows)} kernels read, fewer than two sample kernels: no decode step found")
 open(sys.argv[2], "w").write("\n".join(out) + "\n")
-print("\n".join(out[:40]))
+print("\n".join(out[:12]))
 PY
     cp -f "$out/kernels-b1.txt" "$OUT/" 2>/dev/null
+    if [[ -s $out/ncu-skip.txt ]] && left $((budget - 60)); then
+      read -r skip count < "$out/ncu-skip.txt"
+      step ncu-step env ZRT_CUDA_GRAPH=0 timeout $((budget - SECONDS - 15)) "$ncu_bin" --clock-control none \
+        --launch-skip "$skip" --launch-count "$count" --section SpeedOfLight --section WarpStateStats \
+        --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --csv --page details \
+        --print-units base --log-file "$out/ncu-step.csv" "${ncu_zrun[@]}"
+      cp -f "$out/ncu-step.csv" "$OUT/" 2>/dev/null
+    fi
   else
     echo "kernels: ncu not found"
   fi
