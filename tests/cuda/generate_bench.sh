@@ -325,7 +325,9 @@ def num(r, k):
 rows = [r for r in rows if num(r, "gpu__time_duration.sum") is not None and r.get("Kernel Name")]
 def short(n):
     # "void zk::cuda::(anonymous namespace)::skinny_kn_kernel<__nv_bfloat16, 1, true>(const T1 *, ...)"
-    n = n.replace("(anonymous namespace)::", "").replace("{anonymous}::", "")
+    # ncu's form: "void zk::<unnamed>::norm_packed_kernel<__nv_bfloat16, 1, 0, 1>(const T1 *, ...)"
+    for a in ("(anonymous namespace)::", "{anonymous}::", "<unnamed>::"):
+        n = n.replace(a, "")
     n = re.split(r"[<(]", n, maxsplit=1)[0].strip()
     return n.split("::")[-1].split(" ")[-1][:48]
 names = [short(r["Kernel Name"]) for r in rows]
