@@ -427,6 +427,12 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
       // streaming few-row kernel; at one row on cuda, wherever it would hold
       // the rows on cpu).
       decode.ropeKv = decode.fuse;
+      // That step folded into the attention that reads it only with `on`:
+      // on the H200 (session 10, docs/generation.md) one kernel instead of
+      // two was neutral at batch 1 (1091-1129 against 1090-1130 tokens/s)
+      // and 10% slower at batch 8 (5568 against 6162): the rotary kernel's
+      // time was already hidden behind the programmatic launches.
+      decode.ropeAttention = f.decodeFusion == "on";
       if (decode.fuse)
         decode.normMaxRows = f.target == "cuda" ? 1 : 4;
       decode.chooseKernel = f.target == "cuda" && f.fewRowsMaxRows > 0;

@@ -187,7 +187,9 @@ std::vector<OptionRow> buildTable() {
                   "--zplan-decode-products (auto: every few-row group on "
                   "the cpu target; on cuda the rotaries and cache writes at "
                   "every batch, the products and norms at one row, as "
-                  "measured; on: every few-row group; off: nothing)")
+                  "measured; on: every few-row group, and the rotaries and "
+                  "cache writes folded into the attention, rope_attention; "
+                  "off: nothing)")
                   .oneOf({"auto", "on", "off"}));
   t.push_back(row("--fold-rotary", &C::foldRotary,
                   "Fold the head split transposes of q and k through the "

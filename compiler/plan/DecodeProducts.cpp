@@ -380,6 +380,20 @@ struct DecodeProductsPass
       rk->erase();
       rq->erase();
       ++numRopeKv;
+      if (!ropeAttention)
+        continue;
+      // The fused write and the attention as one step: the attention is the
+      // rotated q's only reader (soleRotary), and nothing sits between them.
+      OpBuilder ab(a);
+      auto whole = zg::RopeAttentionOp::create(
+          ab, FusedLoc::get(ab.getContext(), {fused.getLoc(), a.getLoc()}),
+          a.getResult().getType(), fused.getQ(), fused.getK(), fused.getV(),
+          fused.getCos(), fused.getSin(), fused.getKCache(),
+          fused.getVCache(), fused.getPos(), a.getScaleAttr());
+      a.getResult().replaceAllUsesWith(whole.getResult());
+      a->erase();
+      fused->erase();
+      ++numRopeAttention;
     }
   }
 

@@ -204,7 +204,7 @@ std::optional<PlanDType> sourceDType(Type et) {
 /// The largest device workspace a training kernel of the plan takes on the
 /// cuda backend (zk/cuda_workspace.h, the rules the kernels size it by): the
 /// runtime allocates it beside the GEMM workspace, so the plan counts it.
-uint64_t kernelWorkspaceBytes(ArrayRef<func::FuncOp> funcs) {
+uint64_t kernelWorkspaceBytes(ArrayRef<func::FuncOp> funcs, PlanDType dtype) {
   namespace ws = zk::cuda::workspace;
   auto shapeOf = [](Value v) { return cast<ShapedType>(v.getType()).getShape(); };
   auto normRows = [&](Value x, int64_t axis) {
@@ -235,6 +235,12 @@ uint64_t kernelWorkspaceBytes(ArrayRef<func::FuncOp> funcs) {
         ArrayRef<int64_t> q = shapeOf(c.getQ()), k = shapeOf(c.getK());
         if (q.size() == 4 && k.size() == 4)
           b = ws::cached_attention(q[0], q[1], q[2], q[3], k[1], k[2]);
+      } else if (auto r = dyn_cast<graph::RopeAttentionOp>(op)) {
+        // The same, and room for the rotated q in the plan's float dtype.
+        ArrayRef<int64_t> q = shapeOf(r.getQ()), k = shapeOf(r.getKCache());
+        if (q.size() == 4 && k.size() == 4)
+          b = ws::rope_attention(q[0], q[1], q[2], q[3], k[1], k[2],
+                                 dtypeBytes(dtype));
       }
       most = std::max(most, b);
     });
@@ -1086,6 +1092,9 @@ struct Emitter {
         .Case([&](graph::CachedAttentionOp a) {
           floats = {a.getScale().convertToDouble()};
         })
+        .Case([&](graph::RopeAttentionOp a) {
+          floats = {a.getScale().convertToDouble()};
+        })
         .Case([&](dist::AllGatherOp g) { ints = {int64_t(g.getDim())}; })
         .Case([&](dist::LocalSliceOp l) { ints = {int64_t(l.getDim())}; })
         .Case([&](dist::AllReduceOp r) {
@@ -1328,7 +1337,7 @@ struct Emitter {
     // staging.
     if (options.backend == 1)
       summary.memory.workspaceBytes += alignArena(stagingBytes) +
-                                       alignArena(kernelWorkspaceBytes(lv.funcs));
+                                       alignArena(kernelWorkspaceBytes(lv.funcs, floatDType));
     summary.memory.runtimeReserveBytes = options.reserve.reserveBytes;
     if (options.backend == 1)
       summary.memory.runtimeReserveBytes +=

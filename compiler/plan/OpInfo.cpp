@@ -149,13 +149,16 @@ bool isMasterShard(Value value) {
 
 bool isStateWriteOp(Operation *op) {
   return isa<graph::AssignOp, graph::AdamwOp, graph::AccumulateOp,
-             graph::KvWriteOp, graph::RopeKvWriteOp, dist::NvmeWriteOp>(op);
+             graph::KvWriteOp, graph::RopeKvWriteOp, graph::RopeAttentionOp,
+             dist::NvmeWriteOp>(op);
 }
 
 llvm::SmallVector<Value, 3> writtenOperands(Operation *op) {
   if (auto a = dyn_cast<graph::AdamwOp>(op))
     return {a.getParam(), a.getM(), a.getV()};
   if (auto r = dyn_cast<graph::RopeKvWriteOp>(op))
+    return {r.getKCache(), r.getVCache()};
+  if (auto r = dyn_cast<graph::RopeAttentionOp>(op))
     return {r.getKCache(), r.getVCache()};
   if (isa<graph::AssignOp, graph::AccumulateOp, graph::KvWriteOp,
           dist::NvmeWriteOp>(op))

@@ -101,9 +101,9 @@ std::string persistentKey(mlir::Value value);
 bool isMasterShard(mlir::Value value);
 
 /// The ops that write persistent state in place: zg.assign, zg.adamw,
-/// zg.accumulate, zg.kv_write, zd.nvme_write (no results), and
-/// zg.rope_kv_write (whose result, the rotated q, comes first in the plan
-/// op's outputs).
+/// zg.accumulate, zg.kv_write, zd.nvme_write (no results), zg.rope_kv_write
+/// and zg.rope_attention (whose result, the rotated q or the attention's
+/// output, comes first in the plan op's outputs).
 bool isStateWriteOp(mlir::Operation *op);
 
 /// The operands a state-write op overwrites (assign and accumulate: the

@@ -163,7 +163,10 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
       `zg.rotary` read by nothing else, and whose k and v caches are written
       at its positions by one `zg.kv_write` each (the k cache's value a
       rotary of k under the same tables), becomes one `zg.rope_kv_write`
-      right before the attention (one kernel instead of four).
+      right before the attention (one kernel instead of four). With
+      `rope-attention`, that step and the attention become one
+      `zg.rope_attention` (one kernel instead of five: the attention's blocks
+      rotate their queries and the new keys of their own cache range).
     - `norm-max-rows` (after the others): a `zg.residual_norm` of kind rms
       (or `zg.add` then `zg.rms_norm`) whose normed rows only one few-row
       product reads (a `zg.linear_multi`, a `zg.linear_gated`, or a
@@ -214,6 +217,9 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
     Option<"ropeKv", "rope-kv", "bool", "false",
            "fuse each decode attention's rotaries and cache writes into "
            "one zg.rope_kv_write">,
+    Option<"ropeAttention", "rope-attention", "bool", "false",
+           "rope-kv: also fold each zg.rope_kv_write into the attention "
+           "that reads it (one zg.rope_attention)">,
     Option<"chooseKernel", "choose-kernel", "bool", "false",
            "mark the few-row products the few-row kernel runs">,
     Option<"fewRowsMax", "few-rows-max", "int64_t", "1",
@@ -238,6 +244,8 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
     Statistic<"numFewRows", "few-rows", "products marked for the few-row kernel">,
     Statistic<"numStream", "stream", "products marked for the streaming kernel">,
     Statistic<"numRopeKv", "rope-kv", "rotary and cache write groups fused">,
+    Statistic<"numRopeAttention", "rope-attention",
+              "rotary and cache write groups fused into their attention">,
     Statistic<"numNorm", "norm", "norms folded into few-row products">,
   ];
 }

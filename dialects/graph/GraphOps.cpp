@@ -687,38 +687,56 @@ LogicalResult KvWriteOp::verify() {
   return verifyPositions(*this, getPos(), c[0]);
 }
 
-LogicalResult RopeKvWriteOp::verify() {
-  if (failed(verifyPersistentTarget(*this, getKCache(), "k_cache")) ||
-      failed(verifyPersistentTarget(*this, getVCache(), "v_cache")))
+/// The operand rules zg.rope_kv_write and zg.rope_attention share: q [B, Hq,
+/// S, D], k and v [B, Hkv, S, D], the caches [B, Hkv, L, D] (persistent
+/// kv_cache states), one float element type, cos and sin [1 or B, 1, 1 or S,
+/// D], the result q's type.
+template <class RopeOp>
+static LogicalResult verifyRope(RopeOp op) {
+  if (failed(verifyPersistentTarget(op, op.getKCache(), "k_cache")) ||
+      failed(verifyPersistentTarget(op, op.getVCache(), "v_cache")))
     return failure();
-  auto q = rtt(getQ()).getShape(), k = rtt(getK()).getShape();
-  auto c = rtt(getKCache()).getShape();
+  auto q = rtt(op.getQ()).getShape(), k = rtt(op.getK()).getShape();
+  auto c = rtt(op.getKCache()).getShape();
   if (q.size() != 4 || k.size() != 4 || c.size() != 4)
-    return emitOpError("q, k and the caches must be 4-D [B, H, S or L, D]");
-  if (rtt(getV()).getShape() != k || rtt(getVCache()).getShape() != c)
-    return emitOpError("v must be shaped like k and v_cache like k_cache");
+    return op.emitOpError("q, k and the caches must be 4-D [B, H, S or L, D]");
+  if (rtt(op.getV()).getShape() != k || rtt(op.getVCache()).getShape() != c)
+    return op.emitOpError("v must be shaped like k and v_cache like k_cache");
   if (q[0] != k[0] || q[2] != k[2] || q[3] != k[3] || q[3] % 2 != 0)
-    return emitOpError("q ") << shapeStr(q) << " and k " << shapeStr(k)
-                             << " must share B, S and an even D";
+    return op.emitOpError("q ") << shapeStr(q) << " and k " << shapeStr(k)
+                                << " must share B, S and an even D";
   if (c[0] != k[0] || c[1] != k[1] || c[3] != k[3] || k[2] > c[2])
-    return emitOpError("k ") << shapeStr(k) << " does not fit the cache "
-                             << shapeStr(c);
-  Type e = rtt(getQ()).getElementType();
-  if (!isa<FloatType>(e) || rtt(getK()).getElementType() != e ||
-      rtt(getV()).getElementType() != e ||
-      rtt(getKCache()).getElementType() != e ||
-      rtt(getVCache()).getElementType() != e || rtt(getResult()) != rtt(getQ()))
-    return emitOpError("q, k, v, the caches and the result must share one "
-                       "float element type, the result q's type");
-  auto t = rtt(getCos()).getShape();
-  if (rtt(getCos()) != rtt(getSin()) ||
-      !isa<FloatType>(rtt(getCos()).getElementType()) || t.size() != 4 ||
+    return op.emitOpError("k ") << shapeStr(k) << " does not fit the cache "
+                                << shapeStr(c);
+  Type e = rtt(op.getQ()).getElementType();
+  if (!isa<FloatType>(e) || rtt(op.getK()).getElementType() != e ||
+      rtt(op.getV()).getElementType() != e ||
+      rtt(op.getKCache()).getElementType() != e ||
+      rtt(op.getVCache()).getElementType() != e ||
+      rtt(op.getResult()) != rtt(op.getQ()))
+    return op.emitOpError("q, k, v, the caches and the result must share one "
+                          "float element type, the result q's type");
+  auto t = rtt(op.getCos()).getShape();
+  if (rtt(op.getCos()) != rtt(op.getSin()) ||
+      !isa<FloatType>(rtt(op.getCos()).getElementType()) || t.size() != 4 ||
       (t[0] != 1 && t[0] != q[0]) || t[1] != 1 ||
       (t[2] != 1 && t[2] != q[2]) || t[3] != q[3])
-    return emitOpError("cos and sin must be one float type [1 or B, 1, 1 or "
-                       "S, D], got ")
+    return op.emitOpError("cos and sin must be one float type [1 or B, 1, 1 "
+                          "or S, D], got ")
            << shapeStr(t);
-  return verifyPositions(*this, getPos(), c[0]);
+  return verifyPositions(op, op.getPos(), c[0]);
+}
+
+LogicalResult RopeKvWriteOp::verify() { return verifyRope(*this); }
+
+LogicalResult RopeAttentionOp::verify() {
+  if (failed(verifyRope(*this)))
+    return failure();
+  auto q = rtt(getQ()).getShape(), k = rtt(getK()).getShape();
+  if (k[1] == 0 || q[1] % k[1] != 0)
+    return emitOpError("query heads (")
+           << q[1] << ") are not a multiple of kv heads (" << k[1] << ")";
+  return success();
 }
 
 LogicalResult RotaryOp::verify() {

@@ -1050,6 +1050,27 @@ def ZG_RopeKvWriteOp : ZG_Op<"rope_kv_write", [ZG_TpWhole]> {
   let hasVerifier = 1;
 }
 
+def ZG_RopeAttentionOp : ZG_Op<"rope_attention", [ZG_TpWhole]> {
+  let summary = "a decode step's rotary embedding, cache writes and attention, as one step";
+  let description = [{
+    `zg.rope_kv_write` then `zg.cached_attention` of its rotated q: in place,
+    `k_cache[b, h, pos[b] + j] = rotary(k, cos, sin)[b, h, j]` and
+    `v_cache[b, h, pos[b] + j] = v[b, h, j]` for j < S where pos[b] + j < L;
+    `result = cached_attention(rotary(q, cos, sin), k_cache, v_cache, pos,
+    scale)`. Operands and types as `zg.rope_kv_write`'s; the result is
+    shaped and typed like q. Written by `--zplan-decode-products`
+    (`rope-attention`), so that a decode layer's attention is one kernel: the
+    attention's blocks rotate the queries they read and the new keys of their
+    own range of the cache, which they write; each value is rounded as the
+    unfused ops round it.
+  }];
+  let arguments = (ins ZG_Tensor:$q, ZG_Tensor:$k, ZG_Tensor:$v,
+                   ZG_Tensor:$cos, ZG_Tensor:$sin, ZG_Tensor:$k_cache,
+                   ZG_Tensor:$v_cache, ZG_IntTensor:$pos, F64Attr:$scale);
+  let results = (outs ZG_Tensor:$result);
+  let hasVerifier = 1;
+}
+
 def ZG_NormProductsOp : ZG_Op<"norm_products", [Pure, ZG_TpWhole]> {
   let summary = "residual add and RMS norm folded into the few-row products that read it";
   let description = [{

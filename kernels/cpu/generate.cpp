@@ -100,6 +100,26 @@ Result cached_attention(const In &q, const In &k, const In &v, const In &pos, co
   return {};
 }
 
+namespace {
+size_t floats_of(const In &t) {
+  return (static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype) + sizeof(float) - 1) / sizeof(float);
+}
+}  // namespace
+
+size_t rope_attention_scratch(const In &q, const In &k, const In &k_cache) {
+  return floats_of(q) + rope_kv_write_scratch(k) + cached_attention_scratch(k_cache);
+}
+
+Result rope_attention(const In &q, const In &k, const In &v, const In &cos, const In &sin, const In &pos,
+                      const Out &out, const Out &k_cache, const Out &v_cache, float scale, float *scratch) {
+  // The rotated q (q's dtype, as rope_kv_write writes it), k's rotated copy, then the attention's row.
+  float *q_rot = scratch, *rest = scratch + floats_of(q);
+  if (Result r = rope_kv_write(q, k, v, cos, sin, pos, Out{q_rot, q.dtype, q.shape}, k_cache, v_cache, rest); !r.ok())
+    return r;
+  return cached_attention(In{q_rot, q.dtype, q.shape}, In{k_cache.data, k_cache.dtype, k_cache.shape},
+                          In{v_cache.data, v_cache.dtype, v_cache.shape}, pos, out, scale, rest);
+}
+
 Result argmax(const In &x, const Out &out) {
   if (x.shape.rank < 1 || !is_float(x.dtype)) return Result::fail("argmax: input must be float of rank >= 1");
   if (out.dtype != DType::i64 || out.shape.rank != x.shape.rank - 1) return Result::fail("argmax: output must be i64");

@@ -20,6 +20,13 @@
 //   16 bytes, so no barrier), so a chunk at batch 1 is one round trip to memory. The warps' partial results
 //   are merged through shared memory at the end.
 // - Launched as a programmatic dependent (common.cuh, launch_pdl): its launch overlaps the previous kernel.
+// - rope_attention (plan 2.16) is the same kernel with kRope: each block first rotates the query rows it
+//   serves and the step's new keys into shared memory (one element a thread, rounded as the rotary step
+//   rounds it), the block whose chunk holds a new position writes its key and value into the caches, and the
+//   round takes the new keys and values from shared memory where the others come from the cache. One kernel
+//   where rope_kv_write and the attention were two. (A first form rotated each lane's pieces inside the
+//   unrolled round: 226 registers and half the warps' stalls on instruction fetch, 27 us a launch under ncu at
+//   llama-1b's batch 1 against 11 + 4.3 us for the two kernels; session 10.)
 //
 // The oracle is the CPU reference kernel (kernels/cpu/generate.cpp), tests/cuda/generate_kernels_test.cpp.
 #include <cooperative_groups.h>
@@ -30,6 +37,7 @@
 
 #include "common.cuh"
 #include "zk/cuda_decode.h"
+#include "zk/cuda_train_kernels.h"
 #include "zk/cuda_workspace.h"
 
 namespace zk {
@@ -48,6 +56,19 @@ constexpr int kMaxRows = 8;  // query rows per K/V head a block serves
 constexpr int kMaxClusterChunks = static_cast<int>(workspace::kDecodeClusterChunks);
 constexpr float kLog2e = 1.4426950408889634f;
 
+/// rope_attention's operands beside the attention's: the step's new keys and values [B, Hkv, S, D] (not yet
+/// rotated), the tables [t0 = 1 or B, 1, t2 = 1 or S, D] of dtype tt, and the caches to write (the same
+/// tensors the attention reads as k and v).
+struct RopeArgs {
+  const void *k_new = nullptr, *v_new = nullptr, *cos = nullptr, *sin = nullptr;
+  void *k_cache = nullptr, *v_cache = nullptr;
+  DType tt = DType::f32;
+  int t0 = 1, t2 = 1;
+  // The caller knows that the previous kernel writes neither the caches nor the positions: the first round's
+  // loads of the cached keys and values (below the step's positions) go out before the wait for it.
+  int early = 0;
+};
+
 /// The kernel's geometry for element type T, head dim DH and at most MR query rows.
 template <class T, int DH, int MR>
 struct Geometry {
@@ -64,47 +85,131 @@ struct Geometry {
 };
 
 /// Shared memory of one block: the staged values, the warps' partial outputs, maxima and sums, and (in a
-/// cluster's first block) every chunk's merged output, maximum and sum.
+/// cluster's first block) every chunk's merged output, maximum and sum; with kRope (rope_rows > 0: the step's
+/// rows S) the rotated query rows as floats [rows][DH] and the new keys and values [S][DH] as T, 16-byte
+/// aligned.
 template <class T, int DH, int MR>
-__host__ __device__ constexpr size_t smem_bytes(int rows, int cluster_chunks) {
-  return Geometry<T, DH, MR>::kStageBytes +
-         sizeof(float) * (static_cast<size_t>(kWarps) * rows * (DH + 2) +
-                          static_cast<size_t>(cluster_chunks) * rows * (DH + 2));
+__host__ __device__ constexpr size_t smem_bytes(int rows, int cluster_chunks, int rope_rows = 0) {
+  const size_t base = Geometry<T, DH, MR>::kStageBytes +
+                      sizeof(float) * (static_cast<size_t>(kWarps) * rows * (DH + 2) +
+                                       static_cast<size_t>(cluster_chunks) * rows * (DH + 2));
+  if (rope_rows == 0) return base;
+  return (base + 15) / 16 * 16 + sizeof(float) * rows * DH + 2 * sizeof(T) * rope_rows * DH;
 }
 
 // Grid (chunk, K/V head, sequence). R = (Hq / Hkv) * S <= MR query rows share the K/V head; row r is query
 // head kh * G + r / S, query row r % S. `clustered`: the grid's x is one cluster (splits <= 8 chunks).
-template <class T, int DH, int MR>
+template <class T, int DH, int MR, bool kRope>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     decode_attention_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                             const int64_t *__restrict__ pos, T *__restrict__ out, float *__restrict__ part_o,
                             float *__restrict__ part_ml, int Hq, int Hkv, int S, int L, int chunk, int splits,
-                            float scale, int clustered) {
+                            float scale, int clustered, RopeArgs ra) {
   using Geo = Geometry<T, DH, MR>;
   constexpr int kVec = Geo::kVec, kLpk = Geo::kLanesPerKey, kKpw = Geo::kKeysPerWarp, kPasses = Geo::kPasses;
   if (clustered) detail::cluster_arrive_relaxed();
-  ::zk::cuda::detail::pdl_enter();
-  extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int slot = lane / kLpk, piece = lane % kLpk;  // the lane's key of a pass and its 16 bytes of the row
   const int split = blockIdx.x, kh = blockIdx.y, b = blockIdx.z;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int slot = lane / kLpk, piece = lane % kLpk;  // the lane's key of a pass and its 16 bytes of the row
   const int G = Hq / Hkv, R = G * S;
   uint4 *stage = reinterpret_cast<uint4 *>(smem);                   // [kPasses][threads]
   float *wo = reinterpret_cast<float *>(smem + Geo::kStageBytes);  // [warps][R][DH]
   float *wml = wo + kWarps * R * DH;                                 // [warps][R][2]
   float *co = wml + kWarps * R * 2;                                  // [splits][R][DH], cluster rank 0
   float *cml = co + (clustered ? splits : 0) * R * DH;               // [splits][R][2]
+  // kRope: the rotated query rows [R][DH] (floats), then the new keys and values [S][DH] (T).
+  const size_t rope_at = (Geo::kStageBytes + sizeof(float) * (kWarps * R * (DH + 2) + (clustered ? splits : 0) * R * (DH + 2)) + 15) / 16 * 16;
+  float *rq = reinterpret_cast<float *>(smem + rope_at);
+  T *nk = reinterpret_cast<T *>(rq + R * DH), *nv = nk + S * DH;
 
   // The lane's piece of each query row, pre-multiplied by scale * log2(e): scores come out in base 2.
   const float qscale = scale * kLog2e;
   float qr[MR][kVec];
+  const int start = split * chunk;
+  const int64_t base = (static_cast<int64_t>(b) * Hkv + kh) * L * DH + piece * kVec;
+  const T *kb = k + base, *vb = v + base;
+  const unsigned stage_addr = static_cast<unsigned>(__cvta_generic_to_shared(stage + tid));
+  int64_t p = 0;
+  int t_max = 0, end = start;
+  // The sequence's position (clamped: the launcher cannot read device positions) and the chunk's range.
+  auto locate = [&]() {
+    p = pos[b];
+    p = p < 0 ? 0 : (p >= L ? L - 1 : p);
+    t_max = static_cast<int>(min(p + S, static_cast<int64_t>(L)));
+    end = max(start, min(start + chunk, t_max));
+  };
+  // A round's loads: every cached key piece into registers, every value piece into this lane's slots of
+  // shared memory (zero-filled past the chunk's end, so that a weight of 0 never meets a stale value). The keys
+  // of this step (kRope: p <= key < p + S) are left out; they come from shared memory (fill_new).
+  uint4 kr[kPasses];
+  auto issue = [&](int round) {
+#pragma unroll
+    for (int pp = 0; pp < kPasses; ++pp) {
+      const int key = round + pp * Geo::kKeysPerPass + warp * kKpw + slot;
+      const bool in = key < end, fresh = kRope && in && key >= p;
+      kr[pp] = in && !fresh ? *reinterpret_cast<const uint4 *>(kb + static_cast<int64_t>(key) * DH)
+                            : make_uint4(0, 0, 0, 0);
+      if (fresh) continue;
+      const T *src = in ? vb + static_cast<int64_t>(key) * DH : vb;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(stage_addr + pp * kThreadsPerBlock * 16),
+                   "l"(src), "r"(in ? 16 : 0)
+                   : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  const bool early = kRope && ra.early;
+  if (early) {
+    locate();
+    if (start < end) issue(start);
+  }
+  ::zk::cuda::detail::pdl_enter();
+  if (!early) locate();
+  if (kRope) {
+    // The rotary of the query rows this block serves and of the step's new keys (forward, pairs (d, d + DH/2),
+    // the products rounded before the sum as the rotary step computes them), one element a thread; the new
+    // values beside them. The block whose chunk holds a new position writes its key and value into the caches.
+    const int nq = R * DH, nkv = S * DH, half = DH / 2;
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * chunk;
+    for (int e = tid; e < nq + 2 * nkv; e += kThreadsPerBlock) {
+      const int w = e < nq ? e : e < nq + nkv ? e - nq : e - nq - nkv;
+      const int row = w / DH, d = w % DH, j = e < nq ? row % S : row;
+      const int64_t key = p + j;
+      const bool mine = e >= nq && key < L && key >= first && key < first + chunk;
+      const int64_t at = ((static_cast<int64_t>(b) * Hkv + kh) * L + key) * DH + d;
+      if (e >= nq + nkv) {  // a new value
+        const T x = static_cast<const T *>(ra.v_new)[((static_cast<int64_t>(b) * Hkv + kh) * S + j) * DH + d];
+        nv[w] = x;
+        if (mine) static_cast<T *>(ra.v_cache)[at] = x;
+        continue;
+      }
+      const T *src = e < nq ? q + ((static_cast<int64_t>(b) * Hq + kh * G + row / S) * S + j) * DH
+                            : static_cast<const T *>(ra.k_new) + ((static_cast<int64_t>(b) * Hkv + kh) * S + j) * DH;
+      const float a = detail::to_f32(src[d]), o = detail::to_f32(src[d < half ? d + half : d - half]);
+      const int64_t ti = (static_cast<int64_t>(ra.t0 == 1 ? 0 : b) * ra.t2 + (ra.t2 == 1 ? 0 : j)) * DH + d;
+      const float c = detail::load_f(ra.cos, ra.tt, ti), sn = detail::load_f(ra.sin, ra.tt, ti);
+      const T y = from_f32<T>(d < half ? __fmul_rn(a, c) - __fmul_rn(o, sn) : __fmul_rn(a, c) + __fmul_rn(o, sn));
+      if (e < nq) {
+        rq[w] = detail::to_f32(y);
+      } else {
+        nk[w] = y;
+        if (mine) static_cast<T *>(ra.k_cache)[at] = y;
+      }
+    }
+    __syncthreads();
+  }
 #pragma unroll
   for (int r = 0; r < MR; ++r) {
     if (r < R) {
       const int h = kh * G + r / S, i = r % S;
-      const uint4 u =
-          *reinterpret_cast<const uint4 *>(q + ((static_cast<int64_t>(b) * Hq + h) * S + i) * DH + piece * kVec);
-      Piece<T>::unpack(u, qr[r]);
+      if (kRope) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) qr[r][e] = rq[r * DH + piece * kVec + e];
+      } else {
+        Piece<T>::unpack(
+            *reinterpret_cast<const uint4 *>(q + ((static_cast<int64_t>(b) * Hq + h) * S + i) * DH + piece * kVec),
+            qr[r]);
+      }
 #pragma unroll
       for (int e = 0; e < kVec; ++e) qr[r][e] *= qscale;
     } else {
@@ -112,14 +217,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       for (int e = 0; e < kVec; ++e) qr[r][e] = 0.0f;
     }
   }
-  int64_t p = pos[b];
-  p = p < 0 ? 0 : (p >= L ? L - 1 : p);  // the launcher cannot read device positions; stay in bounds
-  const int t_max = static_cast<int>(min(p + S, static_cast<int64_t>(L)));
-  const int start = split * chunk;
   // A chunk past this sequence's cache has nothing to add: the combine kernel leaves it out. In a cluster
   // the block stays (every block takes part in the cluster's barriers) with an empty range.
   if (start >= t_max && !clustered) return;
-  const int end = max(start, min(start + chunk, t_max));
 
   float m[MR], l[MR], o[MR][kVec];
 #pragma unroll
@@ -129,25 +229,20 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 #pragma unroll
     for (int e = 0; e < kVec; ++e) o[r][e] = 0.0f;
   }
-  const int64_t base = (static_cast<int64_t>(b) * Hkv + kh) * L * DH + piece * kVec;
-  const T *kb = k + base, *vb = v + base;
-  const unsigned stage_addr = static_cast<unsigned>(__cvta_generic_to_shared(stage + tid));
-
   for (int round = start; round < end; round += Geo::kKeysPerRound) {
-    // Every key piece of the round into registers, every value piece into this lane's slots of shared memory
-    // (zero-filled past the chunk's end, so that a weight of 0 never meets a stale value).
-    uint4 kr[kPasses];
+    if (!(early && round == start)) issue(round);
+    if (kRope) {
+      // The keys of this step (p <= key < p + S, key < L): the rotated key and the value from shared memory.
 #pragma unroll
-    for (int pp = 0; pp < kPasses; ++pp) {
-      const int key = round + pp * Geo::kKeysPerPass + warp * kKpw + slot;
-      const bool in = key < end;
-      kr[pp] = in ? *reinterpret_cast<const uint4 *>(kb + static_cast<int64_t>(key) * DH) : make_uint4(0, 0, 0, 0);
-      const T *src = in ? vb + static_cast<int64_t>(key) * DH : vb;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(stage_addr + pp * kThreadsPerBlock * 16),
-                   "l"(src), "r"(in ? 16 : 0)
-                   : "memory");
+      for (int pp = 0; pp < kPasses; ++pp) {
+        const int key = round + pp * Geo::kKeysPerPass + warp * kKpw + slot;
+        if (key < end && key >= p) {
+          const int j = static_cast<int>(key - p);
+          kr[pp] = *reinterpret_cast<const uint4 *>(nk + j * DH + piece * kVec);
+          stage[pp * kThreadsPerBlock + tid] = *reinterpret_cast<const uint4 *>(nv + j * DH + piece * kVec);
+        }
+      }
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
 
     // Scores: the lane's partial dot products, summed over the lanes of the key.
     float s[kPasses][MR];
@@ -321,9 +416,9 @@ __global__ void decode_combine_kernel(const float *__restrict__ part_o, const fl
   }
 }
 
-template <class T, int DH, int MR>
+template <class T, int DH, int MR, bool kRope>
 cudaError_t launch_decode(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
-                          void *workspace, cudaStream_t s) {
+                          void *workspace, const RopeArgs &ra, cudaStream_t s) {
   const int64_t B = q.shape.d[0], Hq = q.shape.d[1], S = q.shape.d[2], Hkv = k.shape.d[1], L = k.shape.d[2];
   const int64_t chunk = workspace::decode_attention_chunk(B, Hkv, L);
   const int64_t splits = workspace::decode_attention_splits(B, Hkv, L);
@@ -334,21 +429,22 @@ cudaError_t launch_decode(const In &q, const In &k, const In &v, const In &pos, 
   // Up to 8 chunks (a portable cluster) combine in the kernel itself; more go through the workspace and
   // the combine kernel.
   const int clustered = splits > 1 && splits <= kMaxClusterChunks ? 1 : 0;
-  const size_t smem = smem_bytes<T, DH, MR>(R, clustered ? static_cast<int>(splits) : 0);
+  const size_t smem = smem_bytes<T, DH, MR>(R, clustered ? static_cast<int>(splits) : 0, kRope ? static_cast<int>(S) : 0);
   // Above the default 48 KiB (eight rows of head dim 128 in a cluster of eight) the kernel must ask for it,
   // once per instantiation, for the most any launch of it takes.
-  constexpr size_t kMost = smem_bytes<T, DH, MR>(MR, kMaxClusterChunks);
+  constexpr size_t kMost = smem_bytes<T, DH, MR>(MR, kMaxClusterChunks, kRope ? MR : 0);
   if (kMost > 48 * 1024) {
-    static const cudaError_t raised = cudaFuncSetAttribute(
-        decode_attention_kernel<T, DH, MR>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMost));
+    static const cudaError_t raised =
+        cudaFuncSetAttribute(decode_attention_kernel<T, DH, MR, kRope>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(kMost));
     if (raised != cudaSuccess) return raised;
   }
   const cudaError_t e = ::zk::cuda::detail::launch_pdl_cluster(
-      decode_attention_kernel<T, DH, MR>, dim3(grid), dim3(kThreadsPerBlock), smem, s,
+      decode_attention_kernel<T, DH, MR, kRope>, dim3(grid), dim3(kThreadsPerBlock), smem, s,
       clustered ? static_cast<int>(splits) : 1, static_cast<const T *>(q.data), static_cast<const T *>(k.data),
       static_cast<const T *>(v.data), static_cast<const int64_t *>(pos.data), static_cast<T *>(out.data), part_o,
       part_ml, static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(S), static_cast<int>(L),
-      static_cast<int>(chunk), static_cast<int>(splits), scale, clustered);
+      static_cast<int>(chunk), static_cast<int>(splits), scale, clustered, ra);
   if (e != cudaSuccess) return e;
   if (splits > 1 && !clustered)
     ::zk::cuda::detail::launch_pdl(
@@ -358,22 +454,32 @@ cudaError_t launch_decode(const In &q, const In &k, const In &v, const In &pos, 
   return launched();
 }
 
-template <class T, int DH>
+template <class T, int DH, bool kRope>
 cudaError_t launch_rows(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
-                        void *workspace, cudaStream_t s) {
+                        void *workspace, const RopeArgs &ra, cudaStream_t s) {
   // The smallest instantiation that holds the rows: registers scale with it.
   const int64_t R = (q.shape.d[1] / k.shape.d[1]) * q.shape.d[2];
-  if (R <= 1) return launch_decode<T, DH, 1>(q, k, v, pos, out, scale, workspace, s);
-  if (R <= 2) return launch_decode<T, DH, 2>(q, k, v, pos, out, scale, workspace, s);
-  if (R <= 4) return launch_decode<T, DH, 4>(q, k, v, pos, out, scale, workspace, s);
-  return launch_decode<T, DH, kMaxRows>(q, k, v, pos, out, scale, workspace, s);
+  if (R <= 1) return launch_decode<T, DH, 1, kRope>(q, k, v, pos, out, scale, workspace, ra, s);
+  if (R <= 2) return launch_decode<T, DH, 2, kRope>(q, k, v, pos, out, scale, workspace, ra, s);
+  if (R <= 4) return launch_decode<T, DH, 4, kRope>(q, k, v, pos, out, scale, workspace, ra, s);
+  return launch_decode<T, DH, kMaxRows, kRope>(q, k, v, pos, out, scale, workspace, ra, s);
 }
 
-template <class T>
+template <class T, bool kRope>
 cudaError_t launch_typed(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
-                         void *workspace, cudaStream_t s) {
-  return q.shape.d[3] == 64 ? launch_rows<T, 64>(q, k, v, pos, out, scale, workspace, s)
-                            : launch_rows<T, 128>(q, k, v, pos, out, scale, workspace, s);
+                         void *workspace, const RopeArgs &ra, cudaStream_t s) {
+  return q.shape.d[3] == 64 ? launch_rows<T, 64, kRope>(q, k, v, pos, out, scale, workspace, ra, s)
+                            : launch_rows<T, 128, kRope>(q, k, v, pos, out, scale, workspace, ra, s);
+}
+
+template <bool kRope>
+cudaError_t launch_dtype(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
+                         void *workspace, const RopeArgs &ra, cudaStream_t s) {
+  switch (q.dtype) {
+    case DType::bf16: return launch_typed<__nv_bfloat16, kRope>(q, k, v, pos, out, scale, workspace, ra, s);
+    case DType::f16: return launch_typed<__half, kRope>(q, k, v, pos, out, scale, workspace, ra, s);
+    default: return launch_typed<float, kRope>(q, k, v, pos, out, scale, workspace, ra, s);
+  }
 }
 
 }  // namespace
@@ -401,11 +507,52 @@ GpuStatus decode_attention(const In &q, const In &k, const In &v, const In &pos,
   if (B * Hq * S == 0) return {};
   if (workspace::cached_attention(B, Hq, S, Dh, k.shape.d[1], L) > 0 && !workspace)
     return kernel_failure("decode_attention: no workspace for the chunks' partial results");
-  switch (q.dtype) {
-    case DType::bf16: ZK_CUDA_TRY(launch_typed<__nv_bfloat16>(q, k, v, pos, out, scale, workspace, s)); break;
-    case DType::f16: ZK_CUDA_TRY(launch_typed<__half>(q, k, v, pos, out, scale, workspace, s)); break;
-    default: ZK_CUDA_TRY(launch_typed<float>(q, k, v, pos, out, scale, workspace, s)); break;
+  ZK_CUDA_TRY(launch_dtype<false>(q, k, v, pos, out, scale, workspace, RopeArgs{}, s));
+  return {};
+}
+
+GpuStatus rope_attention(const In &q, const In &k, const In &v, const In &cos, const In &sin, const In &pos,
+                         const Out &out, const Out &k_cache, const Out &v_cache, float scale, void *workspace,
+                         bool early, cudaStream_t s) {
+  if (q.shape.rank != 4 || k.shape.rank != 4 || v.shape != k.shape || k_cache.shape.rank != 4 ||
+      v_cache.shape != k_cache.shape || out.shape != q.shape)
+    return kernel_failure("rope_attention: q, k, v, the caches and out must be rank 4 (v as k, out as q)");
+  const int64_t B = q.shape.d[0], Hq = q.shape.d[1], S = q.shape.d[2], D = q.shape.d[3];
+  const int64_t Hkv = k.shape.d[1], L = k_cache.shape.d[2];
+  if (k.shape.d[0] != B || k.shape.d[2] != S || k.shape.d[3] != D || D % 2 != 0 || k_cache.shape.d[0] != B ||
+      k_cache.shape.d[1] != Hkv || k_cache.shape.d[3] != D || S > L || Hkv <= 0 || Hq % Hkv != 0)
+    return kernel_failure("rope_attention: the shapes do not fit ([B, H, S, D] with an even D, caches [B, Hkv, L, D])");
+  const Dims &t = cos.shape;
+  if (sin.shape != t || sin.dtype != cos.dtype || !is_float(cos.dtype) || t.rank != 4 || (t.d[0] != 1 && t.d[0] != B) ||
+      t.d[1] != 1 || (t.d[2] != 1 && t.d[2] != S) || t.d[3] != D)
+    return kernel_failure("rope_attention: cos and sin must be [1 or B, 1, 1 or S, D] of one float dtype");
+  const In kc{k_cache.data, k_cache.dtype, k_cache.shape}, vc{v_cache.data, v_cache.dtype, v_cache.shape};
+  const size_t q_bytes = static_cast<size_t>(q.shape.numel()) * dtype_size(q.dtype);
+  const bool fused = decode_attention_supported(q, kc, vc, pos, out) && k.dtype == q.dtype && v.dtype == q.dtype &&
+                     reinterpret_cast<uintptr_t>(k.data) % 16 == 0 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
+  if (!fused) {
+    // Two kernels: the rotary step writes the rotated q into the workspace's first bytes, the attention reads it.
+    if (!workspace) return kernel_failure("rope_attention: no workspace for the rotated q");
+    const Out q_rot{workspace, q.dtype, q.shape};
+    void *rest = static_cast<char *>(workspace) + (q_bytes + 255) / 256 * 256;
+    if (GpuStatus st = rope_kv_write(q, k, v, cos, sin, pos, q_rot, k_cache, v_cache, s); !st.ok()) return st;
+    const In qr{q_rot.data, q.dtype, q.shape};
+    if (decode_attention_supported(qr, kc, vc, pos, out)) return decode_attention(qr, kc, vc, pos, out, scale, rest, s);
+    return cached_attention(qr, kc, vc, pos, out, scale, s);
   }
+  if (pos.shape != Dims{B}) return kernel_failure("rope_attention: pos must be i64 [B]");
+  if (B * Hq * S == 0) return {};
+  // The fused kernel's partial results where the chunks do not combine in a cluster, after the rotated q's room
+  // (zk/cuda_workspace.h's rope_attention), which it does not use.
+  void *rest = workspace ? static_cast<char *>(workspace) + (q_bytes + 255) / 256 * 256 : nullptr;
+  if (workspace::cached_attention(B, Hq, S, D, Hkv, L) > 0 && !rest)
+    return kernel_failure("rope_attention: no workspace for the chunks' partial results");
+  RopeArgs ra;
+  ra.k_new = k.data, ra.v_new = v.data, ra.cos = cos.data, ra.sin = sin.data;
+  ra.k_cache = k_cache.data, ra.v_cache = v_cache.data;
+  ra.tt = cos.dtype, ra.t0 = static_cast<int>(t.d[0]), ra.t2 = static_cast<int>(t.d[2]);
+  ra.early = early ? 1 : 0;
+  ZK_CUDA_TRY(launch_dtype<true>(q, kc, vc, pos, out, scale, rest, ra, s));
   return {};
 }
 

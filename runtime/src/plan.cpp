@@ -713,7 +713,7 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       return {};
     }
     case OpCategory::state_write: {
-      if (op == Op::rope_kv_write) {
+      if (op == Op::rope_kv_write || op == Op::rope_attention) {
         const Shape &q = I(0).shape, &k = I(1).shape, &c = I(5).shape, &t = I(3).shape;
         if (q.size() != 4 || k.size() != 4 || c.size() != 4) return bad("q, k and the caches must be rank 4");
         if (I(2).shape != k || I(6).shape != c) return bad("v must be shaped like k and the v cache like the k cache");
@@ -729,6 +729,9 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
             (t[0] != 1 && t[0] != q[0]) || t[1] != 1 || (t[2] != 1 && t[2] != q[2]) || t[3] != q[3])
           return bad("cos and sin must be one float dtype [1 or B, 1, 1 or S, D], got " + shape_str(t));
         if (I(7).shape != Shape{c[0]} || I(7).dtype != DType::i64) return bad("pos must be i64 [B]");
+        if (op == Op::rope_attention && (k[1] <= 0 || q[1] % k[1] != 0))
+          return bad("query heads (" + std::to_string(q[1]) + ") are not a multiple of kv heads (" +
+                     std::to_string(k[1]) + ")");
         return {};
       }
       const TInfo &p = I(0), &v = I(1);

@@ -139,6 +139,63 @@ TEST(CudaRopeKvWrite, MatchesCpuReference) {
   std::printf("rope_kv_write: %d cases against the CPU reference\n", n);
 }
 
+// rope_attention (plan 2.16: the rotary of q and of the new keys, the cache writes and the decode attention as
+// one kernel) against the CPU reference (rope_kv_write, then cached_attention of the rotated q): the output and
+// both whole caches, in f32, bf16 and f16; the fused kernel in a full cluster (llama-1b's batch 1), in several
+// chunks with two rows a step and tables of one row per sequence and step ([B, 1, S, D]), through the workspace
+// and the combine kernel (a long cache), in one chunk, at head dim 128; then the operands the fused kernel does
+// not take (head dim 32; 16 query rows a K/V head), which go through the rotary step and the attention as two
+// kernels. Positions at 0, mid-cache and the cache's last row (where a second row of the step is dropped). The
+// output is poisoned first and each case runs twice on fresh caches, the second time with the cache's rows
+// loaded before the wait for the previous kernel (early).
+TEST(CudaRopeAttention, MatchesCpuReference) {
+  struct RCase {
+    int64_t B, Hq, Hkv, S, L, D, t0, t2;
+    bool fused;
+  };
+  const RCase cases[] = {{1, 32, 8, 1, 768, 64, 1, 1, true},   {3, 8, 2, 2, 300, 64, 3, 2, true},
+                         {1, 16, 2, 1, 5000, 128, 1, 1, true}, {64, 32, 8, 1, 768, 64, 1, 1, true},
+                         {2, 32, 32, 1, 100, 128, 2, 1, true}, {2, 4, 2, 2, 40, 32, 1, 1, false},
+                         {2, 16, 1, 1, 40, 64, 1, 1, false}};
+  int n = 0;
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    for (const RCase &c : cases) {
+      SCOPED_TRACE(std::string(zk::dtype_name(t)) + " B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) +
+                   " Hkv" + std::to_string(c.Hkv) + " S" + std::to_string(c.S) + " L" + std::to_string(c.L) + " D" +
+                   std::to_string(c.D));
+      HostT q = random_tensor(t, Dims{c.B, c.Hq, c.S, c.D}), k = random_tensor(t, Dims{c.B, c.Hkv, c.S, c.D}),
+            v = random_tensor(t, Dims{c.B, c.Hkv, c.S, c.D});
+      HostT cs = random_tensor(t, Dims{c.t0, 1, c.t2, c.D}, -1.0f, 1.0f),
+            sn = random_tensor(t, Dims{c.t0, 1, c.t2, c.D}, -1.0f, 1.0f);
+      const HostT kc0 = random_tensor(t, Dims{c.B, c.Hkv, c.L, c.D}), vc0 = random_tensor(t, Dims{c.B, c.Hkv, c.L, c.D});
+      HostT pos(DType::i64, Dims{c.B});
+      for (int64_t b = 0; b < c.B; ++b)
+        zk::store_i64(pos.bytes.data(), DType::i64, b, b == 0 ? 0 : b == 1 ? c.L - 1 : (c.L / 2 + 37 * b) % c.L);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+      HostT kc = kc0, vc = vc0, ref(t, q.shape);
+      std::vector<float> scratch(zk::cpu::rope_attention_scratch(q.in(), k.in(), kc.in()));
+      ZT_CPU_OK(zk::cpu::rope_attention(q.in(), k.in(), v.in(), cs.in(), sn.in(), pos.in(), ref.out(), kc.out(),
+                                        vc.out(), scale, scratch.data()));
+      DevT gq(q), gk(k), gv(v), gc(cs), gs(sn), gp(pos), go(t, q.shape);
+      const uint64_t ws = zk::cuda::workspace::rope_attention(c.B, c.Hq, c.S, c.D, c.Hkv, c.L,
+                                                              static_cast<int64_t>(zk::dtype_size(t)));
+      DevBytes w(ws);
+      const float tol = t == DType::f32 ? 1e-4f : tol_for(t);
+      for (int rep = 0; rep < 2; ++rep) {
+        DevT gkc(kc0), gvc(vc0);
+        go.poison();
+        EXPECT_EQ(zc::decode_attention_supported(gq.in(), gkc.in(), gvc.in(), gp.in(), go.out()), c.fused);
+        ZT_GPU_OK(zc::rope_attention(gq.in(), gk.in(), gv.in(), gc.in(), gs.in(), gp.in(), go.out(), gkc.out(),
+                                     gvc.out(), scale, w.ptr, rep == 1, nullptr));
+        EXPECT_TRUE(close(go.download(), ref, tol)) << "out, run " << rep;
+        EXPECT_TRUE(close(gkc.download(), kc, t == DType::f32 ? 1e-5f : tol_for(t))) << "k cache, run " << rep;
+        EXPECT_TRUE(close(gvc.download(), vc, 0.0f)) << "v cache, run " << rep;
+      }
+      ++n;
+    }
+  std::printf("rope_attention: %d cases against the CPU reference\n", n);
+}
+
 TEST(CudaDecodeAttention, RefusesWhatItDoesNotCover) {
   HostT q = random_tensor(DType::bf16, Dims{1, 4, 1, 24}), k = random_tensor(DType::bf16, Dims{1, 2, 16, 24});
   HostT pos(DType::i64, Dims{1});

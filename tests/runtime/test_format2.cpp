@@ -118,3 +118,26 @@ TEST(Format2, ScalarInputs) {
   d.p.scalars[0].name = "g";
   expect_reject(verify(d.p), "scalar input 'g': the name is used twice among the program's inputs");
 }
+
+// Plan 2.16: rope_attention writes its two caches in place (outputs 1 and 2 over inputs 5 and 6) and takes
+// rope_kv_write's shape rules and the attention's: query heads a multiple of the K/V heads, one float (scale).
+TEST(Format2, RopeAttention) {
+  auto with = [](int64_t hq, std::vector<double> floats) {
+    PlanBuilder p{1, 1};
+    const int kc = p.state_tensor("kv_cache.0.k", fb::StateKind::kv_cache, "", fb::DType::f32, {1, 2, 16, 8});
+    const int vc = p.state_tensor("kv_cache.0.v", fb::StateKind::kv_cache, "", fb::DType::f32, {1, 2, 16, 8});
+    p.program_name = "decode";
+    const int q = p.input("q", fb::DType::f32, {1, hq, 1, 8}, false);
+    const int k = p.input("k", fb::DType::f32, {1, 2, 1, 8}, false);
+    const int v = p.input("v", fb::DType::f32, {1, 2, 1, 8}, false);
+    const int cs = p.input("cos", fb::DType::f32, {1, 1, 1, 8}, false);
+    const int sn = p.input("sin", fb::DType::f32, {1, 1, 1, 8}, false);
+    const int pos = p.input("pos", fb::DType::i64, {1}, false);
+    const int y = p.output("y", {1, hq, 1, 8}, false);
+    p.op(zrt::Op::rope_attention, {q, k, v, cs, sn, kc, vc, pos}, {y, kc, vc}, {}, std::move(floats));
+    return p;
+  };
+  EXPECT_TRUE(verify(with(4, {0.35})).ok()) << verify(with(4, {0.35})).message();
+  expect_reject(verify(with(3, {0.35})), "query heads (3) are not a multiple of kv heads (2)");
+  expect_reject(verify(with(4, {})), "has 0 floats, expects 1");
+}

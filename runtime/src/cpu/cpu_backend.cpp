@@ -99,6 +99,9 @@ class CpuBackend final : public Backend {
         case Op::sample: n = zk::cpu::sample_scratch(in_of(s.inputs[0])); break;
         case Op::cached_attention: n = zk::cpu::cached_attention_scratch(in_of(s.inputs[1])); break;
         case Op::rope_kv_write: n = zk::cpu::rope_kv_write_scratch(in_of(s.inputs[1])); break;
+        case Op::rope_attention:
+          n = zk::cpu::rope_attention_scratch(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[5]));
+          break;
         default: break;
       }
       need = std::max(need, n);
@@ -296,6 +299,10 @@ class CpuBackend final : public Backend {
       case Op::cached_attention:
         return cached_attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
                                 out_of(s.outputs[0]), static_cast<float>(s.floats[0]), scratch);
+      case Op::rope_attention:
+        return rope_attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
+                              in_of(s.inputs[4]), in_of(s.inputs[7]), out_of(s.outputs[0]), out_of(s.outputs[1]),
+                              out_of(s.outputs[2]), static_cast<float>(s.floats[0]), scratch);
       case Op::argmax: return argmax(in_of(s.inputs[0]), out_of(s.outputs[0]));
       case Op::take_rows: return take_rows(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]));
       case Op::release: return {};

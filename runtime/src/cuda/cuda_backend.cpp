@@ -40,6 +40,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "cuda_hooks.h"
@@ -129,6 +130,12 @@ size_t kernel_workspace(const Step &s) {
       return zk::cuda::workspace::cached_attention(q.shape.d[0], q.shape.d[1], q.shape.d[2], q.shape.d[3],
                                                    k.shape.d[1], k.shape.d[2]);
     }
+    case Op::rope_attention: {
+      const zk::In q = in_of(s.inputs[0]), k = in_of(s.inputs[5]);
+      if (q.shape.rank != 4 || k.shape.rank != 4) return 0;
+      return zk::cuda::workspace::rope_attention(q.shape.d[0], q.shape.d[1], q.shape.d[2], q.shape.d[3],
+                                                 k.shape.d[1], k.shape.d[2], static_cast<int64_t>(dtype_size(q.dtype)));
+    }
     default: return 0;
   }
 }
@@ -148,7 +155,8 @@ int class_of(Op op) {
     case Op::norm_products: return 0;
     case Op::attention:
     case Op::attention_grad:
-    case Op::cached_attention: return 1;
+    case Op::cached_attention:
+    case Op::rope_attention: return 1;
     case Op::softmax:
     case Op::layer_norm:
     case Op::rms_norm:
@@ -324,6 +332,7 @@ class CudaBackend final : public Backend {
              op == Op::linear_gated || op == Op::norm_products;
       kernel_ws = std::max(kernel_ws, kernel_workspace(s));
     }
+    find_early_ropes(steps);
     // The steps passed here are the compute steps; the executor holds the collectives. A barrier among
     // them is found in enter() and stops capture there, before any capture begins (see begin_run()).
     graph_ok_ = graph_wanted_ && !capture_forbidden_ && !steps.empty() && host_steps.empty();
@@ -549,6 +558,46 @@ class CudaBackend final : public Backend {
     const auto i = [&](size_t k) { return static_cast<int32_t>(s.ints[2 + k]); };
     *a = zk::cuda::GemmAlgo{i(0), i(1), i(2), i(3), i(4), i(5), i(6)};
     return a;
+  }
+
+  /// The rope_attention steps whose kernel may load the cache rows below the step's positions before the
+  /// previous kernel on the stream has finished (zk::cuda::rope_attention's `early`), by their k cache: no other
+  /// step of the same program writes either cache or the positions, and the last step before it that is not a
+  /// view (reshape) is one of its program's device steps on its stream, with no step of the executor's between
+  /// them, whose kernel is then the previous one. Programs are
+  /// runs of steps with rising indices (the session passes each program's compute steps in order). Every
+  /// kernel of the backend waits for its predecessor before it lets the next one start, so the kernels before
+  /// the previous one have finished.
+  void find_early_ropes(const std::vector<Step> &steps) {
+    early_ropes_.clear();
+    auto overlaps = [](const TensorRef &a, const TensorRef &b) {
+      const auto *pa = static_cast<const uint8_t *>(a.data), *pb = static_cast<const uint8_t *>(b.data);
+      return a.data && b.data && a.space == b.space && pa < pb + b.bytes && pb < pa + a.bytes;
+    };
+    size_t first = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (i > 0 && steps[i].index <= steps[i - 1].index) first = i;
+      const Step &r = steps[i];
+      if (r.op != Op::rope_attention || r.inputs.size() < 8) continue;
+      size_t last = i + 1;
+      while (last < steps.size() && steps[last].index > steps[last - 1].index) ++last;
+      bool ok = false;
+      for (size_t j = i; j-- > first;) {
+        if (steps[j].op == Op::reshape) continue;
+        // No collective or NVMe step (the executor's, not passed here) between them either: their indices
+        // follow each other.
+        ok = !is_host_step(steps[j]) && steps[j].stream == r.stream &&
+             static_cast<size_t>(r.index - steps[j].index) == i - j;
+        break;
+      }
+      for (size_t j = first; ok && j < last; ++j) {
+        if (j == i) continue;
+        for (const TensorRef &o : steps[j].outputs)
+          for (int in : {5, 6, 7})
+            if (overlaps(o, r.inputs[static_cast<size_t>(in)])) ok = false;
+      }
+      if (ok) early_ropes_.insert(r.inputs[5].data);
+    }
   }
 
   Status check_supported(const Step &s) const {
@@ -910,6 +959,15 @@ class CudaBackend final : public Backend {
                                         in_of(s.inputs[4]), in_of(s.inputs[7]), out_of(s.outputs[0]),
                                         out_of(s.outputs[1]), out_of(s.outputs[2]), st));
         return {};
+      case Op::rope_attention:
+        // One kernel where the decode attention takes the operands (kernels/cuda/decode_attention.cu), else the
+        // rotary step into the workspace and the attention after it.
+        ZRT_GPU_CHECK(zc::rope_attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
+                                         in_of(s.inputs[3]), in_of(s.inputs[4]), in_of(s.inputs[7]),
+                                         out_of(s.outputs[0]), out_of(s.outputs[1]), out_of(s.outputs[2]),
+                                         static_cast<float>(s.floats[0]), kernel_ws_,
+                                         early_ropes_.count(s.inputs[5].data) > 0, st));
+        return {};
       case Op::cached_attention:
         // The decode kernel (kernels/cuda/decode_attention.cu) where it applies, else the simple exact one.
         if (zc::decode_attention_supported(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
@@ -942,6 +1000,8 @@ class CudaBackend final : public Backend {
   void *workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   void *kernel_ws_ = nullptr;  // the training kernels' workspace (kernel_workspace), sized in prepare()
+  /// find_early_ropes: the k caches of the rope_attention steps that load before the wait.
+  std::unordered_set<const void *> early_ropes_;
   // CUDA graph state.
   bool graph_wanted_ = false, graph_ok_ = false, capturing_ = false;
   bool capture_forbidden_ = false;  // the plan has NVMe transfers (disallow_capture)

@@ -1,5 +1,6 @@
 // RUN: zplan-opt %s --split-input-file --zplan-decode-products="rope-kv=true" | FileCheck %s --check-prefix=ROPE
 // RUN: zplan-opt %s --split-input-file --zplan-decode-products="norm-max-rows=1" | FileCheck %s --check-prefix=NORM
+// RUN: zplan-opt %s --split-input-file --zplan-decode-products="rope-kv=true rope-attention=true" | FileCheck %s --check-prefix=RATT
 
 // Tests that rope-kv turns a decode layer's rotary of q and of k and its two
 // cache writes into one zg.rope_kv_write right before the attention, which
@@ -18,6 +19,22 @@
 // ROPE: zg.kv_write
 // ROPE: zg.cached_attention
 // ROPE-NOT: zg.rope_kv_write
+// Tests that rope-attention folds the fused step into the attention that
+// reads its rotated q: the first layer becomes one zg.rope_attention with the
+// attention's scale, which the function returns; the second layer (q has
+// another reader) keeps its five ops.
+// RATT-LABEL: func.func @decode
+// RATT: %[[KC:.*]] = zg.state {{.*}}"kv_cache.0.k"
+// RATT: %[[VC:.*]] = zg.state {{.*}}"kv_cache.0.v"
+// RATT-NOT: zg.rope_kv_write
+// RATT-NOT: zg.cached_attention
+// RATT: %[[A:.*]] = zg.rope_attention %arg0, %arg1, %arg2, %arg3, %arg4, %[[KC]], %[[VC]], %arg5 {scale = 0.35355339059327379 : f64} : (tensor<2x4x1x8xf32>, tensor<2x2x1x8xf32>, tensor<2x2x1x8xf32>, tensor<2x1x1x8xf32>, tensor<2x1x1x8xf32>, tensor<2x2x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2xi64>) -> tensor<2x4x1x8xf32>
+// RATT: zg.rotary %[[A]]
+// RATT: zg.kv_write
+// RATT: zg.kv_write
+// RATT: zg.cached_attention
+// RATT-NOT: zg.rope_attention
+// RATT: return %[[A]],
 func.func @decode(%q: tensor<2x4x1x8xf32>, %k: tensor<2x2x1x8xf32>, %v: tensor<2x2x1x8xf32>, %cos: tensor<2x1x1x8xf32>, %sin: tensor<2x1x1x8xf32>, %pos: tensor<2xi64>) -> (tensor<2x4x1x8xf32>, tensor<2x4x1x8xf32>, tensor<2x4x1x8xf32>) {
   %kc = zg.state {init = "zeros", kind = "kv_cache", name = "kv_cache.0.k"} : () -> tensor<2x2x16x8xf32>
   %vc = zg.state {init = "zeros", kind = "kv_cache", name = "kv_cache.0.v"} : () -> tensor<2x2x16x8xf32>

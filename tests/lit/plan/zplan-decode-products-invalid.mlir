@@ -69,3 +69,33 @@ func.func @rope_kv_tables(%q: tensor<1x4x1x8xf32>, %k: tensor<1x2x1x8xf32>, %t: 
   %r = zg.rope_kv_write %q, %k, %k, %t, %t, %kc, %vc, %p : (tensor<1x4x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x4x1x8xf32>, tensor<1x4x1x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>, tensor<1xi64>) -> tensor<1x4x1x8xf32>
   return %r : tensor<1x4x1x8xf32>
 }
+
+// -----
+
+// rope_attention takes rope_kv_write's rules (persistent caches, tables) and
+// the attention's: query heads a multiple of the K/V heads.
+func.func @rope_attention_not_state(%q: tensor<1x4x1x8xf32>, %k: tensor<1x2x1x8xf32>, %t: tensor<1x1x1x8xf32>, %c: tensor<1x2x16x8xf32>, %p: tensor<1xi64>) -> tensor<1x4x1x8xf32> {
+  // expected-error @+1 {{k_cache must be persistent}}
+  %r = zg.rope_attention %q, %k, %k, %t, %t, %c, %c, %p {scale = 0.5 : f64} : (tensor<1x4x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x1x1x8xf32>, tensor<1x1x1x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>, tensor<1xi64>) -> tensor<1x4x1x8xf32>
+  return %r : tensor<1x4x1x8xf32>
+}
+
+// -----
+
+func.func @rope_attention_heads(%q: tensor<1x3x1x8xf32>, %k: tensor<1x2x1x8xf32>, %t: tensor<1x1x1x8xf32>, %p: tensor<1xi64>) -> tensor<1x3x1x8xf32> {
+  %kc = zg.state {init = "zeros", kind = "kv_cache", name = "kv_cache.0.k"} : () -> tensor<1x2x16x8xf32>
+  %vc = zg.state {init = "zeros", kind = "kv_cache", name = "kv_cache.0.v"} : () -> tensor<1x2x16x8xf32>
+  // expected-error @+1 {{query heads (3) are not a multiple of kv heads (2)}}
+  %r = zg.rope_attention %q, %k, %k, %t, %t, %kc, %vc, %p {scale = 0.5 : f64} : (tensor<1x3x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x1x1x8xf32>, tensor<1x1x1x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>, tensor<1xi64>) -> tensor<1x3x1x8xf32>
+  return %r : tensor<1x3x1x8xf32>
+}
+
+// -----
+
+func.func @rope_attention_tables(%q: tensor<1x4x1x8xf32>, %k: tensor<1x2x1x8xf32>, %t: tensor<1x1x1x4xf32>, %p: tensor<1xi64>) -> tensor<1x4x1x8xf32> {
+  %kc = zg.state {init = "zeros", kind = "kv_cache", name = "kv_cache.0.k"} : () -> tensor<1x2x16x8xf32>
+  %vc = zg.state {init = "zeros", kind = "kv_cache", name = "kv_cache.0.v"} : () -> tensor<1x2x16x8xf32>
+  // expected-error @+1 {{cos and sin must be one float type [1 or B, 1, 1 or S, D], got [1x1x1x4]}}
+  %r = zg.rope_attention %q, %k, %k, %t, %t, %kc, %vc, %p {scale = 0.5 : f64} : (tensor<1x4x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x2x1x8xf32>, tensor<1x1x1x4xf32>, tensor<1x1x1x4xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32>, tensor<1xi64>) -> tensor<1x4x1x8xf32>
+  return %r : tensor<1x4x1x8xf32>
+}

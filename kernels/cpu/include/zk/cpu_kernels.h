@@ -240,6 +240,11 @@ Result rope_kv_write(const In &q, const In &k, const In &v, const In &cos, const
 size_t cached_attention_scratch(const In &k);
 Result cached_attention(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
                         float *scratch);
+/// rope_kv_write, then cached_attention of its rotated q (plan op rope_attention): the composition, so that
+/// it rounds as they do (the rotated q in q's dtype). Scratch: rope_attention_scratch floats.
+size_t rope_attention_scratch(const In &q, const In &k, const In &k_cache);
+Result rope_attention(const In &q, const In &k, const In &v, const In &cos, const In &sin, const In &pos,
+                      const Out &out, const Out &k_cache, const Out &v_cache, float scale, float *scratch);
 /// out [...] (i64) = the first index of the maximum of each last-axis row of x [..., V]; NaN wins.
 Result argmax(const In &x, const Out &out);
 /// out [B, ...] = x[b, index[b]] for x [B, S, ...], index [B] (i64) in [0, S).

@@ -22,6 +22,17 @@ bool decode_attention_supported(const In &q, const In &k, const In &v, const In 
 GpuStatus decode_attention(const In &q, const In &k, const In &v, const In &pos, const Out &out, float scale,
                            void *workspace, cudaStream_t stream);
 
+/// rope_attention (plan 2.16): rope_kv_write (cuda_train_kernels.h) of q, k, v into the caches, then the
+/// attention of the rotated q over them, as decode_attention computes it; one kernel where decode_attention
+/// takes the operands (q, k, v and the caches of one dtype, 16-byte aligned), else the two kernels with the
+/// rotated q in `workspace`, which holds zk::cuda::workspace::rope_attention(...) bytes. `early`: the caller
+/// knows that the kernel launched before this one on the stream writes neither the caches nor pos (the CUDA
+/// backend derives it from the plan); the fused kernel then loads the cache rows below the positions before it
+/// waits for that kernel (programmatic dependent launch).
+GpuStatus rope_attention(const In &q, const In &k, const In &v, const In &cos, const In &sin, const In &pos,
+                         const Out &out, const Out &k_cache, const Out &v_cache, float scale, void *workspace,
+                         bool early, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace zk
 
