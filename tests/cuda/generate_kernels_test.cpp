@@ -662,15 +662,109 @@ TEST(CudaSkinnyStream, LaunchShapesAtLlama1bShapes) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// llama-1b's decode products at one row as a decode step runs them through the streaming kernel in its own
+// launch shape: q/k/v and gate/up as norm_products (the residual add and RMS norm in every block), o and down
+// plain. Each product alone (the median of 21 cold runs), then four layers' products back to back as
+// programmatic launches with the weights read before the wait (the median of 11 chains, the L2 cleared before
+// each). Printed, not a pass/fail figure: what the prologue and the reduction cost where a kernel waits for the
+// one before it.
+TEST(CudaSkinnyStream, NormLayerChainTiming) {
+  DevBytes flush(size_t{256} << 20);
+  const DType t = DType::bf16;
+  struct Product {
+    const char* name;
+    int64_t K;
+    std::vector<int64_t> n;
+    bool gated, norm;
+  };
+  const Product products[] = {{"q/k/v", 2048, {2048, 512, 512}, false, true},
+                              {"o", 2048, {2048}, false, false},
+                              {"gate/up", 2048, {5632}, true, true},
+                              {"down", 5632, {2048}, false, false}};
+  constexpr int kLayers = 4;
+  struct Bufs {
+    std::unique_ptr<DevT> x, res, scale, sum;
+    std::vector<std::unique_ptr<DevT>> w, y;
+    zk::In win[4];
+    zk::Out yout[4];
+  };
+  std::vector<std::vector<Bufs>> bufs(kLayers);  // [layer][product]
+  std::vector<double> bytes(4, 0.0);
+  for (int l = 0; l < kLayers; ++l)
+    for (size_t pi = 0; pi < 4; ++pi) {
+      const Product& p = products[pi];
+      Bufs b;
+      b.x = std::make_unique<DevT>(random_tensor(t, Dims{1, p.K}));
+      b.res = std::make_unique<DevT>(random_tensor(t, Dims{1, p.K}));
+      b.scale = std::make_unique<DevT>(random_tensor(t, Dims{p.K}, 0.5f, 1.5f));
+      b.sum = std::make_unique<DevT>(t, Dims{1, p.K});
+      const int nw = p.gated ? 2 : static_cast<int>(p.n.size());
+      for (int i = 0; i < nw; ++i) {
+        const int64_t N = p.gated ? p.n[0] : p.n[static_cast<size_t>(i)];
+        b.w.push_back(std::make_unique<DevT>(random_tensor(t, Dims{p.K, N}, -0.05f, 0.05f)));
+        b.win[i] = b.w.back()->in();
+        if (l == 0) bytes[pi] += 2.0 * p.K * N;
+      }
+      for (int64_t N : p.n) {
+        b.y.push_back(std::make_unique<DevT>(t, Dims{1, N}));
+        b.yout[b.y.size() - 1] = b.y.back()->out();
+      }
+      bufs[static_cast<size_t>(l)].push_back(std::move(b));
+    }
+  auto run = [&](size_t pi, int l) {
+    const Product& p = products[pi];
+    Bufs& b = bufs[static_cast<size_t>(l)][pi];
+    const int nw = p.gated ? 2 : static_cast<int>(p.n.size());
+    if (p.norm)
+      return zc::skinny_norm_products(b.x->in(), b.res->in(), b.scale->in(), b.win, b.sum->out(), b.yout, nw,
+                                      zk::cpu::Unary::silu, p.gated, 1.0f, 1e-5f, true, nullptr);
+    return zc::skinny_linear(b.x->in(), b.win[0], zk::In{}, b.yout[0], false, 1.0f, zc::Epilogue::none, true,
+                             nullptr, zc::FewRows::stream);
+  };
+  double layer_bytes = 0;
+  for (size_t pi = 0; pi < 4; ++pi) {
+    const Product& p = products[pi];
+    ZT_GPU_OK(run(pi, 0));
+    const float us = median_cold_us([&] { return run(pi, 0); }, flush.ptr);
+    const zc::StreamShape sh = zc::skinny_stream_shape(t, p.K, p.n.data(), static_cast<int>(p.n.size()), p.gated);
+    std::printf("norm chain product %-8s %3d cols x %d splits %8.2f us %6.0f GB/s\n", p.name, sh.cols, sh.splits, us,
+                bytes[pi] / (us * 1e-6) / 1e9);
+    layer_bytes += bytes[pi];
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> ts;
+  for (int it = 0; it < 14; ++it) {
+    cudaMemsetAsync(flush.ptr, it & 1, size_t{256} << 20, nullptr);
+    cudaEventRecord(e0);
+    for (int l = 0; l < kLayers; ++l)
+      for (size_t pi = 0; pi < 4; ++pi) EXPECT_TRUE(run(pi, l).ok());
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (it >= 3) ts.push_back(ms);
+  }
+  std::sort(ts.begin(), ts.end());
+  const float us = ts[ts.size() / 2] * 1e3f;
+  std::printf("norm chain (%d layers, 1 row, its shapes) %8.2f us, %6.2f us a layer, %5.0f GB/s\n", kLayers, us,
+              us / kLayers, kLayers * layer_bytes / (us * 1e-6) / 1e9);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 // The streaming kernel (the plan's kernel code 2) in every launch shape it can take (strip width x K split:
 // one block per strip unsplit, a cluster of 2 to 8 blocks whose partial sums are added in distributed shared
 // memory otherwise) against the CPU reference kernels: the plain product with each epilogue, three weights of
-// different widths in one launch (linear_multi), the gated pair (linear_gated, SiLU); rows 1-4; K 64, 1000
-// and 2056 (K-slabs that end mid-tile); f32, bf16 and f16; every output poisoned first.
+// different widths in one launch (linear_multi), the gated pair (linear_gated, SiLU); rows 1-4; K 64, 1000,
+// 1003 (rows of x not 16-byte aligned: the prologue's element loads) and 2056 (K-slabs that end mid-tile); f32,
+// bf16 and f16; every output poisoned first.
 TEST(CudaSkinnyStream, EveryLaunchShapeMatchesCpuReference) {
   int cases = 0;
   for (DType t : {DType::f32, DType::bf16, DType::f16})
-    for (int64_t K : {64, 1000, 2056})
+    for (int64_t K : {64, 1000, 1003, 2056})
       for (int64_t M : {1, 2, 3, 4}) {
         const float tol = t == DType::f32 ? 1e-4f : 2 * tol_for(t);
         HostT x = random_tensor(t, Dims{M, K});
@@ -902,13 +996,14 @@ TEST(CudaSkinnyLinear, TimingAtLlama1bShapes) {
 
 // norm_products (the residual add and RMS norm folded into the few-row products) against the CPU reference
 // (the add, rms_norm and linear_multi / linear_gated kernels in a row): one to three weights and the gated
-// pair, rows 1-4, K 64 / 2048 / 5632, f32 / bf16 / f16; the sum and every product poisoned first.
+// pair, rows 1-4, K 64 / 1003 (rows not 16-byte aligned: the prologue's element loads) / 2048 / 5632, f32 / bf16
+// / f16; the sum and every product poisoned first.
 TEST(CudaSkinnyFused, NormProductsMatchCpuReference) {
   std::unique_ptr<zc::Blas> blas;
   ZT_GPU_OK(zc::Blas::create(&blas));
   int cases = 0;
   for (DType t : {DType::f32, DType::bf16, DType::f16})
-    for (int64_t K : {64, 2048, 5632})
+    for (int64_t K : {64, 1003, 2048, 5632})
       for (int64_t M : {1, 2, 3, 4}) {
         if (M * K * 4 > 64 * 1024 || (M == 3 && K * 4 * 4 > 64 * 1024)) continue;
         for (int form = 0; form < 3; ++form) {
