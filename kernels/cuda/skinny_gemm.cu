@@ -641,28 +641,84 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (early) wait_for_producer();
   release_dependents();
 
+  // x's rows in 16-byte pieces where K is a whole number of them and every row operand is 16-byte aligned (the
+  // K-slab then starts and ends on a piece: kbeg is a multiple of RL, 16 rows or more); else element by element.
+  auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  const bool vec = K % EP == 0 && al16(x) && (!sg.res || (al16(sg.res) && al16(sg.nscale) && al16(sg.sum)));
   if (sg.res) {
     // The residual add and RMS norm of norm_products, as the residual_norm kernel computes them (the norm of
     // the rounded sum, the normed value rounded to the storage type): every block normalises the rows itself
     // (K wide, at most kStreamMaxRows of them, from the L2) and keeps its K-slab; block (0, 0) writes the sum.
+    // This runs after the wait for the previous kernel, so its loads are issued together: x's and res's
+    // pieces kU at a time before any use (two: more registers would cost the third block an SM that the next
+    // kernel's early start needs), and the first piece of the norm scale this thread applies.
     const T* __restrict__ res = static_cast<const T*>(sg.res);
     const T* __restrict__ g = static_cast<const T*>(sg.nscale);
     T* __restrict__ sum_out = static_cast<T*>(sg.sum);
     const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
+    const int ps = span / EP;  // pieces of the slab a row (vec)
+    uint4 g0 = make_uint4(0, 0, 0, 0);
+    if (vec && tid < MR * ps) g0 = *reinterpret_cast<const uint4*>(g + kbeg + (tid % ps) * EP);
     float ss[MR];
 #pragma unroll
     for (int m = 0; m < MR; ++m) ss[m] = 0.0f;
-    for (int e = tid; e < MR * K; e += kThreads) {
-      const int m = e / K, kk = e % K;
-      float v = 0.0f;
-      if (m < M) {
-        const T t = from_f32<T>(to_f32(x[e]) + to_f32(res[e]));
-        if (writer) sum_out[e] = t;
-        v = to_f32(t);
-      }
-      if (kk >= kbeg && kk < kend) xs[m * kc + kk - kbeg] = v;
+    if (vec) {
+      constexpr int kU = 2;
+      const int pk = K / EP;
+      for (int e0 = tid; e0 < MR * pk; e0 += kU * kThreads) {
+        uint4 xa[kU], ra[kU];
 #pragma unroll
-      for (int mm = 0; mm < MR; ++mm) ss[mm] += mm == m ? v * v : 0.0f;
+        for (int u = 0; u < kU; ++u) {
+          const int e = e0 + u * kThreads;
+          if (e < MR * pk && e / pk < M) {
+            xa[u] = *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(e) * EP);
+            ra[u] = *reinterpret_cast<const uint4*>(res + static_cast<int64_t>(e) * EP);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int e = e0 + u * kThreads;
+          if (e >= MR * pk) continue;
+          const int m = e / pk, k0 = (e % pk) * EP;
+          float v[EP];
+          if (m < M) {
+            const T* xv = reinterpret_cast<const T*>(&xa[u]);
+            const T* rv = reinterpret_cast<const T*>(&ra[u]);
+            uint4 packed;
+            T* t = reinterpret_cast<T*>(&packed);
+#pragma unroll
+            for (int j = 0; j < EP; ++j) {
+              t[j] = from_f32<T>(to_f32(xv[j]) + to_f32(rv[j]));
+              v[j] = to_f32(t[j]);
+            }
+            if (writer) *reinterpret_cast<uint4*>(sum_out + static_cast<int64_t>(e) * EP) = packed;
+          } else {
+#pragma unroll
+            for (int j = 0; j < EP; ++j) v[j] = 0.0f;
+          }
+          if (k0 >= kbeg && k0 < kend)
+#pragma unroll
+            for (int j = 0; j < EP; ++j) xs[m * kc + k0 + j - kbeg] = v[j];
+          float sq = 0.0f;
+#pragma unroll
+          for (int j = 0; j < EP; ++j) sq += v[j] * v[j];
+#pragma unroll
+          for (int mm = 0; mm < MR; ++mm) ss[mm] += mm == m ? sq : 0.0f;
+        }
+      }
+    } else {
+      for (int e = tid; e < MR * K; e += kThreads) {
+        const int m = e / K, kk = e % K;
+        float v = 0.0f;
+        if (m < M) {
+          const T t = from_f32<T>(to_f32(x[e]) + to_f32(res[e]));
+          if (writer) sum_out[e] = t;
+          v = to_f32(t);
+        }
+        if (kk >= kbeg && kk < kend) xs[m * kc + kk - kbeg] = v;
+#pragma unroll
+        for (int mm = 0; mm < MR; ++mm) ss[mm] += mm == m ? v * v : 0.0f;
+      }
     }
     __shared__ float nred[kWarps][MR];
     const int w32 = tid / 32, l32 = tid % 32;
@@ -682,14 +738,46 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int q = 0; q < kWarps; ++q) t += nred[q][m];
       inv[m] = rsqrtf(t / static_cast<float>(K) + sg.eps);
     }
-    for (int e = tid; e < MR * span; e += kThreads) {
-      const int m = e / span, j = e % span;
-      float iv = 0.0f;
+    if (vec) {
+      for (int e = tid; e < MR * ps; e += kThreads) {
+        const int m = e / ps, j0 = (e % ps) * EP;
+        const uint4 ga = e == tid ? g0 : *reinterpret_cast<const uint4*>(g + kbeg + j0);
+        const T* gv = reinterpret_cast<const T*>(&ga);
+        float iv = 0.0f;
 #pragma unroll
-      for (int mm = 0; mm < MR; ++mm) iv = mm == m ? inv[mm] : iv;
-      float o = xs[m * kc + j] * iv;
-      o *= to_f32(g[kbeg + j]);
-      xs[m * kc + j] = to_f32(from_f32<T>(o));
+        for (int mm = 0; mm < MR; ++mm) iv = mm == m ? inv[mm] : iv;
+#pragma unroll
+        for (int j = 0; j < EP; ++j) {
+          float o = xs[m * kc + j0 + j] * iv;
+          o *= to_f32(gv[j]);
+          xs[m * kc + j0 + j] = to_f32(from_f32<T>(o));
+        }
+      }
+    } else {
+      for (int e = tid; e < MR * span; e += kThreads) {
+        const int m = e / span, j = e % span;
+        float iv = 0.0f;
+#pragma unroll
+        for (int mm = 0; mm < MR; ++mm) iv = mm == m ? inv[mm] : iv;
+        float o = xs[m * kc + j] * iv;
+        o *= to_f32(g[kbeg + j]);
+        xs[m * kc + j] = to_f32(from_f32<T>(o));
+      }
+    }
+  } else if (vec) {
+    const int ps = span / EP;
+    for (int e = tid; e < MR * ps; e += kThreads) {
+      const int m = e / ps, j0 = (e % ps) * EP;
+      float v[EP];
+      if (m < M) {
+        const uint4 a = *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(m) * K + kbeg + j0);
+        unpack16<T>(a, v);
+      } else {
+#pragma unroll
+        for (int j = 0; j < EP; ++j) v[j] = 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < EP; ++j) xs[m * kc + j0 + j] = v[j];
     }
   } else {
     for (int e = tid; e < MR * span; e += kThreads) {
