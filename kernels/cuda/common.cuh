@@ -32,6 +32,13 @@ __device__ __forceinline__ int64_t f2i(float v) {
   return static_cast<int64_t>(v);
 }
 
+/// One element of the forward rotary embedding (pairs (i, i + D/2)): x the element, partner the element D/2
+/// away, c and s the tables at x's index, `lower` where x lies in the first half. The products are rounded
+/// before the sum (no contraction), as the rotary kernels and the CPU reference compute it.
+__device__ __forceinline__ float rope_forward(float x, float partner, float c, float s, bool lower) {
+  return lower ? __fsub_rn(__fmul_rn(x, c), __fmul_rn(partner, s)) : __fadd_rn(__fmul_rn(x, c), __fmul_rn(partner, s));
+}
+
 // --- dtype tags at run time (uniform across a launch, so the switch never diverges) ----------------------
 __device__ __forceinline__ float load_f(const void *p, DType t, int64_t i) {
   switch (t) {

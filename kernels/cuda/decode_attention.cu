@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   float *co = wml + kWarps * R * 2;                                  // [splits][R][DH], cluster rank 0
   float *cml = co + (clustered ? splits : 0) * R * DH;               // [splits][R][2]
   // kRope: the rotated query rows [R][DH] (floats), then the new keys and values [S][DH] (T).
-  const size_t rope_at = (Geo::kStageBytes + sizeof(float) * (kWarps * R * (DH + 2) + (clustered ? splits : 0) * R * (DH + 2)) + 15) / 16 * 16;
+  const size_t rope_at = (smem_bytes<T, DH, MR>(R, clustered ? splits : 0) + 15) / 16 * 16;
   float *rq = reinterpret_cast<float *>(smem + rope_at);
   T *nk = reinterpret_cast<T *>(rq + R * DH), *nv = nk + S * DH;
 
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   };
   // A round's loads: every cached key piece into registers, every value piece into this lane's slots of
   // shared memory (zero-filled past the chunk's end, so that a weight of 0 never meets a stale value). The keys
-  // of this step (kRope: p <= key < p + S) are left out; they come from shared memory (fill_new).
+  // of this step (kRope: p <= key < p + S) are left out; the round takes them from shared memory.
   uint4 kr[kPasses];
   auto issue = [&](int round) {
 #pragma unroll
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       const float a = detail::to_f32(src[d]), o = detail::to_f32(src[d < half ? d + half : d - half]);
       const int64_t ti = (static_cast<int64_t>(ra.t0 == 1 ? 0 : b) * ra.t2 + (ra.t2 == 1 ? 0 : j)) * DH + d;
       const float c = detail::load_f(ra.cos, ra.tt, ti), sn = detail::load_f(ra.sin, ra.tt, ti);
-      const T y = from_f32<T>(d < half ? __fmul_rn(a, c) - __fmul_rn(o, sn) : __fmul_rn(a, c) + __fmul_rn(o, sn));
+      const T y = from_f32<T>(detail::rope_forward(a, o, c, sn, d < half));
       if (e < nq) {
         rq[w] = detail::to_f32(y);
       } else {
@@ -527,14 +527,16 @@ GpuStatus rope_attention(const In &q, const In &k, const In &v, const In &cos, c
       t.d[1] != 1 || (t.d[2] != 1 && t.d[2] != S) || t.d[3] != D)
     return kernel_failure("rope_attention: cos and sin must be [1 or B, 1, 1 or S, D] of one float dtype");
   const In kc{k_cache.data, k_cache.dtype, k_cache.shape}, vc{v_cache.data, v_cache.dtype, v_cache.shape};
-  const size_t q_bytes = static_cast<size_t>(q.shape.numel()) * dtype_size(q.dtype);
+  // The workspace: room for the rotated q first (zk/cuda_workspace.h), then the attention's partial results.
+  void *rest = workspace ? static_cast<char *>(workspace) +
+                               workspace::rope_attention_q(q.shape.numel(), static_cast<int64_t>(dtype_size(q.dtype)))
+                         : nullptr;
   const bool fused = decode_attention_supported(q, kc, vc, pos, out) && k.dtype == q.dtype && v.dtype == q.dtype &&
                      reinterpret_cast<uintptr_t>(k.data) % 16 == 0 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
   if (!fused) {
     // Two kernels: the rotary step writes the rotated q into the workspace's first bytes, the attention reads it.
     if (!workspace) return kernel_failure("rope_attention: no workspace for the rotated q");
     const Out q_rot{workspace, q.dtype, q.shape};
-    void *rest = static_cast<char *>(workspace) + (q_bytes + 255) / 256 * 256;
     if (GpuStatus st = rope_kv_write(q, k, v, cos, sin, pos, q_rot, k_cache, v_cache, s); !st.ok()) return st;
     const In qr{q_rot.data, q.dtype, q.shape};
     if (decode_attention_supported(qr, kc, vc, pos, out)) return decode_attention(qr, kc, vc, pos, out, scale, rest, s);
@@ -542,9 +544,7 @@ GpuStatus rope_attention(const In &q, const In &k, const In &v, const In &cos, c
   }
   if (pos.shape != Dims{B}) return kernel_failure("rope_attention: pos must be i64 [B]");
   if (B * Hq * S == 0) return {};
-  // The fused kernel's partial results where the chunks do not combine in a cluster, after the rotated q's room
-  // (zk/cuda_workspace.h's rope_attention), which it does not use.
-  void *rest = workspace ? static_cast<char *>(workspace) + (q_bytes + 255) / 256 * 256 : nullptr;
+  // The fused kernel leaves the rotated q's room unused.
   if (workspace::cached_attention(B, Hq, S, D, Hkv, L) > 0 && !rest)
     return kernel_failure("rope_attention: no workspace for the chunks' partial results");
   RopeArgs ra;

@@ -37,7 +37,7 @@ __global__ void kv_write_kernel(uint8_t* cache, const uint8_t* value, const void
 
 // rope_kv_write: one thread per unit of three ranges laid end to end: the rotated pairs (i, i + D/2) of q's rows
 // (written to q_out), those of k's rows (written into the k cache at pos[b] + s), and v's elements (copied into
-// the v cache). The products are rounded before the sums (__fmul_rn, no contraction), as the rotary kernels
+// the v cache). The products are rounded before the sums (rope_forward, no contraction), as the rotary kernels
 // and the CPU reference compute them. Tables [t0 = 1 or B, 1, t2 = 1 or S, D].
 __global__ void rope_kv_write_kernel(const void* q, const void* k, const void* v, DType et, const void* cos,
                                      const void* sin, DType tt, int64_t t0, int64_t t2, const void* pos, void* q_out,
@@ -56,7 +56,7 @@ __global__ void rope_kv_write_kernel(const void* q, const void* k, const void* v
       const float a = load_f(is_q ? q : k, et, src + i), bb = load_f(is_q ? q : k, et, src + i + h);
       const float ca = load_f(cos, tt, to + i), cb = load_f(cos, tt, to + i + h);
       const float sa = load_f(sin, tt, to + i), sb = load_f(sin, tt, to + i + h);
-      const float lo = __fmul_rn(a, ca) - __fmul_rn(bb, sa), hi = __fmul_rn(bb, cb) + __fmul_rn(a, sb);
+      const float lo = detail::rope_forward(a, bb, ca, sa, true), hi = detail::rope_forward(bb, a, cb, sb, false);
       if (is_q) {
         store_f(q_out, et, src + i, lo);
         store_f(q_out, et, src + i + h, hi);

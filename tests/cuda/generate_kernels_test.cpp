@@ -595,20 +595,23 @@ float median_cold_us(F&& run, void* flush) {
 // own choice, session 7's shape (whole-K strips) and each strip width x K split, each the median of 21 cold
 // runs, with the rate at which the weights are read. Printed, not a pass/fail figure: the table the launch
 // shape rule (choose_stream_shape) is checked against. Each output is checked against the first shape's.
+// llama-1b's four decode products of a layer: K, the widths of the weights, gate/up (two weights of one width,
+// SiLU), and whether a decode step runs it as norm_products (the residual add and RMS norm in the product).
+struct Llama1bProduct {
+  const char* name;
+  int64_t K;
+  std::vector<int64_t> n;
+  bool gated, norm;
+};
+const Llama1bProduct kLlama1bProducts[] = {{"q/k/v", 2048, {2048, 512, 512}, false, true},
+                                           {"o", 2048, {2048}, false, false},
+                                           {"gate/up", 2048, {5632}, true, true},
+                                           {"down", 5632, {2048}, false, false}};
+
 TEST(CudaSkinnyStream, LaunchShapesAtLlama1bShapes) {
   DevBytes flush(size_t{256} << 20);
   const DType t = DType::bf16;
-  struct Product {
-    const char* name;
-    int64_t K;
-    std::vector<int64_t> n;
-    bool gated;
-  };
-  const Product products[] = {{"q/k/v", 2048, {2048, 512, 512}, false},
-                              {"o", 2048, {2048}, false},
-                              {"gate/up", 2048, {5632}, true},
-                              {"down", 5632, {2048}, false}};
-  for (const Product& p : products) {
+  for (const Llama1bProduct& p : kLlama1bProducts) {
     HostT x = random_tensor(t, Dims{1, p.K});
     DevT dx(x);
     std::vector<std::unique_ptr<DevT>> dw, dy;
@@ -671,16 +674,7 @@ TEST(CudaSkinnyStream, LaunchShapesAtLlama1bShapes) {
 TEST(CudaSkinnyStream, NormLayerChainTiming) {
   DevBytes flush(size_t{256} << 20);
   const DType t = DType::bf16;
-  struct Product {
-    const char* name;
-    int64_t K;
-    std::vector<int64_t> n;
-    bool gated, norm;
-  };
-  const Product products[] = {{"q/k/v", 2048, {2048, 512, 512}, false, true},
-                              {"o", 2048, {2048}, false, false},
-                              {"gate/up", 2048, {5632}, true, true},
-                              {"down", 5632, {2048}, false, false}};
+  const Llama1bProduct* products = kLlama1bProducts;
   constexpr int kLayers = 4;
   struct Bufs {
     std::unique_ptr<DevT> x, res, scale, sum;
@@ -692,7 +686,7 @@ TEST(CudaSkinnyStream, NormLayerChainTiming) {
   std::vector<double> bytes(4, 0.0);
   for (int l = 0; l < kLayers; ++l)
     for (size_t pi = 0; pi < 4; ++pi) {
-      const Product& p = products[pi];
+      const Llama1bProduct& p = products[pi];
       Bufs b;
       b.x = std::make_unique<DevT>(random_tensor(t, Dims{1, p.K}));
       b.res = std::make_unique<DevT>(random_tensor(t, Dims{1, p.K}));
@@ -712,7 +706,7 @@ TEST(CudaSkinnyStream, NormLayerChainTiming) {
       bufs[static_cast<size_t>(l)].push_back(std::move(b));
     }
   auto run = [&](size_t pi, int l) {
-    const Product& p = products[pi];
+    const Llama1bProduct& p = products[pi];
     Bufs& b = bufs[static_cast<size_t>(l)][pi];
     const int nw = p.gated ? 2 : static_cast<int>(p.n.size());
     if (p.norm)
@@ -723,7 +717,7 @@ TEST(CudaSkinnyStream, NormLayerChainTiming) {
   };
   double layer_bytes = 0;
   for (size_t pi = 0; pi < 4; ++pi) {
-    const Product& p = products[pi];
+    const Llama1bProduct& p = products[pi];
     ZT_GPU_OK(run(pi, 0));
     const float us = median_cold_us([&] { return run(pi, 0); }, flush.ptr);
     const zc::StreamShape sh = zc::skinny_stream_shape(t, p.K, p.n.data(), static_cast<int>(p.n.size()), p.gated);

@@ -78,10 +78,13 @@ inline uint64_t cached_attention(int64_t batch, int64_t heads, int64_t queries, 
 /// rope_attention's workspace (plan 2.16): room for the rotated q (q's elements at `elem_bytes` each, rounded
 /// up to 256 bytes), which the operands that the fused kernel does not take go through (the rotary step, then
 /// the attention), then cached_attention's.
+inline uint64_t rope_attention_q(int64_t elements, int64_t elem_bytes) {
+  return (static_cast<uint64_t>(elements * elem_bytes) + 255) / 256 * 256;
+}
 inline uint64_t rope_attention(int64_t batch, int64_t heads, int64_t queries, int64_t head_dim, int64_t kv_heads,
                                int64_t cache_len, int64_t elem_bytes) {
-  const uint64_t q = static_cast<uint64_t>(batch * heads * queries * head_dim * elem_bytes);
-  return (q + 255) / 256 * 256 + cached_attention(batch, heads, queries, head_dim, kv_heads, cache_len);
+  return rope_attention_q(batch * heads * queries * head_dim, elem_bytes) +
+         cached_attention(batch, heads, queries, head_dim, kv_heads, cache_len);
 }
 
 }  // namespace zk::cuda::workspace
