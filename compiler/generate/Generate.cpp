@@ -101,6 +101,40 @@ std::string shapeStr(ArrayRef<int64_t> s) {
   return r + "]";
 }
 
+/// Whether the `count` equal-sized slices of `a` along its flat outer extent
+/// hold the same elements.
+bool sameSlices(DenseElementsAttr a, int64_t count) {
+  if (a.isSplat())
+    return true;
+  int64_t n = a.getNumElements() / count;
+  for (int64_t s = 1; s < count; ++s)
+    for (int64_t i = 0; i < n; ++i)
+      if (elementAt(a, i) != elementAt(a, s * n + i))
+        return false;
+  return true;
+}
+
+/// A constant of `type` holding the first type-sized slice of `table`'s
+/// elements (its first row along the flat outer extent).
+Value firstSlice(OpBuilder &b, zg::ConstantOp table, RankedTensorType type) {
+  auto a = cast<DenseElementsAttr>(table.getValue());
+  DenseElementsAttr slice;
+  if (a.isSplat())
+    slice = DenseElementsAttr::get(type, a.getSplatValue<Attribute>());
+  else if (isa<FloatType>(a.getElementType()))
+    slice = DenseElementsAttr::get(
+        type, llvm::to_vector(llvm::make_range(
+                  a.value_begin<APFloat>(),
+                  a.value_begin<APFloat>() + type.getNumElements())));
+  else
+    slice = DenseElementsAttr::get(
+        type, llvm::to_vector(llvm::make_range(
+                  a.value_begin<APInt>(),
+                  a.value_begin<APInt>() + type.getNumElements())));
+  return zg::ConstantOp::create(b, table.getLoc(), type,
+                                cast<ElementsAttr>(slice));
+}
+
 /// Replaces the one-position constant `small` of the decode program by the
 /// rows of the L-position `table` at `pos` (one row per sequence).
 LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
@@ -125,13 +159,19 @@ LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
            << shapeStr(sL) << " at --max-seq " << maxSeq
            << ") but is not a table indexed by position whose first row it "
               "is; generation cannot offset it by the cached length";
-  if (product(sL.take_front(axis)) != 1)
-    return small.emitError("generation: position table ")
-           << shapeStr(sL) << " has leading dims before its position axis";
   int64_t batch = rtt(pos).getDimSize(0);
+  int64_t lead = product(sL.take_front(axis));
+  // A table whose leading dim is the batch (OPT's position ids [B, L], made
+  // from an attention mask of ones) holds one row per sequence; they must be
+  // the same row, which the gather below then reads once per sequence.
+  if (lead != 1 && (axis != 1 || lead != batch || !sameSlices(aL, lead)))
+    return small.emitError("generation: position table ")
+           << shapeStr(sL)
+           << " has leading dims before its position axis that are not the "
+              "batch over equal rows; generation cannot offset it per sequence";
   SmallVector<int64_t> out(s1);
   if (batch > 1) {
-    if (axis == 0 || s1[0] != 1)
+    if (axis == 0 || (s1[0] != 1 && s1[0] != batch))
       return small.emitError("generation: position table ")
              << shapeStr(sL)
              << " does not broadcast over the batch in dim 0; per-sequence "
@@ -141,10 +181,13 @@ LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
   Type elt = rtt(small.getResult()).getElementType();
   OpBuilder b(small);
   Location loc = small.getLoc();
-  Value whole = b.clone(*table)->getResult(0);
-  int64_t rest = product(sL) / maxSeq;
+  int64_t rest = product(sL) / maxSeq / lead;
   Value rows =
-      zg::ReshapeOp::create(b, loc, tensorOf({maxSeq, rest}, elt), whole);
+      lead == 1
+          ? zg::ReshapeOp::create(b, loc, tensorOf({maxSeq, rest}, elt),
+                                  b.clone(*table)->getResult(0))
+                .getResult()
+          : firstSlice(b, table, tensorOf({maxSeq, rest}, elt));
   Value picked = zg::GatherOp::create(b, loc, tensorOf({batch, rest}, elt),
                                       rows, pos, b.getI64IntegerAttr(0));
   Value shaped = zg::ReshapeOp::create(b, loc, tensorOf(out, elt), picked);
