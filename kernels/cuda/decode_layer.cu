@@ -437,6 +437,8 @@ __device__ void product_phase(const Params &p, uint4 *ring, const T *xs, float *
 template <class T>
 __device__ void attention_phase(const Params &p, unsigned char *region, int *flag) {
   constexpr int EP = 16 / static_cast<int>(sizeof(T));
+  // 16-byte pieces of a tile's keys (and as many of its values) a thread holds: a tile of head dim 128.
+  constexpr int kPer = kTile * 128 / EP / kThreads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int G = p.Hq / p.Hkv, R = G, Dh = p.Dh, half = Dh / 2, L = p.L, dq = Dh / 32;
   float *qs = reinterpret_cast<float *>(region);  // [R][Dh] the rotated queries
@@ -449,6 +451,7 @@ __device__ void attention_phase(const Params &p, unsigned char *region, int *fla
   T *nv = nk + Dh;                                 // [Dh] the new value
   const T *qg = static_cast<const T *>(p.q), *kg = static_cast<const T *>(p.k), *vg = static_cast<const T *>(p.v);
   const T *kc = static_cast<const T *>(p.k_cache), *vc = static_cast<const T *>(p.v_cache);
+  const int ppr = Dh / EP;  // 16-byte pieces of a row
   const int items = p.M * p.Hkv * p.chunks;
   for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
     const int c = item % p.chunks, pair = item / p.chunks, kh = pair % p.Hkv, b = pair / p.Hkv;
@@ -458,6 +461,35 @@ __device__ void attention_phase(const Params &p, unsigned char *region, int *fla
     if (c >= used) continue;
     const int start = c * p.chunk, end = min(start + p.chunk, pos + 1);
     const int64_t trow = static_cast<int64_t>(p.tb == 1 ? 0 : b) * Dh;
+    const int64_t cache_row0 = (static_cast<int64_t>(b) * p.Hkv + kh) * L;
+    // A tile's cached keys and values into registers (the new position's come from shared memory at staging),
+    // so that their loads are in flight while the block does something else.
+    uint4 pk[kPer], pv[kPer];
+    auto fetch = [&](int k0) {
+      const int n = min(kTile, end - k0) * ppr;
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const int e = tid + u * kThreads, j = e / ppr, key = k0 + j;
+        if (e < n && key != pos) {
+          const int64_t at = (cache_row0 + key) * Dh + (e - j * ppr) * EP;
+          pk[u] = ldcg4(kc + at);
+          pv[u] = ldcg4(vc + at);
+        }
+      }
+    };
+    auto stage = [&](int k0) {
+      const int n = min(kTile, end - k0) * ppr;
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const int e = tid + u * kThreads, j = e / ppr, key = k0 + j;
+        if (e < n) {
+          const int q16 = e - j * ppr;
+          reinterpret_cast<uint4 *>(ks)[e] = key == pos ? reinterpret_cast<const uint4 *>(nk)[q16] : pk[u];
+          reinterpret_cast<uint4 *>(vs)[e] = key == pos ? reinterpret_cast<const uint4 *>(nv)[q16] : pv[u];
+        }
+      }
+    };
+    fetch(start);
     // The queries of the head group, rotated and rounded as rope_kv_write stores them.
     for (int e = tid; e < R * Dh; e += kThreads) {
       const int rr = e / Dh, dd = e - rr * Dh;
@@ -474,7 +506,7 @@ __device__ void attention_phase(const Params &p, unsigned char *region, int *fla
     // The chunk that holds the position writes the new key (rotated) and value into the caches.
     if (c == used - 1) {
       const int64_t src = (static_cast<int64_t>(b) * p.Hkv + kh) * Dh;
-      const int64_t dst = ((static_cast<int64_t>(b) * p.Hkv + kh) * L + pos) * Dh;
+      const int64_t dst = (cache_row0 + pos) * Dh;
       for (int dd = tid; dd < Dh; dd += kThreads) {
         const float a = ldcg_t(kg + src + dd), o = ldcg_t(kg + src + (dd < half ? dd + half : dd - half));
         const float cs = detail::load_f(p.cos, p.tt, trow + dd), sn = detail::load_f(p.sin, p.tt, trow + dd);
@@ -487,25 +519,11 @@ __device__ void attention_phase(const Params &p, unsigned char *region, int *fla
       }
     }
     __syncthreads();
-    const int ppr = Dh / EP;  // 16-byte pieces of a row
-    const int64_t cache_row0 = (static_cast<int64_t>(b) * p.Hkv + kh) * L;
     for (int k0 = start; k0 < end; k0 += kTile) {
       const int nt = min(kTile, end - k0);
-      // The tile's keys and values; the new ones from shared memory.
-      for (int e = tid; e < nt * ppr; e += kThreads) {
-        const int j = e / ppr, q16 = e - j * ppr, key = k0 + j;
-        uint4 kv4, vv4;
-        if (key == pos) {
-          kv4 = reinterpret_cast<const uint4 *>(nk)[q16];
-          vv4 = reinterpret_cast<const uint4 *>(nv)[q16];
-        } else {
-          kv4 = ldcg4(kc + (cache_row0 + key) * Dh + q16 * EP);
-          vv4 = ldcg4(vc + (cache_row0 + key) * Dh + q16 * EP);
-        }
-        reinterpret_cast<uint4 *>(ks)[e] = kv4;
-        reinterpret_cast<uint4 *>(vs)[e] = vv4;
-      }
+      stage(k0);
       __syncthreads();
+      if (k0 + kTile < end) fetch(k0 + kTile);  // the next tile's loads go out before this tile's arithmetic
       // Scores: a warp a key, its lanes over the head dim.
       for (int j = warp; j < nt; j += kWarps) {
         float kf[4];
@@ -552,21 +570,32 @@ __device__ void attention_phase(const Params &p, unsigned char *region, int *fla
       p.part[(row * p.chunks + c) * (Dh + 2) + dd] = dd < Dh ? os[rr * Dh + dd] : ml[rr * 4 + (dd - Dh)];
     }
     if (!arrive_last(p.sync + 2 + pair, static_cast<unsigned>(used), flag)) continue;
+    // The chunks' maxima and sums into shared memory first (qs and os are free now: R x used <= R x Dh), then
+    // each output element's sum over the chunks.
+    const int64_t row0 = static_cast<int64_t>(b) * p.Hq + kh * G;
+    for (int e = tid; e < R * used; e += kThreads) {
+      const int rr = e / used, cc = e - rr * used;
+      const float *at = p.part + ((row0 + rr) * p.chunks + cc) * (Dh + 2) + Dh;
+      qs[e] = ldcg_f(at);
+      os[e] = ldcg_f(at + 1);
+    }
+    __syncthreads();
     for (int e = tid; e < R * Dh; e += kThreads) {
       const int rr = e / Dh, dd = e - rr * Dh;
-      const int64_t row = static_cast<int64_t>(b) * p.Hq + kh * G + rr;
-      const float *base = p.part + row * p.chunks * (Dh + 2);
+      const float *base = p.part + (row0 + rr) * p.chunks * (Dh + 2);
       float mx = -INFINITY;
-      for (int cc = 0; cc < used; ++cc) mx = fmaxf(mx, ldcg_f(base + cc * (Dh + 2) + Dh));
+      for (int cc = 0; cc < used; ++cc) mx = fmaxf(mx, qs[rr * used + cc]);
       float num = 0.0f, den = 0.0f;
+#pragma unroll 4
       for (int cc = 0; cc < used; ++cc) {
-        const float mc = ldcg_f(base + cc * (Dh + 2) + Dh);
+        const float mc = qs[rr * used + cc];
         const float f = mc == -INFINITY ? 0.0f : expf(mc - mx);
         num += f * ldcg_f(base + cc * (Dh + 2) + dd);
-        den += f * ldcg_f(base + cc * (Dh + 2) + Dh + 1);
+        den += f * os[rr * used + cc];
       }
-      static_cast<T *>(p.attn)[row * Dh + dd] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
+      static_cast<T *>(p.attn)[(row0 + rr) * Dh + dd] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
     }
+    __syncthreads();  // qs and os are the next item's
   }
 }
 
@@ -697,8 +726,14 @@ cudaError_t launch_layer(Params p, size_t region, const DecodeLayerLaunch &how, 
   const size_t smem = kRingBytes + kWarps * MR * TN * sizeof(float) + region;
   // Once per instantiation: the opt-in for the most a launch asks (the ring, the warps' sums and 64 KiB of x
   // rows, more than the attention's tiles ever take).
-  static const cudaError_t raised = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         kRingBytes + kWarps * MR * TN * 4 + 64 * 1024);
+  // The carveout asks for the most shared memory: the driver may otherwise choose a smaller one at launch than
+  // the occupancy API assumed, and the grid (sized by that API) would then not be resident as a whole.
+  static const cudaError_t raised = [&] {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               kRingBytes + kWarps * MR * TN * 4 + 64 * 1024);
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  }();
   if (raised != cudaSuccess) {
     *why = std::string("decode_layer: the shared memory opt-in is refused (") + cudaGetErrorString(raised) + ")";
     return raised;

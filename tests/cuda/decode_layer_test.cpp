@@ -9,8 +9,9 @@
 // attention), both caches whole (the rows at the positions written, every other row left bit for bit as it
 // was), and, to say which phase went wrong when one does, the intermediate results the kernel leaves in its
 // workspace (sum1, q, k, v before the rotary, the attention's output, h). Outputs are poisoned with NaN first
-// and each case runs twice (the second launch finds the grid barrier's and the strips' counts as the first
-// left them), and the counts must be back at zero after each launch.
+// and each case runs three times (the later launches find the grid barrier's and the strips' counts as the
+// first left them; the third with the cooperative launch attribute), and the counts must be back at zero after
+// each launch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -189,10 +190,12 @@ TEST(CudaDecodeLayer, MatchesCpuReference) {
     DevBytes ws(wsb);
     ASSERT_EQ(cudaMemset(ws.ptr, 0, wsb), cudaSuccess);
     const float tol = c.t == DType::f32 ? 1e-4f : 2 * tol_for(c.t);
-    zc::DecodeLayerLaunch how;
-    how.grid = c.grid;
-    for (int rep = 0; rep < 2; ++rep) {
-      SCOPED_TRACE("run " + std::to_string(rep));
+    for (int rep = 0; rep < 3; ++rep) {
+      // Twice as the kernel launches itself, then with the cooperative attribute as well.
+      zc::DecodeLayerLaunch how;
+      how.grid = c.grid;
+      how.cooperative = rep == 2;
+      SCOPED_TRACE("run " + std::to_string(rep) + (how.cooperative ? " (cooperative)" : ""));
       dl.out.poison();
       dl.res_out.poison();
       ZT_GPU_OK(zc::decode_layer(dl.args(c.Hq, eps, scale), ws.ptr, wsb, nullptr, how));
@@ -247,7 +250,8 @@ TEST(CudaDecodeLayer, RefusesAGridThatCannotBeResident) {
 // Four llama-1b layers at batch 1 (bf16, 640 positions cached of 768) chained through decode_layer (4 launches)
 // and through the six kernels a decode step runs today (24 launches: norm_products q/k/v, rope_kv_write, decode
 // attention, o, norm_products gate/up, down, each a programmatic dependent with its weights read before the
-// wait), each chain the median of 11 with the L2 cleared before it; printed side by side with the rate at
+// wait), each chain the median of 11 with the L2 cleared before it (then decode_layer once more with the
+// cooperative launch attribute); printed side by side with the rate at
 // which each reads the layers' weights and caches. Printed, not a pass/fail figure; the outputs of the two
 // chains are compared (loosely: four layers of bf16 rounding) to catch a chain that times something else.
 TEST(CudaDecodeLayer, ChainTimingAgainstSixKernels) {
@@ -269,6 +273,7 @@ TEST(CudaDecodeLayer, ChainTimingAgainstSixKernels) {
   const uint64_t wsb = zc::decode_layer_workspace(sh);
   DevBytes ws(wsb);
   ASSERT_EQ(cudaMemset(ws.ptr, 0, wsb), cudaSuccess);
+  zc::DecodeLayerLaunch how;
   auto persistent = [&]() -> bool {
     for (int l = 0; l < kLayers; ++l) {
       zc::DecodeLayerArgs a = layers[static_cast<size_t>(l)]->args(c.Hq, eps, scale);
@@ -276,7 +281,7 @@ TEST(CudaDecodeLayer, ChainTimingAgainstSixKernels) {
         a.x = layers[static_cast<size_t>(l - 1)]->out.in();
         a.residual = layers[static_cast<size_t>(l - 1)]->res_out.in();
       }
-      if (!zc::decode_layer(a, ws.ptr, wsb, nullptr).ok()) return false;
+      if (!zc::decode_layer(a, ws.ptr, wsb, nullptr, how).ok()) return false;
     }
     return true;
   };
@@ -358,12 +363,18 @@ TEST(CudaDecodeLayer, ChainTimingAgainstSixKernels) {
   // Alternated, so that a drift of the clocks shows in both.
   const float six_a = median_us(six_kernels), per_a = median_us(persistent);
   const float six_b = median_us(six_kernels), per_b = median_us(persistent);
+  how.cooperative = true;
+  ASSERT_TRUE(persistent());
+  const float coop = median_us(persistent);
+  how.cooperative = false;
   const float six_us = std::min(six_a, six_b), per_us = std::min(per_a, per_b);
   std::printf("decode layer chain (%d llama-1b layers, bf16, 1 row, 640 positions, %.1f MB):\n", kLayers, bytes / 1e6);
   std::printf("  six kernels   %8.2f us (%8.2f, %8.2f)  %6.2f us a layer  %5.0f GB/s\n", six_us, six_a, six_b,
               six_us / kLayers, bytes / (six_us * 1e-6) / 1e9);
   std::printf("  decode_layer  %8.2f us (%8.2f, %8.2f)  %6.2f us a layer  %5.0f GB/s  (%.2fx)\n", per_us, per_a, per_b,
               per_us / kLayers, bytes / (per_us * 1e-6) / 1e9, six_us / per_us);
+  std::printf("  decode_layer, cooperative launch %8.2f us  %6.2f us a layer  %5.0f GB/s\n", coop, coop / kLayers,
+              bytes / (coop * 1e-6) / 1e9);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
