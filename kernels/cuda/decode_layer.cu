@@ -57,6 +57,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -154,8 +155,14 @@ __device__ __forceinline__ T gated_out(float g, float u, int act) {
   return from_f32<T>(activation(act, gr) * ur);
 }
 
-/// The grid barrier (see the file's comment). Every thread of every block calls it.
-__device__ __forceinline__ void grid_barrier(unsigned *sync) {
+/// A healthy barrier waits microseconds; one still waiting after this many clock cycles (about two seconds) is
+/// taken for a grid that is not resident as a whole, and the kernel stops with a message (a trap: the launch
+/// fails with cudaErrorLaunchFailure) instead of hanging. Not yet run on a GPU: a guard for the first runs.
+constexpr long long kBarrierPatienceCycles = 4000000000LL;
+
+/// The grid barrier (see the file's comment). Every thread of every block calls it; `which` names it in the
+/// message of a barrier that waited too long.
+__device__ __forceinline__ void grid_barrier(unsigned *sync, int which) {
   __syncthreads();
   if (threadIdx.x == 0) {
     volatile unsigned *gen = sync + 1;
@@ -167,9 +174,15 @@ __device__ __forceinline__ void grid_barrier(unsigned *sync) {
       atomicAdd(sync + 1, 1u);
     } else {
       unsigned ns = 32;
+      const long long t0 = clock64();
       while (*gen == g) {
         __nanosleep(ns);
         ns = ns < 256 ? 2 * ns : ns;
+        if (clock64() - t0 > kBarrierPatienceCycles) {
+          printf("decode_layer: block %u waited too long at grid barrier %d: %u of %u blocks arrived\n", blockIdx.x,
+                 which, *static_cast<volatile unsigned *>(sync), gridDim.x);
+          __trap();
+        }
       }
     }
     __threadfence();
@@ -437,8 +450,9 @@ __device__ void product_phase(const Params &p, uint4 *ring, const T *xs, float *
 template <class T>
 __device__ void attention_phase(const Params &p, unsigned char *region, int *flag) {
   constexpr int EP = 16 / static_cast<int>(sizeof(T));
-  // 16-byte pieces of a tile's keys (and as many of its values) a thread holds: a tile of head dim 128.
-  constexpr int kPer = kTile * 128 / EP / kThreads;
+  // 16-byte pieces of a tile's keys (and as many of its values) a thread holds in registers: a tile is 32 keys,
+  // or fewer where its rows take more than kPer pieces a thread (16 keys of head dim 128 in f32).
+  constexpr int kPer = 2;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int G = p.Hq / p.Hkv, R = G, Dh = p.Dh, half = Dh / 2, L = p.L, dq = Dh / 32;
   float *qs = reinterpret_cast<float *>(region);  // [R][Dh] the rotated queries
@@ -452,6 +466,7 @@ __device__ void attention_phase(const Params &p, unsigned char *region, int *fla
   const T *qg = static_cast<const T *>(p.q), *kg = static_cast<const T *>(p.k), *vg = static_cast<const T *>(p.v);
   const T *kc = static_cast<const T *>(p.k_cache), *vc = static_cast<const T *>(p.v_cache);
   const int ppr = Dh / EP;  // 16-byte pieces of a row
+  const int tk = min(kTile, kPer * kThreads / ppr);  // keys of a tile
   const int items = p.M * p.Hkv * p.chunks;
   for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
     const int c = item % p.chunks, pair = item / p.chunks, kh = pair % p.Hkv, b = pair / p.Hkv;
@@ -466,7 +481,7 @@ __device__ void attention_phase(const Params &p, unsigned char *region, int *fla
     // so that their loads are in flight while the block does something else.
     uint4 pk[kPer], pv[kPer];
     auto fetch = [&](int k0) {
-      const int n = min(kTile, end - k0) * ppr;
+      const int n = min(tk, end - k0) * ppr;
 #pragma unroll
       for (int u = 0; u < kPer; ++u) {
         const int e = tid + u * kThreads, j = e / ppr, key = k0 + j;
@@ -478,7 +493,7 @@ __device__ void attention_phase(const Params &p, unsigned char *region, int *fla
       }
     };
     auto stage = [&](int k0) {
-      const int n = min(kTile, end - k0) * ppr;
+      const int n = min(tk, end - k0) * ppr;
 #pragma unroll
       for (int u = 0; u < kPer; ++u) {
         const int e = tid + u * kThreads, j = e / ppr, key = k0 + j;
@@ -519,11 +534,11 @@ __device__ void attention_phase(const Params &p, unsigned char *region, int *fla
       }
     }
     __syncthreads();
-    for (int k0 = start; k0 < end; k0 += kTile) {
-      const int nt = min(kTile, end - k0);
+    for (int k0 = start; k0 < end; k0 += tk) {
+      const int nt = min(tk, end - k0);
       stage(k0);
       __syncthreads();
-      if (k0 + kTile < end) fetch(k0 + kTile);  // the next tile's loads go out before this tile's arithmetic
+      if (k0 + tk < end) fetch(k0 + tk);  // the next tile's loads go out before this tile's arithmetic
       // Scores: a warp a key, its lanes over the head dim.
       for (int j = warp; j < nt; j += kWarps) {
         float kf[4];
@@ -628,19 +643,19 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm) decode_layer_kernel
   norm_rows<T, MR>(static_cast<const T *>(p.x), static_cast<const T *>(p.res), static_cast<const T *>(p.g1),
                    blockIdx.x == 0 ? static_cast<T *>(p.sum1) : nullptr, xs, p.M, p.d, p.eps, nred);
   product_phase<T, MR, 0>(p, ring, xs, red, st, consumed, &flag);
-  grid_barrier(p.sync);
+  grid_barrier(p.sync, 1);
   // B: rotary, cache writes, attention.
   attention_phase<T>(p, region, &flag);
-  grid_barrier(p.sync);
+  grid_barrier(p.sync, 2);
   // C: o, and sum2 = o + sum1.
   load_rows<T>(static_cast<const T *>(p.attn), xs, p.M, p.Hq * p.Dh);
   product_phase<T, MR, 1>(p, ring, xs, red, st, consumed, &flag);
-  grid_barrier(p.sync);
+  grid_barrier(p.sync, 3);
   // D: n2 = rms_norm(sum2) * norm2; gate/up gated.
   norm_rows<T, MR>(static_cast<const T *>(p.res_out), nullptr, static_cast<const T *>(p.g2), nullptr, xs, p.M, p.d,
                    p.eps, nred);
   product_phase<T, MR, 2>(p, ring, xs, red, st, consumed, &flag);
-  grid_barrier(p.sync);
+  grid_barrier(p.sync, 4);
   // E: down.
   load_rows<T>(static_cast<const T *>(p.h), xs, p.M, p.F);
   product_phase<T, MR, 3>(p, ring, xs, red, st, consumed, &flag);
