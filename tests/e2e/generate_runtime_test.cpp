@@ -1,8 +1,9 @@
 // generate_runtime_test.cpp - generation through the runtime's C++ and C APIs on one CPU rank, against two
 // oracles that do not share the KV cache:
 //  - every decode step's logits equal the logits of a prefill over the whole sequence so far (a second
-//    session that never decodes) within 1e-4, and the greedy tokens equal Hugging Face generate's
-//    (tests/models/<model>/expected_generate.npy);
+//    session that never decodes) within 1e-4, and the greedy tokens equal the reference
+//    (tests/models/<model>/expected_generate.npy: Hugging Face generate's for gpt2 and llama, onnxruntime's
+//    full recompute for the other families);
 //  - prompts of different lengths in one batch give each sequence the tokens it gets alone (batch 1);
 //  - the C API's prefill and decode step give the C++ API's tokens;
 //  - a bf16 plan (cache in bf16) generates what the fp32 model would within bf16's error: at every step its
@@ -231,6 +232,15 @@ void bf16_follows_fp32(const std::string& model) {
 TEST(GenerateRuntime, GptBf16FollowsFp32) { bf16_follows_fp32("gpt2"); }
 TEST(GenerateRuntime, LlamaBf16FollowsFp32) { bf16_follows_fp32("llama"); }
 TEST(GenerateRuntime, LlamaDecodeLogitsEqualPrefill) { decode_matches_prefill("llama"); }
+// The other decoder families (tests/models/README.md): q/k/v biases (qwen2), fused qkv and gate/up (phi3), one
+// K/V head and head dim 16 (gemma), partial rotary and parallel residual (gpt_neox), learned positions at
+// offset 2 (opt); their tokens against onnxruntime's full recompute.
+TEST(GenerateRuntime, Qwen2DecodeLogitsEqualPrefill) { decode_matches_prefill("qwen2"); }
+TEST(GenerateRuntime, MistralDecodeLogitsEqualPrefill) { decode_matches_prefill("mistral"); }
+TEST(GenerateRuntime, Phi3DecodeLogitsEqualPrefill) { decode_matches_prefill("phi3"); }
+TEST(GenerateRuntime, GemmaDecodeLogitsEqualPrefill) { decode_matches_prefill("gemma"); }
+TEST(GenerateRuntime, GptNeoxDecodeLogitsEqualPrefill) { decode_matches_prefill("gpt_neox"); }
+TEST(GenerateRuntime, OptDecodeLogitsEqualPrefill) { decode_matches_prefill("opt"); }
 
 // Greedy tokens of `prompts` (row-major [batch, width], row r its first lengths[r] ids), `steps` new each.
 std::vector<std::vector<int64_t>> greedy(zrt::Session& s, const std::vector<int64_t>& prompts, int64_t batch,
@@ -250,10 +260,10 @@ std::vector<std::vector<int64_t>> greedy(zrt::Session& s, const std::vector<int6
   return out;
 }
 
-TEST(GenerateRuntime, PromptsOfDifferentLengths) {
-  const std::string plan = compile("llama");
+void prompts_of_different_lengths(const std::string& model) {
+  const std::string plan = compile(model);
   std::vector<int64_t> ids;
-  ASSERT_TRUE(read_i64_npy(model_file("llama", "input_ids.npy"), &ids));
+  ASSERT_TRUE(read_i64_npy(model_file(model, "input_ids.npy"), &ids));
   auto s = open(plan);
   ASSERT_TRUE(s);
   const std::vector<int64_t> lengths = {kPrompt, 9};
@@ -261,9 +271,14 @@ TEST(GenerateRuntime, PromptsOfDifferentLengths) {
   for (int64_t r = 0; r < kBatch; ++r) {
     std::vector<int64_t> one(ids.begin() + r * kPrompt, ids.begin() + r * kPrompt + lengths[r]);
     const auto alone = greedy(*s, one, 1, lengths[r], {lengths[r]}, 12);
-    EXPECT_EQ(batched[r], alone[0]) << "row " << r << " (prompt of " << lengths[r] << " tokens)";
+    EXPECT_EQ(batched[r], alone[0]) << model << " row " << r << " (prompt of " << lengths[r] << " tokens)";
   }
 }
+
+TEST(GenerateRuntime, PromptsOfDifferentLengths) { prompts_of_different_lengths("llama"); }
+// Learned positions (opt) and partial rotary (gpt_neox): each sequence's positions continue at its own length.
+TEST(GenerateRuntime, OptPromptsOfDifferentLengths) { prompts_of_different_lengths("opt"); }
+TEST(GenerateRuntime, GptNeoxPromptsOfDifferentLengths) { prompts_of_different_lengths("gpt_neox"); }
 
 TEST(GenerateRuntime, CApiMatchesCpp) {
   const std::string plan = compile("gpt2");
