@@ -108,7 +108,20 @@ struct Params {
   int chunk, chunks;
   float eps, scale;
   int act;
+  unsigned long long *stamps;  // null, or [grid][kDecodeLayerStamps][2] timer readings (DecodeLayerLaunch)
 };
+
+/// Block thread 0's readings of the global timer (ns) and of its SM's clock (cycles) as stamp i of the block,
+/// where the launch asked for them.
+__device__ __forceinline__ void stamp(const Params &p, int i) {
+  if (p.stamps && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    unsigned long long *at = p.stamps + (static_cast<size_t>(blockIdx.x) * kDecodeLayerStamps + i) * 2;
+    at[0] = t;
+    at[1] = static_cast<unsigned long long>(clock64());
+  }
+}
 
 __device__ __forceinline__ void cp_async16(void *smem_dst, const void *gmem_src) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
@@ -629,6 +642,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm) decode_layer_kernel
 
   // The first kDepth - 1 weight pieces go out before the wait for the previous kernel (weights are
   // read-only), then everything else after it.
+  stamp(p, 0);
   Stream<T> st;
   st.phase = 0;
   st.t = -1;
@@ -637,29 +651,40 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm) decode_layer_kernel
 #pragma unroll 1
   for (int i = 0; i < kDepth - 1; ++i) st.issue(p, ring);
   detail::pdl_enter();
+  stamp(p, 1);
   unsigned consumed = 0;
 
   // A: sum1 = x + residual (block 0 writes it), n1 = rms_norm(sum1) * norm1; q/k/v.
   norm_rows<T, MR>(static_cast<const T *>(p.x), static_cast<const T *>(p.res), static_cast<const T *>(p.g1),
                    blockIdx.x == 0 ? static_cast<T *>(p.sum1) : nullptr, xs, p.M, p.d, p.eps, nred);
+  stamp(p, 2);
   product_phase<T, MR, 0>(p, ring, xs, red, st, consumed, &flag);
+  stamp(p, 3);
   grid_barrier(p.sync, 1);
+  stamp(p, 4);
   // B: rotary, cache writes, attention.
   attention_phase<T>(p, region, &flag);
+  stamp(p, 5);
   grid_barrier(p.sync, 2);
+  stamp(p, 6);
   // C: o, and sum2 = o + sum1.
   load_rows<T>(static_cast<const T *>(p.attn), xs, p.M, p.Hq * p.Dh);
   product_phase<T, MR, 1>(p, ring, xs, red, st, consumed, &flag);
+  stamp(p, 7);
   grid_barrier(p.sync, 3);
+  stamp(p, 8);
   // D: n2 = rms_norm(sum2) * norm2; gate/up gated.
   norm_rows<T, MR>(static_cast<const T *>(p.res_out), nullptr, static_cast<const T *>(p.g2), nullptr, xs, p.M, p.d,
                    p.eps, nred);
   product_phase<T, MR, 2>(p, ring, xs, red, st, consumed, &flag);
+  stamp(p, 9);
   grid_barrier(p.sync, 4);
+  stamp(p, 10);
   // E: down.
   load_rows<T>(static_cast<const T *>(p.h), xs, p.M, p.F);
   product_phase<T, MR, 3>(p, ring, xs, red, st, consumed, &flag);
   cp_async_wait<0>();
+  stamp(p, 11);
 }
 
 // --- host side ---------------------------------------------------------------------------------------------
@@ -889,6 +914,7 @@ GpuStatus decode_layer(const DecodeLayerArgs &a, void *workspace, uint64_t works
   p.Dh = static_cast<int>(Dh), p.F = static_cast<int>(F), p.L = static_cast<int>(L), p.tb = static_cast<int>(ts.d[0]);
   p.tt = a.cos.dtype;
   p.eps = a.eps, p.scale = a.scale, p.act = static_cast<int>(a.act);
+  p.stamps = how.stamps;
   const size_t es = dtype_size(t);
   const int64_t tn = strip_cols(es, false);
   auto set = [&](Prod &pr, int count, const void *w0, const void *w1, const void *w2, int64_t n0, int64_t n1, int64_t n2,

@@ -159,6 +159,42 @@ HostT slice_of(const DevBytes &ws, uint64_t offset, DType t, Dims s) {
   return ::testing::AssertionSuccess();
 }
 
+/// The phases of one decode_layer launch from its timer readings (DecodeLayerLaunch::stamps, zeroed before):
+/// for each stamp, the global timer over the blocks (min, median, max, us after the first block started), and
+/// each block's own clock between stamps (median and max over the blocks, us at the SM clock rate).
+void print_timeline(const std::vector<unsigned long long> &st, const char *label) {
+  static const char *const names[zc::kDecodeLayerStamps] = {
+      "start",           "after the wait",  "after norm 1",     "at barrier 1 (q/k/v done)",
+      "past barrier 1",  "at barrier 2 (attention done)",     "past barrier 2",  "at barrier 3 (o done)",
+      "past barrier 3",  "at barrier 4 (gate/up done)",       "past barrier 4",  "end (down done)"};
+  constexpr int S = zc::kDecodeLayerStamps;
+  const size_t blocks = st.size() / (2 * S);
+  std::vector<size_t> live;
+  for (size_t b = 0; b < blocks; ++b)
+    if (st[b * S * 2] != 0) live.push_back(b);
+  if (live.empty()) return;
+  int khz = 0;
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+  unsigned long long t0 = ~0ull;
+  for (size_t b : live) t0 = std::min(t0, st[b * S * 2]);
+  std::printf("  %s timeline, %zu blocks (global timer: us after the first block's start; own: the block's clock"
+              " since the stamp before, at %d MHz)\n",
+              label, live.size(), khz / 1000);
+  std::printf("  %-32s %8s %8s %8s | %8s %8s\n", "stamp", "min", "median", "max", "own med", "own max");
+  for (int i = 0; i < S; ++i) {
+    std::vector<double> g, own;
+    for (size_t b : live) {
+      g.push_back((st[(b * S + i) * 2] - t0) / 1e3);
+      if (i > 0) own.push_back((st[(b * S + i) * 2 + 1] - st[(b * S + i - 1) * 2 + 1]) / (khz / 1e3));
+    }
+    std::sort(g.begin(), g.end());
+    std::sort(own.begin(), own.end());
+    std::printf("  %-32s %8.2f %8.2f %8.2f", names[i], g.front(), g[g.size() / 2], g.back());
+    if (i > 0) std::printf(" | %8.2f %8.2f", own[own.size() / 2], own.back());
+    std::printf("\n");
+  }
+}
+
 TEST(CudaDecodeLayer, MatchesCpuReference) {
   const LayerCase cases[] = {
       // llama-1b (this repository's: ffn 5632) at batch 1, 640 of 768 positions cached; the kernel's grid.
@@ -251,7 +287,8 @@ TEST(CudaDecodeLayer, RefusesAGridThatCannotBeResident) {
 // and through the six kernels a decode step runs today (24 launches: norm_products q/k/v, rope_kv_write, decode
 // attention, o, norm_products gate/up, down, each a programmatic dependent with its weights read before the
 // wait), each chain the median of 11 with the L2 cleared before it (then decode_layer once more with the
-// cooperative launch attribute); printed side by side with the rate at
+// cooperative launch attribute, and once with the phases stamped: the timeline of the first and last layer);
+// printed side by side with the rate at
 // which each reads the layers' weights and caches. Printed, not a pass/fail figure; the outputs of the two
 // chains are compared (loosely: four layers of bf16 rounding) to catch a chain that times something else.
 TEST(CudaDecodeLayer, ChainTimingAgainstSixKernels) {
@@ -375,6 +412,31 @@ TEST(CudaDecodeLayer, ChainTimingAgainstSixKernels) {
               per_us / kLayers, bytes / (per_us * 1e-6) / 1e9, six_us / per_us);
   std::printf("  decode_layer, cooperative launch %8.2f us  %6.2f us a layer  %5.0f GB/s\n", coop, coop / kLayers,
               bytes / (coop * 1e-6) / 1e9);
+  // One more chain, cold, each layer's phases stamped: where a layer's time goes.
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const size_t nst = static_cast<size_t>(2 * sms) * zc::kDecodeLayerStamps * 2;
+  DevBytes stamps(kLayers * nst * sizeof(unsigned long long));
+  ASSERT_EQ(cudaMemset(stamps.ptr, 0, kLayers * nst * sizeof(unsigned long long)), cudaSuccess);
+  cudaMemsetAsync(flush.ptr, 3, size_t{256} << 20, nullptr);
+  for (int l = 0; l < kLayers; ++l) {
+    zc::DecodeLayerArgs a = layers[static_cast<size_t>(l)]->args(c.Hq, eps, scale);
+    if (l > 0) {
+      a.x = layers[static_cast<size_t>(l - 1)]->out.in();
+      a.residual = layers[static_cast<size_t>(l - 1)]->res_out.in();
+    }
+    zc::DecodeLayerLaunch stamped;
+    stamped.stamps = static_cast<unsigned long long *>(stamps.ptr) + l * nst;
+    ZT_GPU_OK(zc::decode_layer(a, ws.ptr, wsb, nullptr, stamped));
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<unsigned long long> st(kLayers * nst);
+  ASSERT_EQ(cudaMemcpy(st.data(), stamps.ptr, st.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  for (int l = 0; l < kLayers; l += kLayers - 1) {
+    const std::vector<unsigned long long> one(st.begin() + l * nst, st.begin() + (l + 1) * nst);
+    print_timeline(one, l == 0 ? "layer 0 (after the L2 flush)" : "layer 3");
+  }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);

@@ -75,12 +75,21 @@ struct DecodeLayerOffsets {
   uint64_t sync_bytes = 0, sum1 = 0, q = 0, k = 0, v = 0, attn = 0, h = 0;
 };
 DecodeLayerOffsets decode_layer_offsets(const DecodeLayerShape &shape);
+/// The readings decode_layer takes of the global timer (ns) and of the SM's clock (cycles; the global timer's
+/// resolution may be coarse), by thread 0 of each block, where asked: 0 the kernel's
+/// start, 1 after the wait for the previous kernel, 2 after the first norm, 3 / 5 / 7 / 9 at the arrival at grid
+/// barrier 1 / 2 / 3 / 4 (the end of the q/k/v products, the attention, o, gate/up), 4 / 6 / 8 / 10 at the
+/// departure from it, 11 the end (after down).
+constexpr int kDecodeLayerStamps = 12;
 /// The launch: grid 0 is the blocks that can be resident at once (at most two an SM); a larger grid is refused
 /// (its grid barriers would wait for blocks that never start). cooperative: launch with the cooperative
 /// attribute as well (the runtime then checks residency itself); off by default, for comparison on the GPU.
+/// stamps: null, or device memory for [grid][kDecodeLayerStamps][2] readings (the global timer, the SM's clock;
+/// room for 2 x the SMs' blocks suffices for grid 0), for the tests' timeline of the phases.
 struct DecodeLayerLaunch {
   int64_t grid = 0;
   bool cooperative = false;
+  unsigned long long *stamps = nullptr;
 };
 /// One decoder layer in one kernel, a programmatic dependent of the stream's previous kernel (its first weight
 /// loads go out before the wait for it). f32, bf16 or f16, one dtype for every operand but the tables; head dim
