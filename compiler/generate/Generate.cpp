@@ -135,6 +135,25 @@ Value firstSlice(OpBuilder &b, zg::ConstantOp table, RankedTensorType type) {
                                 cast<ElementsAttr>(slice));
 }
 
+/// " (read by node 'NAME')" for the first reader of `v` that carries an ONNX
+/// node's name: a folded constant has only the file's location, so an error
+/// on it names the node that reads it.
+std::string readBy(Value v) {
+  for (Operation *user : v.getUsers()) {
+    std::string name;
+    user->getLoc()->walk([&](Location loc) {
+      if (auto named = dyn_cast<NameLoc>(loc)) {
+        name = named.getName().str();
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (!name.empty())
+      return " (read by node '" + name + "')";
+  }
+  return "";
+}
+
 /// Replaces the one-position constant `small` of the decode program by the
 /// rows of the L-position `table` at `pos` (one row per sequence).
 LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
@@ -155,7 +174,8 @@ LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
   auto aL = dyn_cast<DenseElementsAttr>(table.getValue());
   if (other || axis < 0 || !a1 || !aL || !isRowZero(a1, aL, s1, sL))
     return small.emitError("generation: constant ")
-           << shapeStr(s1) << " depends on the sequence length (it is "
+           << shapeStr(s1) << readBy(small.getResult())
+           << " depends on the sequence length (it is "
            << shapeStr(sL) << " at --max-seq " << maxSeq
            << ") but is not a table indexed by position whose first row it "
               "is; generation cannot offset it by the cached length";
@@ -166,14 +186,14 @@ LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
   // the same row, which the gather below then reads once per sequence.
   if (lead != 1 && (axis != 1 || lead != batch || !sameSlices(aL, lead)))
     return small.emitError("generation: position table ")
-           << shapeStr(sL)
+           << shapeStr(sL) << readBy(small.getResult())
            << " has leading dims before its position axis that are not the "
               "batch over equal rows; generation cannot offset it per sequence";
   SmallVector<int64_t> out(s1);
   if (batch > 1) {
     if (axis == 0 || (s1[0] != 1 && s1[0] != batch))
       return small.emitError("generation: position table ")
-             << shapeStr(sL)
+             << shapeStr(sL) << readBy(small.getResult())
              << " does not broadcast over the batch in dim 0; per-sequence "
                 "positions need it to";
     out[0] = batch;
@@ -486,6 +506,7 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
       else if (c1.getValue() != cL.getValue() && maxSeq != 1)
         return c1.emitError("generation: a constant of shape ")
                << shapeStr(rtt(c1.getResult()).getShape())
+               << readBy(c1.getResult())
                << " changes with the sequence length; generation cannot "
                   "offset it by the cached length";
     }
