@@ -292,6 +292,8 @@ __device__ void norm_rows(const T *a, const T *b, const T *__restrict__ g, T *su
                           float *nred) {
   constexpr int EP = 16 / static_cast<int>(sizeof(T));
   const int tid = threadIdx.x, pk = K / EP;
+  // The first piece of the scale this thread applies goes out with the rows' loads (one round trip, not two).
+  const uint4 g0 = tid < M * pk ? __ldg(reinterpret_cast<const uint4 *>(g + (tid % pk) * EP)) : make_uint4(0, 0, 0, 0);
   float ss[MR];
 #pragma unroll
   for (int m = 0; m < MR; ++m) ss[m] = 0.0f;
@@ -334,7 +336,7 @@ __device__ void norm_rows(const T *a, const T *b, const T *__restrict__ g, T *su
   }
   for (int e = tid; e < M * pk; e += kThreads) {
     const int m = e / pk, k0 = (e - m * pk) * EP;
-    const uint4 gv = __ldg(reinterpret_cast<const uint4 *>(g + k0));
+    const uint4 gv = e == tid ? g0 : __ldg(reinterpret_cast<const uint4 *>(g + k0));
     uint4 xv = reinterpret_cast<const uint4 *>(xs)[e];
     float iv = 0.0f;
 #pragma unroll
