@@ -17,7 +17,7 @@
 //   A  every block: sum1 = x + residual (block 0 writes it), n1 = rms_norm(sum1) * norm1 into shared memory;
 //      the q/k/v products (three weights, one stream of column strips x K-slabs)          | grid barrier
 //   B  per (row, K/V head, chunk of the cache): q rotated, the new k rotated and v written into the caches by
-//      the chunk that holds the position, a softmax over the chunk (tiles of 32 keys); the chunks of a head
+//      the chunk that holds the position, a softmax over the chunk (tiles of up to 32 keys); the chunks of a head
 //      combined by the block that finishes last (in chunk order: deterministic)          | grid barrier
 //   C  the o product; its finalisation adds the residual: sum2 = o + sum1 (residual_out)  | grid barrier
 //   D  every block: n2 = rms_norm(sum2) * norm2; gate/up gated: h = act(n2 Wg) * (n2 Wu)  | grid barrier
@@ -36,8 +36,11 @@
 // every block is resident; this grid is: the previous kernel's blocks leave when it ends (our blocks wait
 // for it first, griddepcontrol.wait), and the kernel after ours is let launch (launch_dependents) only once
 // every one of our blocks has executed that instruction, i.e. is resident. A larger grid is refused on the
-// host with an error instead of a hang. (Other streams' kernels, NCCL's for instance, could hold SMs while
-// ours wait; a plan that runs this kernel beside them must say how it avoids that. Not wired into plans.)
+// host with an error instead of a hang, and the kernel asks for the largest shared-memory carveout so that the
+// launch cannot pick a smaller one than the occupancy API assumed. (Other streams' kernels, NCCL's for
+// instance, could hold SMs while ours wait; a plan that runs this kernel beside them must say how it avoids
+// that. Not wired into plans.) A barrier that still waits after about two seconds traps with a message
+// (kBarrierPatienceCycles), so that a deadlock on the first GPU runs is an error, not a hang.
 //
 // The grid barrier is a counter and a generation word in the workspace: a block's thread 0 reads the
 // generation, fences (its block's writes, ordered by __syncthreads, become visible at the GPU), adds one to
@@ -49,10 +52,10 @@
 // products, measured). Data written before a barrier by another block is read after it with ld.global.cg
 // (the L2, never a stale L1 line).
 //
-// Duplication: the ring, the norm prologue and the gated epilogue follow skinny_stream_kernel
-// (skinny_gemm.cu) and the rotary element is common.cuh's rope_forward; they are written again here rather
-// than factored out, so that the existing kernels' machine code stays as it was (a plan op only after this
-// one proves faster on the GPU; then share them).
+// Duplication: the ring, the norm prologue and the gated epilogue follow skinny_stream_kernel (skinny_gemm.cu)
+// and are written again here rather than factored out, so that the existing kernels' machine code stays as it
+// was (a plan op only after this one proves faster on the GPU; then share them). The rotary element is
+// common.cuh's rope_forward, shared.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
