@@ -9,7 +9,7 @@
 //  - a bf16 plan (cache in bf16) generates what the fp32 model would within bf16's error: at every step its
 //    logits are within 5% of the fp32 logits' RMS of an fp32 prefill over the same tokens, the token it
 //    picks is within twice that step's difference of the fp32 best, and wherever the fp32 margin between the
-//    best and second-best token exceeds twice the difference, the token is Hugging Face's.
+//    best and second-best token exceeds twice the difference, the token is the reference's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -224,13 +224,19 @@ void bf16_follows_fp32(const std::string& model) {
     }
   }
   std::printf("%s bf16: largest |bf16 - fp32| logit difference %.3g of the logits' RMS; %lld of %lld tokens equal "
-              "Hugging Face's before any divergence, %lld of them where the margin required it\n",
+              "the reference's before any divergence, %lld of them where the margin required it\n",
               model.c_str(), worst, static_cast<long long>(agreed), static_cast<long long>(kBatch * kNew),
               static_cast<long long>(forced));
 }
 
 TEST(GenerateRuntime, GptBf16FollowsFp32) { bf16_follows_fp32("gpt2"); }
 TEST(GenerateRuntime, LlamaBf16FollowsFp32) { bf16_follows_fp32("llama"); }
+TEST(GenerateRuntime, Qwen2Bf16FollowsFp32) { bf16_follows_fp32("qwen2"); }
+TEST(GenerateRuntime, MistralBf16FollowsFp32) { bf16_follows_fp32("mistral"); }
+TEST(GenerateRuntime, Phi3Bf16FollowsFp32) { bf16_follows_fp32("phi3"); }
+TEST(GenerateRuntime, GemmaBf16FollowsFp32) { bf16_follows_fp32("gemma"); }
+TEST(GenerateRuntime, GptNeoxBf16FollowsFp32) { bf16_follows_fp32("gpt_neox"); }
+TEST(GenerateRuntime, OptBf16FollowsFp32) { bf16_follows_fp32("opt"); }
 TEST(GenerateRuntime, LlamaDecodeLogitsEqualPrefill) { decode_matches_prefill("llama"); }
 // The other decoder families (tests/models/README.md): q/k/v biases (qwen2), fused qkv and gate/up (phi3), one
 // K/V head and head dim 16 (gemma), partial rotary and parallel residual (gpt_neox), learned positions at
