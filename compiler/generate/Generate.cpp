@@ -154,6 +154,30 @@ std::string readBy(Value v) {
   return "";
 }
 
+/// Whether a position table `v` without a batch dim (its position axis first)
+/// may take one in front: every reader is a broadcasting elementwise op whose
+/// result has exactly one dim more than `v`, the batch (nanoGPT's
+/// `wte(idx) + wpe(arange(T))`), or an embedding whose rows only such ops
+/// read. Any other reader (a rotary table [S, D] against q [B, H, S, D]) would
+/// see the batch where it broadcasts another dim.
+bool batchMayLead(Value v, int64_t batch) {
+  int64_t rank = rtt(v).getRank();
+  for (Operation *user : v.getUsers()) {
+    if (auto emb = dyn_cast<zg::EmbeddingOp>(user)) {
+      if (emb.getIds() != v || !batchMayLead(emb.getResult(), batch))
+        return false;
+      continue;
+    }
+    if (!isa<zg::AddOp, zg::SubOp, zg::MulOp, zg::DivOp, zg::MaxOp,
+             zg::MinOp>(user))
+      return false;
+    auto result = rtt(user->getResult(0));
+    if (result.getRank() != rank + 1 || result.getDimSize(0) != batch)
+      return false;
+  }
+  return true;
+}
+
 /// Replaces the one-position constant `small` of the decode program by the
 /// rows of the L-position `table` at `pos` (one row per sequence).
 LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
@@ -190,8 +214,18 @@ LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
            << " has leading dims before its position axis that are not the "
               "batch over equal rows; generation cannot offset it per sequence";
   SmallVector<int64_t> out(s1);
-  if (batch > 1) {
-    if (axis == 0 || (s1[0] != 1 && s1[0] != batch))
+  if (batch > 1 && axis == 0) {
+    // No batch dim: the rows per sequence go in front, where the readers
+    // broadcast the batch.
+    if (!batchMayLead(small.getResult(), batch))
+      return small.emitError("generation: position table ")
+             << shapeStr(sL) << readBy(small.getResult())
+             << " has no batch dim and a reader other than an elementwise op "
+                "that broadcasts it over one leading batch dim; per-sequence "
+                "positions need one";
+    out.insert(out.begin(), batch);
+  } else if (batch > 1) {
+    if (s1[0] != 1 && s1[0] != batch)
       return small.emitError("generation: position table ")
              << shapeStr(sL) << readBy(small.getResult())
              << " does not broadcast over the batch in dim 0; per-sequence "

@@ -316,26 +316,45 @@ save("bad_range_length",
      [x_in((2, 4), "ids", I64)], [y_out()],
      [c("four", 4, np.int64), c("onei", 1, np.int64)], opset=18)
 
-# --- generation (tests/lit/generate/generate-invalid.test): a causal language model of one attention
-# (q = k = v, one head) whose position ids are arange(seq) plus a per-sequence offset ([[0], [1]] at batch
-# 2): a position table [2, seq] whose rows differ, which --generate cannot offset by each cached length.
+# --- generation (tests/lit/generate): causal language models of one attention (q = k = v, one head) whose
+# positions reach the embedding in different ways.
+def one_head_lm(position_nodes, inits):
+    return ([N("Gather", ["E", "ids"], ["tok"], name="embed", axis=0),
+             N("Shape", ["ids"], ["ss"], name="ids_shape", start=1, end=2),
+             N("Squeeze", ["ss"], ["sl"], name="ids_seq"),
+             N("Range", ["z", "sl", "o"], ["ar"], name="positions")] + position_nodes +
+            causal_nodes("q") + [
+             N("Transpose", ["q"], ["kt"], name="kt", perm=[0, 1, 3, 2]),
+             N("MatMul", ["q", "kt"], ["qk"], name="qk"), N("Mul", ["qk", "scale"], ["sc"], name="scale"),
+             N("Add", ["sc", "mask"], ["sm_in"], name="addmask"),
+             N("Softmax", ["sm_in"], ["p"], name="softmax", axis=-1),
+             N("MatMul", ["p", "q"], ["att"], name="pv"),
+             N("Squeeze", ["att", "ax1"], ["ho"], name="merge_head"),
+             N("MatMul", ["ho", "H"], ["logits"], name="lm_head")],
+            [x_in(("batch", "seq"), "ids", I64)], [y_out("logits")], attn_inits + inits)
+
+
+# Position ids arange(seq) plus a per-sequence offset ([[0], [1]] at batch 2): a position table [2, seq] whose
+# rows differ, which --generate cannot offset by each cached length (generate-invalid.test).
 save("generate_position_rows",
-     [N("Gather", ["E", "ids"], ["tok"], name="embed", axis=0),
-      N("Shape", ["ids"], ["ss"], name="ids_shape", start=1, end=2),
-      N("Squeeze", ["ss"], ["sl"], name="ids_seq"),
-      N("Range", ["z", "sl", "o"], ["ar"], name="positions"),
-      N("Unsqueeze", ["ar", "ax0"], ["ar0"], name="positions_row"),
-      N("Add", ["ar0", "offsets"], ["pos"], name="positions_per_sequence"),
-      N("Gather", ["P", "pos"], ["pe"], name="position_embed", axis=0),
-      N("Add", ["tok", "pe"], ["h"], name="embed_sum"),
-      N("Unsqueeze", ["h", "ax1"], ["q"], name="one_head")] + causal_nodes("q") + [
-      N("Transpose", ["q"], ["kt"], name="kt", perm=[0, 1, 3, 2]),
-      N("MatMul", ["q", "kt"], ["qk"], name="qk"), N("Mul", ["qk", "scale"], ["sc"], name="scale"),
-      N("Add", ["sc", "mask"], ["sm_in"], name="addmask"),
-      N("Softmax", ["sm_in"], ["p"], name="softmax", axis=-1),
-      N("MatMul", ["p", "q"], ["att"], name="pv"),
-      N("Squeeze", ["att", "ax1"], ["ho"], name="merge_head"),
-      N("Transpose", ["E"], ["Et"], name="et", perm=[1, 0]),
-      N("MatMul", ["ho", "Et"], ["logits"], name="lm_head")],
-     [x_in(("batch", "seq"), "ids", I64)], [y_out("logits")],
-     attn_inits + [w("E", 32, 8), w("P", 64, 8), c("offsets", [[0], [1]], np.int64)])
+     *one_head_lm([N("Unsqueeze", ["ar", "ax0"], ["ar0"], name="positions_row"),
+                   N("Add", ["ar0", "offsets"], ["pos"], name="positions_per_sequence"),
+                   N("Gather", ["P", "pos"], ["pe"], name="position_embed", axis=0),
+                   N("Add", ["tok", "pe"], ["h"], name="embed_sum"),
+                   N("Unsqueeze", ["h", "ax1"], ["q"], name="one_head")],
+                  [w("E", 32, 8), w("P", 64, 8), w("H", 8, 32), c("offsets", [[0], [1]], np.int64)]))
+# nanoGPT's positions: wte(ids) + wpe(arange(seq)), the position ids [seq] without a batch dim, the
+# embedding's rows [seq, 8] broadcast over the batch by the add (generate-positions.test).
+save("generate_position_vector",
+     *one_head_lm([N("Gather", ["P", "ar"], ["pe"], name="position_embed", axis=0),
+                   N("Add", ["tok", "pe"], ["h"], name="embed_sum"),
+                   N("Unsqueeze", ["h", "ax1"], ["q"], name="one_head")],
+                  [w("E", 32, 8), w("P", 64, 8), w("H", 8, 32)]))
+# Not offset per sequence: a table [seq, 1] of the positions as floats scales q [batch, 1, seq, 8], which
+# broadcasts more than a leading batch dim over it, as a rotary table [seq, dim] would (generate-invalid.test).
+save("generate_position_scale",
+     *one_head_lm([N("Cast", ["ar"], ["arf"], name="positions_float", to=F),
+                   N("Unsqueeze", ["arf", "ax1"], ["pcol"], name="positions_column"),
+                   N("Unsqueeze", ["tok", "ax1"], ["t4"], name="one_head"),
+                   N("Mul", ["t4", "pcol"], ["q"], name="position_scale")],
+                  [w("E", 32, 8), w("H", 8, 32)]))
