@@ -206,9 +206,11 @@ LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
   int64_t batch = rtt(pos).getDimSize(0);
   int64_t lead = product(sL.take_front(axis));
   // A table whose leading dim is the batch (OPT's position ids [B, L], made
-  // from an attention mask of ones) holds one row per sequence; they must be
-  // the same row, which the gather below then reads once per sequence.
-  if (lead != 1 && (axis != 1 || lead != batch || !sameSlices(aL, lead)))
+  // from an attention mask of ones; a rotary table [B, 1, L, D] from an
+  // export's position_ids [B, L]) holds one row per sequence; the other
+  // leading dims must be 1 and the rows the same, which the gather below
+  // then reads once per sequence.
+  if (lead != 1 && (sL[0] != batch || lead != batch || !sameSlices(aL, lead)))
     return small.emitError("generation: position table ")
            << shapeStr(sL) << readBy(small.getResult())
            << " has leading dims before its position axis that are not the "
@@ -378,22 +380,91 @@ void finish(func::FuncOp func, Value rows, Operation *ret) {
                              "zg.name", b.getStringAttr("logits"))));
 }
 
-/// The logits [B, S, V] the program returns, or an error.
+/// The logits [B, S, V] (or the last position's, [B, 1, V]) the program
+/// returns, or an error.
 FailureOr<Value> logitsOf(func::FuncOp func, int64_t seq) {
   Operation *ret = func.getBody().front().getTerminator();
   if (ret->getNumOperands() != 1 || rtt(ret->getOperand(0)).getRank() != 3 ||
-      rtt(ret->getOperand(0)).getDimSize(1) != seq ||
+      (rtt(ret->getOperand(0)).getDimSize(1) != seq &&
+       rtt(ret->getOperand(0)).getDimSize(1) != 1) ||
       !isa<FloatType>(rtt(ret->getOperand(0)).getElementType())) {
     func.emitError("generation: the graph must have one output, the logits "
-                   "[batch, sequence, vocabulary]");
+                   "[batch, sequence, vocabulary] or the last position's "
+                   "[batch, 1, vocabulary]");
     return failure();
   }
   return ret->getOperand(0);
 }
 
-/// The one input [B, S] of token ids, renamed; or an error.
+/// Whether `op` takes the last of `seq` > 1 positions along dim 1 of
+/// [B, seq, D], whole along the other dims: how an export that returns only
+/// the last position's logits (`logits_to_keep=1`: [B, 1, V]) picks the
+/// hidden state it applies the head to. At one token the importer drops the
+/// slice (it is the identity there).
+bool isLastPositionSlice(Operation *op, int64_t seq) {
+  auto s = dyn_cast<zg::SliceOp>(op);
+  if (!s || seq <= 1)
+    return false;
+  auto in = rtt(s.getInput()).getShape(), out = rtt(s.getResult()).getShape();
+  if (in.size() != 3 || in[1] != seq || out[1] != 1 ||
+      s.getStarts()[1] != seq - 1)
+    return false;
+  for (int d : {0, 2})
+    if (in[d] != out[d] || s.getStarts()[d] != 0 || s.getSteps()[d] != 1)
+      return false;
+  return true;
+}
+
+/// In a program over `seq` positions whose logits are [B, 1, V]: each slice
+/// of the last position becomes the row `last[b]` of each sequence (its last
+/// prompt position; right padding follows it), kept [B, 1, D]. Logits
+/// [B, 1, V] without such a slice are an error.
+LogicalResult pickLastRows(func::FuncOp func, Value last, int64_t seq) {
+  SmallVector<zg::SliceOp> slices;
+  func.walk([&](zg::SliceOp s) {
+    if (isLastPositionSlice(s, seq))
+      slices.push_back(s);
+  });
+  if (slices.empty())
+    return func.emitError("generation: the logits are [batch, 1, vocabulary] "
+                          "but no slice of the last position along the "
+                          "sequence (dim 1 of [batch, sequence, hidden]) was "
+                          "found; generation needs to pick each prompt's "
+                          "last position instead");
+  for (zg::SliceOp s : slices) {
+    OpBuilder b(s);
+    auto type = s.getType();
+    auto shape = type.getShape();
+    Value rows = zg::TakeRowsOp::create(
+        b, s.getLoc(), tensorOf({shape[0], shape[2]}, type.getElementType()),
+        s.getInput(), last);
+    Value kept = zg::ReshapeOp::create(b, s.getLoc(), type, rows);
+    s.getResult().replaceAllUsesWith(kept);
+    s->erase();
+  }
+  return success();
+}
+
+/// The one input [B, S] of token ids, renamed; or an error. The inputs that
+/// generation supplies itself (importForGeneration binds them) are constants
+/// by now.
 FailureOr<BlockArgument> tokenInput(func::FuncOp func, int64_t seq,
                                     StringRef name) {
+  if (func.getNumArguments() > 1) {
+    std::string names;
+    for (unsigned k = 0; k < func.getNumArguments(); ++k)
+      if (auto n = func.getArgAttrOfType<StringAttr>(k, "zg.name"))
+        names += (names.empty() ? "'" : ", '") + n.getValue().str() + "'";
+    func.emitError("generation: the graph must have one input, the token "
+                   "ids [batch, sequence], besides those generation supplies "
+                   "itself (attention_mask: ones; position_ids, "
+                   "cache_position: each sequence's positions; "
+                   "token_type_ids: zeros); it has ")
+        << func.getNumArguments() << ": " << names
+        << " (an export with past key values, or inputs under other names, "
+           "cannot be generated from)";
+    return failure();
+  }
   if (func.getNumArguments() != 1 || rtt(func.getArgument(0)).getRank() != 2 ||
       rtt(func.getArgument(0)).getDimSize(1) != seq ||
       !isa<IntegerType>(rtt(func.getArgument(0)).getElementType())) {
@@ -446,13 +517,27 @@ void unitTransposesToViews(func::FuncOp func) {
 /// program: every attention (in layer order) also writes its keys and values
 /// into the layer's cache [B, Hkv, maxSeq, D] from position 0, and the
 /// program ends with the next token drawn from each sequence's last prompt
-/// row (`prompt_lengths[b] - 1`).
-void derivePrefill(func::FuncOp func, ArrayRef<zg::AttentionOp> attentions,
-                   int64_t batch, int64_t maxSeq) {
+/// row (`prompt_lengths[b] - 1`). Logits of the last position only
+/// ([B, 1, V]) take that row where the graph slices the last position.
+LogicalResult derivePrefill(func::FuncOp func,
+                            ArrayRef<zg::AttentionOp> attentions, int64_t batch,
+                            int64_t maxSeq) {
   Block &body = func.getBody().front();
   Value lengths = addLengthArgument(func, batch, "prompt_lengths");
   OpBuilder b(&body, body.begin());
   Value zeros = i64Splat(b, func.getLoc(), {batch}, 0);
+  // Each sequence's last prompt position.
+  auto lastRow = [&](Location loc) -> Value {
+    return zg::SubOp::create(b, loc, lengths.getType(), lengths,
+                             i64Splat(b, loc, {batch}, 1));
+  };
+  // Logits of the last position only: each sequence's last prompt position
+  // is picked where the graph slices the last one.
+  int64_t width = rtt(func.getArgument(0)).getDimSize(1);
+  bool lastOnly =
+      width > 1 && rtt(body.getTerminator()->getOperand(0)).getDimSize(1) == 1;
+  if (lastOnly && failed(pickLastRows(func, lastRow(func.getLoc()), width)))
+    return failure();
   for (auto [layer, attention] : llvm::enumerate(attentions)) {
     zg::AttentionOp a = attention;
     b.setInsertionPoint(a);
@@ -464,14 +549,12 @@ void derivePrefill(func::FuncOp func, ArrayRef<zg::AttentionOp> attentions,
   Value logits = ret->getOperand(0);
   auto shape = rtt(logits).getShape();
   b.setInsertionPoint(ret);
-  Value ones = i64Splat(b, ret->getLoc(), {batch}, 1);
-  Value last =
-      zg::SubOp::create(b, ret->getLoc(), lengths.getType(), lengths, ones);
   Value rows = zg::TakeRowsOp::create(
       b, ret->getLoc(),
       tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()), logits,
-      last);
+      shape[1] == 1 ? zeros : lastRow(ret->getLoc()));
   finish(func, rows, ret);
+  return success();
 }
 
 } // namespace
@@ -494,7 +577,8 @@ LogicalResult generate::addPrefillProgram(ModuleOp full, ModuleOp shorter,
     return failure();
   SmallVector<zg::AttentionOp> attentions(
       func.getBody().front().getOps<zg::AttentionOp>());
-  derivePrefill(func, attentions, rtt(*ids).getDimSize(0), maxSeq);
+  if (failed(derivePrefill(func, attentions, rtt(*ids).getDimSize(0), maxSeq)))
+    return failure();
   func.setSymName(("prefill_" + std::to_string(width)));
   func->remove();
   full.getBody()->push_back(func);
@@ -524,6 +608,10 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
   Block &bL = prefill.getBody().front(), &b1 = decode.getBody().front();
   auto itL = bL.begin(), it1 = b1.begin();
   for (; itL != bL.end() && it1 != b1.end(); ++itL, ++it1) {
+    // The slice of the last position, dropped at one token (the identity).
+    if (isLastPositionSlice(&*itL, maxSeq) && !isa<zg::SliceOp>(*it1) &&
+        ++itL == bL.end())
+      break;
     Operation &oL = *itL, &o1 = *it1;
     if (oL.getName() != o1.getName() ||
         oL.getNumOperands() != o1.getNumOperands() ||
@@ -602,7 +690,8 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
   SmallVector<zg::AttentionOp> prefillAttentions;
   for (auto &pair : attentions)
     prefillAttentions.push_back(pair.first);
-  derivePrefill(prefill, prefillAttentions, batch, maxSeq);
+  if (failed(derivePrefill(prefill, prefillAttentions, batch, maxSeq)))
+    return failure();
 
   prefill.setSymName("prefill");
   decode.setSymName("decode");
@@ -618,6 +707,18 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
 OwningOpRef<ModuleOp>
 generate::importForGeneration(MLIRContext &context, const std::string &model,
                               import::ImportOptions options, int64_t maxSeq) {
+  // The inputs that Hugging Face / optimum exports carry besides input_ids,
+  // bound to what generation feeds a sequence: no padding inside a sequence
+  // (right-padded prompts are shorter sequences), positions 0 .. n-1 from
+  // the start of the sequence, one token type. Bound as constants, they fold
+  // like the exports without them: the mask into the causal mask, the
+  // positions into position tables that @decode reads at each sequence's
+  // cached length.
+  using Fill = import::ImportOptions::Fill;
+  options.fill.insert({{"attention_mask", Fill::Ones},
+                       {"position_ids", Fill::Arange},
+                       {"cache_position", Fill::Arange},
+                       {"token_type_ids", Fill::Zeros}});
   options.seq = maxSeq;
   OwningOpRef<ModuleOp> full = import::importOnnxFile(context, model, options);
   if (!full)

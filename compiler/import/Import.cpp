@@ -462,6 +462,10 @@ LogicalResult Importer::bindInputs(func::FuncOp &fn) {
     bool positional = !firstIntSeen && !isFloatDType(tt.elem_type()) &&
                       tt.elem_type() != kBool;
     firstIntSeen |= positional;
+    // A bound input (opts.fill) follows the token ids: [batch, seq], or
+    // [seq] alone, where its dims have names of their own.
+    bool filled = opts.fill.count(in.name()) != 0;
+    int rank = tt.shape().dim_size();
     Shape shape;
     for (int d = 0; d < tt.shape().dim_size(); ++d) {
       const auto &dim = tt.shape().dim(d);
@@ -486,6 +490,10 @@ LogicalResult Importer::bindInputs(func::FuncOp &fn) {
         value = opts.batch;
       else if (positional && d == 1 && opts.seq >= 0)
         value = opts.seq;
+      else if (filled && d == rank - 1 && rank <= 2 && opts.seq >= 0)
+        value = opts.seq;
+      else if (filled && d == 0 && rank == 2 && opts.batch >= 0)
+        value = opts.batch;
       if (value < 0)
         return error() << "symbolic dim '" << (name.empty() ? "?" : name)
                        << "' (dim " << d << " of graph input '" << in.name()
@@ -502,6 +510,24 @@ LogicalResult Importer::bindInputs(func::FuncOp &fn) {
     Val v;
     v.dtype = tt.elem_type();
     v.shape = shape;
+    if (auto fill = opts.fill.find(in.name()); fill != opts.fill.end()) {
+      // A bound input: stored compactly (size 1 where it does not vary).
+      using Fill = ImportOptions::Fill;
+      if (fill->second == Fill::Arange && shape.empty())
+        return error() << "graph input '" << in.name()
+                       << "' is a scalar; it cannot hold positions";
+      Shape stored(shape.size(), 1);
+      if (fill->second == Fill::Arange)
+        stored.back() = shape.back();
+      ConstTensor c(v.dtype, stored);
+      for (int64_t k = 0; k < c.numel(); ++k)
+        c.set(k, fill->second == Fill::Arange ? double(k)
+                 : fill->second == Fill::Ones ? 1.0
+                                              : 0.0);
+      v.c = std::make_shared<ConstTensor>(std::move(c));
+      vals[in.name()] = std::move(v);
+      continue;
+    }
     vals[in.name()] = v;
     types.push_back(tensorType(v.dtype, shape));
     names.push_back(in.name());

@@ -24,8 +24,10 @@ namespace zplan::import {
 ///   1. `dims[NAME]` when present (--dim NAME=V);
 ///   2. `batch` when NAME is "batch", `seq` when NAME is "seq" (if >= 0);
 ///   3. positionally, for the first graph input of integer type only: its
-///      dim 0 takes `batch` and its dim 1 takes `seq` (if >= 0). A name bound
-///      this way is bound to that value everywhere else too.
+///      dim 0 takes `batch` and its dim 1 takes `seq` (if >= 0); and for an
+///      input bound by `fill`, of rank 1 or 2, its last dim takes `seq` and
+///      dim 0 of a rank-2 one `batch`. A name bound this way is bound to that
+///      value everywhere else too.
 /// A dim left unbound is an error naming the dim and the input.
 struct ImportOptions {
   std::map<std::string, int64_t> dims;
@@ -35,6 +37,17 @@ struct ImportOptions {
   /// plan refers to the files by name. Off by default: a missing file is an
   /// error.
   bool allowMissingData = false;
+  /// Graph inputs that get a value instead of becoming arguments of the
+  /// function: the input is then a known value, folded like a constant
+  /// (generation binds an export's attention_mask to ones and its
+  /// position_ids to arange(seq): compiler/generate). Names the graph does
+  /// not have are ignored.
+  enum class Fill {
+    Zeros,
+    Ones,
+    Arange, ///< arange(n) along the last dim, the same over the others
+  };
+  std::map<std::string, Fill> fill;
 };
 
 /// Imports the model at `path`. Emits diagnostics (naming the file and the
