@@ -380,20 +380,56 @@ void finish(func::FuncOp func, Value rows, Operation *ret) {
                              "zg.name", b.getStringAttr("logits"))));
 }
 
-/// The logits [B, S, V] (or the last position's, [B, 1, V]) the program
-/// returns, or an error.
+/// The logits [B, S, V] (or the last position's, [B, 1, V] or [B, V]) the
+/// program returns, or an error.
 FailureOr<Value> logitsOf(func::FuncOp func, int64_t seq) {
   Operation *ret = func.getBody().front().getTerminator();
-  if (ret->getNumOperands() != 1 || rtt(ret->getOperand(0)).getRank() != 3 ||
-      (rtt(ret->getOperand(0)).getDimSize(1) != seq &&
-       rtt(ret->getOperand(0)).getDimSize(1) != 1) ||
-      !isa<FloatType>(rtt(ret->getOperand(0)).getElementType())) {
+  auto type = ret->getNumOperands() == 1
+                  ? rtt(ret->getOperand(0))
+                  : RankedTensorType::get({}, Builder(func).getI64Type());
+  if (!isa<FloatType>(type.getElementType()) ||
+      (type.getRank() != 2 &&
+       (type.getRank() != 3 ||
+        (type.getDimSize(1) != seq && type.getDimSize(1) != 1)))) {
     func.emitError("generation: the graph must have one output, the logits "
                    "[batch, sequence, vocabulary] or the last position's "
-                   "[batch, 1, vocabulary]");
+                   "([batch, 1, vocabulary] or [batch, vocabulary])");
     return failure();
   }
   return ret->getOperand(0);
+}
+
+/// Whether the program's logits are the last position's only: [B, V], or
+/// [B, 1, V] over more than one position.
+bool lastOnly(func::FuncOp func, int64_t seq) {
+  auto type = rtt(func.getBody().front().getTerminator()->getOperand(0));
+  return type.getRank() == 2 || (seq > 1 && type.getDimSize(1) == 1);
+}
+
+/// Whether `op` gathers the last of `seq` positions along dim 1 of
+/// [B, seq, D] at a scalar constant (`hidden[:, -1, :]`, whose logits are
+/// [B, V]; the importer stores the index as seq - 1).
+bool isLastPositionGather(Operation *op, int64_t seq) {
+  auto g = dyn_cast<zg::GatherOp>(op);
+  if (!g || g.getAxis() != 1 || rtt(g.getData()).getRank() != 3 ||
+      rtt(g.getData()).getDimSize(1) != seq ||
+      rtt(g.getIndices()).getRank() != 0)
+    return false;
+  auto c = g.getIndices().getDefiningOp<zg::ConstantOp>();
+  auto a = c ? dyn_cast<DenseElementsAttr>(c.getValue()) : nullptr;
+  if (!a)
+    return false;
+  int64_t i = int64_t(elementAt(a, 0));
+  return i == seq - 1 || i == -1;
+}
+
+/// Whether every reader of the constant `c` is a last-position gather over
+/// `seq` positions: the index differs with the length, the position does
+/// not.
+bool onlyLastPositionIndex(zg::ConstantOp c, int64_t seq) {
+  return !c->use_empty() && llvm::all_of(c->getUsers(), [&](Operation *user) {
+    return isLastPositionGather(user, seq);
+  });
 }
 
 /// Whether `op` takes the last of `seq` > 1 positions along dim 1 of
@@ -415,32 +451,39 @@ bool isLastPositionSlice(Operation *op, int64_t seq) {
   return true;
 }
 
-/// In a program over `seq` positions whose logits are [B, 1, V]: each slice
-/// of the last position becomes the row `last[b]` of each sequence (its last
-/// prompt position; right padding follows it), kept [B, 1, D]. Logits
-/// [B, 1, V] without such a slice are an error.
+/// In a program over `seq` positions whose logits are the last position's
+/// only: each slice of the last position ([B, 1, D]) or gather of it
+/// ([B, D]) becomes the row `last[b]` of each sequence (its last prompt
+/// position; right padding follows it), in the same shape. Such logits
+/// without either are an error.
 LogicalResult pickLastRows(func::FuncOp func, Value last, int64_t seq) {
-  SmallVector<zg::SliceOp> slices;
-  func.walk([&](zg::SliceOp s) {
-    if (isLastPositionSlice(s, seq))
-      slices.push_back(s);
+  SmallVector<Operation *> picks;
+  func.walk([&](Operation *op) {
+    if (isLastPositionSlice(op, seq) || isLastPositionGather(op, seq))
+      picks.push_back(op);
   });
-  if (slices.empty())
-    return func.emitError("generation: the logits are [batch, 1, vocabulary] "
-                          "but no slice of the last position along the "
-                          "sequence (dim 1 of [batch, sequence, hidden]) was "
-                          "found; generation needs to pick each prompt's "
-                          "last position instead");
-  for (zg::SliceOp s : slices) {
-    OpBuilder b(s);
-    auto type = s.getType();
-    auto shape = type.getShape();
+  if (picks.empty())
+    return func.emitError("generation: the logits are the last position's "
+                          "only, but no slice or gather of the last position "
+                          "along the sequence (dim 1 of [batch, sequence, "
+                          "hidden]) was found; generation needs to pick each "
+                          "prompt's last position instead");
+  for (Operation *op : picks) {
+    OpBuilder b(op);
+    auto type = rtt(op->getResult(0));
+    Value x = op->getOperand(0);
+    auto shape = rtt(x).getShape();
     Value rows = zg::TakeRowsOp::create(
-        b, s.getLoc(), tensorOf({shape[0], shape[2]}, type.getElementType()),
-        s.getInput(), last);
-    Value kept = zg::ReshapeOp::create(b, s.getLoc(), type, rows);
-    s.getResult().replaceAllUsesWith(kept);
-    s->erase();
+        b, op->getLoc(), tensorOf({shape[0], shape[2]}, type.getElementType()),
+        x, last);
+    if (rows.getType() != type)
+      rows = zg::ReshapeOp::create(b, op->getLoc(), type, rows);
+    Operation *index =
+        op->getNumOperands() > 1 ? op->getOperand(1).getDefiningOp() : nullptr;
+    op->getResult(0).replaceAllUsesWith(rows);
+    op->erase();
+    if (index && index->use_empty())
+      index->erase();
   }
   return success();
 }
@@ -534,9 +577,8 @@ LogicalResult derivePrefill(func::FuncOp func,
   // Logits of the last position only: each sequence's last prompt position
   // is picked where the graph slices the last one.
   int64_t width = rtt(func.getArgument(0)).getDimSize(1);
-  bool lastOnly =
-      width > 1 && rtt(body.getTerminator()->getOperand(0)).getDimSize(1) == 1;
-  if (lastOnly && failed(pickLastRows(func, lastRow(func.getLoc()), width)))
+  if (lastOnly(func, width) &&
+      failed(pickLastRows(func, lastRow(func.getLoc()), width)))
     return failure();
   for (auto [layer, attention] : llvm::enumerate(attentions)) {
     zg::AttentionOp a = attention;
@@ -549,10 +591,14 @@ LogicalResult derivePrefill(func::FuncOp func,
   Value logits = ret->getOperand(0);
   auto shape = rtt(logits).getShape();
   b.setInsertionPoint(ret);
-  Value rows = zg::TakeRowsOp::create(
-      b, ret->getLoc(),
-      tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()), logits,
-      shape[1] == 1 ? zeros : lastRow(ret->getLoc()));
+  Value rows =
+      shape.size() == 2
+          ? logits
+          : zg::TakeRowsOp::create(
+                b, ret->getLoc(),
+                tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()),
+                logits, shape[1] == 1 ? zeros : lastRow(ret->getLoc()))
+                .getResult();
   finish(func, rows, ret);
   return success();
 }
@@ -625,7 +671,9 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
       auto cL = cast<zg::ConstantOp>(oL);
       if (c1.getType() != cL.getType())
         tables.push_back({c1, cL});
-      else if (c1.getValue() != cL.getValue() && maxSeq != 1)
+      else if (c1.getValue() != cL.getValue() && maxSeq != 1 &&
+               !(onlyLastPositionIndex(c1, 1) &&
+                 onlyLastPositionIndex(cL, maxSeq)))
         return c1.emitError("generation: a constant of shape ")
                << shapeStr(rtt(c1.getResult()).getShape())
                << readBy(c1.getResult())
@@ -678,10 +726,14 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
     OpBuilder b(ret);
     // A copy rather than a view: an output lives for the whole plan, and a
     // view would make the memory plan keep its base activation alive too.
-    Value rows = zg::TakeRowsOp::create(
-        b, ret->getLoc(),
-        tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()), logits,
-        i64Splat(b, ret->getLoc(), {shape[0]}, 0));
+    Value rows =
+        shape.size() == 2
+            ? logits
+            : zg::TakeRowsOp::create(
+                  b, ret->getLoc(),
+                  tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()),
+                  logits, i64Splat(b, ret->getLoc(), {shape[0]}, 0))
+                  .getResult();
     finish(decode, rows, ret);
   }
 

@@ -15,6 +15,7 @@ of 8, vocabulary 64, weights from numpy's default_rng(0), inline. Folders:
              angles position_ids x inv_freq, cos/sin [B, 1, S, 8] against q/k [B, 4, S, 8], SiLU-gated MLP)
   last/      as learned/ without token_type_ids, the head applied to the last position only: logits [B, 1, V]
              (the hidden states sliced at -1 along the sequence, as `logits_to_keep=1` exports do)
+  gathered/  as last/, the last position taken by a Gather at -1 (`hidden[:, -1, :]`): logits [B, V]
 
 Each folder also gets input_ids.npy (int64 [2, 8], default_rng(1)) and the onnxruntime reference of
 tests/lit/Inputs/ort_greedy.py is the oracle of the lit tests that run them (tests/lit/generate/
@@ -108,7 +109,7 @@ def rms_norm(g, x, name):
     return g.op("Mul", [g.op("Mul", [x, r], name + "_normed"), g.w(name + ".weight", D, scale=0.1, mean=1.0)], name)
 
 
-def learned(last=False, token_types=True):
+def learned(last=None, token_types=True):
     g = Graph(0)
     wte, wpe = g.w("wte", V, D, scale=0.5), g.w("wpe", 32, D, scale=0.5)
     h = g.op("Add", [g.op("Gather", [wte, "input_ids"], "tok_embed"),
@@ -125,13 +126,16 @@ def learned(last=False, token_types=True):
         f = g.op("Gelu", [g.linear(x, p + ".fc", D, FF)], p + "_gelu", approximate="tanh")
         h = g.op("Add", [h, g.linear(f, p + ".fc_out", FF, D)], p + "_res2")
     h = layer_norm(g, h, "ln_f")
-    if last:
+    if last == "slice":
         h = g.op("Slice", [h, g.c([-1]), g.c([np.iinfo(np.int64).max]), g.c([1])], "last_position")
+    elif last == "gather":
+        h = g.op("Gather", [h, g.c(-1)], "last_position", axis=1)
     logits = g.op("MatMul", [h, g.op("Transpose", [wte], "wte_t", perm=[1, 0])], "logits")
     inputs = [dims_in("input_ids", I64), dims_in("attention_mask", I64), dims_in("position_ids", I64)]
     if token_types:
         inputs.append(dims_in("token_type_ids", I64))
-    out = helper.make_tensor_value_info(logits, F, ["batch_size", 1 if last else "sequence_length", V])
+    out = helper.make_tensor_value_info(logits, F, {None: ["batch_size", "sequence_length", V],
+                                                    "slice": ["batch_size", 1, V], "gather": ["batch_size", V]}[last])
     return g, inputs, [out]
 
 
@@ -177,7 +181,8 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "inputs")
     ids = np.random.default_rng(1).integers(0, V, (2, 8)).astype(np.int64)
     for folder, (g, inputs, outputs) in {"learned": learned(), "rotary": rotary(),
-                                         "last": learned(last=True, token_types=False)}.items():
+                                         "last": learned(last="slice", token_types=False),
+                                         "gathered": learned(last="gather", token_types=False)}.items():
         graph = helper.make_graph(g.nodes, folder, inputs, outputs, g.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)],
                                   producer_name="make_input_exports.py")

@@ -5,7 +5,8 @@
 
 TOKENS.npy (int64 [B, W], what zrun --generate wrote) must be the prompt PROMPT.npy [B, P] followed by the
 N = W - P tokens that onnxruntime picks when it runs the graph on the whole sequence so far and takes the arg
-max of the last position's logits (the recipe of tests/models/make_generate_refs.py). With LENGTHS.npy
+max of the last position's logits (the recipe of tests/models/make_generate_refs.py; logits [B, V] are the
+last position's). With LENGTHS.npy
 (zrun's --prompt-lengths), sequence b is its first LENGTHS[b] prompt ids, run alone, followed by its N new
 tokens; zrun repeats its last token up to W. The graph's other inputs get what a caller of the exported
 model gives an unpadded sequence: attention_mask ones, position_ids and cache_position arange(length),
@@ -52,7 +53,8 @@ def feed(tokens):
 def greedy(tokens):
     gap = np.inf
     for _ in range(new):
-        last = session.run(None, feed(tokens))[0][:, -1, :].astype(np.float64)
+        logits = session.run(None, feed(tokens))[0]
+        last = (logits if logits.ndim == 2 else logits[:, -1, :]).astype(np.float64)
         top2 = np.sort(last, axis=1)[:, -2:]
         gap = min(gap, float((top2[:, 1] - top2[:, 0]).min()))
         tokens = np.concatenate([tokens, last.argmax(axis=1)[:, None]], axis=1)
