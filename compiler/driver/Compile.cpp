@@ -212,6 +212,8 @@ std::string commandLine(const CompileConfig &f, const CommonOptions &o) {
     os << " --generate --max-seq " << f.maxSeq;
   if (f.generate && f.decodeFusion != "auto")
     os << " --decode-fusion " << f.decodeFusion;
+  if (f.generate && f.decodeLayer != "off")
+    os << " --decode-layer " << f.decodeLayer;
   if (f.generate && f.fewRowsKernel != "stream")
     os << " --few-rows-kernel " << f.fewRowsKernel;
   if (f.foldRotary != "auto")
@@ -443,6 +445,16 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
       // target has one kernel per op.
       decode.streamKernel = f.target == "cuda" && f.fewRowsKernel == "stream";
       decode.fewRowsStreamMaxBytes = f.fewRowsStreamMaxBytes;
+      // A whole decoder layer as one step: the fusions it is made of at
+      // every row count the kernel takes (up to 4), then the layer.
+      if (f.decodeLayer == "on" && decode.fuse) {
+        decode.multiMaxRows = std::max<int64_t>(decode.multiMaxRows, 4);
+        decode.multiMaxBytes = 0;
+        decode.gatedMaxRows = std::max<int64_t>(decode.gatedMaxRows, 4);
+        decode.normMaxRows = 4;
+        decode.decodeLayer = true;
+        decode.decodeLayerKernel = f.target == "cuda";
+      }
       decode.dtype = f.dtype;
       pm.addPass(plan::createZplanDecodeProducts(decode));
     }

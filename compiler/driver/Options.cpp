@@ -191,6 +191,15 @@ std::vector<OptionRow> buildTable() {
                   "cache writes folded into the attention, rope_attention; "
                   "off: nothing)")
                   .oneOf({"auto", "on", "off"}));
+  t.push_back(row("--decode-layer", &C::decodeLayer,
+                  "--generate: each llama-style decoder layer of the decode "
+                  "program as one step, decode_layer (on the cuda target "
+                  "one persistent kernel a layer, kernels/cuda/"
+                  "decode_layer.cu, where it takes the layer's shapes: at "
+                  "most 4 rows, head dim 64 or 128); its products, norms "
+                  "and rotaries are fused first up to 4 rows whatever "
+                  "--decode-fusion says, unless it is off (default: off)")
+                  .oneOf({"off", "on"}));
   t.push_back(row("--fold-rotary", &C::foldRotary,
                   "Fold the head split transposes of q and k through the "
                   "rotary embedding into the attention (the rotary reads "

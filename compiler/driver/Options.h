@@ -74,6 +74,10 @@ struct CompileConfig {
   /// on the cuda target the rotary / cache step at every batch and the
   /// products and norms at one row only, where the H200 measured a gain).
   std::string decodeFusion = "auto";
+  /// --decode-layer: each llama-style decoder layer of the decode program as
+  /// one step, zg.decode_layer (on the cuda target one persistent kernel a
+  /// layer, where that kernel takes the layer's shapes); off by default.
+  std::string decodeLayer = "off";
   /// --fold-rotary: fold llama's q / k head split transposes through the
   /// rotary embedding (auto and on: both targets, checked on the H200 in
   /// session 7; off: not folded).

@@ -20,7 +20,9 @@
 // - rope-kv: a decode layer's rotary of q and k and its two cache writes
 //   become one zg.rope_kv_write (one kernel instead of four);
 // - norm: the residual add and RMS norm before a few-row product go into the
-//   product (zg.norm_products), whose kernel normalises the rows itself.
+//   product (zg.norm_products), whose kernel normalises the rows itself;
+// - decode-layer: a whole llama-style decoder layer, as the others leave it,
+//   becomes one zg.decode_layer (one persistent GPU kernel a layer).
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,6 +39,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include "zk/cuda_workspace.h"
 #include "zk/few_rows_kernels.h"
 
 #include <map>
@@ -134,6 +137,8 @@ struct DecodeProductsPass
         chooseStream(body);
       if (normMaxRows > 0)
         fuseNorms(body);
+      if (decodeLayer)
+        fuseLayers(func, body, *floatDType);
     }
   }
 
@@ -512,6 +517,299 @@ struct DecodeProductsPass
         addOp->erase();
       ++numNorm;
     }
+  }
+
+  /// `v` followed through zg.reshape ops (views) that are each the only
+  /// reader of what they reshape; `views` receives them.
+  static Value viewsDown(Value v, SmallVectorImpl<Operation *> &views) {
+    while (v.hasOneUse()) {
+      auto r = dyn_cast<zg::ReshapeOp>(*v.getUsers().begin());
+      if (!r)
+        break;
+      views.push_back(r);
+      v = r.getResult();
+    }
+    return v;
+  }
+
+  /// `v` followed back through zg.reshape ops whose results have one reader;
+  /// `views` receives them.
+  static Value viewsUp(Value v, SmallVectorImpl<Operation *> &views) {
+    while (auto r = v.getDefiningOp<zg::ReshapeOp>()) {
+      if (!v.hasOneUse())
+        break;
+      views.push_back(r);
+      v = r.getInput();
+    }
+    return v;
+  }
+
+  /// A bias-free zg.linear of W [K, N], alpha 1, that is `v`'s only reader.
+  static zg::LinearOp plainLinearOf(Value v) {
+    if (!v.hasOneUse())
+      return nullptr;
+    auto l = dyn_cast<zg::LinearOp>(*v.getUsers().begin());
+    if (!l || l.getInput() != v || l.getBias() || l.getTransW() ||
+        l.getAlpha().convertToDouble() != 1.0 ||
+        rtt(l.getWeight()).getRank() != 2)
+      return nullptr;
+    return l;
+  }
+
+  /// Whether the persistent decode layer kernel (kernels/cuda/decode_layer.cu,
+  /// zk/cuda_decode.h) takes a layer of these shapes in `floatDType`.
+  static bool layerKernelTakes(int64_t rows, int64_t d, int64_t hq,
+                               int64_t hkv, int64_t dh, int64_t f,
+                               PlanDType floatDType) {
+    int64_t es = dtypeBytes(floatDType);
+    return rows >= 1 && rows <= 4 && (dh == 64 || dh == 128) && hkv >= 1 &&
+           hq % hkv == 0 && hq / hkv <= 16 && d % 8 == 0 && f % 8 == 0 &&
+           rows * std::max({d, f, hq * dh}) * es <= 64 * 1024;
+  }
+
+  /// A few-row product of a layer with the RMS norm (and the residual add)
+  /// before it, in any form the other fusions leave: a zg.norm_products, or a
+  /// zg.linear_multi / zg.linear_gated of zg.rms_norm (of zg.add) or of
+  /// zg.residual_norm's normed rows.
+  struct Normed {
+    Value x, residual, scale, sum; // residual null: no add (sum is x)
+    double eps = 0;
+    Operation *product = nullptr;
+    SmallVector<Operation *> norm; // the norm's own ops, readers first
+    SmallVector<Value> weights, results;
+    StringRef act;
+  };
+
+  static std::optional<Normed> normedOf(Operation *product) {
+    Normed n;
+    n.product = product;
+    if (auto np = dyn_cast<zg::NormProductsOp>(product)) {
+      if (np.getAlpha().convertToDouble() != 1.0)
+        return std::nullopt;
+      n.x = np.getInput();
+      n.residual = np.getResidual();
+      n.scale = np.getScale();
+      n.sum = np.getSum();
+      n.eps = np.getEpsilon().convertToDouble();
+      n.weights.append(np.getWeights().begin(), np.getWeights().end());
+      n.results.append(np.getProducts().begin(), np.getProducts().end());
+      n.act = np.getAct();
+      return n;
+    }
+    Value normed;
+    if (auto lm = dyn_cast<zg::LinearMultiOp>(product)) {
+      if (lm.getTransW() || lm.getAlpha().convertToDouble() != 1.0)
+        return std::nullopt;
+      normed = lm.getInput();
+      n.weights.append(lm.getWeights().begin(), lm.getWeights().end());
+      n.results.append(lm.getResults().begin(), lm.getResults().end());
+    } else if (auto lg = dyn_cast<zg::LinearGatedOp>(product)) {
+      if (lg.getTransW() || lg.getAlpha().convertToDouble() != 1.0)
+        return std::nullopt;
+      normed = lg.getInput();
+      n.weights = {lg.getGateWeight(), lg.getUpWeight()};
+      n.results = {lg.getResult()};
+      n.act = lg.getAct();
+    } else {
+      return std::nullopt;
+    }
+    if (!normed.hasOneUse())
+      return std::nullopt;
+    if (auto rn = normed.getDefiningOp<zg::ResidualNormOp>()) {
+      if (rn.getKind() != "rms" || rn.getBias())
+        return std::nullopt;
+      n.x = rn.getInput();
+      n.residual = rn.getResidual();
+      n.scale = rn.getScale();
+      n.sum = rn.getSum();
+      n.eps = rn.getEpsilon().convertToDouble();
+      n.norm = {rn};
+      return n;
+    }
+    auto rms = normed.getDefiningOp<zg::RmsNormOp>();
+    if (!rms || !rms.getScale())
+      return std::nullopt;
+    n.scale = rms.getScale();
+    n.eps = rms.getEpsilon().convertToDouble();
+    n.norm = {rms};
+    n.sum = rms.getInput();
+    if (auto add = n.sum.getDefiningOp<zg::AddOp>()) {
+      n.x = add.getLhs();
+      n.residual = add.getRhs();
+      n.norm.push_back(add);
+    } else {
+      n.x = n.sum;
+    }
+    return n;
+  }
+
+  /// The gated product after the residual add that `o` (the o product's
+  /// result) feeds, in any form normedOf takes.
+  static std::optional<Normed> gatedAfter(Value o) {
+    if (!o.hasOneUse())
+      return std::nullopt;
+    Operation *user = *o.getUsers().begin();
+    Value normed;
+    if (isa<zg::NormProductsOp>(user))
+      return normedOf(user);
+    if (auto rn = dyn_cast<zg::ResidualNormOp>(user)) {
+      normed = rn.getNormed();
+    } else if (auto add = dyn_cast<zg::AddOp>(user)) {
+      for (Operation *u : add.getResult().getUsers())
+        if (auto rms = dyn_cast<zg::RmsNormOp>(u))
+          normed = rms.getResult();
+    }
+    if (!normed || !normed.hasOneUse() ||
+        !isa<zg::LinearGatedOp>(*normed.getUsers().begin()))
+      return std::nullopt;
+    return normedOf(*normed.getUsers().begin());
+  }
+
+  /// Each decoder layer of the decode step, in the forms the other fusions
+  /// leave, becomes one zg.decode_layer (see the pass's description):
+  ///   A  sum1 = x + r (or x) and q/k/v of its RMS norm;
+  ///   B  zg.rope_kv_write + zg.cached_attention (or zg.rope_attention) of
+  ///      q/k/v through views;
+  ///   C  the o zg.linear of the attention's output through views;
+  ///   D  residual_out = sum1 + o and the gated product of its RMS norm;
+  ///   E  the down zg.linear of that product.
+  /// Every intermediate is read only within the chain, so the layer's values
+  /// leave it only as E's result and D's sum. The fused op sits at E; its
+  /// operands are all defined before their first reader in the chain.
+  void fuseLayers(func::FuncOp func, Block &body, PlanDType floatDType) {
+    SmallVector<Operation *> attns;
+    for (Operation &op : body.without_terminator())
+      if (isa<zg::CachedAttentionOp, zg::RopeAttentionOp>(op))
+        attns.push_back(&op);
+    uint64_t syncWords = 0;
+    zg::StateOp syncOp;
+    for (Operation *attn : attns) {
+      // B: the rotary step's operands and the attention's output.
+      Operation *rope = attn;
+      double scale = 0;
+      if (auto cached = dyn_cast<zg::CachedAttentionOp>(attn)) {
+        auto rk = cached.getQ().getDefiningOp<zg::RopeKvWriteOp>();
+        if (!rk || !cached.getQ().hasOneUse() ||
+            cached.getK() != rk.getKCache() ||
+            cached.getV() != rk.getVCache() || cached.getPos() != rk.getPos())
+          continue;
+        rope = rk;
+        scale = cached.getScale().convertToDouble();
+      } else {
+        scale = cast<zg::RopeAttentionOp>(attn).getScale().convertToDouble();
+      }
+      Value q4 = rope->getOperand(0), k4 = rope->getOperand(1),
+            v4 = rope->getOperand(2), cos = rope->getOperand(3),
+            sin = rope->getOperand(4), kc = rope->getOperand(5),
+            vc = rope->getOperand(6), pos = rope->getOperand(7);
+      auto cs = rtt(kc).getShape();
+      if (rtt(q4).getShape().size() != 4 || rtt(q4).getShape()[2] != 1 ||
+          cs.size() != 4 || rtt(cos).getRank() != 4 ||
+          rtt(cos).getShape()[2] != 1)
+        continue;
+      SmallVector<Operation *> upViews;
+      // A: the three products, through views.
+      Value qv = viewsUp(q4, upViews), kv = viewsUp(k4, upViews),
+            vv = viewsUp(v4, upViews);
+      Operation *prodA = qv.getDefiningOp();
+      if (!prodA || kv.getDefiningOp() != prodA ||
+          vv.getDefiningOp() != prodA || !qv.hasOneUse() ||
+          !kv.hasOneUse() || !vv.hasOneUse())
+        continue;
+      std::optional<Normed> a = normedOf(prodA);
+      if (!a || !a->act.empty() || a->results.size() != 3)
+        continue;
+      auto weightOf = [&](Value product) {
+        return a->weights[llvm::find(a->results, product) - a->results.begin()];
+      };
+      Value wq = weightOf(qv), wk = weightOf(kv), wv = weightOf(vv);
+      // C: the o product of the attention's output, through views.
+      SmallVector<Operation *> downViews;
+      zg::LinearOp oLin = plainLinearOf(viewsDown(attn->getResult(0), downViews));
+      if (!oLin)
+        continue;
+      // D: residual_out = sum1 + o, then the gated product of its norm.
+      Value o = oLin.getResult(), sum1 = a->sum;
+      std::optional<Normed> g = gatedAfter(o);
+      if (!g || g->act.empty() || g->results.size() != 1 || !g->residual ||
+          g->eps != a->eps ||
+          !((g->x == sum1 && g->residual == o) ||
+            (g->x == o && g->residual == sum1)))
+        continue;
+      // E: the down product.
+      zg::LinearOp down = plainLinearOf(g->results[0]);
+      if (!down)
+        continue;
+      // sum1 leaves the layer only through the fused op: its readers are
+      // A's norm and D's add.
+      Operation *addD = g->norm.empty() ? g->product : g->norm.back();
+      if (llvm::any_of(sum1.getUsers(), [&](Operation *u) {
+            return u != addD && u != prodA && !llvm::is_contained(a->norm, u);
+          }))
+        continue;
+      // Shapes and types (the op's verifier), and the kernel's limits.
+      Value x = a->x, residual = a->residual;
+      auto xs = rtt(x).getShape();
+      int64_t d = xs.back(), dh = cs[3], hkv = cs[1], rows = rowsOf(x);
+      if (xs.size() < 2 || xs.size() > 3 || (xs.size() == 3 && xs[1] != 1) ||
+          xs[0] != cs[0] || dh == 0 || rtt(wq).getShape()[1] % dh != 0)
+        continue;
+      int64_t hq = rtt(wq).getShape()[1] / dh,
+              f = rtt(g->weights[0]).getShape()[1];
+      if (rtt(down.getResult()) != rtt(x) || rtt(g->sum) != rtt(x) ||
+          (residual && rtt(residual) != rtt(x)) ||
+          rtt(oLin.getWeight()).getShape() != ArrayRef<int64_t>{hq * dh, d} ||
+          rtt(down.getWeight()).getShape() != ArrayRef<int64_t>{f, d})
+        continue;
+      if (decodeLayerKernel &&
+          !layerKernelTakes(rows, d, hq, hkv, dh, f, floatDType))
+        continue;
+      // The barrier's counts: one state for every layer (they run one after
+      // another and each leaves the counts zero), as many words as the
+      // largest layer needs.
+      zk::cuda::workspace::DecodeLayerDims dims{
+          rows, d, hq, hkv, dh, f, int64_t(dtypeBytes(floatDType))};
+      syncWords = std::max<uint64_t>(
+          syncWords, zk::cuda::workspace::decode_layer_sync_words(dims));
+      if (!syncOp) {
+        OpBuilder sb(&body, body.begin());
+        syncOp = zg::StateOp::create(
+            sb, func.getLoc(),
+            RankedTensorType::get({int64_t(syncWords)}, sb.getI32Type()),
+            sb.getStringAttr("decode_layer.sync"), sb.getStringAttr("scalar"),
+            sb.getStringAttr(""), sb.getStringAttr("zeros"));
+      }
+      // Every op of the layer, readers before what they read.
+      SmallVector<Operation *> dead = {down, g->product};
+      dead.append(g->norm.begin(), g->norm.end());
+      dead.push_back(oLin);
+      dead.append(downViews.rbegin(), downViews.rend());
+      dead.push_back(attn);
+      if (rope != attn)
+        dead.push_back(rope);
+      dead.append(upViews.begin(), upViews.end());
+      dead.push_back(prodA);
+      dead.append(a->norm.begin(), a->norm.end());
+      SmallVector<Location> locs;
+      for (Operation *op : llvm::reverse(dead))
+        locs.push_back(op->getLoc());
+      OpBuilder b(down);
+      auto fused = zg::DecodeLayerOp::create(
+          b, FusedLoc::get(b.getContext(), locs), rtt(x), rtt(x), x, kc, vc,
+          syncOp.getResult(), pos, cos, sin, a->scale, wq, wk, wv,
+          oLin.getWeight(), g->scale, g->weights[0], g->weights[1],
+          down.getWeight(), residual, b.getF64FloatAttr(a->eps),
+          b.getF64FloatAttr(scale), b.getStringAttr(g->act));
+      place(fused, dead.back(), down, dead);
+      down.getResult().replaceAllUsesWith(fused.getResult());
+      g->sum.replaceAllUsesWith(fused.getResidualOut());
+      for (Operation *op : dead)
+        op->erase();
+      ++numDecodeLayer;
+    }
+    if (syncOp)
+      syncOp.getResult().setType(
+          RankedTensorType::get({int64_t(syncWords)}, OpBuilder(syncOp).getI32Type()));
   }
 
   /// Whether the streaming few-row kernel holds a product of input `x`

@@ -241,10 +241,27 @@ uint64_t kernelWorkspaceBytes(ArrayRef<func::FuncOp> funcs, PlanDType dtype) {
         if (q.size() == 4 && k.size() == 4)
           b = ws::rope_attention(q[0], q[1], q[2], q[3], k[1], k[2],
                                  dtypeBytes(dtype));
+      } else if (auto l = dyn_cast<graph::DecodeLayerOp>(op)) {
+        // The persistent layer's intermediates and partial sums (its
+        // barrier's counts are the plan's sync state).
+        ArrayRef<int64_t> x = shapeOf(l.getInput()), c = shapeOf(l.getKCache());
+        int64_t d = x.back(), rows = 1;
+        for (int64_t e : x.drop_back())
+          rows *= e;
+        if (c.size() == 4 && c[3] > 0)
+          b = ws::decode_layer(ws::DecodeLayerDims{
+              rows, d, shapeOf(l.getWq())[1] / c[3], c[1], c[3],
+              shapeOf(l.getWGate())[1], int64_t(dtypeBytes(dtype))});
       }
       most = std::max(most, b);
     });
   return most;
+}
+
+/// The opcode of a gated product's activation ("silu", "gelu_tanh",
+/// "gelu_erf"), which the fused steps carry as an int.
+int64_t actOpcode(StringRef act) {
+  return act == "silu" ? 15 : act == "gelu_tanh" ? 13 : 14;
 }
 
 struct Emitter {
@@ -979,18 +996,12 @@ struct Emitter {
         .Case([&](graph::NormProductsOp n) {
           // Plan 2.12: ints [trans_w (0: W [K, N]), act (0: the products,
           // else the opcode of the gated form's activation)].
-          ints = {0, n.getAct().empty()       ? 0
-                     : n.getAct() == "silu"      ? 15
-                     : n.getAct() == "gelu_tanh" ? 13
-                                                 : 14};
+          ints = {0, n.getAct().empty() ? 0 : actOpcode(n.getAct())};
           floats = {n.getAlpha().convertToDouble(),
                     n.getEpsilon().convertToDouble()};
         })
         .Case([&](graph::LinearGatedOp l) {
-          ints = {l.getTransW() ? 1 : 0,
-                  l.getAct() == "silu"        ? 15
-                  : l.getAct() == "gelu_tanh" ? 13
-                                              : 14};
+          ints = {l.getTransW() ? 1 : 0, actOpcode(l.getAct())};
           // Plan 2.14: the kernel as linear_multi's.
           int kernel = fewRowsKernel(l);
           if (kernel < 0)
@@ -1057,7 +1068,7 @@ struct Emitter {
           floats = {r.getEpsilon().convertToDouble()};
         })
         .Case([&](graph::GatedOp g) {
-          ints = {g.getAct() == "silu" ? 15 : g.getAct() == "gelu_tanh" ? 13 : 14};
+          ints = {actOpcode(g.getAct())};
         })
         .Case([&](graph::AttentionOp a) {
           // The seq_major bits only when some are set, so that plans without
@@ -1094,6 +1105,12 @@ struct Emitter {
         })
         .Case([&](graph::RopeAttentionOp a) {
           floats = {a.getScale().convertToDouble()};
+        })
+        .Case([&](graph::DecodeLayerOp l) {
+          // Plan 2.17: ints [act opcode]; floats [epsilon, scale].
+          ints = {actOpcode(l.getAct())};
+          floats = {l.getEpsilon().convertToDouble(),
+                    l.getScale().convertToDouble()};
         })
         .Case([&](dist::AllGatherOp g) { ints = {int64_t(g.getDim())}; })
         .Case([&](dist::LocalSliceOp l) { ints = {int64_t(l.getDim())}; })

@@ -150,7 +150,7 @@ bool isMasterShard(Value value) {
 bool isStateWriteOp(Operation *op) {
   return isa<graph::AssignOp, graph::AdamwOp, graph::AccumulateOp,
              graph::KvWriteOp, graph::RopeKvWriteOp, graph::RopeAttentionOp,
-             dist::NvmeWriteOp>(op);
+             graph::DecodeLayerOp, dist::NvmeWriteOp>(op);
 }
 
 llvm::SmallVector<Value, 3> writtenOperands(Operation *op) {
@@ -160,6 +160,8 @@ llvm::SmallVector<Value, 3> writtenOperands(Operation *op) {
     return {r.getKCache(), r.getVCache()};
   if (auto r = dyn_cast<graph::RopeAttentionOp>(op))
     return {r.getKCache(), r.getVCache()};
+  if (auto l = dyn_cast<graph::DecodeLayerOp>(op))
+    return {l.getKCache(), l.getVCache(), l.getSync()};
   if (isa<graph::AssignOp, graph::AccumulateOp, graph::KvWriteOp,
           dist::NvmeWriteOp>(op))
     return {op->getOperand(0)};

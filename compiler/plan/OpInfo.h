@@ -103,7 +103,8 @@ bool isMasterShard(mlir::Value value);
 /// The ops that write persistent state in place: zg.assign, zg.adamw,
 /// zg.accumulate, zg.kv_write, zd.nvme_write (no results), zg.rope_kv_write
 /// and zg.rope_attention (whose result, the rotated q or the attention's
-/// output, comes first in the plan op's outputs).
+/// output, comes first in the plan op's outputs), and zg.decode_layer (its two
+/// results first, then the caches and the sync state).
 bool isStateWriteOp(mlir::Operation *op);
 
 /// The operands a state-write op overwrites (assign and accumulate: the

@@ -173,6 +173,19 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
       `zg.linear` marked for the few-row kernel), of at most that many rows
       (and 4), W [K, N] with N a multiple of 8 and K x rows within 16384,
       becomes one `zg.norm_products` with the product.
+    - `decode-layer` (last): each decoder layer of the decode step that is
+      the chain a llama-style layer leaves after the others (a
+      `zg.norm_products` of q / k / v, or `zg.rms_norm` then a
+      `zg.linear_multi` where the layer has no residual add; its
+      `zg.rope_kv_write` and `zg.cached_attention`, or the
+      `zg.rope_attention`; the o `zg.linear`; the gated `zg.norm_products`
+      that adds o to the residual; the down `zg.linear`), each intermediate
+      read only by the next step, becomes one `zg.decode_layer`, which the
+      GPU runs as one persistent kernel. With `decode-layer-kernel`, only
+      layers that kernel takes (at most 4 rows, head dim 64 or 128, at most
+      16 query heads a K/V head, d and ffn multiples of 8, a row of x within
+      64 KiB in the plan's dtype). The layers share one zero-initialised i32
+      state, `decode_layer.sync`, the kernel's barrier counts.
     - `choose-kernel` (the cuda target): each remaining `zg.linear` /
       `zg.matmul` of at most `few-rows-max` rows whose weight holds at most
       `few-rows-max-bytes` bytes gets `zd.kernel = "few_rows"`: the plan
@@ -220,6 +233,11 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
     Option<"ropeAttention", "rope-attention", "bool", "false",
            "rope-kv: also fold each zg.rope_kv_write into the attention "
            "that reads it (one zg.rope_attention)">,
+    Option<"decodeLayer", "decode-layer", "bool", "false",
+           "fuse each llama-style decoder layer of the decode step into one "
+           "zg.decode_layer">,
+    Option<"decodeLayerKernel", "decode-layer-kernel", "bool", "false",
+           "decode-layer: only the layers the GPU's persistent kernel takes">,
     Option<"chooseKernel", "choose-kernel", "bool", "false",
            "mark the few-row products the few-row kernel runs">,
     Option<"fewRowsMax", "few-rows-max", "int64_t", "1",
@@ -247,6 +265,8 @@ def ZplanDecodeProducts : Pass<"zplan-decode-products", "mlir::ModuleOp"> {
     Statistic<"numRopeAttention", "rope-attention",
               "rotary and cache write groups fused into their attention">,
     Statistic<"numNorm", "norm", "norms folded into few-row products">,
+    Statistic<"numDecodeLayer", "decode-layer",
+              "decoder layers fused into one zg.decode_layer">,
   ];
 }
 

@@ -739,6 +739,71 @@ LogicalResult RopeAttentionOp::verify() {
   return success();
 }
 
+LogicalResult DecodeLayerOp::verify() {
+  if (failed(verifyPersistentTarget(*this, getKCache(), "k_cache")) ||
+      failed(verifyPersistentTarget(*this, getVCache(), "v_cache")) ||
+      failed(verifyPersistentTarget(*this, getSync(), "sync")))
+    return failure();
+  auto x = rtt(getInput()).getShape(), c = rtt(getKCache()).getShape();
+  if (x.size() < 2 || x.size() > 3 || (x.size() == 3 && x[1] != 1))
+    return emitOpError("input must be [B, d] or [B, 1, d] (one token a "
+                       "sequence), got ")
+           << shapeStr(x);
+  if (c.size() != 4 || rtt(getVCache()).getShape() != c || c[0] != x[0] ||
+      c[3] % 2 != 0)
+    return emitOpError("the caches must be one shape [B, Hkv, L, Dh] with "
+                       "the input's B and an even Dh, got ")
+           << shapeStr(c);
+  const int64_t d = x.back(), hkv = c[1], dh = c[3];
+  Type e = rtt(getInput()).getElementType();
+  auto isMat = [&](Value w, int64_t k, int64_t n) {
+    auto t = rtt(w);
+    return t.getElementType() == e && t.getRank() == 2 &&
+           t.getShape()[0] == k && (n < 0 || t.getShape()[1] == n);
+  };
+  if (!isMat(getWq(), d, -1) || rtt(getWq()).getShape()[1] % dh != 0)
+    return emitOpError("wq must be [d, heads x Dh] of the input's type");
+  const int64_t hq = rtt(getWq()).getShape()[1] / dh;
+  if (hkv < 1 || hq % hkv != 0)
+    return emitOpError("query heads (")
+           << hq << ") are not a multiple of kv heads (" << hkv << ")";
+  if (!isMat(getWk(), d, hkv * dh) || !isMat(getWv(), d, hkv * dh))
+    return emitOpError("wk and wv must be [d, kv_heads x Dh]");
+  if (!isMat(getWo(), hq * dh, d))
+    return emitOpError("wo must be [heads x Dh, d]");
+  if (!isMat(getWGate(), d, -1))
+    return emitOpError("w_gate must be [d, ffn]");
+  const int64_t f = rtt(getWGate()).getShape()[1];
+  if (!isMat(getWUp(), d, f) || !isMat(getWDown(), f, d))
+    return emitOpError("w_up must be w_gate's shape and w_down [ffn, d]");
+  for (Value n : {getNorm1(), getNorm2()})
+    if (rtt(n).getElementType() != e ||
+        rtt(n).getShape() != ArrayRef<int64_t>{d})
+      return emitOpError("norm1 and norm2 must be [d] of the input's type");
+  if (!isa<FloatType>(e) || rtt(getKCache()).getElementType() != e ||
+      rtt(getVCache()).getElementType() != e ||
+      (getResidual() && rtt(getResidual()) != rtt(getInput())) ||
+      rtt(getResult()) != rtt(getInput()) ||
+      rtt(getResidualOut()) != rtt(getInput()))
+    return emitOpError("the input, residual, caches and results must share "
+                       "one float element type, the results the input's type");
+  auto t = rtt(getCos()).getShape();
+  if (rtt(getCos()) != rtt(getSin()) ||
+      !isa<FloatType>(rtt(getCos()).getElementType()) || t.size() != 4 ||
+      (t[0] != 1 && t[0] != x[0]) || t[1] != 1 || t[2] != 1 || t[3] != dh)
+    return emitOpError("cos and sin must be one float type [1 or B, 1, 1, "
+                       "Dh], got ")
+           << shapeStr(t);
+  if (rtt(getSync()).getRank() != 1 ||
+      !rtt(getSync()).getElementType().isInteger(32))
+    return emitOpError("sync must be a rank-1 i32 state");
+  StringRef act = getAct();
+  if (act != "silu" && act != "gelu_tanh" && act != "gelu_erf")
+    return emitOpError("act must be silu, gelu_tanh or gelu_erf, got \"")
+           << act << "\"";
+  return verifyPositions(*this, getPos(), c[0]);
+}
+
 LogicalResult RotaryOp::verify() {
   auto x = rtt(getInput()).getShape();
   auto c = rtt(getCos()).getShape(), s = rtt(getSin()).getShape();

@@ -1071,6 +1071,38 @@ def ZG_RopeAttentionOp : ZG_Op<"rope_attention", [ZG_TpWhole]> {
   let hasVerifier = 1;
 }
 
+def ZG_DecodeLayerOp : ZG_Op<"decode_layer", [ZG_TpWhole]> {
+  let summary = "a llama-style decoder layer at decode, as one step";
+  let description = [{
+    One decoder layer of a decode step (one new token per sequence, S = 1),
+    the composition of the steps it replaces, each value rounded where they
+    round it:
+      sum1 = input + residual (no residual: sum1 = input);
+      q, k, v = rms_norm(sum1) * norm1 x wq, wk, wv;
+      in place, k_cache[b, :, pos[b]] = rotary(k), v_cache[b, :, pos[b]] = v;
+      attn = cached_attention(rotary(q), k_cache, v_cache, pos, scale);
+      o = attn x wo; residual_out = sum1 + o;
+      h = act(rms_norm(residual_out) * norm2 x w_gate) * (... x w_up);
+      result = h x w_down.
+    input and residual [B, 1, d] (or [B, d]); the caches [B, Hkv, L, Dh]
+    (kv_cache states); cos and sin [1 or B, 1, 1, Dh]; weights W [K, N]
+    (wq [d, Hq Dh], wk and wv [d, Hkv Dh], wo [Hq Dh, d], w_gate and w_up
+    [d, F], w_down [F, d]); `sync` a zero-initialised i32 state that the GPU
+    kernel's grid barrier counts in and leaves zero. Written by
+    `--zplan-decode-products` (`decode-layer`), so that the GPU runs a layer
+    as one persistent kernel (kernels/cuda/decode_layer.cu).
+  }];
+  let arguments = (ins ZG_Tensor:$input, ZG_Tensor:$k_cache,
+                   ZG_Tensor:$v_cache, ZG_IntTensor:$sync, ZG_IntTensor:$pos,
+                   ZG_Tensor:$cos, ZG_Tensor:$sin, ZG_Tensor:$norm1,
+                   ZG_Tensor:$wq, ZG_Tensor:$wk, ZG_Tensor:$wv, ZG_Tensor:$wo,
+                   ZG_Tensor:$norm2, ZG_Tensor:$w_gate, ZG_Tensor:$w_up,
+                   ZG_Tensor:$w_down, Optional<ZG_Tensor>:$residual,
+                   F64Attr:$epsilon, F64Attr:$scale, StrAttr:$act);
+  let results = (outs ZG_Tensor:$result, ZG_Tensor:$residual_out);
+  let hasVerifier = 1;
+}
+
 def ZG_NormProductsOp : ZG_Op<"norm_products", [Pure, ZG_TpWhole]> {
   let summary = "residual add and RMS norm folded into the few-row products that read it";
   let description = [{

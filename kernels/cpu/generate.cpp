@@ -1,6 +1,7 @@
 // Generation kernels (docs/generation.md): writes into a KV cache, attention of new queries over the cache,
 // greedy selection and the per-sequence row pick. The attention mirrors attention.cpp's arithmetic (fp64
 // dot products and sums, an fp32 softmax) so that a decode step and a prefill over the same tokens agree.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -118,6 +119,111 @@ Result rope_attention(const In &q, const In &k, const In &v, const In &cos, cons
     return r;
   return cached_attention(In{q_rot, q.dtype, q.shape}, In{k_cache.data, k_cache.dtype, k_cache.shape},
                           In{v_cache.data, v_cache.dtype, v_cache.shape}, pos, out, scale, rest);
+}
+
+namespace {
+
+/// x's dims with the last one n.
+Dims with_last(const Dims &x, int64_t n) {
+  Dims d = x;
+  d.d[d.rank - 1] = n;
+  return d;
+}
+
+/// The sizes decode_layer works with.
+struct LayerDims {
+  int64_t rows = 0, d = 0, hq = 0, hkv = 0, dh = 0, f = 0;
+  Dims q4, kv4, qrow, kvrow, frow;
+};
+
+bool layer_dims(const DecodeLayerIn &a, const Dims &cache, LayerDims *l) {
+  if (a.x.shape.rank < 2 || cache.rank != 4 || a.wq.shape.rank != 2 || a.w_gate.shape.rank != 2) return false;
+  l->d = a.x.shape.d[a.x.shape.rank - 1];
+  l->hkv = cache.d[1];
+  l->dh = cache.d[3];
+  if (l->d < 1 || l->dh < 1 || a.wq.shape.d[1] % l->dh != 0) return false;
+  l->rows = a.x.shape.numel() / l->d;
+  l->hq = a.wq.shape.d[1] / l->dh;
+  l->f = a.w_gate.shape.d[1];
+  l->q4 = Dims{l->rows, l->hq, 1, l->dh};
+  l->kv4 = Dims{l->rows, l->hkv, 1, l->dh};
+  l->qrow = with_last(a.x.shape, l->hq * l->dh);
+  l->kvrow = with_last(a.x.shape, l->hkv * l->dh);
+  l->frow = with_last(a.x.shape, l->f);
+  return true;
+}
+
+}  // namespace
+
+size_t decode_layer_scratch(const DecodeLayerIn &a, const In &k_cache) {
+  LayerDims l;
+  if (!layer_dims(a, k_cache.shape, &l)) return 0;
+  const DType t = a.x.dtype;
+  const Out q{nullptr, t, l.qrow}, kv{nullptr, t, l.kvrow}, o{nullptr, t, a.x.shape}, h{nullptr, t, l.frow};
+  const In w3[3] = {a.wq, a.wk, a.wv};
+  const Out o3[3] = {q, kv, kv};
+  const In gu[2] = {a.w_gate, a.w_up};
+  size_t rest = norm_products_scratch(a.x, w3, o3, 3, false, Unary::silu, false);
+  rest = std::max(rest, static_cast<size_t>(a.x.shape.numel()) +
+                            std::max({linear_scratch(a.x, a.wq, q, false), linear_scratch(a.x, a.wk, kv, false)}));
+  rest = std::max(rest, rope_kv_write_scratch(In{nullptr, t, l.kv4}));
+  rest = std::max(rest, cached_attention_scratch(k_cache));
+  rest = std::max(rest, linear_scratch(In{nullptr, t, l.qrow}, a.wo, o, false));
+  rest = std::max(rest, norm_products_scratch(a.x, gu, &h, 2, false, Unary::silu, true));
+  rest = std::max(rest, linear_scratch(In{nullptr, t, l.frow}, a.w_down, Out{nullptr, t, a.x.shape}, false));
+  // sum1, q, k, v, the rotated q, the attention's output, o and h, each at most a float an element.
+  const int64_t mine = 2 * l.rows * l.d + 3 * l.rows * l.hq * l.dh + 2 * l.rows * l.hkv * l.dh + l.rows * l.f;
+  return static_cast<size_t>(mine) + rest;
+}
+
+Result decode_layer(const DecodeLayerIn &a, const Out &k_cache, const Out &v_cache, const Out &out,
+                    const Out &residual_out, Unary act, float eps, float scale, float *scratch) {
+  LayerDims l;
+  if (!layer_dims(a, k_cache.shape, &l) || v_cache.shape != k_cache.shape)
+    return Result::fail("decode_layer: x must be [B, (1,) d], the caches one shape [B, Hkv, L, Dh], wq [d, Hq Dh]");
+  const DType t = a.x.dtype;
+  // The intermediates in x's dtype, as the steps store them.
+  float *at = scratch;
+  auto take = [&](int64_t n) {
+    float *p = at;
+    at += n;
+    return p;
+  };
+  float *sum1 = a.residual.data ? take(l.rows * l.d) : nullptr;
+  float *q = take(l.rows * l.hq * l.dh), *k = take(l.rows * l.hkv * l.dh), *v = take(l.rows * l.hkv * l.dh);
+  float *qrot = take(l.rows * l.hq * l.dh), *attn = take(l.rows * l.hq * l.dh);
+  float *o = take(l.rows * l.d), *h = take(l.rows * l.f);
+  float *rest = at + (a.residual.data ? 0 : l.rows * l.d);
+  const Out qo{q, t, l.qrow}, ko{k, t, l.kvrow}, vo{v, t, l.kvrow};
+  const In w3[3] = {a.wq, a.wk, a.wv};
+  const Out o3[3] = {qo, ko, vo};
+  In s1 = a.x;
+  Result r;
+  if (a.residual.data) {
+    // norm_products: sum1 = x + residual, then q/k/v of its norm.
+    r = norm_products(a.x, a.residual, a.norm1, w3, Out{sum1, t, a.x.shape}, o3, 3, false, Unary::silu, false, 1.0f,
+                      eps, rest);
+    s1 = In{sum1, t, a.x.shape};
+  } else {
+    // rms_norm, then linear_multi (a layer without a residual add).
+    float *n1 = at;
+    r = rms_norm(a.x, a.norm1, Out{n1, t, a.x.shape}, eps);
+    if (r.ok()) r = linear_multi(In{n1, t, a.x.shape}, w3, o3, 3, false, 1.0f, rest);
+  }
+  if (r.ok())
+    r = rope_kv_write(In{q, t, l.q4}, In{k, t, l.kv4}, In{v, t, l.kv4}, a.cos, a.sin, a.pos, Out{qrot, t, l.q4},
+                      k_cache, v_cache, rest);
+  if (r.ok())
+    r = cached_attention(In{qrot, t, l.q4}, In{k_cache.data, k_cache.dtype, k_cache.shape},
+                         In{v_cache.data, v_cache.dtype, v_cache.shape}, a.pos, Out{attn, t, l.q4}, scale, rest);
+  if (r.ok()) r = linear(In{attn, t, l.qrow}, a.wo, In{}, Out{o, t, a.x.shape}, false, 1.0f, rest);
+  const In gu[2] = {a.w_gate, a.w_up};
+  const Out ho{h, t, l.frow};
+  // The gated norm_products: residual_out = sum1 + o, h = act(norm x w_gate) * (norm x w_up).
+  if (r.ok())
+    r = norm_products(s1, In{o, t, a.x.shape}, a.norm2, gu, residual_out, &ho, 2, false, act, true, 1.0f, eps, rest);
+  if (r.ok()) r = linear(In{h, t, l.frow}, a.w_down, In{}, out, false, 1.0f, rest);
+  return r;
 }
 
 Result argmax(const In &x, const Out &out) {

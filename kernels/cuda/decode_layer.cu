@@ -67,6 +67,7 @@
 
 #include "common.cuh"
 #include "zk/cuda_decode.h"
+#include "zk/cuda_workspace.h"
 
 namespace zk {
 namespace cuda {
@@ -81,9 +82,9 @@ constexpr int kColThreads = 8;                     // threads across a strip, 16
 constexpr int kRowLanes = kThreads / kColThreads;  // weight rows a block reads at once
 constexpr int kDepth = 16;                         // ring slots per thread (15 pieces in flight)
 constexpr int kRingBytes = kDepth * kThreads * 16;
-constexpr int kMaxSplits = 16;
+constexpr int kMaxSplits = static_cast<int>(workspace::kDecodeLayerMaxSplits);
 constexpr int kTile = 32;       // keys of an attention tile (one a lane in the softmax)
-constexpr int kMaxChunks = 64;  // chunks of a (row, K/V head)'s cache
+constexpr int kMaxChunks = static_cast<int>(workspace::kDecodeLayerMaxChunks);  // chunks of a (row, K/V head)'s cache
 constexpr int kMaxBlocksPerSm = 2;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;
@@ -111,6 +112,7 @@ struct Params {
   int chunk, chunks;
   float eps, scale;
   int act;
+  int early;  // the first weight pieces before the wait for the previous kernel
   unsigned long long *stamps;  // null, or [grid][kDecodeLayerStamps][2] timer readings (DecodeLayerLaunch)
 };
 
@@ -645,9 +647,10 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm) decode_layer_kernel
   unsigned char *region = smem + kRingBytes + kWarps * MR * TN * sizeof(float);
   T *xs = reinterpret_cast<T *>(region);
 
-  // The first kDepth - 1 weight pieces go out before the wait for the previous kernel (weights are
-  // read-only), then everything else after it.
+  // The first kDepth - 1 weight pieces go out before the wait for the previous kernel where no kernel writes
+  // the weights (p.early), then everything else after it.
   stamp(p, 0);
+  if (!p.early) detail::pdl_enter();
   Stream<T> st;
   st.phase = 0;
   st.t = -1;
@@ -655,7 +658,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm) decode_layer_kernel
   st.advance(p);
 #pragma unroll 1
   for (int i = 0; i < kDepth - 1; ++i) st.issue(p, ring);
-  detail::pdl_enter();
+  if (p.early) detail::pdl_enter();
   stamp(p, 1);
   unsigned consumed = 0;
 
@@ -721,40 +724,13 @@ int choose_splits(int64_t K, int64_t strips, int64_t grid) {
 
 int64_t strip_cols(size_t es, bool gated) { return static_cast<int64_t>(kColThreads * (16 / es) / (gated ? 2 : 1)); }
 
-/// The workspace's parts (byte offsets), from the shapes alone.
-struct Layout {
-  uint64_t sync, sum1, q, k, v, attn, h, part, bytes;
-  int64_t counters;
-};
-
-Layout layout_of(const DecodeLayerShape &s) {
-  const uint64_t es = dtype_size(s.dtype);
-  const int64_t M = s.rows, tn = strip_cols(es, false);
-  const int64_t strips[4] = {(s.heads * s.head_dim + tn - 1) / tn + 2 * ((s.kv_heads * s.head_dim + tn - 1) / tn),
-                             (s.dim + tn - 1) / tn, (s.ffn + tn / 2 - 1) / (tn / 2), (s.dim + tn - 1) / tn};
-  int64_t most_strips = M * s.kv_heads, most_part = M * s.heads * kMaxChunks * (s.head_dim + 2);
-  for (int64_t n : strips) {
-    most_strips = std::max(most_strips, n);
-    most_part = std::max(most_part, n * kMaxSplits * M * tn);
-  }
-  Layout l{};
-  uint64_t at = 0;
-  auto take = [&](uint64_t bytes) {
-    const uint64_t o = at;
-    at += (bytes + 255) / 256 * 256;
-    return o;
-  };
-  l.counters = most_strips;
-  l.sync = take(static_cast<uint64_t>(2 + most_strips) * 4);
-  l.sum1 = take(M * s.dim * es);
-  l.q = take(M * s.heads * s.head_dim * es);
-  l.k = take(M * s.kv_heads * s.head_dim * es);
-  l.v = take(M * s.kv_heads * s.head_dim * es);
-  l.attn = take(M * s.heads * s.head_dim * es);
-  l.h = take(M * s.ffn * es);
-  l.part = take(static_cast<uint64_t>(most_part) * 4);
-  l.bytes = at;
-  return l;
+/// The workspace's rules (zk/cuda_workspace.h, which the plan emitter shares) for a shape.
+workspace::DecodeLayerDims dims_of(const DecodeLayerShape &s) {
+  return {s.rows, s.dim, s.heads, s.kv_heads, s.head_dim, s.ffn, static_cast<int64_t>(dtype_size(s.dtype))};
+}
+/// The sync words' bytes where they open the workspace (no DecodeLayerArgs::sync), 256-byte aligned.
+uint64_t sync_bytes_of(const DecodeLayerShape &s) {
+  return (workspace::decode_layer_sync_words(dims_of(s)) * 4 + 255) / 256 * 256;
 }
 
 /// The attention phase's shared memory (attention_phase's layout) for T of es bytes.
@@ -840,18 +816,24 @@ cudaError_t launch_layer(Params p, size_t region, const DecodeLayerLaunch &how, 
 
 }  // namespace
 
-uint64_t decode_layer_workspace(const DecodeLayerShape &shape) { return layout_of(shape).bytes; }
+uint64_t decode_layer_workspace(const DecodeLayerShape &shape) {
+  return sync_bytes_of(shape) + workspace::decode_layer(dims_of(shape));
+}
 
 DecodeLayerOffsets decode_layer_offsets(const DecodeLayerShape &shape) {
-  const Layout l = layout_of(shape);
+  const workspace::DecodeLayerParts l = workspace::decode_layer_parts(dims_of(shape));
   DecodeLayerOffsets o;
-  o.sync_bytes = (static_cast<uint64_t>(2 + l.counters) * 4 + 255) / 256 * 256;
-  o.sum1 = l.sum1, o.q = l.q, o.k = l.k, o.v = l.v, o.attn = l.attn, o.h = l.h;
+  o.sync_bytes = sync_bytes_of(shape);
+  o.sum1 = o.sync_bytes + l.sum1, o.q = o.sync_bytes + l.q, o.k = o.sync_bytes + l.k;
+  o.v = o.sync_bytes + l.v, o.attn = o.sync_bytes + l.attn, o.h = o.sync_bytes + l.h;
   return o;
 }
 
-GpuStatus decode_layer(const DecodeLayerArgs &a, void *workspace, uint64_t workspace_bytes, cudaStream_t stream,
-                       const DecodeLayerLaunch &how) {
+namespace {
+
+/// decode_layer's checks of its operands, then (launch) its launch.
+GpuStatus check_or_launch(const DecodeLayerArgs &a, void *workspace, uint64_t workspace_bytes, cudaStream_t stream,
+                          const DecodeLayerLaunch &how, bool launch) {
   const DType t = a.x.dtype;
   if (t != DType::f32 && t != DType::bf16 && t != DType::f16) return kernel_failure("decode_layer: x must be f32, bf16 or f16");
   const Dims &xs = a.x.shape;
@@ -871,7 +853,8 @@ GpuStatus decode_layer(const DecodeLayerArgs &a, void *workspace, uint64_t works
     return w.dtype == t && w.shape.rank == 2 && w.shape.d[0] == k && w.shape.d[1] == n;
   };
   auto is_vec = [&](const In &v, int64_t n) { return v.dtype == t && v.shape.numel() == n; };
-  if (a.residual.dtype != t || a.residual.shape != xs) return kernel_failure("decode_layer: residual must be x's shape and dtype");
+  if (a.residual.data && (a.residual.dtype != t || a.residual.shape != xs))
+    return kernel_failure("decode_layer: residual must be x's shape and dtype");
   if (!is_vec(a.norm1, d) || !is_vec(a.norm2, d)) return kernel_failure("decode_layer: norm1 and norm2 must be [d] of x's dtype");
   if (!is_mat(a.wq, d, Hq * Dh) || !is_mat(a.wk, d, Hkv * Dh) || !is_mat(a.wv, d, Hkv * Dh))
     return kernel_failure("decode_layer: wq, wk, wv must be [d, heads x head_dim], [d, kv_heads x head_dim] x 2");
@@ -892,7 +875,7 @@ GpuStatus decode_layer(const DecodeLayerArgs &a, void *workspace, uint64_t works
   const void *const operands[] = {a.x.data,     a.residual.data, a.norm1.data,     a.norm2.data,        a.wq.data,
                                    a.wk.data,    a.wv.data,       a.wo.data,        a.w_gate.data,       a.w_up.data,
                                    a.w_down.data, a.k_cache.data, a.v_cache.data,   a.out.data,          a.residual_out.data,
-                                   workspace};
+                                   workspace,    a.sync};
   for (const void *ptr : operands)
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return kernel_failure("decode_layer: every operand and the workspace must be 16-byte aligned");
   if (M * std::max({d, F, Hq * Dh}) * static_cast<int64_t>(dtype_size(t)) > 64 * 1024)
@@ -900,10 +883,14 @@ GpuStatus decode_layer(const DecodeLayerArgs &a, void *workspace, uint64_t works
   if (M * Hkv * L * Dh >= (int64_t{1} << 40) || d * std::max(F, Hq * Dh) >= (int64_t{1} << 31) ||
       M * F * kMaxSplits * 2 >= (int64_t{1} << 31))
     return kernel_failure("decode_layer: shapes beyond the kernel's 32-bit element indices");
+  if (!launch) return {};
   const DecodeLayerShape shape{t, M, d, Hq, Hkv, Dh, F, L};
-  const Layout l = layout_of(shape);
-  if (!workspace || workspace_bytes < l.bytes)
-    return kernel_failure("decode_layer: the workspace is smaller than decode_layer_workspace(...)");
+  const workspace::DecodeLayerParts l = workspace::decode_layer_parts(dims_of(shape));
+  // The sync words: the caller's (the plan's zero-initialised state), or the workspace's first bytes.
+  const uint64_t sync_room = a.sync ? 0 : sync_bytes_of(shape);
+  if (!workspace || workspace_bytes < sync_room + l.bytes)
+    return kernel_failure(a.sync ? "decode_layer: the workspace is smaller than workspace::decode_layer(...)"
+                                 : "decode_layer: the workspace is smaller than decode_layer_workspace(...)");
   const int sms = sm_count();
   if (sms < 1) return kernel_failure("decode_layer: no CUDA device to size the grid on");
 
@@ -912,13 +899,16 @@ GpuStatus decode_layer(const DecodeLayerArgs &a, void *workspace, uint64_t works
   p.x = a.x.data, p.res = a.residual.data, p.g1 = a.norm1.data, p.g2 = a.norm2.data;
   p.cos = a.cos.data, p.sin = a.sin.data, p.pos = static_cast<const int64_t *>(a.pos.data);
   p.k_cache = a.k_cache.data, p.v_cache = a.v_cache.data, p.out = a.out.data, p.res_out = a.residual_out.data;
-  p.sync = reinterpret_cast<unsigned *>(ws + l.sync);
-  p.sum1 = ws + l.sum1, p.q = ws + l.q, p.k = ws + l.k, p.v = ws + l.v, p.attn = ws + l.attn, p.h = ws + l.h;
+  p.sync = a.sync ? static_cast<unsigned *>(a.sync) : reinterpret_cast<unsigned *>(ws);
+  ws += sync_room;
+  // Without a residual, sum1 is x itself (a first layer: the norm of the embedding, no add).
+  p.sum1 = a.residual.data ? static_cast<void *>(ws + l.sum1) : const_cast<void *>(a.x.data);
+  p.q = ws + l.q, p.k = ws + l.k, p.v = ws + l.v, p.attn = ws + l.attn, p.h = ws + l.h;
   p.part = reinterpret_cast<float *>(ws + l.part);
   p.M = static_cast<int>(M), p.d = static_cast<int>(d), p.Hq = static_cast<int>(Hq), p.Hkv = static_cast<int>(Hkv);
   p.Dh = static_cast<int>(Dh), p.F = static_cast<int>(F), p.L = static_cast<int>(L), p.tb = static_cast<int>(ts.d[0]);
   p.tt = a.cos.dtype;
-  p.eps = a.eps, p.scale = a.scale, p.act = static_cast<int>(a.act);
+  p.eps = a.eps, p.scale = a.scale, p.act = static_cast<int>(a.act), p.early = a.early ? 1 : 0;
   p.stamps = how.stamps;
   const size_t es = dtype_size(t);
   const int64_t tn = strip_cols(es, false);
@@ -963,6 +953,17 @@ GpuStatus decode_layer(const DecodeLayerArgs &a, void *workspace, uint64_t works
   if (!why.empty()) return kernel_failure(why.c_str());
   ZK_CUDA_TRY(e);
   return {};
+}
+
+}  // namespace
+
+GpuStatus decode_layer_check(const DecodeLayerArgs &args) {
+  return check_or_launch(args, nullptr, 0, nullptr, DecodeLayerLaunch{}, false);
+}
+
+GpuStatus decode_layer(const DecodeLayerArgs &args, void *workspace, uint64_t workspace_bytes, cudaStream_t stream,
+                       const DecodeLayerLaunch &how) {
+  return check_or_launch(args, workspace, workspace_bytes, stream, how, true);
 }
 
 }  // namespace cuda

@@ -30,6 +30,12 @@ inline zk::In opt_in(const Step &s, size_t i) { return i < s.inputs.size() ? in_
 /// Output i of step s, or an absent optional result (no data) where the step has fewer.
 inline zk::Out opt_out(const Step &s, size_t i) { return i < s.outputs.size() ? out_of(s.outputs[i]) : zk::Out{}; }
 
+/// decode_layer's operands (plan 2.17, zrt/ops.def), the residual absent where the step has none.
+inline zk::cpu::DecodeLayerIn decode_layer_in(const Step &s) {
+  auto i = [&](size_t k) { return in_of(s.inputs[k]); };
+  return {i(0), opt_in(s, 16), i(4), i(5), i(6), i(7), i(8), i(9), i(10), i(11), i(12), i(13), i(14), i(15)};
+}
+
 /// local_slice's slice bounds: the starts (rank values), then the steps (rank values, all 1). This tp rank's
 /// part along dim ints[0] starts at tp_index * the part's size; every other dim is whole.
 inline std::vector<int64_t> local_slice_bounds(const Step &s, int tp_index) {

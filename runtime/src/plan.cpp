@@ -713,6 +713,48 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
       return {};
     }
     case OpCategory::state_write: {
+      if (op == Op::decode_layer) {
+        // Plan 2.17 (ops.def): a decoder layer at decode.
+        const Shape &x = I(0).shape, &c = I(1).shape;
+        const DType e = I(0).dtype;
+        if (!is_fl(e)) return bad("x must be a float dtype");
+        if (x.size() < 2 || x.size() > 3 || (x.size() == 3 && x[1] != 1))
+          return bad("x must be [B, d] or [B, 1, d], got " + shape_str(x));
+        if (c.size() != 4 || I(2).shape != c || c[0] != x[0] || c[1] < 1 || c[3] < 2 || c[3] % 2 != 0)
+          return bad("the caches must be one shape [B, Hkv, L, Dh] with x's B and an even Dh, got " + shape_str(c));
+        const int64_t d = x.back(), hkv = c[1], dh = c[3];
+        auto mat = [&](size_t i, int64_t k, int64_t n) {
+          const Shape &w = I(i).shape;
+          return I(i).dtype == e && w.size() == 2 && w[0] == k && (n < 0 || w[1] == n);
+        };
+        if (!mat(8, d, -1) || I(8).shape[1] % dh != 0) return bad("wq must be [d, heads x Dh] of x's dtype");
+        const int64_t hq = I(8).shape[1] / dh;
+        if (hq % hkv != 0)
+          return bad("query heads (" + std::to_string(hq) + ") are not a multiple of kv heads (" + std::to_string(hkv) + ")");
+        if (!mat(9, d, hkv * dh) || !mat(10, d, hkv * dh)) return bad("wk and wv must be [d, kv_heads x Dh]");
+        if (!mat(11, hq * dh, d)) return bad("wo must be [heads x Dh, d]");
+        if (!mat(13, d, -1)) return bad("w_gate must be [d, ffn]");
+        const int64_t f = I(13).shape[1];
+        if (!mat(14, d, f) || !mat(15, f, d)) return bad("w_up must be w_gate's shape and w_down [ffn, d]");
+        for (size_t i : {size_t{7}, size_t{12}})
+          if (I(i).dtype != e || I(i).shape != Shape{d}) return bad("norm1 and norm2 must be [d] of x's dtype");
+        if (I(1).dtype != e || I(2).dtype != e) return bad("the caches must be x's dtype");
+        if (ins.size() > 16 && ins[16] >= 0 && (I(16).shape != x || I(16).dtype != e))
+          return bad("residual must be x's shape and dtype");
+        if (Ok(0).shape != x || Ok(0).dtype != e || Ok(1).shape != x || Ok(1).dtype != e)
+          return bad("out and residual_out must be x's shape and dtype");
+        const Shape &t = I(5).shape;
+        if (I(6).shape != t || I(6).dtype != I(5).dtype || !is_fl(I(5).dtype) || t.size() != 4 ||
+            (t[0] != 1 && t[0] != x[0]) || t[1] != 1 || t[2] != 1 || t[3] != dh)
+          return bad("cos and sin must be one float dtype [1 or B, 1, 1, Dh], got " + shape_str(t));
+        if (I(4).shape != Shape{x[0]} || I(4).dtype != DType::i64) return bad("pos must be i64 [B]");
+        if (I(3).shape.size() != 1 || I(3).dtype != DType::i32) return bad("sync must be i32 [n]");
+        const int64_t act = ints(0);
+        if (act != static_cast<int64_t>(Op::silu) && act != static_cast<int64_t>(Op::gelu_tanh) &&
+            act != static_cast<int64_t>(Op::gelu_erf))
+          return bad("act must be the opcode of silu, gelu_tanh or gelu_erf, got " + std::to_string(act));
+        return {};
+      }
       if (op == Op::rope_kv_write || op == Op::rope_attention) {
         const Shape &q = I(0).shape, &k = I(1).shape, &c = I(5).shape, &t = I(3).shape;
         if (q.size() != 4 || k.size() != 4 || c.size() != 4) return bad("q, k and the caches must be rank 4");

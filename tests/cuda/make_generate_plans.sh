@@ -2,7 +2,7 @@
 # Compiles, on this machine (the GPU machine has no MLIR), the generation plans that tests/cuda/generate_bench.sh
 # runs on the GPU machine, into OUTDIR (default .gpu-gen at the repository root; add /.gpu-gen/ to
 # .git/info/exclude). The device call carries OUTDIR and .gpu-deps (scripts/gpu-deps.sh):
-#   tests/cuda/make_generate_plans.sh [OUTDIR] [--7b] [--fused] [--stream]
+#   tests/cuda/make_generate_plans.sh [OUTDIR] [--7b] [--fused] [--stream] [--layer]
 # llama-1b (tests/models/bench, graph only: the weights are drawn at load time with zrun --init random), bf16,
 # --target cuda, --max-seq 768 (a 512-token prompt and 256 new tokens), one plan per batch size 1, 8 and 64.
 # --fused adds llama-1b-b1-fused and -b8-fused (--decode-fusion on). --stream adds, for
@@ -10,17 +10,20 @@
 # earlier few-row kernels), -b1-od (--few-rows-max-bytes 64 MiB: o and down on the streaming kernel too), the
 # fp32 test llama at batch 1 and 2 for the greedy check against Hugging Face (check/llama-b1, -b2), and with
 # ZPLAN_MAIN=ZPLAN (another build's zplan, main's before the change under test) llama-1b-b1-main and -b8-main.
+# --layer adds llama-1b-b1-layer and -b4-layer (--decode-layer on: one decode_layer step, the persistent kernel,
+# a layer) and -b4 (the default steps at batch 4), for tests/cuda/decode_layer_gpu.sh.
 # --7b adds llama2-7b at tp 2 (the same batches) and at batch 64 with --offload-param cpu.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 zplan=${ZPLAN:-$top/build/bin/zplan}
 out=$top/.gpu-gen
-big=0 fused=0 stream=0
+big=0 fused=0 stream=0 layer=0
 for a in "$@"; do
   case $a in
     --7b) big=1 ;;
     --fused) fused=1 ;;
     --stream) stream=1 ;;
+    --layer) layer=1 ;;
     -*) echo "make_generate_plans: unknown flag $a" >&2; exit 2 ;;
     *) out=$a ;;
   esac
@@ -45,6 +48,12 @@ done
 if [[ $fused == 1 ]]; then
   for b in 1 8; do
     c llama-1b-b$b-fused.zplan llama-1b --batch $b --decode-fusion on
+  done
+fi
+if [[ $layer == 1 ]]; then
+  c llama-1b-b4.zplan llama-1b --batch 4
+  for b in 1 4; do
+    c llama-1b-b$b-layer.zplan llama-1b --batch $b --decode-layer on
   done
 fi
 if [[ $stream == 1 ]]; then

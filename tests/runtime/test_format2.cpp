@@ -141,3 +141,70 @@ TEST(Format2, RopeAttention) {
   expect_reject(verify(with(3, {0.35})), "query heads (3) are not a multiple of kv heads (2)");
   expect_reject(verify(with(4, {})), "has 0 floats, expects 1");
 }
+
+// Plan 2.17: decode_layer writes the two caches and the sync state in place (outputs 2, 3, 4 over inputs 1, 2, 3),
+// takes an optional residual (input 16), one int (the activation's opcode) and two floats (epsilon, scale), and
+// checks the layer's shapes against one another: x [B, 1, d], caches [B, Hkv, L, Dh], wq [d, Hq Dh] with Hq a
+// multiple of Hkv, wo [Hq Dh, d], w_gate and w_up [d, F], w_down [F, d], norms [d], tables [1 or B, 1, 1, Dh].
+TEST(Format2, DecodeLayer) {
+  struct Case {
+    int64_t hq = 4, wo_rows = 32, down_cols = 16, table_dh = 8;
+    bool residual = true, sync_i32 = true;
+    int64_t act = static_cast<int64_t>(zrt::Op::silu);
+    std::vector<double> floats = {1e-5, 0.35};
+  };
+  auto with = [](const Case &c) {
+    PlanBuilder p{1, 1};
+    const int kc = p.state_tensor("kv_cache.0.k", fb::StateKind::kv_cache, "", fb::DType::f32, {2, 2, 16, 8});
+    const int vc = p.state_tensor("kv_cache.0.v", fb::StateKind::kv_cache, "", fb::DType::f32, {2, 2, 16, 8});
+    const int sync = p.state_tensor("decode_layer.sync", fb::StateKind::scalar, "",
+                                    c.sync_i32 ? fb::DType::i32 : fb::DType::f32, {8});
+    p.program_name = "decode";
+    const int d = 16, f = 24;
+    uint64_t at = 0;
+    auto param = [&](const std::string &n, const Shape &shape) {
+      const int t = p.param(n, shape, -1, false, "w.bin", at);
+      at += static_cast<uint64_t>(numel(shape)) * 4;
+      return t;
+    };
+    auto w = [&](const std::string &n, int64_t k, int64_t m) { return param(n, {k, m}); };
+    const int x = p.input("x", fb::DType::f32, {2, 1, d}, false);
+    const int r = p.input("r", fb::DType::f32, {2, 1, d}, false);
+    const int pos = p.input("pos", fb::DType::i64, {2}, false);
+    const int cs = p.input("cos", fb::DType::f32, {1, 1, 1, c.table_dh}, false);
+    const int sn = p.input("sin", fb::DType::f32, {1, 1, 1, c.table_dh}, false);
+    const int n1 = param("n1", {d}), n2 = param("n2", {d});
+    const int wq = w("wq", d, c.hq * 8), wk = w("wk", d, 16), wv = w("wv", d, 16), wo = w("wo", c.wo_rows, d);
+    const int wg = w("wg", d, f), wu = w("wu", d, f), wd = w("wd", f, c.down_cols);
+    const int y = p.output("y", {2, 1, d}, false), s = p.output("s", {2, 1, d}, false);
+    std::vector<int32_t> in = {x, kc, vc, sync, pos, cs, sn, n1, wq, wk, wv, wo, n2, wg, wu, wd};
+    if (c.residual) in.push_back(r);
+    p.op(zrt::Op::decode_layer, in, {y, s, kc, vc, sync}, {c.act}, c.floats);
+    return p;
+  };
+  EXPECT_TRUE(verify(with({})).ok()) << verify(with({})).message();
+  Case none;
+  none.residual = false;
+  EXPECT_TRUE(verify(with(none)).ok()) << verify(with(none)).message();
+  Case heads;
+  heads.hq = 3, heads.wo_rows = 24;
+  expect_reject(verify(with(heads)), "query heads (3) are not a multiple of kv heads (2)");
+  Case wo;
+  wo.wo_rows = 16;
+  expect_reject(verify(with(wo)), "wo must be [heads x Dh, d]");
+  Case down;
+  down.down_cols = 8;
+  expect_reject(verify(with(down)), "w_up must be w_gate's shape and w_down [ffn, d]");
+  Case table;
+  table.table_dh = 4;
+  expect_reject(verify(with(table)), "cos and sin must be one float dtype [1 or B, 1, 1, Dh]");
+  Case sync;
+  sync.sync_i32 = false;
+  expect_reject(verify(with(sync)), "sync must be i32 [n]");
+  Case act;
+  act.act = static_cast<int64_t>(zrt::Op::relu);
+  expect_reject(verify(with(act)), "act must be the opcode of silu, gelu_tanh or gelu_erf");
+  Case floats;
+  floats.floats = {1e-5};
+  expect_reject(verify(with(floats)), "has 1 floats, expects 2");
+}

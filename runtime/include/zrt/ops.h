@@ -35,6 +35,8 @@ const char *op_category_name(OpCategory c);
 #define ZRT_NOT_IN_PLACE 0u
 #define ZRT_IN_PLACE(a, b, c) \
   (static_cast<uint32_t>((a) + 1) | (static_cast<uint32_t>((b) + 1) << 4) | (static_cast<uint32_t>((c) + 1) << 8))
+/// Result k written in place over operand src (k < 8, src < 15), for results past the third; or them together.
+#define ZRT_IN_PLACE_AT(k, src) (static_cast<uint32_t>((src) + 1) << (4 * (k)))
 
 /// Every opcode by name; the values are the numbers stored in plan files.
 enum class Op : uint16_t {

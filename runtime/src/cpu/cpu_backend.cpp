@@ -102,6 +102,7 @@ class CpuBackend final : public Backend {
         case Op::rope_attention:
           n = zk::cpu::rope_attention_scratch(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[5]));
           break;
+        case Op::decode_layer: n = zk::cpu::decode_layer_scratch(decode_layer_in(s), in_of(s.inputs[1])); break;
         default: break;
       }
       need = std::max(need, n);
@@ -303,6 +304,11 @@ class CpuBackend final : public Backend {
         return rope_attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), in_of(s.inputs[3]),
                               in_of(s.inputs[4]), in_of(s.inputs[7]), out_of(s.outputs[0]), out_of(s.outputs[1]),
                               out_of(s.outputs[2]), static_cast<float>(s.floats[0]), scratch);
+      case Op::decode_layer:
+        // Plan 2.17: a decoder layer at decode, as the steps it replaces (the sync state is the GPU kernel's).
+        return decode_layer(decode_layer_in(s), out_of(s.outputs[2]), out_of(s.outputs[3]), out_of(s.outputs[0]),
+                            out_of(s.outputs[1]), static_cast<Unary>(s.ints[0]), static_cast<float>(s.floats[0]),
+                            static_cast<float>(s.floats[1]), scratch);
       case Op::argmax: return argmax(in_of(s.inputs[0]), out_of(s.outputs[0]));
       case Op::take_rows: return take_rows(in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]));
       case Op::release: return {};

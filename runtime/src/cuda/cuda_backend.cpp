@@ -116,6 +116,38 @@ using zk::cuda::Epilogue;
 /// packing ints.
 constexpr size_t kAttentionKernelInt = 11;
 
+/// decode_layer's sizes (plan 2.17, zrt/ops.def): x [B, (1,) d], the caches [B, Hkv, L, Dh], wq [d, Hq Dh],
+/// w_gate [d, F]; the plan's verifier has checked them.
+zk::cuda::workspace::DecodeLayerDims decode_layer_dims(const Step &s) {
+  const TensorRef &x = s.inputs[0], &c = s.inputs[1];
+  const int64_t d = x.shape[x.rank - 1], dh = c.shape[3];
+  return {x.numel() / d, d, s.inputs[8].shape[1] / dh, c.shape[1], dh, s.inputs[13].shape[1],
+          static_cast<int64_t>(dtype_size(x.dtype))};
+}
+
+/// decode_layer's kernel arguments (zk::cuda::decode_layer): the rows of x, the residual and the results as
+/// [B, d]; the sync state's words. `early`: the weights may be read before the previous kernel has finished.
+zk::cuda::DecodeLayerArgs decode_layer_args(const Step &s, bool early) {
+  const zk::cpu::DecodeLayerIn a = decode_layer_in(s);
+  const zk::cuda::workspace::DecodeLayerDims dims = decode_layer_dims(s);
+  auto rows = [&](auto t) {
+    if (t.data) t.shape = zk::Dims{dims.rows, dims.dim};
+    return t;
+  };
+  zk::cuda::DecodeLayerArgs g;
+  g.x = rows(a.x), g.residual = rows(a.residual);
+  g.norm1 = a.norm1, g.norm2 = a.norm2, g.wq = a.wq, g.wk = a.wk, g.wv = a.wv, g.wo = a.wo;
+  g.w_gate = a.w_gate, g.w_up = a.w_up, g.w_down = a.w_down, g.cos = a.cos, g.sin = a.sin, g.pos = a.pos;
+  g.k_cache = out_of(s.outputs[2]), g.v_cache = out_of(s.outputs[3]);
+  g.out = rows(out_of(s.outputs[0])), g.residual_out = rows(out_of(s.outputs[1]));
+  g.sync = s.outputs[4].data;
+  g.heads = dims.heads;
+  g.eps = static_cast<float>(s.floats[0]), g.scale = static_cast<float>(s.floats[1]);
+  g.act = static_cast<zk::cpu::Unary>(s.ints[0]);
+  g.early = early;
+  return g;
+}
+
 /// Bytes of device workspace a training or run-time kernel needs for this step (0 for every other op).
 size_t kernel_workspace(const Step &s) {
   switch (s.op) {
@@ -136,6 +168,7 @@ size_t kernel_workspace(const Step &s) {
       return zk::cuda::workspace::rope_attention(q.shape.d[0], q.shape.d[1], q.shape.d[2], q.shape.d[3],
                                                  k.shape.d[1], k.shape.d[2], static_cast<int64_t>(dtype_size(q.dtype)));
     }
+    case Op::decode_layer: return zk::cuda::workspace::decode_layer(decode_layer_dims(s));
     default: return 0;
   }
 }
@@ -156,7 +189,8 @@ int class_of(Op op) {
     case Op::attention:
     case Op::attention_grad:
     case Op::cached_attention:
-    case Op::rope_attention: return 1;
+    case Op::rope_attention:
+    case Op::decode_layer: return 1;
     case Op::softmax:
     case Op::layer_norm:
     case Op::rms_norm:
@@ -329,7 +363,7 @@ class CudaBackend final : public Backend {
       const auto op = s.op;
       gemm = gemm || op == Op::matmul || op == Op::linear || op == Op::linear_gelu || op == Op::linear_residual ||
              op == Op::linear_multi ||
-             op == Op::linear_gated || op == Op::norm_products;
+             op == Op::linear_gated || op == Op::norm_products || op == Op::decode_layer;
       kernel_ws = std::max(kernel_ws, kernel_workspace(s));
     }
     find_early_ropes(steps);
@@ -356,6 +390,7 @@ class CudaBackend final : public Backend {
             written.emplace_back(
                 b, b + std::max<uint64_t>(o.bytes, static_cast<uint64_t>(o.numel()) * dtype_size(o.dtype)));
           }
+      written_ = written;
       blas_->set_written_ranges(std::move(written));
       ZRT_CUDA_CHECK(cudaMalloc(&workspace_, zk::cuda::kGemmWorkspaceBytes));
       workspace_bytes_ = zk::cuda::kGemmWorkspaceBytes;
@@ -364,6 +399,7 @@ class CudaBackend final : public Backend {
     }
     // One workspace for the training kernels: compute steps run one at a time on the compute stream.
     if (kernel_ws) {
+      kernel_ws_bytes_ = kernel_ws;
       ZRT_CUDA_CHECK(cudaMalloc(&kernel_ws_, kernel_ws));
       scratch += kernel_ws;
       allocated_ += kernel_ws;
@@ -600,6 +636,18 @@ class CudaBackend final : public Backend {
     }
   }
 
+  /// Whether no step of the plan writes any of inputs [first, last) of `s` (prepare's written ranges): a kernel
+  /// may then read them before the previous kernel on the stream has finished.
+  bool weights_unwritten(const Step &s, size_t first, size_t last) const {
+    for (size_t i = first; i < last && i < s.inputs.size(); ++i) {
+      const TensorRef &t = s.inputs[i];
+      const uintptr_t b = reinterpret_cast<uintptr_t>(t.data), e = b + t.bytes;
+      for (const auto &[wb, we] : written_)
+        if (b < we && wb < e) return false;
+    }
+    return true;
+  }
+
   Status check_supported(const Step &s) const {
     const auto op = s.op;
     const int v = static_cast<int>(s.op);
@@ -615,6 +663,21 @@ class CudaBackend final : public Backend {
                                               "') reads host tensor " + std::to_string(t.index) +
                                               " directly; only prefetch may (the plan must prefetch it first)");
     if (op == Op::attention && s.ints.size() > kAttentionKernelInt) return check_attention_kernel(s);
+    if (op == Op::decode_layer) return check_decode_layer(s);
+    return {};
+  }
+
+  /// A decode_layer step (plan 2.17) runs the persistent kernel, which takes at most 4 rows, head dim 64 or
+  /// 128 ... (zk::cuda::decode_layer_check): a plan with a layer it does not take (compiled for another target)
+  /// fails here, before anything runs; and its sync state must hold the kernel's counts.
+  Status check_decode_layer(const Step &s) const {
+    const std::string at = "cuda backend: instruction " + std::to_string(s.index) + " ('" + s.name + "'): ";
+    const uint64_t words = zk::cuda::workspace::decode_layer_sync_words(decode_layer_dims(s));
+    if (static_cast<uint64_t>(s.inputs[3].numel()) < words)
+      return error(Code::backend_error, at + "the sync state holds " + std::to_string(s.inputs[3].numel()) +
+                                            " words, the persistent layer kernel needs " + std::to_string(words));
+    if (zk::cuda::GpuStatus g = zk::cuda::decode_layer_check(decode_layer_args(s, false)); !g.ok())
+      return error(Code::backend_error, at + g.message + " (recompile the plan with zplan --target cuda)");
     return {};
   }
 
@@ -968,6 +1031,12 @@ class CudaBackend final : public Backend {
                                          static_cast<float>(s.floats[0]), kernel_ws_,
                                          early_ropes_.count(s.inputs[5].data) > 0, st));
         return {};
+      case Op::decode_layer:
+        // Plan 2.17: one persistent kernel for the layer (kernels/cuda/decode_layer.cu); its first weight loads
+        // before the wait for the previous kernel where no step writes the weights.
+        ZRT_GPU_CHECK(zc::decode_layer(decode_layer_args(s, weights_unwritten(s, 8, 16)), kernel_ws_, kernel_ws_bytes_,
+                                       st));
+        return {};
       case Op::cached_attention:
         // The decode kernel (kernels/cuda/decode_attention.cu) where it applies, else the simple exact one.
         if (zc::decode_attention_supported(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
@@ -1002,6 +1071,10 @@ class CudaBackend final : public Backend {
   void *kernel_ws_ = nullptr;  // the training kernels' workspace (kernel_workspace), sized in prepare()
   /// find_early_ropes: the k caches of the rope_attention steps that load before the wait.
   std::unordered_set<const void *> early_ropes_;
+  /// The kernel workspace's bytes (kernel_ws_).
+  size_t kernel_ws_bytes_ = 0;
+  /// The device bytes the plan's steps write (prepare), for the kernels that may read a weight early.
+  std::vector<std::pair<uintptr_t, uintptr_t>> written_;
   // CUDA graph state.
   bool graph_wanted_ = false, graph_ok_ = false, capturing_ = false;
   bool capture_forbidden_ = false;  // the plan has NVMe transfers (disallow_capture)

@@ -245,6 +245,17 @@ Result cached_attention(const In &q, const In &k, const In &v, const In &pos, co
 size_t rope_attention_scratch(const In &q, const In &k, const In &k_cache);
 Result rope_attention(const In &q, const In &k, const In &v, const In &cos, const In &sin, const In &pos,
                       const Out &out, const Out &k_cache, const Out &v_cache, float scale, float *scratch);
+/// A llama-style decoder layer of a decode step (plan op decode_layer, plan 2.17): sum1 = x + residual (no
+/// residual: sum1 = x), q/k/v of its RMS norm, rope_kv_write into the caches, cached_attention, o, then
+/// residual_out = sum1 + o and out = the gated MLP of its RMS norm. The composition of the kernels of the steps
+/// it replaces, in their order, so that it rounds as they do. x [B, d] or [B, 1, d]; the caches [B, Hkv, L, Dh];
+/// weights W [K, N]. Scratch: decode_layer_scratch floats.
+struct DecodeLayerIn {
+  In x, residual, pos, cos, sin, norm1, wq, wk, wv, wo, norm2, w_gate, w_up, w_down;
+};
+size_t decode_layer_scratch(const DecodeLayerIn &a, const In &k_cache);
+Result decode_layer(const DecodeLayerIn &a, const Out &k_cache, const Out &v_cache, const Out &out,
+                    const Out &residual_out, Unary act, float eps, float scale, float *scratch);
 /// out [...] (i64) = the first index of the maximum of each last-axis row of x [..., V]; NaN wins.
 Result argmax(const In &x, const Out &out);
 /// out [B, ...] = x[b, index[b]] for x [B, S, ...], index [B] (i64) in [0, S).

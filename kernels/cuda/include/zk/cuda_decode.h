@@ -43,7 +43,8 @@ GpuStatus rope_attention(const In &q, const In &k, const In &v, const In &cos, c
 ///   o = attn wo                                                                            (linear)
 ///   residual_out = o + sum1; n2 = rms_norm(residual_out) * norm2; h = act(n2 wg) * (n2 wu)  (norm_products)
 ///   out = h w_down                                                                         (linear)
-/// Layer l + 1 takes x = out and residual = residual_out of layer l.
+/// Layer l + 1 takes x = out and residual = residual_out of layer l. A residual without data: no add (sum1 = x),
+/// as a first layer's norm of the embedding.
 struct DecodeLayerArgs {
   In x, residual;             // [M, d]
   In norm1, norm2;            // [d]
@@ -54,6 +55,12 @@ struct DecodeLayerArgs {
   In wo;                      // [heads x Dh, d]
   In w_gate, w_up, w_down;    // [d, ffn], [d, ffn], [ffn, d]
   Out out, residual_out;      // [M, d]
+  // The grid barrier's and the counts' words (workspace::decode_layer_sync_words), zero before the first launch
+  // and left zero by each; null: they open the workspace (decode_layer_workspace counts them).
+  void *sync = nullptr;
+  // Whether the first weight pieces may be read before the previous kernel on the stream has finished: only
+  // where no kernel writes the weights (resident inference weights; not ZeRO-gathered or prefetched ones).
+  bool early = false;
   int64_t heads = 0;          // query heads (kv_heads, L and Dh are the caches')
   int64_t kv_heads = 0;       // 0: the caches'
   float eps = 1e-5f, scale = 0.125f;
@@ -97,6 +104,9 @@ struct DecodeLayerLaunch {
 /// elements within 64 KiB; every operand 16-byte aligned.
 GpuStatus decode_layer(const DecodeLayerArgs &args, void *workspace, uint64_t workspace_bytes, cudaStream_t stream,
                        const DecodeLayerLaunch &launch = {});
+/// decode_layer's checks of the operands alone (dtypes, shapes, alignment, limits), as a plan's loader makes
+/// them before anything runs; the workspace and the grid are checked at the launch.
+GpuStatus decode_layer_check(const DecodeLayerArgs &args);
 
 }  // namespace cuda
 }  // namespace zk

@@ -87,6 +87,61 @@ inline uint64_t rope_attention(int64_t batch, int64_t heads, int64_t queries, in
          cached_attention(batch, heads, queries, head_dim, kv_heads, cache_len);
 }
 
+/// decode_layer (kernels/cuda/decode_layer.cu, plan 2.17): the rows x d etc. of one decoder layer at decode, in
+/// the storage dtype of `elem_bytes`. The kernel's constants that its workspace depends on: a product's strip is
+/// 8 threads x 16 bytes of weight columns (half of them a gated strip's outputs), its K split at most
+/// kDecodeLayerMaxSplits slabs; a (row, K/V head)'s cache at most kDecodeLayerMaxChunks chunks.
+inline constexpr int64_t kDecodeLayerMaxSplits = 16;
+inline constexpr int64_t kDecodeLayerMaxChunks = 64;
+struct DecodeLayerDims {
+  int64_t rows = 1, dim = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, elem_bytes = 2;
+};
+/// Counters of the grid barrier and of the strips / heads: 32-bit words that must be zero before the first
+/// launch; every launch leaves them zero (the plan keeps them as a zero-initialised state).
+inline uint64_t decode_layer_sync_words(const DecodeLayerDims &s) {
+  const int64_t tn = 8 * (16 / s.elem_bytes);
+  const int64_t strips[4] = {(s.heads * s.head_dim + tn - 1) / tn + 2 * ((s.kv_heads * s.head_dim + tn - 1) / tn),
+                             (s.dim + tn - 1) / tn, (s.ffn + tn / 2 - 1) / (tn / 2), (s.dim + tn - 1) / tn};
+  int64_t most = s.rows * s.kv_heads;
+  for (int64_t n : strips) most = n > most ? n : most;
+  return static_cast<uint64_t>(2 + most);
+}
+/// The byte offsets of its intermediate results in the scratch workspace (each part 256-byte aligned): sum1
+/// [M, d], q [M, heads x Dh], k and v [M, kv_heads x Dh], attn [M, heads x Dh], h [M, ffn] in the storage
+/// dtype, then the fp32 partial sums of the products' K slabs and of the attention's chunks; `bytes` the whole.
+struct DecodeLayerParts {
+  uint64_t sum1 = 0, q = 0, k = 0, v = 0, attn = 0, h = 0, part = 0, bytes = 0;
+};
+inline DecodeLayerParts decode_layer_parts(const DecodeLayerDims &s) {
+  const int64_t tn = 8 * (16 / s.elem_bytes), M = s.rows;
+  const int64_t strips[4] = {(s.heads * s.head_dim + tn - 1) / tn + 2 * ((s.kv_heads * s.head_dim + tn - 1) / tn),
+                             (s.dim + tn - 1) / tn, (s.ffn + tn / 2 - 1) / (tn / 2), (s.dim + tn - 1) / tn};
+  int64_t most = M * s.heads * kDecodeLayerMaxChunks * (s.head_dim + 2);
+  for (int64_t n : strips) {
+    const int64_t p = n * kDecodeLayerMaxSplits * M * tn;
+    most = p > most ? p : most;
+  }
+  DecodeLayerParts l;
+  uint64_t at = 0;
+  auto take = [&](int64_t bytes) {
+    const uint64_t o = at;
+    at += (static_cast<uint64_t>(bytes) + 255) / 256 * 256;
+    return o;
+  };
+  const int64_t e = s.elem_bytes;
+  l.sum1 = take(M * s.dim * e);
+  l.q = take(M * s.heads * s.head_dim * e);
+  l.k = take(M * s.kv_heads * s.head_dim * e);
+  l.v = take(M * s.kv_heads * s.head_dim * e);
+  l.attn = take(M * s.heads * s.head_dim * e);
+  l.h = take(M * s.ffn * e);
+  l.part = take(most * 4);
+  l.bytes = at;
+  return l;
+}
+/// The scratch workspace's bytes (decode_layer_parts(s).bytes).
+inline uint64_t decode_layer(const DecodeLayerDims &s) { return decode_layer_parts(s).bytes; }
+
 }  // namespace zk::cuda::workspace
 
 #endif  // ZK_CUDA_WORKSPACE_H
