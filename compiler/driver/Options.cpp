@@ -708,6 +708,11 @@ std::string validateConfig(const CompileConfig &f, const CommonOptions &o,
              " ranks needs --batch (a multiple of dp)";
   } else if (f.maxSeq != 0) {
     return "--max-seq needs --generate";
+  } else {
+    // The decode program's fusions: nothing to fuse without one.
+    for (const char *flag : {"--decode-fusion", "--decode-layer"})
+      if (f.origin(flag).source != Source::Default)
+        return std::string(flag) + " needs --generate";
   }
   if (!f.train) {
     for (const OptionRow &r : table())
