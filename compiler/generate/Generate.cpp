@@ -154,28 +154,35 @@ std::string readBy(Value v) {
   return "";
 }
 
-/// Whether a position table `v` without a batch dim (its position axis first)
-/// may take one in front: every reader is a broadcasting elementwise op whose
-/// result has exactly one dim more than `v`, the batch (nanoGPT's
-/// `wte(idx) + wpe(arange(T))`), or an embedding whose rows only such ops
-/// read. Any other reader (a rotary table [S, D] against q [B, H, S, D]) would
-/// see the batch where it broadcasts another dim.
-bool batchMayLead(Value v, int64_t batch) {
+/// How many dims a position table `v` without a batch dim (its position axis
+/// first) takes in front so that each sequence reads its own rows: every
+/// reader is a broadcasting elementwise op (or a rotary reading `v` as its
+/// cos or sin) whose result has those dims more than `v`, the first of them
+/// the batch (nanoGPT's `wte(idx) + wpe(arange(T))`: one; a rotary table
+/// [S, D] against q [B, H, S, D]: two, [B, 1]), or an embedding whose rows
+/// only such readers read, all the same count. None when a reader is another
+/// op or the readers disagree.
+std::optional<int64_t> leadingDims(Value v, int64_t batch) {
   int64_t rank = rtt(v).getRank();
+  std::optional<int64_t> n;
   for (Operation *user : v.getUsers()) {
+    std::optional<int64_t> m;
     if (auto emb = dyn_cast<zg::EmbeddingOp>(user)) {
-      if (emb.getIds() != v || !batchMayLead(emb.getResult(), batch))
-        return false;
-      continue;
+      if (emb.getIds() != v)
+        return std::nullopt;
+      m = leadingDims(emb.getResult(), batch);
+    } else if (isa<zg::AddOp, zg::SubOp, zg::MulOp, zg::DivOp, zg::MaxOp,
+                   zg::MinOp>(user) ||
+               (isa<zg::RotaryOp>(user) && user->getOperand(0) != v)) {
+      auto result = rtt(user->getResult(0));
+      if (result.getRank() > rank && result.getDimSize(0) == batch)
+        m = result.getRank() - rank;
     }
-    if (!isa<zg::AddOp, zg::SubOp, zg::MulOp, zg::DivOp, zg::MaxOp,
-             zg::MinOp>(user))
-      return false;
-    auto result = rtt(user->getResult(0));
-    if (result.getRank() != rank + 1 || result.getDimSize(0) != batch)
-      return false;
+    if (!m || (n && *n != *m))
+      return std::nullopt;
+    n = m;
   }
-  return true;
+  return n;
 }
 
 /// Replaces the one-position constant `small` of the decode program by the
@@ -218,13 +225,16 @@ LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
   SmallVector<int64_t> out(s1);
   if (batch > 1 && axis == 0) {
     // No batch dim: the rows per sequence go in front, where the readers
-    // broadcast the batch.
-    if (!batchMayLead(small.getResult(), batch))
+    // broadcast the batch (and ones for the dims they broadcast between).
+    std::optional<int64_t> n = leadingDims(small.getResult(), batch);
+    if (!n)
       return small.emitError("generation: position table ")
              << shapeStr(sL) << readBy(small.getResult())
-             << " has no batch dim and a reader other than an elementwise op "
-                "that broadcasts it over one leading batch dim; per-sequence "
-                "positions need one";
+             << " has no batch dim, and its readers are not all elementwise "
+                "ops that broadcast it over the same leading dims, the batch "
+                "first (or embeddings that only such ops read); per-sequence "
+                "positions need them";
+    out.insert(out.begin(), *n - 1, 1);
     out.insert(out.begin(), batch);
   } else if (batch > 1) {
     if (s1[0] != 1 && s1[0] != batch)
@@ -652,12 +662,26 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
   SmallVector<std::pair<zg::ConstantOp, zg::ConstantOp>> tables;
   SmallVector<std::pair<zg::AttentionOp, zg::AttentionOp>> attentions;
   Block &bL = prefill.getBody().front(), &b1 = decode.getBody().front();
+  // Where each value comes from: a block argument's number, or the walk step
+  // of the op that defines it and the result's number. The two imports must
+  // wire their ops alike, with the same attributes: a recognition that
+  // matched differently at one token (a one-element position table taken for
+  // a scale) is a different graph, however alike the op names.
+  using Place = std::pair<int64_t, unsigned>;
+  DenseMap<Value, Place> placeL, place1;
+  for (BlockArgument a : bL.getArguments())
+    placeL[a] = {-1 - int64_t(a.getArgNumber()), 0};
+  for (BlockArgument a : b1.getArguments())
+    place1[a] = {-1 - int64_t(a.getArgNumber()), 0};
+  int64_t step = 0;
   auto itL = bL.begin(), it1 = b1.begin();
-  for (; itL != bL.end() && it1 != b1.end(); ++itL, ++it1) {
+  for (; itL != bL.end() && it1 != b1.end(); ++itL, ++it1, ++step) {
     // The slice of the last position, dropped at one token (the identity).
-    if (isLastPositionSlice(&*itL, maxSeq) && !isa<zg::SliceOp>(*it1) &&
-        ++itL == bL.end())
-      break;
+    if (isLastPositionSlice(&*itL, maxSeq) && !isa<zg::SliceOp>(*it1)) {
+      placeL[itL->getResult(0)] = placeL.lookup(itL->getOperand(0));
+      if (++itL == bL.end())
+        break;
+    }
     Operation &oL = *itL, &o1 = *it1;
     if (oL.getName() != o1.getName() ||
         oL.getNumOperands() != o1.getNumOperands() ||
@@ -667,6 +691,34 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
              << " has " << oL.getName()
              << "; its structure depends on the sequence length, which "
                 "generation cannot plan";
+    for (unsigned i = 0; i < o1.getNumOperands(); ++i)
+      if (placeL.lookup(oL.getOperand(i)) != place1.lookup(o1.getOperand(i)))
+        return o1.emitError("generation: operand ")
+               << i << " of " << o1.getName()
+               << " comes from another op in the graph imported at one token "
+                  "than in the graph at --max-seq "
+               << maxSeq
+               << "; its structure depends on the sequence length, which "
+                  "generation cannot plan";
+    // An attention over one position needs no causal mask: `causal` may
+    // differ.
+    auto attrs = [](Operation &op) {
+      NamedAttrList list(op.getAttrDictionary());
+      if (isa<zg::AttentionOp>(op))
+        list.erase("causal");
+      return list.getDictionary(op.getContext());
+    };
+    if (!isa<zg::ConstantOp>(o1) && attrs(oL) != attrs(o1))
+      return o1.emitError("generation: ")
+             << o1.getName() << " has the attributes " << attrs(o1)
+             << " in the graph imported at one token and " << attrs(oL)
+             << " at --max-seq " << maxSeq
+             << "; its structure depends on the sequence length, which "
+                "generation cannot plan";
+    for (unsigned r = 0; r < o1.getNumResults(); ++r) {
+      placeL[oL.getResult(r)] = {step, r};
+      place1[o1.getResult(r)] = {step, r};
+    }
     if (auto c1 = dyn_cast<zg::ConstantOp>(o1)) {
       auto cL = cast<zg::ConstantOp>(oL);
       if (c1.getType() != cL.getType())

@@ -16,6 +16,8 @@ of 8, vocabulary 64, weights from numpy's default_rng(0), inline. Folders:
   last/      as learned/ without token_type_ids, the head applied to the last position only: logits [B, 1, V]
              (the hidden states sliced at -1 along the sequence, as `logits_to_keep=1` exports do)
   gathered/  as last/, the last position taken by a Gather at -1 (`hidden[:, -1, :]`): logits [B, V]
+  rotary_table/  input_ids, attention_mask -> logits [B, S, V]: as rotary/ without position_ids, cos/sin
+             [S, 8] for arange(S), without a batch dim, broadcast by the products with q/k [B, 4, S, 8]
 
 Each folder also gets input_ids.npy (int64 [2, 8], default_rng(1)) and the onnxruntime reference of
 tests/lit/Inputs/ort_greedy.py is the oracle of the lit tests that run them (tests/lit/generate/
@@ -139,20 +141,31 @@ def learned(last=None, token_types=True):
     return g, inputs, [out]
 
 
-def rotary():
+def rotary(table=False):
     g = Graph(0)
     h = g.op("Gather", [g.w("embed", V, D, scale=0.5), "input_ids"], "tok_embed")
     m = mask(g)
-    # The angles as transformers' LlamaRotaryEmbedding computes them: inv_freq [1, 4, 1] expanded over the
-    # batch, times position_ids [B, 1, S] as floats, transposed to [B, S, 4], doubled to [B, S, 8].
-    inv = g.c((1.0 / (10000 ** (np.arange(0, DH, 2) / DH)))[None, :, None], np.float32)
-    bsz = g.op("Shape", ["input_ids"], "batch_shape", start=0, end=1)
-    inv_b = g.op("Expand", [inv, g.op("Concat", [bsz, g.c([DH // 2, 1])], "inv_shape", axis=0)], "inv_freq_expanded")
-    pos = g.op("Cast", [g.op("Unsqueeze", ["position_ids", g.c([1])], "pos_row")], "pos_float", to=F)
-    freqs = g.op("Transpose", [g.op("MatMul", [inv_b, pos], "freqs_mm")], "freqs", perm=[0, 2, 1])
-    emb = g.op("Concat", [freqs, freqs], "emb", axis=-1)
-    cos = g.op("Unsqueeze", [g.op("Cos", [emb], "cos_raw"), g.c([1])], "cos")
-    sin = g.op("Unsqueeze", [g.op("Sin", [emb], "sin_raw"), g.c([1])], "sin")
+    if table:
+        # Tables without a batch dim, as code that keeps cos/sin [S, 8] for arange(S) and lets the products
+        # broadcast them over q/k [B, 4, S, 8] has them (no position_ids input).
+        inv = g.c((1.0 / (10000 ** (np.arange(0, DH, 2) / DH)))[None, :], np.float32)
+        s = g.op("Squeeze", [g.op("Shape", ["input_ids"], "table_seq_shape", start=1, end=2)], "table_seq")
+        t = g.op("Cast", [g.op("Range", [g.c(0), s, g.c(1)], "table_positions")], "table_positions_float", to=F)
+        freqs = g.op("Mul", [g.op("Unsqueeze", [t, g.c([1])], "table_column"), inv], "freqs")
+        emb = g.op("Concat", [freqs, freqs], "emb", axis=-1)
+        cos, sin = g.op("Cos", [emb], "cos"), g.op("Sin", [emb], "sin")
+    else:
+        # The angles as transformers' LlamaRotaryEmbedding computes them: inv_freq [1, 4, 1] expanded over the
+        # batch, times position_ids [B, 1, S] as floats, transposed to [B, S, 4], doubled to [B, S, 8].
+        inv = g.c((1.0 / (10000 ** (np.arange(0, DH, 2) / DH)))[None, :, None], np.float32)
+        bsz = g.op("Shape", ["input_ids"], "batch_shape", start=0, end=1)
+        inv_b = g.op("Expand", [inv, g.op("Concat", [bsz, g.c([DH // 2, 1])], "inv_shape", axis=0)],
+                     "inv_freq_expanded")
+        pos = g.op("Cast", [g.op("Unsqueeze", ["position_ids", g.c([1])], "pos_row")], "pos_float", to=F)
+        freqs = g.op("Transpose", [g.op("MatMul", [inv_b, pos], "freqs_mm")], "freqs", perm=[0, 2, 1])
+        emb = g.op("Concat", [freqs, freqs], "emb", axis=-1)
+        cos = g.op("Unsqueeze", [g.op("Cos", [emb], "cos_raw"), g.c([1])], "cos")
+        sin = g.op("Unsqueeze", [g.op("Sin", [emb], "sin_raw"), g.c([1])], "sin")
 
     def rope(x, name):
         x1 = g.op("Slice", [x, g.c([0]), g.c([DH // 2]), g.c([3])], name + "_x1")
@@ -173,7 +186,9 @@ def rotary():
         up = g.op("Mul", [act, g.linear(x, p + ".up_proj", D, FF, bias=False)], p + "_gated")
         h = g.op("Add", [h, g.linear(up, p + ".down_proj", FF, D, bias=False)], p + "_res2")
     logits = g.linear(rms_norm(g, h, "norm"), "lm_head", D, V, bias=False)
-    inputs = [dims_in("input_ids", I64), dims_in("attention_mask", I64), dims_in("position_ids", I64)]
+    inputs = [dims_in("input_ids", I64), dims_in("attention_mask", I64)]
+    if not table:
+        inputs.append(dims_in("position_ids", I64))
     return g, inputs, [helper.make_tensor_value_info(logits, F, ["batch_size", "sequence_length", V])]
 
 
@@ -182,7 +197,8 @@ def main():
     ids = np.random.default_rng(1).integers(0, V, (2, 8)).astype(np.int64)
     for folder, (g, inputs, outputs) in {"learned": learned(), "rotary": rotary(),
                                          "last": learned(last="slice", token_types=False),
-                                         "gathered": learned(last="gather", token_types=False)}.items():
+                                         "gathered": learned(last="gather", token_types=False),
+                                         "rotary_table": rotary(table=True)}.items():
         graph = helper.make_graph(g.nodes, folder, inputs, outputs, g.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)],
                                   producer_name="make_input_exports.py")
