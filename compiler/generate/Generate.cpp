@@ -274,6 +274,55 @@ LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
   return success();
 }
 
+/// The constant an attention's additive mask is, through expands and
+/// reshapes (the importer stores a constant along the dims where it varies),
+/// and its own shape; null when it is computed.
+std::pair<DenseElementsAttr, ArrayRef<int64_t>> constantMask(Value mask) {
+  while (Operation *def = mask.getDefiningOp()) {
+    if (isa<zg::ExpandOp, zg::ReshapeOp>(def)) {
+      mask = def->getOperand(0);
+      continue;
+    }
+    if (auto c = dyn_cast<zg::ConstantOp>(def))
+      return {dyn_cast<DenseElementsAttr>(c.getValue()),
+              rtt(c.getResult()).getShape()};
+    break;
+  }
+  return {};
+}
+
+/// In words, what a constant additive mask [..., S, S] (query rows, key
+/// columns) does beyond a causal mask, for the error that refuses it; empty
+/// when it is not of that form.
+std::string describeMask(DenseElementsAttr a, ArrayRef<int64_t> shape) {
+  if (!a || shape.size() < 2 || shape.back() != shape[shape.size() - 2])
+    return "";
+  int64_t s = shape.back(), n = product(shape);
+  bool bias = false, future = false;
+  int64_t window = -1;
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t i = (k / s) % s, j = k % s;
+    double v = elementAt(a, k);
+    bool masked = v <= -1e4;
+    bias |= !masked && v != 0.0;
+    future |= j > i && !masked;
+    if (j <= i && masked && (window < 0 || i - j < window))
+      window = i - j;
+  }
+  if (bias)
+    return "adds a bias to the scores (a position bias such as ALiBi's, as "
+           "BLOOM and MPT have)";
+  if (window >= 0)
+    return "is a sliding window of " + std::to_string(window) +
+           " positions (each position sees itself and the " +
+           std::to_string(window - 1) +
+           " before it); it is causal, and plans, while --max-seq is at most " +
+           std::to_string(window);
+  if (future)
+    return "lets positions see later ones (it is not causal)";
+  return "";
+}
+
 /// Broadcasts two shapes (numpy rules); false when they do not.
 bool broadcast(ArrayRef<int64_t> a, ArrayRef<int64_t> b,
                SmallVectorImpl<int64_t> &out) {
@@ -657,6 +706,28 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
       failed(tokenInput(decode, 1, "token")) || failed(logitsOf(decode, 1)))
     return failure();
   int64_t batch = rtt(*ids).getDimSize(0);
+
+  // A mask the cached attention cannot apply, named before the walk (at one
+  // token such a mask is a single 0, so the imports differ in structure).
+  {
+    int64_t layer = 0;
+    WalkResult masks = prefill.walk([&](zg::AttentionOp a) {
+      if (a.getMask()) {
+        auto [attr, shape] = constantMask(a.getMask());
+        std::string what = describeMask(attr, shape);
+        if (!what.empty()) {
+          a.emitError("generation: the mask of attention ")
+              << layer << " " << what
+              << "; generation's cached attention applies a causal mask only";
+          return WalkResult::interrupt();
+        }
+      }
+      ++layer;
+      return WalkResult::advance();
+    });
+    if (masks.wasInterrupted())
+      return failure();
+  }
 
   // The two imports, op by op.
   SmallVector<std::pair<zg::ConstantOp, zg::ConstantOp>> tables;

@@ -18,6 +18,9 @@ of 8, vocabulary 64, weights from numpy's default_rng(0), inline. Folders:
   gathered/  as last/, the last position taken by a Gather at -1 (`hidden[:, -1, :]`): logits [B, V]
   rotary_table/  input_ids, attention_mask -> logits [B, S, V]: as rotary/ without position_ids, cos/sin
              [S, 8] for arange(S), without a batch dim, broadcast by the products with q/k [B, 4, S, 8]
+  window/    as learned/ without token_type_ids, the mask also a sliding window of 4 positions (Mistral's)
+  alibi/     as learned/ without token_type_ids, ALiBi's bias slope[h] * (kv - q) added to the mask (BLOOM's)
+             (these two are what generation refuses: tests/lit/generate/generate-invalid.test)
 
 Each folder also gets input_ids.npy (int64 [2, 8], default_rng(1)) and the onnxruntime reference of
 tests/lit/Inputs/ort_greedy.py is the oracle of the lit tests that run them (tests/lit/generate/
@@ -68,20 +71,30 @@ def dims_in(name, elem):
     return helper.make_tensor_value_info(name, elem, ["batch_size", "sequence_length"])
 
 
-def mask(g):
+def mask(g, kind=None):
     """transformers' sdpa/eager mask from attention_mask: causal (kv <= q) and padding (attention_mask[b, kv]
-    != 0), as an additive float mask [B, 1, S, S] (0 or the float minimum)."""
+    != 0), as an additive float mask [B, 1, S, S] (0 or the float minimum). kind "window": also kv > q - 4 (a
+    sliding window of 4 positions, as Mistral's); "alibi": plus ALiBi's bias slope[h] * (kv - q) ([B, H, S, S],
+    as BLOOM's)."""
     s = g.op("Shape", ["input_ids"], "seq_shape", start=1, end=2)
     sl = g.op("Squeeze", [s], "seq_len")
     ar = g.op("Range", [g.c(0), sl, g.c(1)], "cache_position")
     q_idx = g.op("Unsqueeze", [ar, g.c([1])], "q_idx")
     kv_idx = g.op("Unsqueeze", [ar, g.c([0])], "kv_idx")
     causal = g.op("LessOrEqual", [kv_idx, q_idx], "causal")
+    if kind == "window":
+        inside = g.op("Greater", [kv_idx, g.op("Sub", [q_idx, g.c(4)], "window_start")], "inside_window")
+        causal = g.op("And", [causal, inside], "sliding_window")
     pad = g.op("Cast", ["attention_mask"], "padding_bool", to=BOOL)
     pad4 = g.op("Unsqueeze", [pad, g.c([1, 2])], "padding_mask")
     keep = g.op("And", [causal, pad4], "mask_and")
-    return g.op("Where", [keep, g.c(0.0, np.float32), g.c(np.finfo(np.float32).min, np.float32)],
-                "attention_mask_4d")
+    m = g.op("Where", [keep, g.c(0.0, np.float32), g.c(np.finfo(np.float32).min, np.float32)],
+             "attention_mask_4d")
+    if kind == "alibi":
+        rel = g.op("Cast", [g.op("Sub", [kv_idx, q_idx], "relative")], "relative_float", to=F)
+        slopes = g.c((2.0 ** (-8.0 * np.arange(1, H + 1) / H)).reshape(1, H, 1, 1), np.float32)
+        m = g.op("Add", [m, g.op("Mul", [slopes, rel], "alibi")], "attention_bias")
+    return m
 
 
 def heads(g, x, name):
@@ -111,14 +124,14 @@ def rms_norm(g, x, name):
     return g.op("Mul", [g.op("Mul", [x, r], name + "_normed"), g.w(name + ".weight", D, scale=0.1, mean=1.0)], name)
 
 
-def learned(last=None, token_types=True):
+def learned(last=None, token_types=True, mask_kind=None):
     g = Graph(0)
     wte, wpe = g.w("wte", V, D, scale=0.5), g.w("wpe", 32, D, scale=0.5)
     h = g.op("Add", [g.op("Gather", [wte, "input_ids"], "tok_embed"),
                      g.op("Gather", [wpe, "position_ids"], "pos_embed")], "embed_sum")
     if token_types:
         h = g.op("Add", [h, g.op("Gather", [wte, "token_type_ids"], "type_embed")], "embed_types")
-    m = mask(g)
+    m = mask(g, mask_kind)
     for i in range(LAYERS):
         p = f"h{i}"
         x = layer_norm(g, h, p + ".ln_1")
@@ -198,7 +211,9 @@ def main():
     for folder, (g, inputs, outputs) in {"learned": learned(), "rotary": rotary(),
                                          "last": learned(last="slice", token_types=False),
                                          "gathered": learned(last="gather", token_types=False),
-                                         "rotary_table": rotary(table=True)}.items():
+                                         "rotary_table": rotary(table=True),
+                                         "window": learned(token_types=False, mask_kind="window"),
+                                         "alibi": learned(token_types=False, mask_kind="alibi")}.items():
         graph = helper.make_graph(g.nodes, folder, inputs, outputs, g.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)],
                                   producer_name="make_input_exports.py")
