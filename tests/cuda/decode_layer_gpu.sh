@@ -5,8 +5,9 @@
 #   tests/cuda/pack_runtime.sh build zrun zplan_cuda_decode_layer_test zplan_cuda_generate_kernels_test
 #   tests/cuda/make_generate_plans.sh .gpu-gen --layer
 # then the call, carrying .gpu-bin and .gpu-gen:  bash tests/cuda/decode_layer_gpu.sh
-#   -> CudaDecodeLayer.RefusesAGridThatCannotBeResident and .MatchesCpuReference (the kernel against the CPU
-#      reference kernels, phase by phase; a hung grid barrier ends at the step's timeout, rc 124)
+#   -> CudaDecodeLayer.RefusesAGridThatCannotBeResident, .MatchesCpuReference (the kernel against the CPU
+#      reference kernels, phase by phase; a hung grid barrier ends at the step's timeout, rc 124) and
+#      .PlanOperandsOwnSyncNoResidual (as the backend runs it: the plan's sync state, no residual, no early loads)
 #   -> CudaDecodeLayer.ChainTimingAgainstSixKernels (four llama-1b layers: decode_layer against the six kernels)
 #   -> CudaSkinnyStream.NormLayerChainTiming (the four streaming products alone, session 10's reference figure)
 #   -> where the plans are there: zrun --generate on llama-1b (random weights, 512-token prompts, 256 new
@@ -23,7 +24,7 @@ gpu_env
 gpu_build zrun zplan_cuda_decode_layer_test zplan_cuda_generate_kernels_test
 show() { grep -E "^\[  (PASSED|FAILED) |^\[       OK|^\[  FAILED|Failure|Expected|Which is|decode layer|six kernels|decode_layer|norm chain|sync word|phase" "$out/$1.log" | head -${2:-40}; }
 step correctness env CUDA_VISIBLE_DEVICES=0 timeout 120 "$b/bin/zplan_cuda_decode_layer_test" \
-  --gtest_filter='CudaDecodeLayer.RefusesAGridThatCannotBeResident:CudaDecodeLayer.MatchesCpuReference'
+  --gtest_filter='CudaDecodeLayer.RefusesAGridThatCannotBeResident:CudaDecodeLayer.MatchesCpuReference:CudaDecodeLayer.PlanOperandsOwnSyncNoResidual'
 show correctness 60
 step timing env CUDA_VISIBLE_DEVICES=0 timeout 120 "$b/bin/zplan_cuda_decode_layer_test" \
   --gtest_filter='CudaDecodeLayer.ChainTimingAgainstSixKernels'

@@ -259,6 +259,58 @@ TEST(CudaDecodeLayer, MatchesCpuReference) {
   }
 }
 
+// As a plan runs it (the CUDA backend's decode_layer step, plan 2.17): the barrier's counts in a buffer of their
+// own (the plan's zero-initialised sync state) and a workspace of the intermediates alone; the weights' first
+// pieces loaded after the wait (early off, as under ZeRO-3); and a first layer without a residual add (sum1 =
+// x), whose reference is the same layer with a residual of zeros (x + 0 rounds to x).
+TEST(CudaDecodeLayer, PlanOperandsOwnSyncNoResidual) {
+  const LayerCase cases[] = {
+      {"llama-1b", DType::bf16, 1, 2048, 32, 8, 64, 5632, 768, {640}, 1, 0},
+      {"small f32", DType::f32, 3, 136, 6, 2, 128, 264, 50, {0, 17, 49}, 3, 0},
+  };
+  const float eps = 1e-5f;
+  for (const LayerCase &c : cases) {
+    SCOPED_TRACE(c.name);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.Dh));
+    LayerHost hl(c);
+    hl.res = HostT(c.t, Dims{c.M, c.d});  // zeros
+    LayerDev dl(hl);
+    LayerRef ref;
+    ASSERT_NO_FATAL_FAILURE(reference_layer(c, hl, eps, scale, ref));
+    const zk::cuda::workspace::DecodeLayerDims dims{c.M, c.d, c.Hq, c.Hkv, c.Dh, c.F,
+                                                    static_cast<int64_t>(zk::dtype_size(c.t))};
+    const uint64_t words = zk::cuda::workspace::decode_layer_sync_words(dims);
+    const uint64_t wsb = zk::cuda::workspace::decode_layer(dims);
+    DevBytes ws(wsb), sync(words * 4);
+    ASSERT_EQ(cudaMemset(sync.ptr, 0, words * 4), cudaSuccess);
+    const float tol = c.t == DType::f32 ? 1e-4f : 2 * tol_for(c.t);
+    for (int rep = 0; rep < 2; ++rep) {
+      SCOPED_TRACE("run " + std::to_string(rep));
+      dl.out.poison();
+      dl.res_out.poison();
+      zc::DecodeLayerArgs a = dl.args(c.Hq, eps, scale);
+      a.residual = zk::In{};
+      a.sync = sync.ptr;
+      a.early = false;
+      ZT_GPU_OK(zc::decode_layer_check(a));
+      ZT_GPU_OK(zc::decode_layer(a, ws.ptr, wsb, nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_TRUE(close(dl.kc.download(), hl.kc, tol)) << "k cache";
+      EXPECT_TRUE(close(dl.vc.download(), hl.vc, tol)) << "v cache";
+      EXPECT_TRUE(close(dl.res_out.download(), ref.sum2, tol)) << "residual_out";
+      EXPECT_TRUE(close(dl.out.download(), ref.out, tol)) << "out";
+      std::vector<unsigned> back(words);
+      ASSERT_EQ(cudaMemcpy(back.data(), sync.ptr, words * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (size_t i = 0; i < back.size(); ++i)
+        if (i != 1) EXPECT_EQ(back[i], 0u) << "sync word " << i;
+    }
+    // A workspace one byte short of the intermediates is refused.
+    zc::DecodeLayerArgs a = dl.args(c.Hq, eps, scale);
+    a.sync = sync.ptr;
+    EXPECT_FALSE(zc::decode_layer(a, ws.ptr, wsb - 1, nullptr).ok());
+  }
+}
+
 // A grid larger than the blocks that can be resident at once would leave its grid barriers waiting for blocks
 // that never start: the launcher refuses it with an error that says so, and launches nothing.
 TEST(CudaDecodeLayer, RefusesAGridThatCannotBeResident) {
