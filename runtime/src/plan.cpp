@@ -723,18 +723,20 @@ Status Verifier::check_shapes(const OpInfo &sig, const fb::Instr &in, const std:
         if (c.size() != 4 || I(2).shape != c || c[0] != x[0] || c[1] < 1 || c[3] < 2 || c[3] % 2 != 0)
           return bad("the caches must be one shape [B, Hkv, L, Dh] with x's B and an even Dh, got " + shape_str(c));
         const int64_t d = x.back(), hkv = c[1], dh = c[3];
+        if (x[0] < 1 || d < 1 || c[2] < 1) return bad("x's rows and width and the caches' length must be at least 1");
         auto mat = [&](size_t i, int64_t k, int64_t n) {
           const Shape &w = I(i).shape;
           return I(i).dtype == e && w.size() == 2 && w[0] == k && (n < 0 || w[1] == n);
         };
         if (!mat(8, d, -1) || I(8).shape[1] % dh != 0) return bad("wq must be [d, heads x Dh] of x's dtype");
         const int64_t hq = I(8).shape[1] / dh;
-        if (hq % hkv != 0)
+        if (hq < 1 || hq % hkv != 0)
           return bad("query heads (" + std::to_string(hq) + ") are not a multiple of kv heads (" + std::to_string(hkv) + ")");
         if (!mat(9, d, hkv * dh) || !mat(10, d, hkv * dh)) return bad("wk and wv must be [d, kv_heads x Dh]");
         if (!mat(11, hq * dh, d)) return bad("wo must be [heads x Dh, d]");
         if (!mat(13, d, -1)) return bad("w_gate must be [d, ffn]");
         const int64_t f = I(13).shape[1];
+        if (f < 1) return bad("w_gate must be [d, ffn] with ffn at least 1");
         if (!mat(14, d, f) || !mat(15, f, d)) return bad("w_up must be w_gate's shape and w_down [ffn, d]");
         for (size_t i : {size_t{7}, size_t{12}})
           if (I(i).dtype != e || I(i).shape != Shape{d}) return bad("norm1 and norm2 must be [d] of x's dtype");

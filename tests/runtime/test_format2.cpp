@@ -148,7 +148,7 @@ TEST(Format2, RopeAttention) {
 // multiple of Hkv, wo [Hq Dh, d], w_gate and w_up [d, F], w_down [F, d], norms [d], tables [1 or B, 1, 1, Dh].
 TEST(Format2, DecodeLayer) {
   struct Case {
-    int64_t hq = 4, wo_rows = 32, down_cols = 16, table_dh = 8;
+    int64_t hq = 4, wo_rows = 32, down_cols = 16, table_dh = 8, d = 16, f = 24;
     bool residual = true, sync_i32 = true;
     int64_t act = static_cast<int64_t>(zrt::Op::silu);
     std::vector<double> floats = {1e-5, 0.35};
@@ -160,7 +160,7 @@ TEST(Format2, DecodeLayer) {
     const int sync = p.state_tensor("decode_layer.sync", fb::StateKind::scalar, "",
                                     c.sync_i32 ? fb::DType::i32 : fb::DType::f32, {8});
     p.program_name = "decode";
-    const int d = 16, f = 24;
+    const int64_t d = c.d, f = c.f;
     uint64_t at = 0;
     auto param = [&](const std::string &n, const Shape &shape) {
       const int t = p.param(n, shape, -1, false, "w.bin", at);
@@ -204,6 +204,15 @@ TEST(Format2, DecodeLayer) {
   Case act;
   act.act = static_cast<int64_t>(zrt::Op::relu);
   expect_reject(verify(with(act)), "act must be the opcode of silu, gelu_tanh or gelu_erf");
+  Case noheads;
+  noheads.hq = 0, noheads.wo_rows = 0;
+  expect_reject(verify(with(noheads)), "query heads (0) are not a multiple of kv heads (2)");
+  Case width;
+  width.d = 0, width.down_cols = 0;
+  expect_reject(verify(with(width)), "x's rows and width and the caches' length must be at least 1");
+  Case ffn;
+  ffn.f = 0;
+  expect_reject(verify(with(ffn)), "w_gate must be [d, ffn] with ffn at least 1");
   Case floats;
   floats.floats = {1e-5};
   expect_reject(verify(with(floats)), "has 1 floats, expects 2");
