@@ -104,6 +104,29 @@ Value peelScale(Value v, double &scale) {
   }
 }
 
+/// Whether `keep` is a constant boolean causal mask over scores [.., S, T]:
+/// key j is kept for query i exactly when j <= i + (T - S), in every leading
+/// slice (GPT-2's `where(bias[.., :S, :T], scores, min)` of transformers 4,
+/// its tril buffer sliced to the length and folded by the importer).
+bool isCausalKeep(Value keep, int64_t S, int64_t T) {
+  while (auto e = keep.getDefiningOp<zg::ExpandOp>())
+    keep = e.getInput();
+  auto c = keep.getDefiningOp<zg::ConstantOp>();
+  auto a = c ? dyn_cast<DenseElementsAttr>(c.getValue()) : nullptr;
+  auto shape = shapeOf(keep);
+  if (!a || !a.getElementType().isInteger(1) || shape.size() < 2 ||
+      shape[shape.size() - 2] != S || shape.back() != T || S > T)
+    return false;
+  int64_t k = 0;
+  for (bool kept : a.getValues<bool>()) {
+    int64_t i = (k / T) % S, j = k % T;
+    if (kept != (j <= i + (T - S)))
+      return false;
+    ++k;
+  }
+  return true;
+}
+
 struct AttentionPattern : OpRewritePattern<zg::MatmulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(zg::MatmulOp op,
@@ -138,23 +161,33 @@ struct AttentionPattern : OpRewritePattern<zg::MatmulOp> {
       scale = sc;
       return core;
     };
+    // Boolean mask: where(keep, scores, -big).
+    auto tryKeep = [&](Value s) -> bool {
+      auto w = s.getDefiningOp<zg::WhereOp>();
+      if (!w)
+        return false;
+      auto neg = getSplatValue(w.getRhs());
+      if (!neg || *neg > -1e4 || w.getLhs().getType() != w.getType())
+        return false;
+      Value core = tryCore(w.getLhs());
+      if (!core)
+        return false;
+      qk = core;
+      keepCond = w.getCondition();
+      maskFill = *neg;
+      return true;
+    };
     if (auto add = scores.getDefiningOp<zg::AddOp>()) {
+      // An additive mask, added to the scores or to the boolean-masked
+      // scores (transformers 4's GPT-2: where(causal, scores, min) + the
+      // padding mask).
       auto m = matchEitherOrder(add, [&](Value s, Value) {
-        return s.getType() == add.getType() && (qk = tryCore(s));
+        return s.getType() == add.getType() &&
+               ((qk = tryCore(s)) || tryKeep(s));
       });
       if (m)
         mask = m->second;
-    } else if (auto w = scores.getDefiningOp<zg::WhereOp>()) {
-      // Boolean mask: where(keep, scores, -big).
-      auto neg = getSplatValue(w.getRhs());
-      if (neg && *neg <= -1e4 && w.getLhs().getType() == w.getType()) {
-        if (Value core = tryCore(w.getLhs())) {
-          qk = core;
-          keepCond = w.getCondition();
-          maskFill = *neg;
-        }
-      }
-    } else {
+    } else if (!tryKeep(scores)) {
       qk = tryCore(scores);
     }
     if (!qk)
@@ -197,10 +230,16 @@ struct AttentionPattern : OpRewritePattern<zg::MatmulOp> {
         outShape != ArrayRef<int64_t>{qsh[0], qsh[1], qsh[2], vsh[3]})
       return failure();
     SmallVector<int64_t> scoreShape = {qsh[0], qsh[1], qsh[2], ksh[2]};
+    // A constant causal keep is the causal flag (it then needs no mask of
+    // its own).
+    if (keepCond && isCausalKeep(keepCond, qsh[2], ksh[2])) {
+      causal = true;
+      keepCond = nullptr;
+    }
     if (mask) {
       if (mask.getDefiningOp<zg::CausalMaskOp>()) {
         auto ms = shapeOf(mask);
-        if (ms[ms.size() - 2] != qsh[2] || ms.back() != ksh[2])
+        if (ms[ms.size() - 2] != qsh[2] || ms.back() != ksh[2] || keepCond)
           return failure();
         causal = true;
         mask = nullptr;
@@ -217,16 +256,25 @@ struct AttentionPattern : OpRewritePattern<zg::MatmulOp> {
     Location loc = op.getLoc();
     Type elt = cast<RankedTensorType>(op.getType()).getElementType();
     if (fromBTHD)
-      k = zg::TransposeOp::create(
-          rewriter, loc, RankedTensorType::get(ksh, elt), btHD,
-          rewriter.getDenseI64ArrayAttr({0, 2, 1, 3}));
+      k = zg::TransposeOp::create(rewriter, loc,
+                                  RankedTensorType::get(ksh, elt), btHD,
+                                  rewriter.getDenseI64ArrayAttr({0, 2, 1, 3}));
     if (keepCond) {
       auto st = RankedTensorType::get({}, elt);
       Value zero = createSplat(rewriter, loc, st, 0.0);
       Value big = createSplat(rewriter, loc, st, maskFill);
-      mask = zg::WhereOp::create(
+      Value kept = zg::WhereOp::create(
           rewriter, loc, RankedTensorType::get(shapeOf(keepCond), elt),
           keepCond, zero, big);
+      if (mask) {
+        // Both: the boolean mask as an additive one, plus the other.
+        SmallVector<int64_t> both =
+            *graph::broadcastShapes(shapeOf(kept), shapeOf(mask));
+        mask = zg::AddOp::create(rewriter, loc,
+                                 RankedTensorType::get(both, elt), kept, mask);
+      } else {
+        mask = kept;
+      }
     }
     SmallVector<Value> operands = {q, k, v};
     if (mask)

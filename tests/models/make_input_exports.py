@@ -21,6 +21,8 @@ of 8, vocabulary 64, weights from numpy's default_rng(0), inline. Folders:
   window/    as learned/ without token_type_ids, the mask also a sliding window of 4 positions (Mistral's)
   alibi/     as learned/ without token_type_ids, ALiBi's bias slope[h] * (kv - q) added to the mask (BLOOM's)
              (these two are what generation refuses: tests/lit/generate/generate-invalid.test)
+  legacy/    as learned/ without token_type_ids, transformers 4's GPT-2 masking: where(causal, scores, min)
+             plus (1 - attention_mask) * min
 
 Each folder also gets input_ids.npy (int64 [2, 8], default_rng(1)) and the onnxruntime reference of
 tests/lit/Inputs/ort_greedy.py is the oracle of the lit tests that run them (tests/lit/generate/
@@ -82,6 +84,14 @@ def mask(g, kind=None):
     q_idx = g.op("Unsqueeze", [ar, g.c([1])], "q_idx")
     kv_idx = g.op("Unsqueeze", [ar, g.c([0])], "kv_idx")
     causal = g.op("LessOrEqual", [kv_idx, q_idx], "causal")
+    if kind == "legacy":
+        # transformers 4's GPT-2: the scores kept by the boolean causal mask, then the padding mask
+        # (1 - attention_mask[:, None, None, :]) * min added (attention() takes both).
+        amf = g.op("Cast", [g.op("Unsqueeze", ["attention_mask", g.c([1, 2])], "padding_4d")], "padding_float",
+                   to=F)
+        pad = g.op("Mul", [g.op("Sub", [g.c(1.0, np.float32), amf], "padding_inverse"),
+                           g.c(np.finfo(np.float32).min, np.float32)], "padding_additive")
+        return causal, pad
     if kind == "window":
         inside = g.op("Greater", [kv_idx, g.op("Sub", [q_idx, g.c(4)], "window_start")], "inside_window")
         causal = g.op("And", [causal, inside], "sliding_window")
@@ -107,6 +117,9 @@ def attention(g, q, k, v, m, name):
     kt = g.op("Transpose", [k], name + "_kt", perm=[0, 1, 3, 2])
     sc = g.op("Mul", [g.op("MatMul", [q, kt], name + "_qk"), g.c(1 / np.sqrt(DH), np.float32)],
               name + "_scale")
+    if isinstance(m, tuple):  # mask(g, "legacy"): a boolean causal mask, then an additive padding mask
+        sc = g.op("Where", [m[0], sc, g.c(np.finfo(np.float32).min, np.float32)], name + "_causal")
+        m = m[1]
     p = g.op("Softmax", [g.op("Add", [sc, m], name + "_masked")], name + "_softmax", axis=-1)
     o = g.op("Transpose", [g.op("MatMul", [p, v], name + "_pv")], name + "_merge", perm=[0, 2, 1, 3])
     return g.op("Reshape", [o, g.c([0, 0, D])], name + "_out")
@@ -213,7 +226,8 @@ def main():
                                          "gathered": learned(last="gather", token_types=False),
                                          "rotary_table": rotary(table=True),
                                          "window": learned(token_types=False, mask_kind="window"),
-                                         "alibi": learned(token_types=False, mask_kind="alibi")}.items():
+                                         "alibi": learned(token_types=False, mask_kind="alibi"),
+                                         "legacy": learned(token_types=False, mask_kind="legacy")}.items():
         graph = helper.make_graph(g.nodes, folder, inputs, outputs, g.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)],
                                   producer_name="make_input_exports.py")

@@ -72,6 +72,60 @@ func.func @bool_mask(%q: tensor<2x4x8x16xf32>, %k: tensor<2x8x4x16xf32>, %v: ten
 
 // -----
 
+// Tests transformers 4's GPT-2 masking: where(causal, scores, min) with a
+// constant lower-triangular keep (its tril buffer, folded), then an additive
+// padding mask: the keep becomes the causal flag and the padding the mask; a
+// keep that is not causal (a window of 2) stays a mask, added to the padding.
+// CHECK-LABEL: func.func @causal_keep_plus_padding
+// CHECK: %[[A:.*]] = zg.attention %arg0, %arg1, %arg2, %arg3 {causal = true, scale = 2.500000e-01 : f64}
+// CHECK-NEXT: return %[[A]]
+func.func @causal_keep_plus_padding(%q: tensor<1x2x3x4xf32>, %k: tensor<1x2x3x4xf32>, %v: tensor<1x2x3x4xf32>, %pad: tensor<1x1x1x3xf32>) -> tensor<1x2x3x4xf32> {
+  %keep = zg.constant {value = dense<[[true, false, false], [true, true, false], [true, true, true]]> : tensor<3x3xi1>} : () -> tensor<3x3xi1>
+  %scale = zg.constant {value = dense<0.25> : tensor<f32>} : () -> tensor<f32>
+  %min = zg.constant {value = dense<-3.40282347E+38> : tensor<f32>} : () -> tensor<f32>
+  %kt = zg.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<1x2x3x4xf32>) -> tensor<1x2x4x3xf32>
+  %qk = zg.matmul %q, %kt : (tensor<1x2x3x4xf32>, tensor<1x2x4x3xf32>) -> tensor<1x2x3x3xf32>
+  %sc = zg.mul %qk, %scale : (tensor<1x2x3x3xf32>, tensor<f32>) -> tensor<1x2x3x3xf32>
+  %w = zg.where %keep, %sc, %min : (tensor<3x3xi1>, tensor<1x2x3x3xf32>, tensor<f32>) -> tensor<1x2x3x3xf32>
+  %m = zg.add %w, %pad : (tensor<1x2x3x3xf32>, tensor<1x1x1x3xf32>) -> tensor<1x2x3x3xf32>
+  %p = zg.softmax %m {axis = 3 : i64} : (tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32>
+  %o = zg.matmul %p, %v : (tensor<1x2x3x3xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  return %o : tensor<1x2x3x4xf32>
+}
+// CHECK-LABEL: func.func @causal_keep_alone
+// CHECK: %[[A:.*]] = zg.attention %arg0, %arg1, %arg2 {causal = true, scale = 2.500000e-01 : f64}
+func.func @causal_keep_alone(%q: tensor<1x2x3x4xf32>, %k: tensor<1x2x3x4xf32>, %v: tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32> {
+  %keep = zg.constant {value = dense<[[true, false, false], [true, true, false], [true, true, true]]> : tensor<3x3xi1>} : () -> tensor<3x3xi1>
+  %scale = zg.constant {value = dense<0.25> : tensor<f32>} : () -> tensor<f32>
+  %min = zg.constant {value = dense<-3.40282347E+38> : tensor<f32>} : () -> tensor<f32>
+  %kt = zg.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<1x2x3x4xf32>) -> tensor<1x2x4x3xf32>
+  %qk = zg.matmul %q, %kt : (tensor<1x2x3x4xf32>, tensor<1x2x4x3xf32>) -> tensor<1x2x3x3xf32>
+  %sc = zg.mul %qk, %scale : (tensor<1x2x3x3xf32>, tensor<f32>) -> tensor<1x2x3x3xf32>
+  %w = zg.where %keep, %sc, %min : (tensor<3x3xi1>, tensor<1x2x3x3xf32>, tensor<f32>) -> tensor<1x2x3x3xf32>
+  %p = zg.softmax %w {axis = 3 : i64} : (tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32>
+  %o = zg.matmul %p, %v : (tensor<1x2x3x3xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  return %o : tensor<1x2x3x4xf32>
+}
+// CHECK-LABEL: func.func @window_keep_plus_padding
+// CHECK: %[[W:.*]] = zg.where %{{.*}}, %{{.*}}, %{{.*}} : (tensor<3x3xi1>, tensor<f32>, tensor<f32>) -> tensor<3x3xf32>
+// CHECK-NEXT: %[[M:.*]] = zg.add %[[W]], %arg3 : (tensor<3x3xf32>, tensor<1x1x1x3xf32>) -> tensor<1x1x3x3xf32>
+// CHECK-NEXT: %[[A:.*]] = zg.attention %arg0, %arg1, %arg2, %[[M]] {causal = false, scale = 2.500000e-01 : f64}
+func.func @window_keep_plus_padding(%q: tensor<1x2x3x4xf32>, %k: tensor<1x2x3x4xf32>, %v: tensor<1x2x3x4xf32>, %pad: tensor<1x1x1x3xf32>) -> tensor<1x2x3x4xf32> {
+  %keep = zg.constant {value = dense<[[true, false, false], [true, true, false], [false, true, true]]> : tensor<3x3xi1>} : () -> tensor<3x3xi1>
+  %scale = zg.constant {value = dense<0.25> : tensor<f32>} : () -> tensor<f32>
+  %min = zg.constant {value = dense<-3.40282347E+38> : tensor<f32>} : () -> tensor<f32>
+  %kt = zg.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<1x2x3x4xf32>) -> tensor<1x2x4x3xf32>
+  %qk = zg.matmul %q, %kt : (tensor<1x2x3x4xf32>, tensor<1x2x4x3xf32>) -> tensor<1x2x3x3xf32>
+  %sc = zg.mul %qk, %scale : (tensor<1x2x3x3xf32>, tensor<f32>) -> tensor<1x2x3x3xf32>
+  %w = zg.where %keep, %sc, %min : (tensor<3x3xi1>, tensor<1x2x3x3xf32>, tensor<f32>) -> tensor<1x2x3x3xf32>
+  %m = zg.add %w, %pad : (tensor<1x2x3x3xf32>, tensor<1x1x1x3xf32>) -> tensor<1x2x3x3xf32>
+  %p = zg.softmax %m {axis = 3 : i64} : (tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32>
+  %o = zg.matmul %p, %v : (tensor<1x2x3x3xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  return %o : tensor<1x2x3x4xf32>
+}
+
+// -----
+
 // Tests that a softmax over the query axis is not attention.
 // CHECK-LABEL: func.func @not_attention
 // CHECK-NOT: zg.attention
