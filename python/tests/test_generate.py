@@ -59,3 +59,25 @@ def test_bad_requests(gpt2, gen_plan):
     with zplan.Engine(fwd) as engine:
         with pytest.raises(zplan.ZplanError, match="generate=True"):
             engine.generate(ids, 4)
+
+
+def test_export_with_attention_mask_and_position_ids(tmp_path):
+    """An export that takes attention_mask and position_ids besides input_ids (tests/models/inputs/rotary):
+    the compiler binds them to what generation feeds, so engine.generate needs only the ids; its tokens equal
+    onnxruntime's greedy recompute of the export fed a mask of ones and positions from 0, each sequence alone."""
+    ort = pytest.importorskip("onnxruntime")
+    model = os.path.join(MODELS, "inputs", "rotary", "model.onnx")
+    ids = np.load(os.path.join(MODELS, "inputs", "rotary", "input_ids.npy"))
+    lengths = [8, 5]
+    plan = zplan.compile(model, generate=True, max_seq=16, batch=2, out=tmp_path / "rotary.zplan")
+    with zplan.Engine(plan) as engine:
+        tokens = engine.generate(ids, 6, prompt_lengths=lengths)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for b, n in enumerate(lengths):
+        seq = ids[b:b + 1, :n]
+        for _ in range(6):
+            s = seq.shape[1]
+            logits = session.run(None, {"input_ids": seq, "attention_mask": np.ones_like(seq),
+                                        "position_ids": np.arange(s, dtype=np.int64)[None, :]})[0]
+            seq = np.concatenate([seq, logits[:, -1].argmax(-1)[:, None]], axis=1)
+        assert np.array_equal(tokens[b, :n + 6], seq[0]), (b, tokens[b], seq[0])
