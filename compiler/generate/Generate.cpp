@@ -80,9 +80,10 @@ bool isRowZero(DenseElementsAttr small, DenseElementsAttr table,
   SmallVector<int64_t> index(smallShape.size(), 0);
   for (int64_t i = 0; i < n; ++i) {
     // The same multi-index addresses the table (the axis index is 0 in both).
+    // A dim of 1 in the table broadcasts (index 0).
     int64_t flat = 0;
     for (size_t d = 0; d < tableShape.size(); ++d)
-      flat = flat * tableShape[d] + index[d];
+      flat = flat * tableShape[d] + (tableShape[d] == 1 ? 0 : index[d]);
     if (elementAt(small, i) != elementAt(table, flat))
       return false;
     for (int64_t d = int64_t(smallShape.size()) - 1; d >= 0; --d) {
@@ -186,17 +187,23 @@ std::optional<int64_t> leadingDims(Value v, int64_t batch) {
 }
 
 /// Replaces the one-position constant `small` of the decode program by the
-/// rows of the L-position `table` at `pos` (one row per sequence).
+/// rows of the L-position `table` at `pos` (one row per sequence). `logical`
+/// is the table's shape where the graph reads it: its own, or the shape a
+/// zg.expand broadcasts it to (the importer stores a constant along the dims
+/// where it varies), whose dims of 1 in the table the rows broadcast along.
 LogicalResult replaceByPositionRows(zg::ConstantOp small, zg::ConstantOp table,
-                                    Value pos, int64_t maxSeq) {
+                                    ArrayRef<int64_t> logical, Value pos,
+                                    int64_t maxSeq) {
   auto s1 = rtt(small.getResult()).getShape();
   auto sL = rtt(table.getResult()).getShape();
   int64_t axis = -1;
-  bool other = s1.size() != sL.size();
+  bool other = s1.size() != sL.size() || logical.size() != sL.size();
   for (size_t d = 0; !other && d < s1.size(); ++d) {
-    if (s1[d] == sL[d])
+    if (sL[d] != logical[d] && sL[d] != 1)
+      other = true;
+    else if (s1[d] == logical[d])
       continue;
-    if (s1[d] == 1 && sL[d] == maxSeq && axis < 0)
+    else if (s1[d] == 1 && sL[d] == maxSeq && axis < 0)
       axis = int64_t(d);
     else
       other = true;
@@ -730,7 +737,11 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
   }
 
   // The two imports, op by op.
-  SmallVector<std::pair<zg::ConstantOp, zg::ConstantOp>> tables;
+  struct Table {
+    zg::ConstantOp small, table;
+    SmallVector<int64_t> logical; // the table's shape where the graph reads it
+  };
+  SmallVector<Table> tables;
   SmallVector<std::pair<zg::AttentionOp, zg::AttentionOp>> attentions;
   Block &bL = prefill.getBody().front(), &b1 = decode.getBody().front();
   // Where each value comes from: a block argument's number, or the walk step
@@ -753,6 +764,30 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
       if (++itL == bL.end())
         break;
     }
+    // A position table broadcast by zg.expand at L positions (the importer
+    // stores a constant along the dims where it varies) whose one-position
+    // row is a splat, stored whole (TorchScript exports' rotary cos/sin
+    // [B, 1, S, D] with position 0's cos 1 and sin 0): the one-token import
+    // has the constant alone. The expand is skipped; the table is read
+    // through it (its shape is the table's logical shape).
+    bool skipped = false;
+    while (!isa<zg::ExpandOp>(*it1)) {
+      auto expand = dyn_cast<zg::ExpandOp>(*itL);
+      auto entry = !expand ? tables.end()
+                           : llvm::find_if(tables, [&](Table &t) {
+                               return t.table.getResult() ==
+                                          expand->getOperand(0) &&
+                                      expand->getOperand(0).hasOneUse();
+                             });
+      if (entry == tables.end())
+        break;
+      entry->logical = llvm::to_vector(rtt(expand.getResult()).getShape());
+      placeL[expand.getResult()] = placeL.lookup(expand->getOperand(0));
+      if ((skipped = ++itL == bL.end()))
+        break;
+    }
+    if (skipped)
+      break;
     Operation &oL = *itL, &o1 = *it1;
     if (oL.getName() != o1.getName() ||
         oL.getNumOperands() != o1.getNumOperands() ||
@@ -793,7 +828,8 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
     if (auto c1 = dyn_cast<zg::ConstantOp>(o1)) {
       auto cL = cast<zg::ConstantOp>(oL);
       if (c1.getType() != cL.getType())
-        tables.push_back({c1, cL});
+        tables.push_back(
+            {c1, cL, llvm::to_vector(rtt(cL.getResult()).getShape())});
       else if (c1.getValue() != cL.getValue() && maxSeq != 1 &&
                !(onlyLastPositionIndex(c1, 1) &&
                  onlyLastPositionIndex(cL, maxSeq)))
@@ -825,8 +861,9 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
 
   // @decode: positions, the tables read at them, attention over the caches.
   Value positions = addLengthArgument(decode, batch, "positions");
-  for (auto [small, table] : tables)
-    if (failed(replaceByPositionRows(small, table, positions, maxSeq)))
+  for (Table &t : tables)
+    if (failed(replaceByPositionRows(t.small, t.table, t.logical, positions,
+                                     maxSeq)))
       return failure();
   for (auto [layer, pair] : llvm::enumerate(attentions)) {
     zg::AttentionOp a = pair.second;
