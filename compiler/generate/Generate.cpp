@@ -21,6 +21,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/STLExtras.h"
 
@@ -669,6 +670,37 @@ LogicalResult derivePrefill(func::FuncOp func,
   return success();
 }
 
+/// Keeps only the output named `logits` of a graph that has others (the
+/// present keys and values `present.<layer>.key` / `.value` of an export
+/// made with use_cache=True, as optimum's decoder_model.onnx: generation
+/// plans its own cache) and erases what only they read. Before recognition,
+/// so that a key or value another output also reads is recognised as in a
+/// graph without it.
+void keepOnlyLogits(ModuleOp m) {
+  FailureOr<func::FuncOp> funcOr = onlyFunction(m);
+  if (failed(funcOr) || (*funcOr).getNumResults() < 2)
+    return;
+  func::FuncOp func = *funcOr;
+  std::optional<unsigned> logits;
+  for (unsigned r = 0; r < func.getNumResults(); ++r)
+    if (auto name = func.getResultAttrOfType<StringAttr>(r, "zg.name");
+        name && name.getValue() == "logits")
+      logits = r;
+  if (!logits)
+    return;
+  Block &body = func.getBody().front();
+  Operation *ret = body.getTerminator();
+  Value kept = ret->getOperand(*logits);
+  DictionaryAttr attrs = func.getResultAttrDict(*logits);
+  ret->setOperands(kept);
+  func.setType(FunctionType::get(func.getContext(), func.getArgumentTypes(),
+                                 {kept.getType()}));
+  func.setResultAttrs(0, attrs);
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body)))
+    if (isOpTriviallyDead(&op))
+      op.erase();
+}
+
 } // namespace
 
 SmallVector<int64_t> generate::prefillLengths(int64_t maxSeq) {
@@ -941,6 +973,7 @@ generate::importForGeneration(MLIRContext &context, const std::string &model,
   if (!single)
     return nullptr;
   for (ModuleOp m : {*full, *single}) {
+    keepOnlyLogits(m);
     PassManager pm(&context, ModuleOp::getOperationName());
     transforms::buildRecognitionPipeline(pm);
     if (failed(pm.run(m)))
@@ -956,6 +989,7 @@ generate::importForGeneration(MLIRContext &context, const std::string &model,
         import::importOnnxFile(context, model, options);
     if (!shorter)
       return nullptr;
+    keepOnlyLogits(*shorter);
     PassManager pm(&context, ModuleOp::getOperationName());
     transforms::buildRecognitionPipeline(pm);
     if (failed(pm.run(*shorter)) ||

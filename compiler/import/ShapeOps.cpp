@@ -385,10 +385,20 @@ LogicalResult Importer::importConcat(const onnx::NodeProto &n) {
     setConst(n, 0, eval::concat(cs, axis));
     return success();
   }
-  SmallVector<Value> operands;
+  // One input with elements, the others empty (a cache of length 0 that the
+  // new keys are appended to, as an export made with use_cache=True and no
+  // past does): the result is that input.
+  SmallVector<Val *> nonEmpty;
   for (Val *v : xs)
     if (*checkedNumElements(v->shape) > 0)
-      operands.push_back(materialize(*v));
+      nonEmpty.push_back(v);
+  if (nonEmpty.size() == 1 && nonEmpty[0]->shape == out) {
+    alias(n, 0, *nonEmpty[0]);
+    return success();
+  }
+  SmallVector<Value> operands;
+  for (Val *v : nonEmpty)
+    operands.push_back(materialize(*v));
   setValue(n, 0,
            emit<zg::ConcatOp>(tensorType(xs[0]->dtype, out), operands,
                               {attr("axis", b.getI64IntegerAttr(axis))}));

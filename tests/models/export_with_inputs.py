@@ -5,7 +5,8 @@ Run where torch, transformers and onnxruntime are installed (CPU is enough):
 
     python tests/models/export_with_inputs.py OUT_DIR [--models llama_dynamo,gpt2_ts,...]
 
-(tests/models/hf_inputs holds llama_ts, gpt2_ts and qwen2_dynamo: `--models llama_ts,gpt2_ts,qwen2_dynamo`.)
+(tests/models/hf_inputs holds llama_ts, gpt2_ts, qwen2_dynamo and llama_ts_present:
+`--models llama_ts,gpt2_ts,qwen2_dynamo,llama_ts_present`.)
 
 Each model is a transformers *ForCausalLM built from a small config with torch.manual_seed(0) (2 layers,
 hidden 64, 4 heads, vocab 512, eager attention), wrapped so that the export takes input_ids, attention_mask
@@ -13,6 +14,8 @@ and position_ids ([batch, sequence], int64, dynamic batch and sequence axes, nam
 sequence_length as optimum names them) and returns logits [batch, sequence, vocab], exported either by
 torch.onnx.export(dynamo=True) (`_dynamo`, opset 20, weights as external data) or by the TorchScript exporter
 (`_ts`, dynamo=False, opset 17, weights inline: the form of most published exports and of optimum's).
+A name ending in `_present` (llama_ts_present) also returns each layer's present key and value
+(present.<layer>.key / .value, use_cache=True), as optimum's decoder_model.onnx does.
 OUT_DIR/<name>/ gets model.onnx (+ model.onnx.data for dynamo), input_ids.npy (int64 [2, 16],
 torch.manual_seed(1)), expected_output.npy (PyTorch's float32 logits for a mask of ones and positions
 0..15), attention_mask_padded.npy / position_ids_padded.npy / expected_output_padded.npy (the first row
@@ -46,13 +49,20 @@ MODELS = [f"{a}_{e}" for a in ARCHS for e in ("dynamo", "ts")]
 
 
 class WithInputs(torch.nn.Module):
-    def __init__(self, m):
+    """logits, or with `present` (use_cache=True, as optimum's decoder_model.onnx) the logits followed by each
+    layer's present key and value [B, kv heads, S, head dim]."""
+
+    def __init__(self, m, present=False):
         super().__init__()
         self.m = m
+        self.present = present
 
     def forward(self, input_ids, attention_mask, position_ids):
-        return self.m(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                      use_cache=False).logits
+        out = self.m(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                     use_cache=self.present)
+        if not self.present:
+            return out.logits
+        return (out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)])
 
 
 def build(arch):
@@ -76,14 +86,19 @@ def feeds(ids, pad=0):
 
 
 def export(name, out_root):
-    arch, exporter = name.rsplit("_", 1)
+    present = name.endswith("_present")
+    arch, exporter = name.removesuffix("_present").rsplit("_", 1)
     model = build(arch)
     torch.manual_seed(1)
     ids = torch.randint(0, 512, (2, 16), dtype=torch.int64)
-    wrapped = WithInputs(model).eval()
+    wrapped = WithInputs(model, present).eval()
+
+    def logits(out):
+        return (out[0] if present else out).float().numpy()
+
     with torch.no_grad():
-        ref = wrapped(*feeds(ids)).float().numpy()
-        ref_pad = wrapped(*feeds(ids, pad=3)).float().numpy()
+        ref = logits(wrapped(*feeds(ids)))
+        ref_pad = logits(wrapped(*feeds(ids, pad=3)))
         gen = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
                              min_new_tokens=24, eos_token_id=None, pad_token_id=0).numpy()
     assert gen.shape == (2, 40), gen.shape
@@ -92,11 +107,12 @@ def export(name, out_root):
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "model.onnx")
     names = ["input_ids", "attention_mask", "position_ids"]
+    outputs = ["logits"] + ([f"present.{i}.{kv}" for i in range(2) for kv in ("key", "value")] if present else [])
     if exporter == "dynamo":
         batch, seq = torch.export.Dim("batch_size"), torch.export.Dim("sequence_length", max=64)
         dims = {n: {0: batch, 1: seq} for n in names}
         torch.onnx.export(wrapped, feeds(ids), path, dynamo=True, external_data=True, input_names=names,
-                          output_names=["logits"], dynamic_shapes=dims)
+                          output_names=outputs, dynamic_shapes=dims)
         # The nodes' metadata holds the exporting machine's source paths (stack traces): dropped.
         import onnx
         proto = onnx.load(path)
@@ -107,8 +123,9 @@ def export(name, out_root):
     else:
         dims = {n: {0: "batch_size", 1: "sequence_length"} for n in names}
         dims["logits"] = {0: "batch_size", 1: "sequence_length"}
+        dims.update({o: {0: "batch_size", 2: "sequence_length"} for o in outputs[1:]})
         torch.onnx.export(wrapped, feeds(ids), path, dynamo=False, opset_version=17, input_names=names,
-                          output_names=["logits"], dynamic_axes=dims)
+                          output_names=outputs, dynamic_axes=dims)
 
     import onnxruntime as ort
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -116,6 +133,7 @@ def export(name, out_root):
     def run(*t):
         return sess.run(None, {n: x.numpy() for n, x in zip(names, t)})[0]
 
+    assert [o.name for o in sess.get_outputs()] == outputs, sess.get_outputs()
     diff = float(np.abs(run(*feeds(ids)) - ref).max())
     diff_pad = float(np.abs(run(*feeds(ids, pad=3))[:, 3:] - ref_pad[:, 3:]).max())
     print(f"{name}: {type(model).__name__} -> {out}: onnxruntime vs PyTorch {diff:.2g}, "
