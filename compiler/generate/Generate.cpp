@@ -768,6 +768,27 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
       return failure();
   }
 
+  // A causal mask that no attention absorbed: an attention core the
+  // recognition does not take (scores capped by tanh before the mask, as
+  // Gemma 2's attn_logit_softcapping). Named before the walk, which would
+  // only see the mask differ at one token.
+  {
+    WalkResult unrecognised = prefill.walk([&](zg::CausalMaskOp cm) {
+      if (cm->use_empty())
+        return WalkResult::advance();
+      cm.emitError("generation: a causal mask")
+          << readBy(cm.getResult())
+          << " is not consumed by a recognised attention: the attention "
+             "core has a form the recognition does not take (such as scores "
+             "capped by tanh before the mask, Gemma 2's "
+             "attn_logit_softcapping); generation's cached attention needs "
+             "softmax(q k^T * scale + causal mask) v";
+      return WalkResult::interrupt();
+    });
+    if (unrecognised.wasInterrupted())
+      return failure();
+  }
+
   // The two imports, op by op.
   struct Table {
     zg::ConstantOp small, table;
