@@ -68,8 +68,9 @@ matchEitherOrder(mlir::Operation *op, Pred &&pred) {
 }
 
 /// Matches a quotient, `n / d` (zg.div) or `n * reciprocal(d)` (zg.mul, the
-/// reciprocal tried on the right first): returns (n, d) when `pred(n, d)`
-/// holds.
+/// reciprocal tried on the right first), the reciprocal also as `1 / d` (a
+/// zg.div of a splat 1: how the TorchScript exporter writes torch.rsqrt):
+/// returns (n, d) when `pred(n, d)` holds.
 template <typename Pred>
 std::optional<std::pair<mlir::Value, mlir::Value>>
 matchQuotient(mlir::Operation *op, Pred &&pred) {
@@ -86,9 +87,17 @@ matchQuotient(mlir::Operation *op, Pred &&pred) {
         return pred(n, rec.getInput());
       },
       /*first=*/1);
-  if (!m)
+  if (m)
+    return std::make_pair(m->second, m->first.getInput());
+  auto one = matchCommutative<graph::DivOp>(
+      op,
+      [&](graph::DivOp inv, mlir::Value n) {
+        return isSplatNear(inv.getLhs(), 1.0, 0.0) && pred(n, inv.getRhs());
+      },
+      /*first=*/1);
+  if (!one)
     return std::nullopt;
-  return std::make_pair(m->second, m->first.getInput());
+  return std::make_pair(one->second, one->first.getRhs());
 }
 
 /// A contiguous part of a tensor's last dim, every other dim whole: a

@@ -50,3 +50,43 @@ func.func @not_rms(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
   %y = zg.div %x, %s : (tensor<2x8xf32>, tensor<1x8xf32>) -> tensor<2x8xf32>
   return %y : tensor<2x8xf32>
 }
+
+// -----
+
+// Tests the TorchScript exporter's form of torch.rsqrt, x * (1 / sqrt(mean(x^2)
+// + eps)), with the scale on the left; a numerator other than 1 is not a
+// reciprocal and stays.
+// CHECK-LABEL: func.func @rms_one_over
+// CHECK: %[[W:.*]] = zg.weight
+// CHECK: %[[R:.*]] = zg.rms_norm %arg0, %[[W]] {epsilon
+// CHECK-NEXT: return %[[R]]
+func.func @rms_one_over(%x: tensor<2x1x8xf32>) -> tensor<2x1x8xf32> {
+  %w = zg.weight {file = "w.bin", length = 32 : i64, name = "g", offset = 0 : i64} : () -> tensor<8xf32>
+  %two = zg.constant {value = dense<2.0> : tensor<f32>} : () -> tensor<f32>
+  %eps = zg.constant {value = dense<1.0e-6> : tensor<f32>} : () -> tensor<f32>
+  %one = zg.constant {value = dense<1.0> : tensor<f32>} : () -> tensor<f32>
+  %p = zg.pow %x, %two : (tensor<2x1x8xf32>, tensor<f32>) -> tensor<2x1x8xf32>
+  %m = zg.reduce_mean %p {axes = array<i64: 2>, keepdims = true} : (tensor<2x1x8xf32>) -> tensor<2x1x1xf32>
+  %a = zg.add %m, %eps : (tensor<2x1x1xf32>, tensor<f32>) -> tensor<2x1x1xf32>
+  %s = zg.sqrt %a : (tensor<2x1x1xf32>) -> tensor<2x1x1xf32>
+  %r = zg.div %one, %s : (tensor<f32>, tensor<2x1x1xf32>) -> tensor<2x1x1xf32>
+  %n = zg.mul %x, %r : (tensor<2x1x8xf32>, tensor<2x1x1xf32>) -> tensor<2x1x8xf32>
+  %y = zg.mul %w, %n : (tensor<8xf32>, tensor<2x1x8xf32>) -> tensor<2x1x8xf32>
+  return %y : tensor<2x1x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @rms_two_over
+// CHECK-NOT: zg.rms_norm
+func.func @rms_two_over(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  %two = zg.constant {value = dense<2.0> : tensor<f32>} : () -> tensor<f32>
+  %eps = zg.constant {value = dense<1.0e-6> : tensor<f32>} : () -> tensor<f32>
+  %p = zg.pow %x, %two : (tensor<2x8xf32>, tensor<f32>) -> tensor<2x8xf32>
+  %m = zg.reduce_mean %p {axes = array<i64: 1>, keepdims = true} : (tensor<2x8xf32>) -> tensor<2x1xf32>
+  %a = zg.add %m, %eps : (tensor<2x1xf32>, tensor<f32>) -> tensor<2x1xf32>
+  %s = zg.sqrt %a : (tensor<2x1xf32>) -> tensor<2x1xf32>
+  %r = zg.div %two, %s : (tensor<f32>, tensor<2x1xf32>) -> tensor<2x1xf32>
+  %y = zg.mul %x, %r : (tensor<2x8xf32>, tensor<2x1xf32>) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
