@@ -336,6 +336,22 @@ LogicalResult Importer::importCast(const onnx::NodeProto &n) {
     setConst(n, 0, eval::cast(*x->c, to), x->shape);
     return success();
   }
+  // A cast back from an exact widening (fp16 or bf16 to fp32 or fp64, fp32 to
+  // fp64, then to the first type again) is the identity: the input of the
+  // first cast. The TorchScript exporter writes one after each fp16 softmax
+  // (softmax(x, dtype=float32).to(fp16)), between the attention's softmax
+  // and its value product.
+  if (auto first = x->v ? x->v.getDefiningOp<zg::CastOp>() : nullptr) {
+    Value src = first->getOperand(0);
+    Type from = getElementTypeOrSelf(src.getType()),
+         mid = getElementTypeOrSelf(x->v.getType());
+    bool exact = (from.isF16() || from.isBF16()) ? (mid.isF32() || mid.isF64())
+                                                 : (from.isF32() && mid.isF64());
+    if (exact && from == tensorType(to, x->shape).getElementType()) {
+      setValue(n, 0, src);
+      return success();
+    }
+  }
   setValue(n, 0, emit<zg::CastOp>(tensorType(to, x->shape), materialize(*x)));
   return success();
 }

@@ -5,8 +5,8 @@ Run where torch, transformers and onnxruntime are installed (CPU is enough):
 
     python tests/models/export_with_inputs.py OUT_DIR [--models llama_dynamo,gpt2_ts,...]
 
-(tests/models/hf_inputs holds llama_ts, gpt2_ts, qwen2_dynamo and llama_ts_present:
-`--models llama_ts,gpt2_ts,qwen2_dynamo,llama_ts_present`.)
+(tests/models/hf_inputs holds llama_ts, gpt2_ts, qwen2_dynamo, llama_ts_present and llama_ts_fp16:
+`--models llama_ts,gpt2_ts,qwen2_dynamo,llama_ts_present,llama_ts_fp16`.)
 
 Each model is a transformers *ForCausalLM built from a small config with torch.manual_seed(0) (2 layers,
 hidden 64, 4 heads, vocab 512, eager attention), wrapped so that the export takes input_ids, attention_mask
@@ -15,7 +15,9 @@ sequence_length as optimum names them) and returns logits [batch, sequence, voca
 torch.onnx.export(dynamo=True) (`_dynamo`, opset 20, weights as external data) or by the TorchScript exporter
 (`_ts`, dynamo=False, opset 17, weights inline: the form of most published exports and of optimum's).
 A name ending in `_present` (llama_ts_present) also returns each layer's present key and value
-(present.<layer>.key / .value, use_cache=True), as optimum's decoder_model.onnx does.
+(present.<layer>.key / .value, use_cache=True), as optimum's decoder_model.onnx does; one ending in `_fp16`
+(llama_ts_fp16) is the model in float16 (model.half(), fp16 weights, inputs int64, logits fp16; the
+references are PyTorch's fp16 results; the export must match them within 2e-3).
 OUT_DIR/<name>/ gets model.onnx (+ model.onnx.data for dynamo), input_ids.npy (int64 [2, 16],
 torch.manual_seed(1)), expected_output.npy (PyTorch's float32 logits for a mask of ones and positions
 0..15), attention_mask_padded.npy / position_ids_padded.npy / expected_output_padded.npy (the first row
@@ -86,9 +88,13 @@ def feeds(ids, pad=0):
 
 
 def export(name, out_root):
-    present = name.endswith("_present")
-    arch, exporter = name.removesuffix("_present").rsplit("_", 1)
+    fp16 = name.endswith("_fp16")
+    name_ = name.removesuffix("_fp16")
+    present = name_.endswith("_present")
+    arch, exporter = name_.removesuffix("_present").rsplit("_", 1)
     model = build(arch)
+    if fp16:
+        model = model.half()
     torch.manual_seed(1)
     ids = torch.randint(0, 512, (2, 16), dtype=torch.int64)
     wrapped = WithInputs(model, present).eval()
@@ -138,7 +144,7 @@ def export(name, out_root):
     diff_pad = float(np.abs(run(*feeds(ids, pad=3))[:, 3:] - ref_pad[:, 3:]).max())
     print(f"{name}: {type(model).__name__} -> {out}: onnxruntime vs PyTorch {diff:.2g}, "
           f"left-padded {diff_pad:.2g}", flush=True)
-    if max(diff, diff_pad) > 1e-4:
+    if max(diff, diff_pad) > (2e-3 if fp16 else 1e-4):
         raise RuntimeError(f"the export differs from PyTorch by {max(diff, diff_pad)}")
     np.save(os.path.join(out, "input_ids.npy"), ids.numpy())
     np.save(os.path.join(out, "expected_output.npy"), ref)
