@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles, on this machine (the GPU machine has no MLIR), the generation plans that tests/cuda/generate_bench.sh
-# runs on the GPU machine, into OUTDIR (default .gpu-gen at the repository root; add /.gpu-gen/ to
-# .git/info/exclude). The device call carries OUTDIR and .gpu-deps (scripts/gpu-deps.sh):
+# runs on the GPU machine, into OUTDIR (default .gpu-gen at the repository root; /.gpu-gen/ is in
+# .gitignore). The device call carries OUTDIR and .gpu-deps (scripts/gpu-deps.sh):
 #   tests/cuda/make_generate_plans.sh [OUTDIR] [--7b] [--fused] [--stream] [--layer]
 # llama-1b (tests/models/bench, graph only: the weights are drawn at load time with zrun --init random), bf16,
 # --target cuda, --max-seq 768 (a 512-token prompt and 256 new tokens), one plan per batch size 1, 8 and 64.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compiles the fp32 training plans that tests/cuda/train_gpu.sh runs on the GPU machine, into .gpu-train/
-# (add /.gpu-train/ to .git/info/exclude; the device call runs `bash tests/cuda/train_gpu.sh` and carries
+# (/.gpu-train/ is in .gitignore; the device call runs `bash tests/cuda/train_gpu.sh` and carries
 # .gpu-train and .gpu-deps, from scripts/gpu-deps.sh):
 # gpt2 and llama, tp 1, ZeRO 0 on one GPU and ZeRO 1-3 over dp 2, --target cuda; the same in bf16 (fp32
 # master weights, moments and reduction). Then the benchmark plans of tests/cuda/train_bench.sh in
