@@ -424,6 +424,21 @@ Value addScalarArgument(func::FuncOp func, Type elt, StringRef name,
 /// (docs/sampling.md) from the run inputs temperature (default 0: greedy, the
 /// arg max with the lowest index on ties, as torch.argmax), top_k (0: off),
 /// top_p (1: off), seed and step (the caller advances it once per token).
+/// The logits' rows [B, V] a program outputs: the logits themselves where
+/// they are [B, V], else a copy of the row `pick()` names for each sequence
+/// of [B, S, V]. A copy rather than a view: an output lives for the whole
+/// plan, and a view would make the memory plan keep its base activation
+/// alive too.
+Value logitsRows(OpBuilder &b, Location loc, Value logits,
+                 llvm::function_ref<Value()> pick) {
+  auto shape = rtt(logits).getShape();
+  if (shape.size() == 2)
+    return logits;
+  return zg::TakeRowsOp::create(
+      b, loc, tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()),
+      logits, pick());
+}
+
 void finish(func::FuncOp func, Value rows, Operation *ret) {
   OpBuilder b(ret);
   Location loc = ret->getLoc();
@@ -658,14 +673,9 @@ LogicalResult derivePrefill(func::FuncOp func,
   Value logits = ret->getOperand(0);
   auto shape = rtt(logits).getShape();
   b.setInsertionPoint(ret);
-  Value rows =
-      shape.size() == 2
-          ? logits
-          : zg::TakeRowsOp::create(
-                b, ret->getLoc(),
-                tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()),
-                logits, shape[1] == 1 ? zeros : lastRow(ret->getLoc()))
-                .getResult();
+  Value rows = logitsRows(b, ret->getLoc(), logits, [&] {
+    return shape[1] == 1 ? zeros : lastRow(ret->getLoc());
+  });
   finish(func, rows, ret);
   return success();
 }
@@ -937,16 +947,9 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
     Value logits = ret->getOperand(0);
     auto shape = rtt(logits).getShape();
     OpBuilder b(ret);
-    // A copy rather than a view: an output lives for the whole plan, and a
-    // view would make the memory plan keep its base activation alive too.
-    Value rows =
-        shape.size() == 2
-            ? logits
-            : zg::TakeRowsOp::create(
-                  b, ret->getLoc(),
-                  tensorOf({shape[0], shape[2]}, rtt(logits).getElementType()),
-                  logits, i64Splat(b, ret->getLoc(), {shape[0]}, 0))
-                  .getResult();
+    Value rows = logitsRows(b, ret->getLoc(), logits, [&] {
+      return i64Splat(b, ret->getLoc(), {shape[0]}, 0);
+    });
     finish(decode, rows, ret);
   }
 

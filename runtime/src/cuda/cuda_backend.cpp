@@ -392,6 +392,11 @@ class CudaBackend final : public Backend {
           }
       written_ = written;
       blas_->set_written_ranges(std::move(written));
+      // The decode_layer steps whose weights (inputs 8 to 15) no step writes: their kernel reads the first
+      // pieces before the wait for the previous kernel. Decided once here, not at every launch.
+      early_layers_.clear();
+      for (const Step &s : steps)
+        if (s.op == Op::decode_layer && weights_unwritten(s, 8, 16)) early_layers_.insert(s.inputs[1].data);
       ZRT_CUDA_CHECK(cudaMalloc(&workspace_, zk::cuda::kGemmWorkspaceBytes));
       workspace_bytes_ = zk::cuda::kGemmWorkspaceBytes;
       scratch += workspace_bytes_;
@@ -1034,8 +1039,8 @@ class CudaBackend final : public Backend {
       case Op::decode_layer:
         // Plan 2.17: one persistent kernel for the layer (kernels/cuda/decode_layer.cu); its first weight loads
         // before the wait for the previous kernel where no step writes the weights.
-        ZRT_GPU_CHECK(zc::decode_layer(decode_layer_args(s, weights_unwritten(s, 8, 16)), kernel_ws_, kernel_ws_bytes_,
-                                       st));
+        ZRT_GPU_CHECK(zc::decode_layer(decode_layer_args(s, early_layers_.count(s.inputs[1].data) > 0), kernel_ws_,
+                                       kernel_ws_bytes_, st));
         return {};
       case Op::cached_attention:
         // The decode kernel (kernels/cuda/decode_attention.cu) where it applies, else the simple exact one.
@@ -1073,6 +1078,9 @@ class CudaBackend final : public Backend {
   std::unordered_set<const void *> early_ropes_;
   /// The kernel workspace's bytes (kernel_ws_).
   size_t kernel_ws_bytes_ = 0;
+  /// The decode_layer steps whose weights no step writes (prepare), by their k cache (one a layer; step indices
+  /// repeat across programs).
+  std::unordered_set<const void *> early_layers_;
   /// The device bytes the plan's steps write (prepare), for the kernels that may read a weight early.
   std::vector<std::pair<uintptr_t, uintptr_t>> written_;
   // CUDA graph state.
