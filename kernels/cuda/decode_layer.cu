@@ -1,7 +1,8 @@
 // The persistent decode layer (session 11, helper PERSIST): one launch computes one llama-style decoder layer
-// at decode for M <= 4 rows (sequences, one new token each). WRITTEN AND COMPILED WITHOUT A GPU: it has not
-// run on one, so nothing below is measured; what it is meant to save and why is docs/generation.md,
-// "Persistent decode layer kernel: written, not yet run". Nothing in a plan runs it yet.
+// at decode for M <= 4 rows (sequences, one new token each). Run on the GPU in session 12: correct against the
+// CPU reference at 1-4 rows, and slower than the six kernels it replaces (66 against 52 us a llama-1b layer;
+// docs/generation.md, "The persistent decode layer on the GPU"), so plans use it only with
+// `zplan --decode-layer on`.
 //
 // Why: at batch 1 a layer is six kernels (q/k/v norm_products, rope_kv_write, decode attention, o, gate/up
 // norm_products, down), and session 10 measured the four streaming products at a fixed ~6.4 us each
@@ -38,19 +39,16 @@
 // every one of our blocks has executed that instruction, i.e. is resident. A larger grid is refused on the
 // host with an error instead of a hang, and the kernel asks for the largest shared-memory carveout so that the
 // launch cannot pick a smaller one than the occupancy API assumed. (Other streams' kernels, NCCL's for
-// instance, could hold SMs while ours wait; a plan that runs this kernel beside them must say how it avoids
-// that. Not wired into plans.) A barrier that still waits after about two seconds traps with a message
-// (kBarrierPatienceCycles), so that a deadlock on the first GPU runs is an error, not a hang.
+// instance, could hold SMs while ours wait: the compiler writes decode_layer only where the layer has no
+// collective.) A barrier that still waits after about two seconds traps with a message
+// (kBarrierPatienceCycles), so that a deadlock is an error, not a hang.
 //
 // The grid barrier is a counter and a generation word in the workspace: a block's thread 0 reads the
 // generation, fences (its block's writes, ordered by __syncthreads, become visible at the GPU), adds one to
 // the counter; the last block resets the counter and bumps the generation, the others poll it with a short
-// nanosleep. Its cost (reasoned, not measured): about one L2 round trip for the atomic (~0.5-1 us under
-// contention of ~264 atomics on one address, which the L2 serialises at a few ns each) plus the time until
-// the last block arrives plus one polling interval (<= 256 ns); four a layer. Against it stand the six kernel
-// boundaries it removes (launch, first bytes, prologue after the wait, cluster barriers: ~6.4 us each for the
-// products, measured). Data written before a barrier by another block is read after it with ld.global.cg
-// (the L2, never a stale L1 line).
+// nanosleep. Its cost, measured in session 12: ~1.3 us from the last arrival to the first departure, plus
+// the blocks' spread before it (2-4.5 us), four a layer. Data written before a barrier by another block is
+// read after it with ld.global.cg (the L2, never a stale L1 line).
 //
 // Duplication: the ring, the norm prologue and the gated epilogue follow skinny_stream_kernel (skinny_gemm.cu)
 // and are written again here rather than factored out, so that the existing kernels' machine code stays as it
@@ -175,7 +173,7 @@ __device__ __forceinline__ T gated_out(float g, float u, int act) {
 
 /// A healthy barrier waits microseconds; one still waiting after this many clock cycles (about two seconds) is
 /// taken for a grid that is not resident as a whole, and the kernel stops with a message (a trap: the launch
-/// fails with cudaErrorLaunchFailure) instead of hanging. Not yet run on a GPU: a guard for the first runs.
+/// fails with cudaErrorLaunchFailure) instead of hanging.
 constexpr long long kBarrierPatienceCycles = 4000000000LL;
 
 /// The grid barrier (see the file's comment). Every thread of every block calls it; `which` names it in the

@@ -34,9 +34,10 @@ GpuStatus rope_attention(const In &q, const In &k, const In &v, const In &cos, c
                          const Out &out, const Out &k_cache, const Out &v_cache, float scale, void *workspace,
                          bool early, cudaStream_t stream);
 
-/// The persistent decode layer (kernels/cuda/decode_layer.cu; session 11, NOT YET RUN ON A GPU, not in any
-/// plan): one launch computes one llama-style decoder layer for M = 1..4 rows (sequences, one new token each),
-/// as the six steps of a batch-1 decode layer compute it, each result rounded where they round it:
+/// The persistent decode layer (kernels/cuda/decode_layer.cu; session 11; run on the GPU in session 12: correct,
+/// slower than the six kernels, in a plan only with zplan --decode-layer on): one launch computes one
+/// llama-style decoder layer for M = 1..4 rows (sequences, one new token each), as the six steps of a batch-1
+/// decode layer compute it, each result rounded where they round it:
 ///   sum1 = x + residual; n1 = rms_norm(sum1) * norm1; q, k, v = n1 wq, n1 wk, n1 wv        (norm_products)
 ///   q and k rotated (cos, sin at the step); k and v written into the caches at pos        (rope_kv_write)
 ///   attn = attention of q over the caches, keys 0 .. pos[b]                                (decode attention)
