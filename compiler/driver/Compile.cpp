@@ -459,6 +459,9 @@ FailureOr<CompiledPlan> compilePlan(MLIRContext &context,
       pm.addPass(plan::createZplanDecodeProducts(decode));
     }
     pm.addPass(plan::createZplanSchedule(schedule));
+    // Which steps' kernels load their weights (or caches) before waiting for
+    // the previous kernel: only where no step writes them (plan 2.18).
+    pm.addPass(plan::createZplanEarlyLoads());
     plan::ZplanMemoryPlanOptions memory;
     memory.dtype = f.dtype;
     memory.deviceReserve = reserve.workspaceBytes + reserve.reserveBytes;

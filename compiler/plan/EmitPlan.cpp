@@ -1185,12 +1185,16 @@ struct Emitter {
       if (groupSize > 1)
         usedGroups.insert(int(axis));
     }
+    // Plan 2.18: --zplan-early-loads' decision that the kernel loads its
+    // early operands before the wait for the previous kernel.
+    const bool early = op->hasAttr(attr::kEarly);
+    if (early)
+      ++summary.earlySteps[func.getName().str()];
     instrs.push_back(fb::CreateInstr(
-        fbb, *opcode, fbb.CreateVector(inputs),
-        fbb.CreateVector(outputs), fbb.CreateVector(ints),
-        fbb.CreateVector(floats), static_cast<fb::Axis>(axis),
-        static_cast<fb::Stream>(stream), fbb.CreateVector(waits), signal,
-        fbb.CreateString(opName(op))));
+        fbb, *opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs),
+        fbb.CreateVector(ints), fbb.CreateVector(floats),
+        static_cast<fb::Axis>(axis), static_cast<fb::Stream>(stream),
+        fbb.CreateVector(waits), signal, fbb.CreateString(opName(op)), early));
     return success();
   }
 

@@ -163,6 +163,10 @@ struct PlanSummary {
   GenerationFigures generation;
   NvmeFigures nvme;
   HostCopyFigures hostCopies;
+  /// Plan 2.18: per program, the steps marked early (--zplan-early-loads),
+  /// whose kernels load their weights (or caches) before the wait for the
+  /// previous kernel; programs without any are absent.
+  std::map<std::string, int64_t> earlySteps;
 };
 
 /// Builds the plan FlatBuffer (without the 24-byte file header) into

@@ -27,6 +27,9 @@ constexpr llvm::StringLiteral kOffset = "zplan.offset";
 constexpr llvm::StringLiteral kArenaBytes = "zplan.arena_bytes";
 constexpr llvm::StringLiteral kPeakLiveBytes = "zplan.peak_live_bytes";
 constexpr llvm::StringLiteral kDType = "zplan.dtype";
+/// --zplan-early-loads: the step's kernel loads its early operands before the
+/// wait for the previous kernel (plan 2.18, Instr.early).
+constexpr llvm::StringLiteral kEarly = "zplan.early";
 } // namespace attr
 
 } // namespace zplan::plan

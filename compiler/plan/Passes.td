@@ -594,6 +594,56 @@ def ZplanSchedule : Pass<"zplan-schedule", "mlir::ModuleOp"> {
   ];
 }
 
+def ZplanEarlyLoads : Pass<"zplan-early-loads", "mlir::ModuleOp"> {
+  let summary = "Decide which steps' kernels load their weights before waiting for the previous kernel";
+  let description = [{
+    The CUDA kernels of a few-row product, of `zg.decode_layer` and of
+    `zg.rope_attention` are launched as programmatic dependents of the
+    previous kernel on their stream: they may issue their first loads of
+    some operands (zrt/ops.h, `early_operands`: the products' weights,
+    decode_layer's weights, rope_attention's caches and positions) before
+    they wait for that kernel to finish, which hides the start of the
+    weight stream behind the previous kernel's tail. That is only right
+    where nothing writes those operands while the previous kernel may still
+    run. This pass decides it, per step, and marks the step `zplan.early`;
+    the emitter writes it as the instruction's `early` (plan 2.18), the
+    verifier refuses the claim where a step of the plan writes the bytes,
+    and the CUDA backend passes it to the kernel (the CPU backend has no
+    such wait and ignores it). Run after --zplan-schedule (it reads the
+    streams and the final order).
+
+    - The products (`zg.linear` and `zg.matmul` that --zplan-decode-products
+      gave a few-row kernel, `zg.linear_multi`, `zg.linear_gated`,
+      `zg.norm_products`) and `zg.decode_layer`: each early operand is read,
+      through views, from device storage (`zg.weight`, `zd.weight_shard`,
+      `zg.state`, `zg.constant`) that no state write of any program of the
+      module writes: inference weights. A ZeRO-3 gather, an offload copy (the
+      operand is then an instruction's result) or a trained parameter
+      (`zg.adamw`, `zg.assign`) keeps the step waiting.
+    - `zg.rope_attention`: no op of its program other than the step writes
+      its caches or positions (the prefill program writes the caches, and
+      has finished before the step's program starts), and the last
+      instruction before it that is not a view is a device step of its
+      program on its stream, so that the kernel it overlaps is that one.
+
+    Before (one row, inference):
+    ```mlir
+    %w = zg.weight {name = "w", ...} : () -> tensor<64x64xbf16>
+    %y = zg.linear %x, %w {zd.kernel = "few_rows_stream", zplan.stream = "compute"} : ...
+    ```
+    After:
+    ```mlir
+    %y = zg.linear %x, %w {zd.kernel = "few_rows_stream", zplan.early, zplan.stream = "compute"} : ...
+    ```
+  }];
+  let dependentDialects = ["zplan::graph::GraphDialect"];
+  let statistics = [
+    Statistic<"numEarly", "early", "steps whose kernel loads before its wait">,
+    Statistic<"numWaiting", "waiting",
+              "steps that could but must wait: an operand is written">,
+  ];
+}
+
 def ZplanMemoryPlan : Pass<"zplan-memory-plan", "mlir::ModuleOp"> {
   let summary = "Give every tensor a static offset in its memory space's arena";
   let description = [{

@@ -205,6 +205,15 @@ std::string formatReport(const PlanSummary &s) {
         break;
     }
   }
+  if (!s.earlySteps.empty()) {
+    // The steps --zplan-early-loads marked (plan 2.18): what the CUDA backend
+    // runs with the first weight (or cache) loads before the wait.
+    os << "early loads (steps whose kernel reads weights before waiting for "
+          "the previous one):";
+    for (const auto &[p, n] : s.earlySteps)
+      os << " @" << p << " " << n;
+    os << "\n";
+  }
   os << "communication per step, per rank (bytes sent, ring algorithms):\n";
   if (s.comm.empty())
     os << "  none\n";

@@ -26,7 +26,7 @@ struct Blas::Impl {
   cublasLtHandle_t lt = nullptr;
   std::mutex mu;
   std::unordered_map<std::string, cublasLtMatmulAlgo_t> algos;
-  /// set_written_ranges, sorted by begin; `written_known` once set.
+  /// set_written_ranges, sorted by begin; `written_known` once set (direct callers only: see the header).
   std::vector<std::pair<uintptr_t, uintptr_t>> written;
   bool written_known = false;
   bool never_written(const void* p, size_t bytes) const {
@@ -304,15 +304,15 @@ void broadcast_strides(const Dims &in, const Dims &out, int64_t *st) {
 /// *done false. No timing and no override at run time: two runs of one plan run the same kernels and round
 /// alike.
 GpuStatus few_rows(Blas::Impl* impl, const In& x, const In& w, const In& bias, const Out& out, bool tw,
-                   int64_t M, int64_t K, int64_t N, float alpha, Epilogue epi, FewRows kernel, cudaStream_t s,
-                   bool* done) {
+                   int64_t M, int64_t K, int64_t N, float alpha, Epilogue epi, FewRows kernel, bool early_weights,
+                   cudaStream_t s, bool* done) {
   *done = false;
   if (kernel == FewRows::library) return {};
   if (kernel != FewRows::cluster && kernel != FewRows::stream)
     return kernel_failure(
         ("linear / matmul: unknown few-row kernel code " + std::to_string(static_cast<int>(kernel))).c_str());
   if (kernel == FewRows::cluster && (M > kSkinnyMaxRows || !skinny_linear_fits(x.dtype, M, K, N, tw))) return {};
-  const bool early = impl->never_written(w.data, static_cast<size_t>(K * N) * dtype_size(w.dtype));
+  const bool early = early_weights || impl->never_written(w.data, static_cast<size_t>(K * N) * dtype_size(w.dtype));
   *done = true;
   return skinny_linear(x, w, bias, out, tw, alpha, epi, early, s, kernel);
 }
@@ -320,7 +320,7 @@ GpuStatus few_rows(Blas::Impl* impl, const In& x, const In& w, const In& bias, c
 }  // namespace
 
 GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool ta, bool tb, void *ws, size_t ws_bytes,
-                 cudaStream_t s, FewRows few) {
+                 cudaStream_t s, FewRows few, bool early_weights) {
   if (a.shape.rank < 1 || b.shape.rank < 1) return kernel_failure("matmul: operands must have rank >= 1");
   MatShape ma = mat_of(a.shape, false), mb = mat_of(b.shape, true);
   const bool tae = ta && !ma.vec, tbe = tb && !mb.vec;
@@ -356,7 +356,8 @@ GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool ta, 
       // As a linear: x [rows, K], W = B ([K, N], or [N, K] transposed), no epilogue.
       const In x{a.data, a.dtype, Dims{rows, K}}, w{b.data, b.dtype, tbe ? Dims{N, K} : Dims{K, N}};
       const Out o{out.data, out.dtype, Dims{rows, N}};
-      ZK_GPU_TRY(few_rows(blas.impl(), x, w, In{}, o, tbe, rows, K, N, 1.0f, Epilogue::none, few, s, &done));
+      ZK_GPU_TRY(few_rows(blas.impl(), x, w, In{}, o, tbe, rows, K, N, 1.0f, Epilogue::none, few, early_weights, s,
+                          &done));
     }
     if (done) return {};
     return run_lt(blas.impl(), g, ws, ws_bytes, s);
@@ -395,7 +396,7 @@ namespace {
 /// product's epilogue.
 GpuStatus linear_impl(Blas &blas, const In &x, const In &w, const In &bias, const In &residual, const Out &out,
                       bool tw, float alpha, Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, FewRows few,
-                      const GemmAlgo *algo) {
+                      const GemmAlgo *algo, bool early_weights) {
   if (x.shape.rank < 1 || w.shape.rank != 2) return kernel_failure("linear: x must have rank >= 1 and W rank 2");
   const int64_t K = x.shape.d[x.shape.rank - 1];
   const int64_t N = tw ? w.shape.d[0] : w.shape.d[1];
@@ -456,7 +457,7 @@ GpuStatus linear_impl(Blas &blas, const In &x, const In &w, const In &bias, cons
   if (!residual.data && !algo) {
     // The few-row kernel has no residual epilogue; linear_residual's products run on cuBLASLt at any size.
     bool done = false;
-    ZK_GPU_TRY(few_rows(blas.impl(), x, w, bias, out, tw, M, K, N, alpha, epi, few, s, &done));
+    ZK_GPU_TRY(few_rows(blas.impl(), x, w, bias, out, tw, M, K, N, alpha, epi, few, early_weights, s, &done));
     if (done) return {};
   }
   return run_lt(blas.impl(), g, ws, ws_bytes, s);
@@ -465,38 +466,48 @@ GpuStatus linear_impl(Blas &blas, const In &x, const In &w, const In &bias, cons
 }  // namespace
 
 GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool tw, float alpha,
-                 Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, FewRows few, const GemmAlgo *algo) {
-  return linear_impl(blas, x, w, bias, In{}, out, tw, alpha, epi, ws, ws_bytes, s, few, algo);
+                 Epilogue epi, void *ws, size_t ws_bytes, cudaStream_t s, FewRows few, const GemmAlgo *algo,
+                 bool early_weights) {
+  return linear_impl(blas, x, w, bias, In{}, out, tw, alpha, epi, ws, ws_bytes, s, few, algo, early_weights);
 }
 
 GpuStatus linear_residual(Blas &blas, const In &x, const In &w, const In &bias, const In &residual, const Out &out,
                           bool tw, float alpha, void *ws, size_t ws_bytes, cudaStream_t s, const GemmAlgo *algo) {
   if (!residual.data) return kernel_failure("linear_residual: no residual");
   return linear_impl(blas, x, w, bias, residual, out, tw, alpha, bias.data ? Epilogue::bias : Epilogue::none, ws,
-                     ws_bytes, s, FewRows::library, algo);
+                     ws_bytes, s, FewRows::library, algo, false);
 }
 
-GpuStatus linear_multi(Blas &blas, const In &x, const In *w, const Out *out, int n, bool tw, float alpha,
-                       cudaStream_t s, FewRows kernel) {
+namespace {
+
+/// The caller's early_weights, or (direct callers that declared the written ranges) whether none of the n
+/// weights lies in them.
+bool early_of(Blas &blas, const In *w, int n, bool early_weights) {
+  if (early_weights) return true;
   bool early = true;
   for (int i = 0; i < n; ++i)
     early = early && blas.impl()->never_written(w[i].data, static_cast<size_t>(w[i].shape.numel()) * dtype_size(w[i].dtype));
-  return skinny_linear_multi(x, w, out, n, tw, alpha, early, s, kernel);
+  return early;
+}
+
+}  // namespace
+
+GpuStatus linear_multi(Blas &blas, const In &x, const In *w, const Out *out, int n, bool tw, float alpha,
+                       cudaStream_t s, FewRows kernel, bool early_weights) {
+  return skinny_linear_multi(x, w, out, n, tw, alpha, early_of(blas, w, n, early_weights), s, kernel);
 }
 
 GpuStatus norm_products(Blas &blas, const In &x, const In &residual, const In &scale, const In *w, const Out &sum,
-                        const Out *out, int n, Unary act, bool gated, float alpha, float eps, cudaStream_t s) {
-  bool early = true;
-  for (int i = 0; i < n; ++i)
-    early = early && blas.impl()->never_written(w[i].data, static_cast<size_t>(w[i].shape.numel()) * dtype_size(w[i].dtype));
-  return skinny_norm_products(x, residual, scale, w, sum, out, n, act, gated, alpha, eps, early, s);
+                        const Out *out, int n, Unary act, bool gated, float alpha, float eps, cudaStream_t s,
+                        bool early_weights) {
+  return skinny_norm_products(x, residual, scale, w, sum, out, n, act, gated, alpha, eps,
+                              early_of(blas, w, n, early_weights), s);
 }
 
 GpuStatus linear_gated(Blas &blas, Unary act, const In &x, const In &wg, const In &wu, const Out &out, bool tw,
-                       float alpha, cudaStream_t s, FewRows kernel) {
-  const size_t bytes = static_cast<size_t>(wg.shape.numel()) * dtype_size(wg.dtype);
-  const bool early = blas.impl()->never_written(wg.data, bytes) && blas.impl()->never_written(wu.data, bytes);
-  return skinny_linear_gated(act, x, wg, wu, out, tw, alpha, early, s, kernel);
+                       float alpha, cudaStream_t s, FewRows kernel, bool early_weights) {
+  const In w[2] = {wg, wu};
+  return skinny_linear_gated(act, x, wg, wu, out, tw, alpha, early_of(blas, w, 2, early_weights), s, kernel);
 }
 
 }  // namespace cuda

@@ -158,6 +158,7 @@ class Verifier {
   Status check_slices(const std::string &what, int tensor, const Shape &full, const Shape &local,
                       const flatbuffers::Vector<flatbuffers::Offset<fb::RankSlice>> *ranks);
   Status check_instr(int idx, const fb::Instr &in);
+  Status check_early();
   Status check_shapes(const OpInfo &sig, const fb::Instr &in, const std::vector<int> &ins, const std::vector<int> &outs,
                       const std::string &where);
   int group(fb::Axis a) const {
@@ -278,6 +279,134 @@ Status Verifier::check_programs() {
                     "collective hash mismatch: the plan records 0x%016llx, its instructions hash to 0x%016llx",
                     static_cast<unsigned long long>(prog.collective_hash()), static_cast<unsigned long long>(h));
       return fail(progs->size() > 1 ? pn + ": " + buf : std::string(buf));
+    }
+  }
+  return check_early();
+}
+
+/// Plan 2.18: a step marked early (Instr.early) has its kernel load the op's early operands (zrt/ops.h,
+/// early_operands) before it waits for the previous kernel on its stream, which may then still be writing. The
+/// claim holds only where no step writes those bytes: no instruction of any program for the weights of the
+/// products and of decode_layer (EarlyScope::plan), no other instruction of the step's own program for
+/// rope_attention's caches and positions (EarlyScope::program), whose step must also follow an instruction of
+/// its program on its stream. A plan that claims it elsewhere (a wrong compiler, a hostile file) is refused
+/// here, naming the step and the writer, so that it cannot make a kernel read a half-written tensor.
+/// Writes are compared as byte ranges of the arenas, so views and reused bytes count too. O(n log n) in the
+/// instructions: the written ranges are merged once, each merged range remembering its one writer (or -1 for
+/// several), so a query only meets the ranges of the step itself before it finds another writer or ends.
+Status Verifier::check_early() {
+  const auto *progs = p_.programs();
+  struct Written {
+    int space;
+    uint64_t begin, end;
+    int64_t owner;  // program << 32 | instruction; -1 once several instructions write the range
+  };
+  auto owner_of = [](size_t pi, size_t i) { return static_cast<int64_t>(pi) << 32 | static_cast<int64_t>(i); };
+  bool any = false;
+  std::vector<Written> all;                      // every program's writes (EarlyScope::plan)
+  std::vector<std::vector<Written>> per(progs->size());  // each program's (EarlyScope::program)
+  for (size_t pi = 0; pi < progs->size(); ++pi) {
+    const auto *instrs = progs->Get(pi)->instrs();
+    if (!instrs) continue;
+    for (size_t i = 0; i < instrs->size(); ++i) {
+      const fb::Instr &in = *instrs->Get(i);
+      any = any || in.early();
+      if (in.outputs())
+        for (int t : *in.outputs()) {
+          const TInfo &ti = t_[static_cast<size_t>(t)];
+          if (ti.bytes == 0) continue;
+          const Written w{static_cast<int>(ti.space), ti.offset, ti.offset + ti.bytes, owner_of(pi, i)};
+          all.push_back(w);
+          per[pi].push_back(w);
+        }
+    }
+  }
+  if (!any) return {};
+  auto merge = [](std::vector<Written> &v) {
+    std::sort(v.begin(), v.end(), [](const Written &a, const Written &b) {
+      return a.space != b.space ? a.space < b.space : a.begin < b.begin;
+    });
+    std::vector<Written> m;
+    for (const Written &w : v) {
+      if (!m.empty() && m.back().space == w.space && w.begin < m.back().end) {
+        m.back().end = std::max(m.back().end, w.end);
+        if (m.back().owner != w.owner) m.back().owner = -1;
+      } else {
+        m.push_back(w);
+      }
+    }
+    v = std::move(m);
+  };
+  merge(all);
+  for (auto &v : per) merge(v);
+  // Whether a merged range other than one written by `self` alone overlaps [begin, end) of `space`.
+  auto written_by_other = [](const std::vector<Written> &v, int space, uint64_t begin, uint64_t end, int64_t self) {
+    auto it = std::lower_bound(v.begin(), v.end(), std::make_pair(space, begin), [](const Written &w, const auto &k) {
+      return w.space != k.first ? w.space < k.first : w.end <= k.second;
+    });
+    for (; it != v.end() && it->space == space && it->begin < end; ++it)
+      if (it->owner != self) return true;
+    return false;
+  };
+  for (size_t pi = 0; pi < progs->size(); ++pi) {
+    const fb::Program &prog = *progs->Get(pi);
+    const auto *instrs = prog.instrs();
+    if (!instrs) continue;
+    const std::string pn = "program '" + (prog.name() ? prog.name()->str() : std::string()) + "'";
+    uint32_t streams_seen = 0;  // the streams an earlier instruction that launches work ran on
+    for (size_t i = 0; i < instrs->size(); ++i) {
+      const fb::Instr &in = *instrs->Get(i);
+      const Op op = static_cast<Op>(in.op());
+      const bool launches = op != Op::reshape && op != Op::release;
+      const uint32_t stream_bit = 1u << static_cast<unsigned>(in.stream());
+      if (in.early()) {
+        const int nin = in.inputs() ? static_cast<int>(in.inputs()->size()) : 0;
+        const EarlyOperands eo = early_operands(op, nin);
+        const std::string where = pn + " instruction " + std::to_string(i) + " (" + op_name(in.op()) +
+                                  (in.name() ? " '" + in.name()->str() + "'" : "") + ")";
+        if (eo.scope == EarlyScope::none)
+          return fail(where + ": is marked early (plan 2.18), but a " + op_name(in.op()) +
+                      " step loads nothing before its wait for the previous kernel");
+        if (eo.scope == EarlyScope::program && !(streams_seen & stream_bit))
+          return fail(where + ": is marked early, but no instruction of its program runs before it on its "
+                      "stream: the kernel its early loads would overlap is another program's");
+        for (int k = 0; k < nin; ++k) {
+          const int t = in.inputs()->Get(k);
+          if (!eo.has(k) || t < 0) continue;
+          const TInfo &ti = t_[static_cast<size_t>(t)];
+          if (ti.bytes == 0) continue;
+          const bool plan_wide = eo.scope == EarlyScope::plan;
+          if (!written_by_other(plan_wide ? all : per[pi], static_cast<int>(ti.space), ti.offset,
+                                ti.offset + ti.bytes, plan_wide ? -2 : owner_of(pi, i)))
+            continue;
+          // Name the first writer, in the step's own program first.
+          std::string writer;
+          for (size_t n = 0; writer.empty() && n < (plan_wide ? progs->size() : 1); ++n) {
+            const size_t pj = n == 0 ? pi : n <= pi ? n - 1 : n;
+            const auto *js = progs->Get(pj)->instrs();
+            for (size_t j = 0; writer.empty() && js && j < js->size(); ++j) {
+              const fb::Instr &w = *js->Get(j);
+              if ((pj == pi && j == i && !plan_wide) || !w.outputs()) continue;
+              for (int o : *w.outputs()) {
+                const TInfo &to = t_[static_cast<size_t>(o)];
+                if (to.space == ti.space && to.offset < ti.offset + ti.bytes && ti.offset < to.offset + to.bytes) {
+                  const auto *pnm = progs->Get(pj)->name();
+                  writer = "instruction " + std::to_string(j) + " (" + op_name(w.op()) +
+                           (w.name() ? " '" + w.name()->str() + "'" : "") + ") of program '" +
+                           (pnm ? pnm->str() : std::string()) + "'";
+                  break;
+                }
+              }
+            }
+          }
+          return fail(where + ": is marked early, but its input " + std::to_string(k) + " (" + tn(t) +
+                      ") is written by " + writer + ": its kernel would load it before the previous kernel has " +
+                      "finished (plan 2.18 allows early loads only of " +
+                      (plan_wide ? "tensors no step of the plan writes" : "tensors no other step of the program writes") +
+                      "; recompile the plan)");
+        }
+      }
+      if (launches) streams_seen |= stream_bit;
     }
   }
   return {};

@@ -39,6 +39,7 @@ Status decode_step(const fb::Instr &in, int index, const std::vector<TensorRef> 
   if (in.floats()) s.floats.assign(in.floats()->begin(), in.floats()->end());
   if (in.waits()) s.waits.assign(in.waits()->begin(), in.waits()->end());
   s.signal = in.signal();
+  s.early = in.early();
   *out = std::move(s);
   return {};
 }

@@ -61,6 +61,7 @@ struct PlanBuilder {
     std::vector<double> floats;
     fb::Axis axis;
     std::string name;
+    bool early = false;  // plan 2.18: Instr.early
   };
   struct C { fb::DType dtype; Shape shape; std::vector<uint8_t> data; };
   struct SC { std::string name; int tensor; double def; };
@@ -247,7 +248,7 @@ struct PlanBuilder {
       uint64_t h = zrt::kFnvOffsetBasis;
       for (const I &i : v) {
         is.push_back(fb::CreateInstrDirect(b, static_cast<uint16_t>(i.op), &i.in, &i.out, &i.ints, &i.floats, i.axis,
-                                           fb::Stream::compute, nullptr, -1, i.name.c_str()));
+                                           fb::Stream::compute, nullptr, -1, i.name.c_str(), i.early));
         const zrt::OpInfo *info = zrt::op_info(static_cast<uint16_t>(i.op));
         const bool coll = info && info->communicates();
         if (coll) {

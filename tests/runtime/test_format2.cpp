@@ -217,3 +217,91 @@ TEST(Format2, DecodeLayer) {
   floats.floats = {1e-5};
   expect_reject(verify(with(floats)), "has 1 floats, expects 2");
 }
+
+// Plan 2.18: Instr.early, the compiler's claim that a step's kernel may load its weights (rope_attention: its
+// caches and positions) before it waits for the previous kernel. The verifier holds the claim against the
+// plan's writes, compared as byte ranges: no instruction of any program may write a product's weight; no other
+// instruction of its own program may write rope_attention's caches or positions, and the step must follow one of
+// its program's instructions on its stream. A claim that fails is refused, naming the step and the writer.
+TEST(Format2, EarlyLoadsOnlyOfWhatNoStepWrites) {
+  // A decode program whose few-row product and fused pair read inference weights w and u; `write` adds a
+  // program that writes w (a trained parameter's cast from its master, or any copy into it).
+  auto products = [](bool early, bool write) {
+    PlanBuilder p{1, 1};
+    const int w = p.param("w", {8, 8}, -1, false, "", 0, fb::DType::f32, std::vector<uint8_t>(256, 0));
+    const int u = p.param("u", {8, 8}, -1, false, "", 0, fb::DType::f32, std::vector<uint8_t>(256, 0));
+    if (write) {
+      const int master = p.state_tensor("w.master", fb::StateKind::master, "w", fb::DType::f32, {8, 8});
+      p.program_name = "train_step";
+      p.op(zrt::Op::cast, {master}, {w}, {}, {}, fb::Axis::none, "w = cast(w.master)");
+      p.new_program("decode");
+    } else {
+      p.program_name = "decode";
+    }
+    const int x = p.input("x", fb::DType::f32, {1, 8}, false);
+    const int h = p.act("h", {1, 8});
+    const int y = p.output("y", {1, 8}, false), z = p.output("z", {1, 8}, false);
+    p.op(zrt::Op::linear, {x, w}, {h}, {0, 2}, {1.0}, fb::Axis::none, "o_proj");
+    p.instrs.back().early = early;
+    p.op(zrt::Op::linear_multi, {h, u, w}, {y, z}, {0}, {1.0}, fb::Axis::none, "qkv");
+    p.instrs.back().early = early;
+    return p;
+  };
+  EXPECT_TRUE(verify(products(true, false)).ok()) << verify(products(true, false)).message();
+  EXPECT_TRUE(verify(products(false, true)).ok()) << verify(products(false, true)).message();
+  expect_reject(verify(products(true, true)),
+                "program 'decode' instruction 0 (linear 'o_proj'): is marked early, but its input 1 (tensor 0 'w') "
+                "is written by instruction 0 (cast 'w = cast(w.master)') of program 'train_step'");
+  // The fused product too (its second weight is w), once the linear claims nothing.
+  PlanBuilder multi = products(true, true);
+  multi.instrs[0].early = false;
+  expect_reject(verify(multi), "instruction 1 (linear_multi 'qkv'): is marked early, but its input 2");
+
+  // An op whose kernels load nothing before their wait cannot claim it.
+  PlanBuilder add{1, 1};
+  const int a = add.input("a", fb::DType::f32, {4}, false), b = add.output("b", {4}, false);
+  add.op(zrt::Op::add, {a, a}, {b});
+  add.instrs.back().early = true;
+  expect_reject(verify(add), "instruction 0 (add 'add0'): is marked early (plan 2.18), but a add step loads nothing");
+
+  // rope_attention: the prefill program writes the caches (kv_write), which is fine; `writer` adds a write of the
+  // v cache in the decode program itself; `first` puts the step first on its stream.
+  auto rope = [](bool writer, bool first) {
+    PlanBuilder p{1, 1};
+    const int kc = p.state_tensor("kv_cache.0.k", fb::StateKind::kv_cache, "", fb::DType::f32, {1, 2, 16, 8});
+    const int vc = p.state_tensor("kv_cache.0.v", fb::StateKind::kv_cache, "", fb::DType::f32, {1, 2, 16, 8});
+    p.program_name = "prefill";
+    const int pk = p.input("k", fb::DType::f32, {1, 2, 1, 8}, false);
+    const int pp = p.input("pos", fb::DType::i64, {1}, false);
+    p.op(zrt::Op::kv_write, {kc, pk, pp}, {kc}, {}, {}, fb::Axis::none, "prefill kv_write");
+    p.new_program("decode");
+    const int q = p.input("q", fb::DType::f32, {1, 4, 1, 8}, false);
+    const int k = p.input("k", fb::DType::f32, {1, 2, 1, 8}, false);
+    const int v = p.input("v", fb::DType::f32, {1, 2, 1, 8}, false);
+    const int cs = p.input("cos", fb::DType::f32, {1, 1, 1, 8}, false);
+    const int sn = p.input("sin", fb::DType::f32, {1, 1, 1, 8}, false);
+    const int pos = p.input("pos", fb::DType::i64, {1}, false);
+    const int qn = p.act("qn", {1, 4, 1, 8});
+    const int y = p.output("y", {1, 4, 1, 8}, false);
+    if (writer) p.op(zrt::Op::kv_write, {vc, v, pos}, {vc}, {}, {}, fb::Axis::none, "v cache write");
+    if (!first) p.op(zrt::Op::neg, {q}, {qn});
+    p.op(zrt::Op::rope_attention, {first ? q : qn, k, v, cs, sn, kc, vc, pos}, {y, kc, vc}, {}, {0.35},
+         fb::Axis::none, "rope");
+    p.instrs.back().early = true;
+    return p;
+  };
+  EXPECT_TRUE(verify(rope(false, false)).ok()) << verify(rope(false, false)).message();
+  expect_reject(verify(rope(true, false)),
+                "program 'decode' instruction 2 (rope_attention 'rope'): is marked early, but its input 6 (tensor 1 "
+                "'kv_cache.0.v') is written by instruction 0 (kv_write 'v cache write') of program 'decode'");
+  expect_reject(verify(rope(false, true)),
+                "instruction 0 (rope_attention 'rope'): is marked early, but no instruction of its program runs "
+                "before it on its stream");
+}
+
+// Plan 2.18 is a minor bump: a 2.17 plan (no early field: every load after the wait) still loads.
+TEST(Format2, PlansOfTheMinorBeforeEarlyLoadsStillLoad) {
+  PlanBuilder p = Mlp().plan(1, 1, false);
+  p.version_minor = 17;
+  EXPECT_TRUE(verify(p).ok()) << verify(p).message();
+}

@@ -55,6 +55,10 @@ struct Step {
   std::vector<int> waits;  // the plan's events this instruction waits on before it starts
   int signal = -1;         // the plan's event recorded when it completes, or -1
   int index = 0;           // instruction index in its program
+  /// Plan 2.18: the kernel may load the op's early operands (zrt/ops.h, early_operands) before it waits for
+  /// the previous kernel on its stream; the compiler decided it and the verifier checked that no step writes
+  /// them. False for older plans.
+  bool early = false;
   std::string name;
   std::vector<TensorRef> inputs;
   std::vector<TensorRef> outputs;

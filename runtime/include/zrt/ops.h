@@ -150,6 +150,44 @@ inline const OpInfo *op_info_by_name(const char *name, size_t length) {
   return nullptr;
 }
 
+/// How far the promise behind a step marked early (plan 2.18, Instr.early) must reach: that no step writes the
+/// operands its kernel loads before it waits for the previous kernel on its stream (programmatic dependent
+/// launch), so that those loads cannot see a value the previous kernel is still writing.
+enum class EarlyScope : uint8_t {
+  none,     // the op's kernels load nothing before the wait: a step of it may not be marked early
+  plan,     // no instruction of any program writes them (inference weights; not ZeRO-3 gathers, offload copies
+            // or trained parameters)
+  program,  // no other instruction of the step's program writes them (the step writes them itself, in place,
+            // after its wait), and the step is not the first of its program on its stream, so that the kernel
+            // it follows is one of its program's (the KV caches and positions of rope_attention, which the
+            // prefill program writes too, and whose kernels have finished before that one starts)
+};
+
+/// The operands a step of `op` with `num_inputs` operands loads before the wait when it is marked early, and
+/// their scope. One table for the compiler (--zplan-early-loads decides), the verifier (checks the claim) and
+/// the CUDA kernels (which load exactly these early): the few-row products' weights (W; matmul's b),
+/// decode_layer's weights and norm scale (inputs 8 to 15), rope_attention's caches and positions (5 to 7).
+struct EarlyOperands {
+  EarlyScope scope = EarlyScope::none;
+  uint32_t mask = 0;  // bit i: operand i
+  constexpr bool has(int i) const { return i >= 0 && i < 32 && ((mask >> i) & 1u) != 0; }
+};
+constexpr EarlyOperands early_operands(Op op, int num_inputs) {
+  uint32_t from1 = 0, from3 = 0;
+  for (int i = 1; i < num_inputs && i < 32; ++i) from1 |= 1u << i;
+  for (int i = 3; i < num_inputs && i < 32; ++i) from3 |= 1u << i;
+  switch (op) {
+    case Op::matmul:
+    case Op::linear: return {EarlyScope::plan, 1u << 1};
+    case Op::linear_multi: return {EarlyScope::plan, from1};
+    case Op::linear_gated: return {EarlyScope::plan, (1u << 1) | (1u << 2)};
+    case Op::norm_products: return {EarlyScope::plan, from3};
+    case Op::decode_layer: return {EarlyScope::plan, 0xFFu << 8};
+    case Op::rope_attention: return {EarlyScope::program, (1u << 5) | (1u << 6) | (1u << 7)};
+    default: return {};
+  }
+}
+
 /// The op's name, or "?" for an unknown number.
 inline const char *op_name(uint16_t code) {
   const OpInfo *o = op_info(code);

@@ -23,7 +23,7 @@ namespace zrt {
 /// The plan format version this runtime writes and accepts. A runtime refuses any other major version and
 /// any newer minor version (runtime/schema/plan.fbs states the compatibility rules).
 constexpr uint16_t kPlanVersionMajor = 2;
-constexpr uint16_t kPlanVersionMinor = 17;
+constexpr uint16_t kPlanVersionMinor = 18;
 
 constexpr char kPlanMagic[8] = {'Z', 'P', 'L', 'A', 'N', 'v', '1', '\n'};
 constexpr size_t kPlanHeaderBytes = 24;

@@ -40,7 +40,6 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "cuda_hooks.h"
@@ -126,7 +125,8 @@ zk::cuda::workspace::DecodeLayerDims decode_layer_dims(const Step &s) {
 }
 
 /// decode_layer's kernel arguments (zk::cuda::decode_layer): the rows of x, the residual and the results as
-/// [B, d]; the sync state's words. `early`: the weights may be read before the previous kernel has finished.
+/// [B, d]; the sync state's words. `early`: the weights may be read before the previous kernel has finished (the
+/// plan's decision, Step::early).
 zk::cuda::DecodeLayerArgs decode_layer_args(const Step &s, bool early) {
   const zk::cpu::DecodeLayerIn a = decode_layer_in(s);
   const zk::cuda::workspace::DecodeLayerDims dims = decode_layer_dims(s);
@@ -366,7 +366,6 @@ class CudaBackend final : public Backend {
              op == Op::linear_gated || op == Op::norm_products || op == Op::decode_layer;
       kernel_ws = std::max(kernel_ws, kernel_workspace(s));
     }
-    find_early_ropes(steps);
     // The steps passed here are the compute steps; the executor holds the collectives. A barrier among
     // them is found in enter() and stops capture there, before any capture begins (see begin_run()).
     graph_ok_ = graph_wanted_ && !capture_forbidden_ && !steps.empty() && host_steps.empty();
@@ -379,24 +378,9 @@ class CudaBackend final : public Backend {
       host_scalars_.assign(host_scalars, 0);
     }
     if (gemm) {
+      // Which products read their weights before the wait for the previous kernel is the plan's (Step::early,
+      // plan 2.18), passed at each launch: the backend declares no written ranges and decides nothing.
       ZRT_GPU_CHECK(zk::cuda::Blas::create(&blas_));
-      // What the kernels write: a few-row product whose weight lies outside all of it (inference weights)
-      // may read the weight before the previous kernel has finished (zk::cuda::skinny_linear).
-      std::vector<std::pair<uintptr_t, uintptr_t>> written;
-      for (const Step &s : steps)
-        for (const TensorRef &o : s.outputs)
-          if (o.data && o.space == MemSpace::device) {
-            const uintptr_t b = reinterpret_cast<uintptr_t>(o.data);
-            written.emplace_back(
-                b, b + std::max<uint64_t>(o.bytes, static_cast<uint64_t>(o.numel()) * dtype_size(o.dtype)));
-          }
-      written_ = written;
-      blas_->set_written_ranges(std::move(written));
-      // The decode_layer steps whose weights (inputs 8 to 15) no step writes: their kernel reads the first
-      // pieces before the wait for the previous kernel. Decided once here, not at every launch.
-      early_layers_.clear();
-      for (const Step &s : steps)
-        if (s.op == Op::decode_layer && weights_unwritten(s, 8, 16)) early_layers_.insert(s.inputs[1].data);
       ZRT_CUDA_CHECK(cudaMalloc(&workspace_, zk::cuda::kGemmWorkspaceBytes));
       workspace_bytes_ = zk::cuda::kGemmWorkspaceBytes;
       scratch += workspace_bytes_;
@@ -601,58 +585,6 @@ class CudaBackend final : public Backend {
     return a;
   }
 
-  /// The rope_attention steps whose kernel may load the cache rows below the step's positions before the
-  /// previous kernel on the stream has finished (zk::cuda::rope_attention's `early`), by their k cache: no other
-  /// step of the same program writes either cache or the positions, and the last step before it that is not a
-  /// view (reshape) is one of its program's device steps on its stream, with no step of the executor's between
-  /// them, whose kernel is then the previous one. Programs are
-  /// runs of steps with rising indices (the session passes each program's compute steps in order). Every
-  /// kernel of the backend waits for its predecessor before it lets the next one start, so the kernels before
-  /// the previous one have finished.
-  void find_early_ropes(const std::vector<Step> &steps) {
-    early_ropes_.clear();
-    auto overlaps = [](const TensorRef &a, const TensorRef &b) {
-      const auto *pa = static_cast<const uint8_t *>(a.data), *pb = static_cast<const uint8_t *>(b.data);
-      return a.data && b.data && a.space == b.space && pa < pb + b.bytes && pb < pa + a.bytes;
-    };
-    size_t first = 0;
-    for (size_t i = 0; i < steps.size(); ++i) {
-      if (i > 0 && steps[i].index <= steps[i - 1].index) first = i;
-      const Step &r = steps[i];
-      if (r.op != Op::rope_attention || r.inputs.size() < 8) continue;
-      size_t last = i + 1;
-      while (last < steps.size() && steps[last].index > steps[last - 1].index) ++last;
-      bool ok = false;
-      for (size_t j = i; j-- > first;) {
-        if (steps[j].op == Op::reshape) continue;
-        // No collective or NVMe step (the executor's, not passed here) between them either: their indices
-        // follow each other.
-        ok = !is_host_step(steps[j]) && steps[j].stream == r.stream &&
-             static_cast<size_t>(r.index - steps[j].index) == i - j;
-        break;
-      }
-      for (size_t j = first; ok && j < last; ++j) {
-        if (j == i) continue;
-        for (const TensorRef &o : steps[j].outputs)
-          for (int in : {5, 6, 7})
-            if (overlaps(o, r.inputs[static_cast<size_t>(in)])) ok = false;
-      }
-      if (ok) early_ropes_.insert(r.inputs[5].data);
-    }
-  }
-
-  /// Whether no step of the plan writes any of inputs [first, last) of `s` (prepare's written ranges): a kernel
-  /// may then read them before the previous kernel on the stream has finished.
-  bool weights_unwritten(const Step &s, size_t first, size_t last) const {
-    for (size_t i = first; i < last && i < s.inputs.size(); ++i) {
-      const TensorRef &t = s.inputs[i];
-      const uintptr_t b = reinterpret_cast<uintptr_t>(t.data), e = b + t.bytes;
-      for (const auto &[wb, we] : written_)
-        if (b < we && wb < e) return false;
-    }
-    return true;
-  }
-
   Status check_supported(const Step &s) const {
     const auto op = s.op;
     const int v = static_cast<int>(s.op);
@@ -788,9 +720,11 @@ class CudaBackend final : public Backend {
         return {};
       case Op::matmul:
         // ints[2] (plan 2.9 / 2.14): the compiler's choice of the few-row kernel (zk/few_rows_kernels.h).
+        // Step::early (plan 2.18): the few-row kernels load b before the wait.
         ZRT_GPU_CHECK(zc::matmul(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), out_of(s.outputs[0]), s.ints[0] != 0,
                                  s.ints[1] != 0, workspace_, workspace_bytes_, st,
-                                 s.ints.size() > 2 ? static_cast<zk::cuda::FewRows>(s.ints[2]) : zk::cuda::FewRows::library));
+                                 s.ints.size() > 2 ? static_cast<zk::cuda::FewRows>(s.ints[2]) : zk::cuda::FewRows::library,
+                                 s.early));
         return {};
       case Op::linear: {
         const bool bias = s.inputs.size() > 2 && s.inputs[2].data;
@@ -799,7 +733,7 @@ class CudaBackend final : public Backend {
                                  s.ints[0] != 0, static_cast<float>(s.floats[0]), bias ? Epilogue::bias : Epilogue::none,
                                  workspace_, workspace_bytes_, st,
                                  s.ints.size() > 1 ? static_cast<zk::cuda::FewRows>(s.ints[1]) : zk::cuda::FewRows::library,
-                                 gemm_algo(s, &algo)));
+                                 gemm_algo(s, &algo), s.early));
         return {};
       }
       case Op::linear_multi: {
@@ -816,7 +750,8 @@ class CudaBackend final : public Backend {
         // ints[1] (plan 2.14): the few-row kernel; without it the cluster kernels, as before 2.14.
         ZRT_GPU_CHECK(zc::linear_multi(*blas_, in_of(s.inputs[0]), w, o, n, s.ints[0] != 0,
                                        static_cast<float>(s.floats[0]), st,
-                                       s.ints.size() > 1 ? static_cast<zk::cuda::FewRows>(s.ints[1]) : zk::cuda::FewRows::cluster));
+                                       s.ints.size() > 1 ? static_cast<zk::cuda::FewRows>(s.ints[1]) : zk::cuda::FewRows::cluster,
+                                       s.early));
         return {};
       }
       case Op::linear_gated:
@@ -824,7 +759,8 @@ class CudaBackend final : public Backend {
         ZRT_GPU_CHECK(zc::linear_gated(*blas_, static_cast<Unary>(s.ints[1]), in_of(s.inputs[0]), in_of(s.inputs[1]),
                                        in_of(s.inputs[2]), out_of(s.outputs[0]), s.ints[0] != 0,
                                        static_cast<float>(s.floats[0]), st,
-                                       s.ints.size() > 2 ? static_cast<zk::cuda::FewRows>(s.ints[2]) : zk::cuda::FewRows::cluster));
+                                       s.ints.size() > 2 ? static_cast<zk::cuda::FewRows>(s.ints[2]) : zk::cuda::FewRows::cluster,
+                                       s.early));
         return {};
       case Op::norm_products: {
         // Plan 2.12: the residual add and RMS norm folded into the few-row products that read them.
@@ -838,7 +774,8 @@ class CudaBackend final : public Backend {
         for (size_t i = 1; i < s.outputs.size(); ++i) o[i - 1] = out_of(s.outputs[i]);
         ZRT_GPU_CHECK(zc::norm_products(*blas_, in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]), w,
                                         out_of(s.outputs[0]), o, n, static_cast<Unary>(gated ? s.ints[1] : 0), gated,
-                                        static_cast<float>(s.floats[0]), static_cast<float>(s.floats[1]), st));
+                                        static_cast<float>(s.floats[0]), static_cast<float>(s.floats[1]), st,
+                                        s.early));
         return {};
       }
       case Op::linear_gelu: {
@@ -1029,18 +966,17 @@ class CudaBackend final : public Backend {
         return {};
       case Op::rope_attention:
         // One kernel where the decode attention takes the operands (kernels/cuda/decode_attention.cu), else the
-        // rotary step into the workspace and the attention after it.
+        // rotary step into the workspace and the attention after it; its first cache loads before the wait for
+        // the previous kernel where the plan says so (Step::early, plan 2.18).
         ZRT_GPU_CHECK(zc::rope_attention(in_of(s.inputs[0]), in_of(s.inputs[1]), in_of(s.inputs[2]),
                                          in_of(s.inputs[3]), in_of(s.inputs[4]), in_of(s.inputs[7]),
                                          out_of(s.outputs[0]), out_of(s.outputs[1]), out_of(s.outputs[2]),
-                                         static_cast<float>(s.floats[0]), kernel_ws_,
-                                         early_ropes_.count(s.inputs[5].data) > 0, st));
+                                         static_cast<float>(s.floats[0]), kernel_ws_, s.early, st));
         return {};
       case Op::decode_layer:
         // Plan 2.17: one persistent kernel for the layer (kernels/cuda/decode_layer.cu); its first weight loads
-        // before the wait for the previous kernel where no step writes the weights.
-        ZRT_GPU_CHECK(zc::decode_layer(decode_layer_args(s, early_layers_.count(s.inputs[1].data) > 0), kernel_ws_,
-                                       kernel_ws_bytes_, st));
+        // before the wait for the previous kernel where the plan says so (Step::early, plan 2.18).
+        ZRT_GPU_CHECK(zc::decode_layer(decode_layer_args(s, s.early), kernel_ws_, kernel_ws_bytes_, st));
         return {};
       case Op::cached_attention:
         // The decode kernel (kernels/cuda/decode_attention.cu) where it applies, else the simple exact one.
@@ -1074,15 +1010,8 @@ class CudaBackend final : public Backend {
   void *workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   void *kernel_ws_ = nullptr;  // the training kernels' workspace (kernel_workspace), sized in prepare()
-  /// find_early_ropes: the k caches of the rope_attention steps that load before the wait.
-  std::unordered_set<const void *> early_ropes_;
   /// The kernel workspace's bytes (kernel_ws_).
   size_t kernel_ws_bytes_ = 0;
-  /// The decode_layer steps whose weights no step writes (prepare), by their k cache (one a layer; step indices
-  /// repeat across programs).
-  std::unordered_set<const void *> early_layers_;
-  /// The device bytes the plan's steps write (prepare), for the kernels that may read a weight early.
-  std::vector<std::pair<uintptr_t, uintptr_t>> written_;
   // CUDA graph state.
   bool graph_wanted_ = false, graph_ok_ = false, capturing_ = false;
   bool capture_forbidden_ = false;  // the plan has NVMe transfers (disallow_capture)

@@ -95,6 +95,8 @@ def main():
     ap.add_argument("--schema", required=True)
     ap.add_argument("--ints", action="append", default=[],
                     help="print how many instructions of this op carry each ints list")
+    ap.add_argument("--early", action="store_true",
+                    help="print the steps marked early per program and op (plan 2.18)")
     args = ap.parse_args()
     p = read_plan(args.plan, args.schema)
     tensors = p["tensors"]
@@ -319,6 +321,60 @@ def main():
 
     instrs = instrs_all
 
+    # Plan 2.18: a step marked early loads some operands before it waits for the previous kernel on its stream,
+    # so no step may write them meanwhile. Restated here from zrt/ops.def's op comments, not from zrt/ops.h:
+    # the products' weights, decode_layer's weights and second norm (inputs 8 to 15) must be written by no
+    # instruction of the plan; rope_attention's caches and positions (5 to 7) by no other instruction of its
+    # program, and some instruction of its program that launches work (not a reshape or release) must come
+    # before it on its stream.
+    def early_inputs(op, n):
+        if op in ("matmul", "linear"):
+            return "plan", [1]
+        if op == "linear_multi":
+            return "plan", list(range(1, n))
+        if op == "linear_gated":
+            return "plan", [1, 2]
+        if op == "norm_products":
+            return "plan", list(range(3, n))
+        if op == "decode_layer":
+            return "plan", list(range(8, 16))
+        if op == "rope_attention":
+            return "program", [5, 6, 7]
+        return None, []
+
+    def overlaps(a, b):
+        ta, tb = tensors[a], tensors[b]
+        return ta["space"] == tb["space"] and ta["offset"] < tb["offset"] + tb["bytes"] and \
+            tb["offset"] < ta["offset"] + ta["bytes"]
+
+    early = {}
+    for prog in programs:
+        seen_streams = set()
+        pinstrs = prog.get("instrs", [])
+        for step, ins in enumerate(pinstrs):
+            if ins.get("early"):
+                scope, which = early_inputs(ins["op"], len(ins["inputs"]))
+                if scope is None:
+                    fail("%s step %d (%s) is marked early but loads nothing early" %
+                         (prog["name"], step, ins["op"]))
+                if scope == "program" and ins["stream"] not in seen_streams:
+                    fail("%s step %d (%s) is marked early but is the first on its stream" %
+                         (prog["name"], step, ins["op"]))
+                writers = [(q, j, w) for q in programs for j, w in enumerate(q.get("instrs", []))
+                           if scope == "plan" or (q is prog and j != step)]
+                for k in which:
+                    t = ins["inputs"][k]
+                    if t < 0 or tensors[t]["bytes"] == 0:
+                        continue
+                    for q, j, w in writers:
+                        if any(overlaps(o, t) for o in w.get("outputs", [])):
+                            fail("%s step %d (%s) is marked early but its input %d (%s) is written by %s step %d (%s)" %
+                                 (prog["name"], step, ins["op"], k, tensors[t]["name"], q["name"], j, w["op"]))
+                early.setdefault(prog["name"], {})
+                early[prog["name"]][ins["op"]] = early[prog["name"]].get(ins["op"], 0) + 1
+            if ins["op"] not in ("reshape", "release"):
+                seen_streams.add(ins["stream"])
+
     # Weight bindings. ZeRO's master parts are loaded like shards but count as
     # master weights.
     masters = {e["tensor"] for e in p.get("state", []) if e["kind"] == "master"}
@@ -380,6 +436,13 @@ def main():
                 key = "[" + ",".join(str(v) for v in ins.get("ints", [])) + "]"
                 lists[key] = lists.get(key, 0) + 1
         print("ints %s: %s" % (name, " ".join("%s=%d" % kv for kv in sorted(lists.items()))))
+    if args.early:
+        if not early:
+            print("early: none")
+        for prog in programs:
+            if prog["name"] in early:
+                print("early %s: %s" % (prog["name"], " ".join(
+                    "%s=%d" % kv for kv in sorted(early[prog["name"]].items()))))
     print("weights: %d sources, %d bindings" % (len(p.get("weights", [])),
                                                len(p.get("bindings", []))))
     # The state table names every persistent tensor once.

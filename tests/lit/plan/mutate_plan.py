@@ -10,6 +10,8 @@ Mutations, each chosen deterministically from the plan's own contents:
   double-signal  makes a second instruction signal an event that another one already signals
   overlap        moves a transient tensor onto the bytes of another tensor live at the same time
   swap-collectives  swaps two collectives of different kinds (op, axis, dtype or size) in the list
+  claim-early    marks early (plan 2.18) the first step that could load weights before its wait but is not
+                 marked (its weights are written by some step: a ZeRO-3 gather, an offload copy)
 Prints what it changed; exits 2 when the plan has nothing the mutation can break.
 """
 import argparse
@@ -140,9 +142,24 @@ def swap_collectives(p, instrs, tensors, codes):
     return None
 
 
+def claim_early(p, instrs, tensors, codes):
+    names = {c: n for n, c in codes.items()}
+    for i, ins in enumerate(instrs):
+        op = names.get(ins["op"], "?")
+        ints = ins.get("ints", [])
+        few_rows = (op == "linear" and len(ints) == 2 and ints[1] > 0) or \
+            (op == "matmul" and len(ints) == 3 and ints[2] > 0)
+        if (few_rows or op in ("linear_multi", "linear_gated", "norm_products", "decode_layer")) and \
+                not ins.get("early"):
+            ins["early"] = True
+            return "marked instruction %d (%s '%s') early" % (i, op, ins.get("name", ""))
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mutation", choices=["drop-wait", "double-signal", "overlap", "swap-collectives"])
+    ap.add_argument("mutation", choices=["drop-wait", "double-signal", "overlap", "swap-collectives",
+                                         "claim-early"])
     ap.add_argument("plan")
     ap.add_argument("out")
     ap.add_argument("--schema", required=True)
@@ -160,6 +177,8 @@ def main():
                 what = double_signal(p, instrs, tensors)
             elif args.mutation == "overlap":
                 what = overlap(p, instrs, tensors)
+            elif args.mutation == "claim-early":
+                what = claim_early(p, instrs, tensors, codes)
             else:
                 what = swap_collectives(p, instrs, tensors, codes)
             if what:

@@ -100,9 +100,11 @@ class Blas {
   Blas &operator=(const Blas &) = delete;
   struct Impl;
   Impl *impl() { return impl_; }
-  /// The device byte ranges [begin, end) that kernels write (the caller's plan outputs). Once set, a
-  /// few-row product whose weight lies outside all of them reads its weight before waiting for the
-  /// previous kernel (skinny_linear's early_weights); until then it never does.
+  /// For direct callers of the library that launch a chain of products outside a plan (kernel tests and
+  /// benches): the device byte ranges [begin, end) that their kernels write. Once set, a few-row product whose
+  /// weights lie outside all of them reads them before waiting for the previous kernel, as if the caller had
+  /// passed early_weights. The CUDA backend never sets it: in a plan the decision is the compiler's (plan 2.18,
+  /// Instr.early, checked by the verifier) and arrives as the products' early_weights argument.
   void set_written_ranges(std::vector<std::pair<uintptr_t, uintptr_t>> ranges);
 
  private:
@@ -118,17 +120,20 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 /// kernel: the plan's choice (plan 2.9 / 2.14, --zplan-decode-products) for a product of at most
 /// kSkinnyMaxRows rows against one 2-D operand: FewRows::cluster runs the few-row kernels where they hold the
 /// shape (cuBLASLt otherwise), FewRows::stream the streaming kernel (an error where it does not hold the
-/// product); FewRows::library, and every other product, cuBLASLt.
+/// product); FewRows::library, and every other product, cuBLASLt. early_weights: the caller knows that no
+/// kernel writes b (the plan's Instr.early, plan 2.18), so the few-row kernels load it before they wait for the
+/// previous kernel (skinny_linear's early_weights); cuBLASLt ignores it.
 GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool trans_a, bool trans_b, void *workspace,
-                 size_t workspace_bytes, cudaStream_t stream, FewRows kernel = FewRows::library);
+                 size_t workspace_bytes, cudaStream_t stream, FewRows kernel = FewRows::library,
+                 bool early_weights = false);
 /// out[..., N] = alpha * x[..., K] W (+ bias) (then gelu for the gelu epilogues); W [K, N] or [N, K] with
 /// trans_w; x, W, out share one float dtype; bias [N] of that dtype when the epilogue takes one. kernel as
 /// matmul's. algo: the plan's cuBLASLt algorithm for the product (plan 2.15, zk/gemm_algos.h), run as given or
 /// refused (cuBLASLt's check fails, or it needs more workspace than there is); null: cuBLASLt's first heuristic
-/// answer.
+/// answer. early_weights as matmul's, for W.
 GpuStatus linear(Blas &blas, const In &x, const In &w, const In &bias, const Out &out, bool trans_w, float alpha,
                  Epilogue epilogue, void *workspace, size_t workspace_bytes, cudaStream_t stream,
-                 FewRows kernel = FewRows::library, const GemmAlgo *algo = nullptr);
+                 FewRows kernel = FewRows::library, const GemmAlgo *algo = nullptr, bool early_weights = false);
 /// out[..., N] = alpha * x[..., K] W (+ bias) + residual (plan 2.13, linear_residual): linear's product with
 /// the residual (out's shape and dtype, not out itself) added in cuBLASLt's epilogue as its C operand with
 /// beta = 1, so that the sum is rounded once from fp32. Always cuBLASLt (the few-row kernel has no such
@@ -139,12 +144,14 @@ GpuStatus linear_residual(Blas &blas, const In &x, const In &w, const In &bias, 
 /// The plan's fused few-row products (plan 2.9, kernels/cuda/skinny_gemm.cu): linear_multi writes
 /// out[i] = alpha x w[i] for n = 2..4 weights of one x in one launch; linear_gated writes
 /// act(alpha x w_gate) * (alpha x w_up). At most kSkinnyMaxRows rows. The weights are read before the wait
-/// for the previous kernel where no kernel writes them (as skinny_linear's early_weights). kernel: the
-/// plan's (2.14), the cluster kernels or the streaming kernel (FewRows::library is refused).
+/// for the previous kernel with early_weights (the plan's Instr.early: no kernel writes them; as
+/// skinny_linear's). kernel: the plan's (2.14), the cluster kernels or the streaming kernel
+/// (FewRows::library is refused).
 GpuStatus linear_multi(Blas &blas, const In &x, const In *w, const Out *out, int n, bool trans_w, float alpha,
-                       cudaStream_t stream, FewRows kernel = FewRows::cluster);
+                       cudaStream_t stream, FewRows kernel = FewRows::cluster, bool early_weights = false);
 GpuStatus linear_gated(Blas &blas, Unary act, const In &x, const In &w_gate, const In &w_up, const Out &out,
-                       bool trans_w, float alpha, cudaStream_t stream, FewRows kernel = FewRows::cluster);
+                       bool trans_w, float alpha, cudaStream_t stream, FewRows kernel = FewRows::cluster,
+                       bool early_weights = false);
 
 /// Products with few rows (kernels/cuda/skinny_gemm.cu): at most this many rows of x.
 constexpr int64_t kSkinnyMaxRows = 16;
@@ -183,9 +190,10 @@ GpuStatus skinny_linear_gated(Unary act, const In& x, const In& w_gate, const In
 /// The plan's norm_products (kernels/cpu's norm_products contract): sum = x + residual, the RMS norm of it
 /// with scale and eps folded into the few-row products that read it (n weights [K, N_i], or the gated pair),
 /// by the streaming kernel, which every block runs the norm in (at most 4 rows, x's rows as floats within 64
-/// KiB, every N a multiple of 8). The weights are read before the wait where no kernel writes them.
+/// KiB, every N a multiple of 8). The weights are read before the wait with early_weights (as linear_multi's).
 GpuStatus norm_products(Blas &blas, const In &x, const In &residual, const In &scale, const In *w, const Out &sum,
-                        const Out *out, int n, Unary act, bool gated, float alpha, float eps, cudaStream_t stream);
+                        const Out *out, int n, Unary act, bool gated, float alpha, float eps, cudaStream_t stream,
+                        bool early_weights = false);
 GpuStatus skinny_norm_products(const In& x, const In& residual, const In& scale, const In* w, const Out& sum,
                                const Out* out, int n, Unary act, bool gated, float alpha, float eps,
                                bool early_weights, cudaStream_t stream, StreamShape shape = {});
