@@ -584,10 +584,13 @@ FailureOr<BlockArgument> tokenInput(func::FuncOp func, int64_t seq,
                    "ids [batch, sequence], besides those generation supplies "
                    "itself (attention_mask: ones; position_ids, "
                    "cache_position: each sequence's positions; "
-                   "token_type_ids: zeros); it has ")
+                   "token_type_ids: zeros; past keys and values: an empty "
+                   "past); it has ")
         << func.getNumArguments() << ": " << names
-        << " (an export with past key values, or inputs under other names, "
-           "cannot be generated from)";
+        << " (inputs under other names cannot be generated from; an input "
+           "of past keys or values is bound only when it is a float tensor "
+           "of rank >= 3 that a Concat reads along a symbolic dim, its "
+           "past length)";
     return failure();
   }
   if (func.getNumArguments() != 1 || rtt(func.getArgument(0)).getRank() != 2 ||
@@ -987,6 +990,12 @@ generate::importForGeneration(MLIRContext &context, const std::string &model,
                        {"position_ids", Fill::Arange},
                        {"cache_position", Fill::Arange},
                        {"token_type_ids", Fill::Zeros}});
+  // Past keys and values (optimum's decoder_with_past_model.onnx, exports
+  // called with past_key_values): an empty past, which makes the graph the
+  // one without a cache (the new keys and values appended to nothing are the
+  // new ones) and the attention_mask, past + sequence long, the sequence's
+  // length. Generation plans its own cache.
+  options.emptyPast = true;
   options.seq = maxSeq;
   OwningOpRef<ModuleOp> full = import::importOnnxFile(context, model, options);
   if (!full)

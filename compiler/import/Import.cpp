@@ -32,6 +32,7 @@
 #include <cstring>
 #include <fstream>
 #include <queue>
+#include <set>
 
 using namespace mlir;
 using namespace zplan::import;
@@ -443,10 +444,38 @@ LogicalResult Importer::loadInitializers() {
   return success();
 }
 
+/// The dims along which a Concat reads each value the graph's nodes read
+/// (normalised against `rank`, as known from the graph's inputs): what
+/// recognises an input of past keys or values (ImportOptions::emptyPast).
+static std::map<std::string, std::set<int64_t>>
+concatAxes(const onnx::GraphProto &g,
+           const std::map<std::string, int64_t> &rank) {
+  std::map<std::string, std::set<int64_t>> axes;
+  for (const auto &n : g.node()) {
+    if (n.op_type() != "Concat" || !n.domain().empty())
+      continue;
+    int64_t axis = 0;
+    for (const auto &a : n.attribute())
+      if (a.name() == "axis")
+        axis = a.i();
+    for (const auto &x : n.input())
+      if (auto r = rank.find(x); r != rank.end())
+        axes[x].insert(axis < 0 ? axis + r->second : axis);
+  }
+  return axes;
+}
+
 LogicalResult Importer::bindInputs(func::FuncOp &fn) {
   SmallVector<Type> types;
   SmallVector<std::string> names;
   bool firstIntSeen = false;
+  std::map<std::string, int64_t> ranks;
+  for (const auto &in : model.graph().input())
+    if (in.type().has_tensor_type() && in.type().tensor_type().has_shape())
+      ranks[in.name()] = in.type().tensor_type().shape().dim_size();
+  std::map<std::string, std::set<int64_t>> concatReads;
+  if (opts.emptyPast)
+    concatReads = concatAxes(model.graph(), ranks);
   for (const auto &in : model.graph().input()) {
     if (vals.count(in.name()) && vals[in.name()].init)
       continue; // an initializer listed as input (IR < 4)
@@ -466,6 +495,22 @@ LogicalResult Importer::bindInputs(func::FuncOp &fn) {
     // [seq] alone, where its dims have names of their own.
     bool filled = opts.fill.count(in.name()) != 0;
     int rank = tt.shape().dim_size();
+    // Past keys or values (opts.emptyPast): the one symbolic dim a Concat
+    // reads the input along is the past's length.
+    int pastDim = -1;
+    if (opts.emptyPast && !filled && rank >= 3 && isFloatDType(tt.elem_type()))
+      if (auto r = concatReads.find(in.name()); r != concatReads.end())
+        for (int64_t d : r->second)
+          if (d > 0 && d < rank && !tt.shape().dim(d).has_dim_value())
+            pastDim = pastDim < 0 ? d : -2;
+    if (pastDim == -2)
+      return error() << "graph input '" << in.name()
+                     << "' looks like past keys or values (a float input of "
+                        "rank "
+                     << rank
+                     << " that a Concat reads), but Concats read it along "
+                        "more than one symbolic dim: which is the past's "
+                        "length is not known";
     Shape shape;
     for (int d = 0; d < tt.shape().dim_size(); ++d) {
       const auto &dim = tt.shape().dim(d);
@@ -478,7 +523,16 @@ LogicalResult Importer::bindInputs(func::FuncOp &fn) {
       }
       std::string name = dim.has_dim_param() ? dim.dim_param() : "";
       int64_t value = -1;
-      if (!name.empty() && opts.dims.count(name))
+      if (d == pastDim) {
+        // An empty past; its length's name cannot also be another dim's.
+        if (!name.empty() && boundDims.count(name) && boundDims[name] != 0)
+          return error() << "graph input '" << in.name()
+                         << "' (past keys or values): its past length, dim "
+                         << d << " '" << name
+                         << "', is also another input's dim, bound to "
+                         << boundDims[name] << "; it cannot be emptied";
+        value = 0;
+      } else if (!name.empty() && opts.dims.count(name))
         value = opts.dims.at(name);
       else if (!name.empty() && boundDims.count(name))
         value = boundDims[name];
@@ -486,7 +540,7 @@ LogicalResult Importer::bindInputs(func::FuncOp &fn) {
         value = opts.batch;
       else if (name == "seq" && opts.seq >= 0)
         value = opts.seq;
-      else if (positional && d == 0 && opts.batch >= 0)
+      else if ((positional || pastDim >= 0) && d == 0 && opts.batch >= 0)
         value = opts.batch;
       else if (positional && d == 1 && opts.seq >= 0)
         value = opts.seq;
@@ -510,6 +564,13 @@ LogicalResult Importer::bindInputs(func::FuncOp &fn) {
     Val v;
     v.dtype = tt.elem_type();
     v.shape = shape;
+    if (pastDim >= 0) {
+      // No elements: the Concat that appends the new keys or values to it
+      // is imported as the new ones (ShapeOps.cpp, importConcat).
+      v.c = std::make_shared<ConstTensor>(v.dtype, shape);
+      vals[in.name()] = std::move(v);
+      continue;
+    }
     if (auto fill = opts.fill.find(in.name()); fill != opts.fill.end()) {
       // A bound input: stored compactly (size 1 where it does not vary).
       using Fill = ImportOptions::Fill;

@@ -26,8 +26,11 @@ namespace zplan::import {
 ///   3. positionally, for the first graph input of integer type only: its
 ///      dim 0 takes `batch` and its dim 1 takes `seq` (if >= 0); and for an
 ///      input bound by `fill`, of rank 1 or 2, its last dim takes `seq` and
-///      dim 0 of a rank-2 one `batch`. A name bound this way is bound to that
-///      value everywhere else too.
+///      dim 0 of a rank-2 one `batch`; and for an input of past keys or
+///      values (`emptyPast`), dim 0 takes `batch`. A name bound this way is
+///      bound to that value everywhere else too.
+/// The past length of an input of past keys or values (`emptyPast`) takes 0
+/// before all of these.
 /// A dim left unbound is an error naming the dim and the input.
 struct ImportOptions {
   std::map<std::string, int64_t> dims;
@@ -48,6 +51,15 @@ struct ImportOptions {
     Arange, ///< arange(n) along the last dim, the same over the others
   };
   std::map<std::string, Fill> fill;
+  /// Bind each graph input of past keys or values to an empty past instead
+  /// of making it an argument (generation: the graph is then the one without
+  /// a cache, compiler/generate). Such an input is recognised by its role,
+  /// not its name: a float input of rank >= 3 that a Concat reads along a
+  /// symbolic dim (the past's length; the graph appends the new keys or
+  /// values there). That dim takes 0, a symbolic dim 0 the batch, and its
+  /// other dims are bound as any input's (static in the exports seen: heads
+  /// and head dim).
+  bool emptyPast = false;
 };
 
 /// Imports the model at `path`. Emits diagnostics (naming the file and the

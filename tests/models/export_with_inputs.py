@@ -5,8 +5,9 @@ Run where torch, transformers and onnxruntime are installed (CPU is enough):
 
     python tests/models/export_with_inputs.py OUT_DIR [--models llama_dynamo,gpt2_ts,...]
 
-(tests/models/hf_inputs holds llama_ts, gpt2_ts, qwen2_dynamo, llama_ts_present and llama_ts_fp16:
-`--models llama_ts,gpt2_ts,qwen2_dynamo,llama_ts_present,llama_ts_fp16`.)
+(tests/models/hf_inputs holds llama_ts, gpt2_ts, qwen2_dynamo, llama_ts_present, llama_ts_fp16, llama_ts_past
+and gpt2_ts_past: `--models
+llama_ts,gpt2_ts,qwen2_dynamo,llama_ts_present,llama_ts_fp16,llama_ts_past,gpt2_ts_past`.)
 
 Each model is a transformers *ForCausalLM built from a small config with torch.manual_seed(0) (2 layers,
 hidden 64, 4 heads, vocab 512, eager attention), wrapped so that the export takes input_ids, attention_mask
@@ -17,7 +18,15 @@ torch.onnx.export(dynamo=True) (`_dynamo`, opset 20, weights as external data) o
 A name ending in `_present` (llama_ts_present) also returns each layer's present key and value
 (present.<layer>.key / .value, use_cache=True), as optimum's decoder_model.onnx does; one ending in `_fp16`
 (llama_ts_fp16) is the model in float16 (model.half(), fp16 weights, inputs int64, logits fp16; the
-references are PyTorch's fp16 results; the export must match them within 2e-3).
+references are PyTorch's fp16 results; the export must match them within 2e-3). One ending in `_past`
+(llama_ts_past, gpt2_ts_past; TorchScript exporter only) also takes each layer's past key and value as inputs,
+`past_key_values.<layer>.key` / `.value` [batch_size, kv heads, past_sequence_length, head dim] as optimum's
+decoder_with_past_model.onnx names them, its attention_mask [batch_size, past_sequence_length +
+sequence_length] and position_ids counting from the past length, and returns the logits and the present keys
+and values; it is traced with a past of 5 positions, so that the past length stays symbolic, and checked with
+onnxruntime against PyTorch both with that past and with an empty one, and its greedy tokens by onnxruntime
+fed each step's present keys and values as the next step's past against Hugging Face generate's (the
+padded-mask files are not written for it: its forward takes a past).
 OUT_DIR/<name>/ gets model.onnx (+ model.onnx.data for dynamo), input_ids.npy (int64 [2, 16],
 torch.manual_seed(1)), expected_output.npy (PyTorch's float32 logits for a mask of ones and positions
 0..15), attention_mask_padded.npy / position_ids_padded.npy / expected_output_padded.npy (the first row
@@ -67,6 +76,98 @@ class WithInputs(torch.nn.Module):
         return (out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)])
 
 
+class WithPast(torch.nn.Module):
+    """As WithInputs with `present`, also taking each layer's past key and value (a DynamicCache built from
+    them, as a caller of the model with use_cache=True passes it)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, attention_mask, position_ids, *past):
+        cache = transformers.DynamicCache(list(zip(past[0::2], past[1::2])))
+        out = self.m(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                     past_key_values=cache, use_cache=True)
+        return (out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)])
+
+
+def past_of(model, batch, length):
+    """Each layer's past key and value [batch, kv heads, length, head dim] (torch.manual_seed(2) values), in
+    the order of the export's inputs."""
+    c = model.config
+    heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    dim = c.hidden_size // c.num_attention_heads
+    g = torch.Generator().manual_seed(2)
+    return [torch.randn(batch, heads, length, dim, generator=g, dtype=next(model.parameters()).dtype)
+            for _ in range(2 * c.num_hidden_layers)]
+
+
+def export_past(name, arch, model, ids, out_root):
+    """The `_past` exports (see the module's docstring)."""
+    wrapped = WithPast(model).eval()
+    layers = model.config.num_hidden_layers
+    b, s = ids.shape
+
+    def feeds_past(p):
+        mask = torch.ones(b, p + s, dtype=torch.int64)
+        pos = torch.arange(p, p + s, dtype=torch.int64).expand(b, s).clone()
+        return (ids, mask, pos, *past_of(model, b, p))
+
+    with torch.no_grad():
+        ref = wrapped(*feeds_past(0))[0].numpy()
+        ref_past = wrapped(*feeds_past(5))[0].numpy()
+        gen = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
+                             min_new_tokens=24, eos_token_id=None, pad_token_id=0).numpy()
+    assert gen.shape == (2, 40), gen.shape
+    out = os.path.join(out_root, name)
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "model.onnx")
+    kv = [f"past_key_values.{i}.{t}" for i in range(layers) for t in ("key", "value")]
+    names = ["input_ids", "attention_mask", "position_ids"] + kv
+    outputs = ["logits"] + [f"present.{i}.{t}" for i in range(layers) for t in ("key", "value")]
+    total = "past_sequence_length + sequence_length"
+    dims = {"input_ids": {0: "batch_size", 1: "sequence_length"},
+            "attention_mask": {0: "batch_size", 1: total},
+            "position_ids": {0: "batch_size", 1: "sequence_length"},
+            "logits": {0: "batch_size", 1: "sequence_length"}}
+    dims.update({n: {0: "batch_size", 2: "past_sequence_length"} for n in kv})
+    dims.update({o: {0: "batch_size", 2: total} for o in outputs[1:]})
+    with torch.no_grad():
+        torch.onnx.export(wrapped, feeds_past(5), path, dynamo=False, opset_version=17, input_names=names,
+                          output_names=outputs, dynamic_axes=dims)
+
+    import onnxruntime as ort
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    assert [i.name for i in sess.get_inputs()] == names, sess.get_inputs()
+    assert [o.name for o in sess.get_outputs()] == outputs, sess.get_outputs()
+
+    def run(p):
+        return sess.run(None, {n: x.numpy() for n, x in zip(names, feeds_past(p))})[0]
+
+    diff, diff_past = float(np.abs(run(0) - ref).max()), float(np.abs(run(5) - ref_past).max())
+    print(f"{name}: {type(model).__name__} -> {out}: onnxruntime vs PyTorch, empty past {diff:.2g}, "
+          f"past of 5 {diff_past:.2g}", flush=True)
+    if max(diff, diff_past) > 1e-4:
+        raise RuntimeError(f"the export differs from PyTorch by {max(diff, diff_past)}")
+    # The export's own cached path: onnxruntime's greedy tokens, each step fed the present keys and values of
+    # the one before as its past, must be Hugging Face generate's.
+    tokens = step = ids.numpy()
+    past = [t.numpy() for t in past_of(model, b, 0)]
+    for _ in range(24):
+        p = past[0].shape[2]
+        feed = [step, np.ones((b, p + step.shape[1]), np.int64),
+                np.broadcast_to(np.arange(p, p + step.shape[1]), step.shape).astype(np.int64), *past]
+        logits, *past = sess.run(None, dict(zip(names, feed)))
+        step = logits[:, -1].argmax(axis=1)[:, None].astype(np.int64)
+        tokens = np.concatenate([tokens, step], axis=1)
+    print(f"{name}: onnxruntime's greedy tokens with the export's cache equal generate's: {(tokens == gen).all()}")
+    if not (tokens == gen).all():
+        raise RuntimeError(f"onnxruntime with the cache:\n{tokens}\ngenerate:\n{gen}")
+    np.save(os.path.join(out, "input_ids.npy"), ids.numpy())
+    np.save(os.path.join(out, "expected_output.npy"), ref)
+    np.save(os.path.join(out, "expected_generate.npy"), gen.astype(np.int64))
+
+
 def build(arch):
     cfg_name, model_name, extra = ARCHS[arch]
     fields = dict(COMMON) if arch != "gpt2" else dict(vocab_size=512)
@@ -88,6 +189,13 @@ def feeds(ids, pad=0):
 
 
 def export(name, out_root):
+    if name.endswith("_past"):
+        arch, exporter = name.removesuffix("_past").rsplit("_", 1)
+        if exporter != "ts":
+            raise ValueError(f"{name}: the _past exports are made by the TorchScript exporter only (_ts)")
+        torch.manual_seed(1)
+        ids = torch.randint(0, 512, (2, 16), dtype=torch.int64)
+        return export_past(name, arch, build(arch), ids, out_root)
     fp16 = name.endswith("_fp16")
     name_ = name.removesuffix("_fp16")
     present = name_.endswith("_present")

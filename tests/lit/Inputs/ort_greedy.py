@@ -10,8 +10,10 @@ last position's). With LENGTHS.npy
 (zrun's --prompt-lengths), sequence b is its first LENGTHS[b] prompt ids, run alone, followed by its N new
 tokens; zrun repeats its last token up to W. The graph's other inputs get what a caller of the exported
 model gives an unpadded sequence: attention_mask ones, position_ids and cache_position arange(length),
-token_type_ids zeros. Prints the comparison and the smallest gap between the best and the second-best logit;
-exits non-zero when a token differs.
+token_type_ids zeros, past keys and values (a float input of rank >= 3) an empty past: its symbolic dims but
+dim 0 (the batch) 0, so that the attention_mask, past + sequence long, has the sequence's length. Prints the
+comparison and the smallest gap between the best and the second-best logit; exits non-zero when a token
+differs.
 """
 import sys
 
@@ -45,6 +47,8 @@ def feed(tokens):
             out[inp.name] = np.zeros((b, s), dtype)
         elif i == 0:
             out[inp.name] = tokens.astype(dtype)
+        elif inp.type == "tensor(float)" and len(inp.shape) >= 3:
+            out[inp.name] = np.zeros([b] + [d if isinstance(d, int) else 0 for d in inp.shape[1:]], dtype)
         else:
             sys.exit(f"ort_greedy.py: no value for the graph input '{inp.name}'")
     return out
