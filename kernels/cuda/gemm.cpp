@@ -26,31 +26,8 @@ struct Blas::Impl {
   cublasLtHandle_t lt = nullptr;
   std::mutex mu;
   std::unordered_map<std::string, cublasLtMatmulAlgo_t> algos;
-  /// set_written_ranges, sorted by begin; `written_known` once set (direct callers only: see the header).
-  std::vector<std::pair<uintptr_t, uintptr_t>> written;
-  bool written_known = false;
-  bool never_written(const void* p, size_t bytes) const {
-    if (!written_known) return false;
-    // The ranges are merged and sorted: only the last range starting before `e` can overlap.
-    const uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + bytes;
-    auto it = std::lower_bound(written.begin(), written.end(), std::make_pair(e, uintptr_t{0}));
-    return it == written.begin() || std::prev(it)->second <= b;
-  }
 };
 
-void Blas::set_written_ranges(std::vector<std::pair<uintptr_t, uintptr_t>> ranges) {
-  std::sort(ranges.begin(), ranges.end());
-  std::vector<std::pair<uintptr_t, uintptr_t>> merged;
-  for (const auto& r : ranges) {
-    if (!merged.empty() && r.first <= merged.back().second)
-      merged.back().second = std::max(merged.back().second, r.second);
-    else
-      merged.push_back(r);
-  }
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->written = std::move(merged);
-  impl_->written_known = true;
-}
 
 GpuStatus Blas::create(std::unique_ptr<Blas> *out) {
   std::unique_ptr<Blas> b(new Blas());
@@ -303,7 +280,7 @@ void broadcast_strides(const Dims &in, const Dims &out, int64_t *st) {
 /// kernel (an error where it does not hold it: the plan verifier refuses such plans). FewRows::library:
 /// *done false. No timing and no override at run time: two runs of one plan run the same kernels and round
 /// alike.
-GpuStatus few_rows(Blas::Impl* impl, const In& x, const In& w, const In& bias, const Out& out, bool tw,
+GpuStatus few_rows(const In& x, const In& w, const In& bias, const Out& out, bool tw,
                    int64_t M, int64_t K, int64_t N, float alpha, Epilogue epi, FewRows kernel, bool early_weights,
                    cudaStream_t s, bool* done) {
   *done = false;
@@ -312,9 +289,8 @@ GpuStatus few_rows(Blas::Impl* impl, const In& x, const In& w, const In& bias, c
     return kernel_failure(
         ("linear / matmul: unknown few-row kernel code " + std::to_string(static_cast<int>(kernel))).c_str());
   if (kernel == FewRows::cluster && (M > kSkinnyMaxRows || !skinny_linear_fits(x.dtype, M, K, N, tw))) return {};
-  const bool early = early_weights || impl->never_written(w.data, static_cast<size_t>(K * N) * dtype_size(w.dtype));
   *done = true;
-  return skinny_linear(x, w, bias, out, tw, alpha, epi, early, s, kernel);
+  return skinny_linear(x, w, bias, out, tw, alpha, epi, early_weights, s, kernel);
 }
 
 }  // namespace
@@ -356,7 +332,7 @@ GpuStatus matmul(Blas &blas, const In &a, const In &b, const Out &out, bool ta, 
       // As a linear: x [rows, K], W = B ([K, N], or [N, K] transposed), no epilogue.
       const In x{a.data, a.dtype, Dims{rows, K}}, w{b.data, b.dtype, tbe ? Dims{N, K} : Dims{K, N}};
       const Out o{out.data, out.dtype, Dims{rows, N}};
-      ZK_GPU_TRY(few_rows(blas.impl(), x, w, In{}, o, tbe, rows, K, N, 1.0f, Epilogue::none, few, early_weights, s,
+      ZK_GPU_TRY(few_rows(x, w, In{}, o, tbe, rows, K, N, 1.0f, Epilogue::none, few, early_weights, s,
                           &done));
     }
     if (done) return {};
@@ -457,7 +433,7 @@ GpuStatus linear_impl(Blas &blas, const In &x, const In &w, const In &bias, cons
   if (!residual.data && !algo) {
     // The few-row kernel has no residual epilogue; linear_residual's products run on cuBLASLt at any size.
     bool done = false;
-    ZK_GPU_TRY(few_rows(blas.impl(), x, w, bias, out, tw, M, K, N, alpha, epi, few, early_weights, s, &done));
+    ZK_GPU_TRY(few_rows(x, w, bias, out, tw, M, K, N, alpha, epi, few, early_weights, s, &done));
     if (done) return {};
   }
   return run_lt(blas.impl(), g, ws, ws_bytes, s);
@@ -478,36 +454,21 @@ GpuStatus linear_residual(Blas &blas, const In &x, const In &w, const In &bias, 
                      ws_bytes, s, FewRows::library, algo, false);
 }
 
-namespace {
-
-/// The caller's early_weights, or (direct callers that declared the written ranges) whether none of the n
-/// weights lies in them.
-bool early_of(Blas &blas, const In *w, int n, bool early_weights) {
-  if (early_weights) return true;
-  bool early = true;
-  for (int i = 0; i < n; ++i)
-    early = early && blas.impl()->never_written(w[i].data, static_cast<size_t>(w[i].shape.numel()) * dtype_size(w[i].dtype));
-  return early;
-}
-
-}  // namespace
-
-GpuStatus linear_multi(Blas &blas, const In &x, const In *w, const Out *out, int n, bool tw, float alpha,
+// linear_multi, norm_products and linear_gated run only the few-row kernels: the Blas handle is not used.
+GpuStatus linear_multi(Blas &, const In &x, const In *w, const Out *out, int n, bool tw, float alpha,
                        cudaStream_t s, FewRows kernel, bool early_weights) {
-  return skinny_linear_multi(x, w, out, n, tw, alpha, early_of(blas, w, n, early_weights), s, kernel);
+  return skinny_linear_multi(x, w, out, n, tw, alpha, early_weights, s, kernel);
 }
 
-GpuStatus norm_products(Blas &blas, const In &x, const In &residual, const In &scale, const In *w, const Out &sum,
+GpuStatus norm_products(Blas &, const In &x, const In &residual, const In &scale, const In *w, const Out &sum,
                         const Out *out, int n, Unary act, bool gated, float alpha, float eps, cudaStream_t s,
                         bool early_weights) {
-  return skinny_norm_products(x, residual, scale, w, sum, out, n, act, gated, alpha, eps,
-                              early_of(blas, w, n, early_weights), s);
+  return skinny_norm_products(x, residual, scale, w, sum, out, n, act, gated, alpha, eps, early_weights, s);
 }
 
-GpuStatus linear_gated(Blas &blas, Unary act, const In &x, const In &wg, const In &wu, const Out &out, bool tw,
+GpuStatus linear_gated(Blas &, Unary act, const In &x, const In &wg, const In &wu, const Out &out, bool tw,
                        float alpha, cudaStream_t s, FewRows kernel, bool early_weights) {
-  const In w[2] = {wg, wu};
-  return skinny_linear_gated(act, x, wg, wu, out, tw, alpha, early_of(blas, w, 2, early_weights), s, kernel);
+  return skinny_linear_gated(act, x, wg, wu, out, tw, alpha, early_weights, s, kernel);
 }
 
 }  // namespace cuda

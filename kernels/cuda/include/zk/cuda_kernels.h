@@ -100,12 +100,6 @@ class Blas {
   Blas &operator=(const Blas &) = delete;
   struct Impl;
   Impl *impl() { return impl_; }
-  /// For direct callers of the library that launch a chain of products outside a plan (kernel tests and
-  /// benches): the device byte ranges [begin, end) that their kernels write. Once set, a few-row product whose
-  /// weights lie outside all of them reads them before waiting for the previous kernel, as if the caller had
-  /// passed early_weights. The CUDA backend never sets it: in a plan the decision is the compiler's (plan 2.18,
-  /// Instr.early, checked by the verifier) and arrives as the products' early_weights argument.
-  void set_written_ranges(std::vector<std::pair<uintptr_t, uintptr_t>> ranges);
 
  private:
   Blas() = default;
