@@ -585,7 +585,7 @@ FailureOr<BlockArgument> tokenInput(func::FuncOp func, int64_t seq,
                    "itself (attention_mask: ones; position_ids, "
                    "cache_position: each sequence's positions; "
                    "token_type_ids: zeros; past keys and values: an empty "
-                   "past); it has ")
+                   "past; use_cache_branch: false); it has ")
         << func.getNumArguments() << ": " << names
         << " (inputs under other names cannot be generated from; an input "
            "of past keys or values is bound only when it is a float tensor "
@@ -989,12 +989,16 @@ generate::importForGeneration(MLIRContext &context, const std::string &model,
   options.fill.insert({{"attention_mask", Fill::Ones},
                        {"position_ids", Fill::Arange},
                        {"cache_position", Fill::Arange},
-                       {"token_type_ids", Fill::Zeros}});
+                       {"token_type_ids", Fill::Zeros},
+                       {"use_cache_branch", Fill::Zeros}});
   // Past keys and values (optimum's decoder_with_past_model.onnx, exports
   // called with past_key_values): an empty past, which makes the graph the
   // one without a cache (the new keys and values appended to nothing are the
   // new ones) and the attention_mask, past + sequence long, the sequence's
-  // length. Generation plans its own cache.
+  // length. Generation plans its own cache. optimum's merged decoder
+  // (decoder_model_merged.onnx) chooses between its graphs without and with
+  // a past by use_cache_branch: false, the one without, imported as the
+  // branch its If takes (compiler/import/ControlOps.cpp, importIf).
   options.emptyPast = true;
   options.seq = maxSeq;
   OwningOpRef<ModuleOp> full = import::importOnnxFile(context, model, options);

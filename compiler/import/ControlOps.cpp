@@ -2,7 +2,8 @@
 //---------------===//
 //
 // Constant, ConstantOfShape (its value must fold: it has no run-time form),
-// Identity and Dropout (inference: a pass-through that keeps every element).
+// Identity and Dropout (inference: a pass-through that keeps every element),
+// If whose condition is a constant (the branch it takes, inlined).
 //
 //===----------------------------------------------------------------------===//
 
@@ -89,5 +90,66 @@ LogicalResult Importer::importIdentity(const onnx::NodeProto &n) {
     keep.shape = ones;
     setConst(n, 1, std::move(keep), x->shape);
   }
+  return success();
+}
+
+/// An If whose condition folds to a constant is the branch it takes: that
+/// branch's nodes are imported in place (their ops checked then) and its
+/// outputs are the If's. optimum's decoder_model_merged.onnx chooses this way
+/// between the decoder without a past (else) and the one with a past (then)
+/// by its input use_cache_branch, which generation binds to false. A
+/// condition known only at run time has no form here: the graph would need
+/// both branches and a run-time choice.
+LogicalResult Importer::importIf(const onnx::NodeProto &n) {
+  Val *cond = in(n, 0);
+  if (!cond->c)
+    return nodeError(n)
+           << "its condition '" << n.input(0)
+           << "' does not fold to a constant: an If is imported only when its "
+              "condition is a constant, as the branch it takes (optimum's "
+              "decoder_model_merged.onnx: zplan --generate binds "
+              "use_cache_branch to false; for other plans use "
+              "decoder_model.onnx or decoder_with_past_model.onnx)";
+  const ConstTensor &c = full(*cond);
+  if (c.numel() != 1)
+    return nodeError(n) << "its condition has " << c.numel()
+                        << " elements; it must have one";
+  StringRef which = c.getF(0) != 0 ? "then_branch" : "else_branch";
+  const onnx::GraphProto *branch = nullptr;
+  for (const auto &a : n.attribute())
+    if (a.name() == which && a.has_g())
+      branch = &a.g();
+  if (!branch)
+    return nodeError(n) << "the condition takes " << which
+                        << ", which the node does not have";
+  if (branch->output_size() != n.output_size())
+    return nodeError(n) << which << " has " << branch->output_size()
+                        << " outputs; the node has " << n.output_size();
+  if (failed(checkOps(*branch)))
+    return failure();
+  for (const auto &t : branch->initializer()) {
+    Val v;
+    if (failed(readTensorProto(t,
+                               "initializer '" + t.name() + "' of " + which +
+                                   " of node '" + n.name() + "'",
+                               v)))
+      return failure();
+    v.init = &t;
+    vals[t.name()] = std::move(v);
+  }
+  std::vector<const onnx::NodeProto *> order;
+  if (failed(sortNodes(*branch, order)))
+    return failure();
+  for (const onnx::NodeProto *m : order)
+    if (failed(importNode(*m)))
+      return failure();
+  // The branch's outputs may have the If's output names (optimum's do):
+  // copied before any is written.
+  SmallVector<Val> outs;
+  for (const auto &o : branch->output())
+    outs.push_back(vals[o.name()]);
+  for (int k = 0; k < n.output_size(); ++k)
+    if (!n.output(k).empty())
+      alias(n, k, outs[k]);
   return success();
 }

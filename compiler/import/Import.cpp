@@ -101,11 +101,12 @@ LogicalResult Importer::load() {
   return success();
 }
 
-LogicalResult Importer::checkOps() {
+LogicalResult Importer::checkOps(const onnx::GraphProto &g) {
   // Every unsupported op is reported at once, so that a user sees the whole
-  // gap in one run.
+  // gap in one run. The ops of an If's branches are checked when the branch
+  // is imported (importIf): only the one taken is.
   std::vector<std::string> bad;
-  for (const auto &n : model.graph().node()) {
+  for (const auto &n : g.node()) {
     std::string where = "'" + n.op_type() + "' (node '" + n.name() +
                         "', domain '" + n.domain() + "', opset " +
                         std::to_string(opset) + ")";
@@ -444,14 +445,22 @@ LogicalResult Importer::loadInitializers() {
   return success();
 }
 
-/// The dims along which a Concat reads each value the graph's nodes read
-/// (normalised against `rank`, as known from the graph's inputs): what
-/// recognises an input of past keys or values (ImportOptions::emptyPast).
-static std::map<std::string, std::set<int64_t>>
-concatAxes(const onnx::GraphProto &g,
-           const std::map<std::string, int64_t> &rank) {
-  std::map<std::string, std::set<int64_t>> axes;
+/// Adds to `axes` the dims along which a Concat of `g` (or of a graph inside
+/// one of its nodes) reads each value of `rank` (the graph's inputs and their
+/// ranks; negative axes normalised): what recognises an input of past keys
+/// or values (ImportOptions::emptyPast).
+static void concatAxes(const onnx::GraphProto &g,
+                       const std::map<std::string, int64_t> &rank,
+                       std::map<std::string, std::set<int64_t>> &axes) {
   for (const auto &n : g.node()) {
+    // The graphs inside a node (the branches of optimum's merged decoder,
+    // whose with-past branch appends to the pasts) read the inputs too.
+    for (const auto &a : n.attribute()) {
+      if (a.has_g())
+        concatAxes(a.g(), rank, axes);
+      for (const auto &sub : a.graphs())
+        concatAxes(sub, rank, axes);
+    }
     if (n.op_type() != "Concat" || !n.domain().empty())
       continue;
     int64_t axis = 0;
@@ -462,7 +471,6 @@ concatAxes(const onnx::GraphProto &g,
       if (auto r = rank.find(x); r != rank.end())
         axes[x].insert(axis < 0 ? axis + r->second : axis);
   }
-  return axes;
 }
 
 LogicalResult Importer::bindInputs(func::FuncOp &fn) {
@@ -475,7 +483,7 @@ LogicalResult Importer::bindInputs(func::FuncOp &fn) {
       ranks[in.name()] = in.type().tensor_type().shape().dim_size();
   std::map<std::string, std::set<int64_t>> concatReads;
   if (opts.emptyPast)
-    concatReads = concatAxes(model.graph(), ranks);
+    concatAxes(model.graph(), ranks, concatReads);
   for (const auto &in : model.graph().input()) {
     if (vals.count(in.name()) && vals[in.name()].init)
       continue; // an initializer listed as input (IR < 4)
@@ -605,8 +613,34 @@ LogicalResult Importer::bindInputs(func::FuncOp &fn) {
   return success();
 }
 
-LogicalResult Importer::sortNodes(std::vector<const onnx::NodeProto *> &order) {
-  const auto &g = model.graph();
+/// Adds to `out` the values that the nodes of `g` (and of the graphs inside
+/// them) read from outside `g`: what a node holding `g` (an If's branch)
+/// depends on besides its inputs.
+static void outerReads(const onnx::GraphProto &g, std::set<std::string> &out) {
+  std::set<std::string> defined, read;
+  for (const auto &i : g.input())
+    defined.insert(i.name());
+  for (const auto &t : g.initializer())
+    defined.insert(t.name());
+  for (const auto &n : g.node()) {
+    for (const auto &o : n.output())
+      defined.insert(o);
+    for (const auto &i : n.input())
+      read.insert(i);
+    for (const auto &a : n.attribute()) {
+      if (a.has_g())
+        outerReads(a.g(), read);
+      for (const auto &sub : a.graphs())
+        outerReads(sub, read);
+    }
+  }
+  for (const auto &r : read)
+    if (!r.empty() && !defined.count(r))
+      out.insert(r);
+}
+
+LogicalResult Importer::sortNodes(const onnx::GraphProto &g,
+                                  std::vector<const onnx::NodeProto *> &order) {
   std::unordered_map<std::string, int> producer;
   for (int k = 0; k < g.node_size(); ++k)
     for (const auto &o : g.node(k).output()) {
@@ -619,8 +653,18 @@ LogicalResult Importer::sortNodes(std::vector<const onnx::NodeProto *> &order) {
     }
   std::vector<int> pending(g.node_size(), 0);
   std::vector<std::vector<int>> users(g.node_size());
-  for (int k = 0; k < g.node_size(); ++k)
-    for (const auto &i : g.node(k).input()) {
+  for (int k = 0; k < g.node_size(); ++k) {
+    // A node's inputs, and what the graphs inside it (an If's branches) read
+    // from outside them.
+    std::set<std::string> reads(g.node(k).input().begin(),
+                                g.node(k).input().end());
+    for (const auto &a : g.node(k).attribute()) {
+      if (a.has_g())
+        outerReads(a.g(), reads);
+      for (const auto &sub : a.graphs())
+        outerReads(sub, reads);
+    }
+    for (const auto &i : reads) {
       if (i.empty() || vals.count(i))
         continue;
       auto it = producer.find(i);
@@ -631,6 +675,7 @@ LogicalResult Importer::sortNodes(std::vector<const onnx::NodeProto *> &order) {
       ++pending[k];
       users[it->second].push_back(k);
     }
+  }
   // Kahn's algorithm with a min-heap on the node index keeps the model's own
   // order whenever it already is topological.
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
@@ -732,7 +777,8 @@ LogicalResult Importer::finishOutputs(func::FuncOp fn) {
 
 OwningOpRef<ModuleOp> Importer::run() {
   ctx.loadDialect<zg::GraphDialect, func::FuncDialect>();
-  if (failed(load()) || failed(checkOps()) || failed(loadInitializers()))
+  if (failed(load()) || failed(checkOps(model.graph())) ||
+      failed(loadInitializers()))
     return nullptr;
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
   b.setInsertionPointToEnd(module->getBody());
@@ -740,7 +786,7 @@ OwningOpRef<ModuleOp> Importer::run() {
   if (failed(bindInputs(fn)))
     return nullptr;
   std::vector<const onnx::NodeProto *> order;
-  if (failed(sortNodes(order)))
+  if (failed(sortNodes(model.graph(), order)))
     return nullptr;
   for (const onnx::NodeProto *n : order) {
     // Folding allocates; a constant over the limit (or memory running out)

@@ -87,10 +87,11 @@ private:
 
   // --- Model-level steps.
   LogicalResult load();
-  LogicalResult checkOps();
+  LogicalResult checkOps(const onnx::GraphProto &g);
   LogicalResult loadInitializers();
   LogicalResult bindInputs(func::FuncOp &fn);
-  LogicalResult sortNodes(std::vector<const onnx::NodeProto *> &order);
+  LogicalResult sortNodes(const onnx::GraphProto &g,
+                          std::vector<const onnx::NodeProto *> &order);
   LogicalResult importNode(const onnx::NodeProto &n);
   LogicalResult finishOutputs(func::FuncOp fn);
 
@@ -201,6 +202,7 @@ public:
   LogicalResult importConstant(const onnx::NodeProto &n);
   LogicalResult importConstantOfShape(const onnx::NodeProto &n);
   LogicalResult importIdentity(const onnx::NodeProto &n);
+  LogicalResult importIf(const onnx::NodeProto &n);
 
 private:
   // GatherOps.cpp: what the three gathers share.

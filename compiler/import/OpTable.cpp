@@ -89,6 +89,7 @@ const llvm::StringMap<OpEntry> &zplan::import::detail::opTable() {
       {"ConstantOfShape", {9, 1, &Importer::importConstantOfShape, false}},
       {"Identity", {1, 1, &Importer::importIdentity, true}},
       {"Dropout", {1, 1, &Importer::importIdentity, true}},
+      {"If", {1, 1, &Importer::importIf, false}},
   };
   // clang-format on
   return table;

@@ -5,9 +5,9 @@ Run where torch, transformers and onnxruntime are installed (CPU is enough):
 
     python tests/models/export_with_inputs.py OUT_DIR [--models llama_dynamo,gpt2_ts,...]
 
-(tests/models/hf_inputs holds llama_ts, gpt2_ts, qwen2_dynamo, llama_ts_present, llama_ts_fp16, llama_ts_past
-and gpt2_ts_past: `--models
-llama_ts,gpt2_ts,qwen2_dynamo,llama_ts_present,llama_ts_fp16,llama_ts_past,gpt2_ts_past`.)
+(tests/models/hf_inputs holds llama_ts, gpt2_ts, qwen2_dynamo, llama_ts_present, llama_ts_fp16, llama_ts_past,
+gpt2_ts_past and llama_ts_merged: `--models
+llama_ts,gpt2_ts,qwen2_dynamo,llama_ts_present,llama_ts_fp16,llama_ts_past,gpt2_ts_past,llama_ts_merged`.)
 
 Each model is a transformers *ForCausalLM built from a small config with torch.manual_seed(0) (2 layers,
 hidden 64, 4 heads, vocab 512, eager attention), wrapped so that the export takes input_ids, attention_mask
@@ -26,7 +26,12 @@ sequence_length] and position_ids counting from the past length, and returns the
 and values; it is traced with a past of 5 positions, so that the past length stays symbolic, and checked with
 onnxruntime against PyTorch both with that past and with an empty one, and its greedy tokens by onnxruntime
 fed each step's present keys and values as the next step's past against Hugging Face generate's (the
-padded-mask files are not written for it: its forward takes a past).
+padded-mask files are not written for it: its forward takes a past). One ending in `_merged` (llama_ts_merged)
+is optimum's decoder_model_merged.onnx form: the `_present` and `_past` exports of the model merged by optimum's
+own merge_decoders (optimum.onnx; `pip install --no-deps optimum optimum-onnx` is enough), one If on the bool
+input use_cache_branch [1] whose else branch is the graph without a past and whose then branch the one with a
+past; checked with onnxruntime (use_cache_branch false and an empty past against PyTorch's logits; greedy
+tokens, the first step without the cache, the others with it, against generate's).
 OUT_DIR/<name>/ gets model.onnx (+ model.onnx.data for dynamo), input_ids.npy (int64 [2, 16],
 torch.manual_seed(1)), expected_output.npy (PyTorch's float32 logits for a mask of ones and positions
 0..15), attention_mask_padded.npy / position_ids_padded.npy / expected_output_padded.npy (the first row
@@ -188,7 +193,52 @@ def feeds(ids, pad=0):
     return ids, mask, pos
 
 
+def export_merged(name, out_root):
+    """The `_merged` exports (see the module's docstring)."""
+    import shutil
+    import tempfile
+
+    from optimum.onnx import merge_decoders
+    base = name.removesuffix("_merged")
+    out = os.path.join(out_root, name)
+    os.makedirs(out, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        export(base + "_present", tmp)
+        export(base + "_past", tmp)
+        merge_decoders(os.path.join(tmp, base + "_present", "model.onnx"),
+                       os.path.join(tmp, base + "_past", "model.onnx"), save_path=os.path.join(out, "model.onnx"))
+        for f in ("input_ids.npy", "expected_output.npy", "expected_generate.npy"):
+            shutil.copy(os.path.join(tmp, base + "_past", f), out)
+
+    import onnxruntime as ort
+    sess = ort.InferenceSession(os.path.join(out, "model.onnx"), providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    assert names[-1] == "use_cache_branch", names
+    ids, ref, gen = (np.load(os.path.join(out, f)) for f in ("input_ids.npy", "expected_output.npy",
+                                                              "expected_generate.npy"))
+    b = ids.shape[0]
+    past = [np.zeros((b, i.shape[1], 0, i.shape[3]), np.float32) for i in sess.get_inputs()[3:-1]]
+    tokens = step = ids
+    for k in range(24):
+        p = past[0].shape[2]
+        feed = [step, np.ones((b, p + step.shape[1]), np.int64),
+                np.broadcast_to(np.arange(p, p + step.shape[1]), step.shape).astype(np.int64), *past,
+                np.array([k > 0])]
+        logits, *past = sess.run(None, dict(zip(names, feed)))
+        if k == 0:
+            diff = float(np.abs(logits - ref).max())
+        step = logits[:, -1].argmax(axis=1)[:, None].astype(np.int64)
+        tokens = np.concatenate([tokens, step], axis=1)
+    same = bool((tokens == gen).all())
+    print(f"{name}: onnxruntime, use_cache_branch false vs PyTorch {diff:.2g}; greedy tokens with the cache "
+          f"branch equal generate's: {same}", flush=True)
+    if diff > 1e-4 or not same:
+        raise RuntimeError(f"{name}: the merged export differs (logits {diff}, tokens equal {same})")
+
+
 def export(name, out_root):
+    if name.endswith("_merged"):
+        return export_merged(name, out_root)
     if name.endswith("_past"):
         arch, exporter = name.removesuffix("_past").rsplit("_", 1)
         if exporter != "ts":

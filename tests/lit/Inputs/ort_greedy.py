@@ -11,9 +11,9 @@ last position's). With LENGTHS.npy
 tokens; zrun repeats its last token up to W. The graph's other inputs get what a caller of the exported
 model gives an unpadded sequence: attention_mask ones, position_ids and cache_position arange(length),
 token_type_ids zeros, past keys and values (a float input of rank >= 3) an empty past: its symbolic dims but
-dim 0 (the batch) 0, so that the attention_mask, past + sequence long, has the sequence's length. Prints the
-comparison and the smallest gap between the best and the second-best logit; exits non-zero when a token
-differs.
+dim 0 (the batch) 0, so that the attention_mask, past + sequence long, has the sequence's length, and
+use_cache_branch (optimum's merged decoder) false. Prints the comparison and the smallest gap between the
+best and the second-best logit; exits non-zero when a token differs.
 """
 import sys
 
@@ -45,6 +45,8 @@ def feed(tokens):
             out[inp.name] = np.arange(s, dtype=dtype)
         elif inp.name == "token_type_ids":
             out[inp.name] = np.zeros((b, s), dtype)
+        elif inp.name == "use_cache_branch":
+            out[inp.name] = np.zeros(inp.shape, dtype)
         elif i == 0:
             out[inp.name] = tokens.astype(dtype)
         elif inp.type == "tensor(float)" and len(inp.shape) >= 3:
