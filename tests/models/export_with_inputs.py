@@ -19,14 +19,15 @@ A name ending in `_present` (llama_ts_present) also returns each layer's present
 (present.<layer>.key / .value, use_cache=True), as optimum's decoder_model.onnx does; one ending in `_fp16`
 (llama_ts_fp16) is the model in float16 (model.half(), fp16 weights, inputs int64, logits fp16; the
 references are PyTorch's fp16 results; the export must match them within 2e-3). One ending in `_past`
-(llama_ts_past, gpt2_ts_past; TorchScript exporter only) also takes each layer's past key and value as inputs,
+(llama_ts_past, gpt2_ts_past, llama_dynamo_past) also takes each layer's past key and value as inputs,
 `past_key_values.<layer>.key` / `.value` [batch_size, kv heads, past_sequence_length, head dim] as optimum's
 decoder_with_past_model.onnx names them, its attention_mask [batch_size, past_sequence_length +
-sequence_length] and position_ids counting from the past length, and returns the logits and the present keys
-and values; it is traced with a past of 5 positions, so that the past length stays symbolic, and checked with
-onnxruntime against PyTorch both with that past and with an empty one, and its greedy tokens by onnxruntime
-fed each step's present keys and values as the next step's past against Hugging Face generate's (the
-padded-mask files are not written for it: its forward takes a past). One ending in `_merged` (llama_ts_merged)
+sequence_length] (dynamo: its own dim, total, as torch.export takes no sum of dims) and position_ids counting
+from the past length, and returns the logits and the present keys and values; it is traced with a past of 5
+positions, so that the past length stays symbolic, and checked with onnxruntime against PyTorch both with that
+past and with an empty one, and its greedy tokens by onnxruntime fed each step's present keys and values as the
+next step's past against Hugging Face generate's (the padded-mask files are not written for it: its forward
+takes a past). One ending in `_merged` (llama_ts_merged)
 is optimum's decoder_model_merged.onnx form: the `_present` and `_past` exports of the model merged by optimum's
 own merge_decoders (optimum.onnx; `pip install --no-deps optimum optimum-onnx` is enough), one If on the bool
 input use_cache_branch [1] whose else branch is the graph without a past and whose then branch the one with a
@@ -107,7 +108,7 @@ def past_of(model, batch, length):
             for _ in range(2 * c.num_hidden_layers)]
 
 
-def export_past(name, arch, model, ids, out_root):
+def export_past(name, exporter, model, ids, out_root):
     """The `_past` exports (see the module's docstring)."""
     wrapped = WithPast(model).eval()
     layers = model.config.num_hidden_layers
@@ -138,8 +139,24 @@ def export_past(name, arch, model, ids, out_root):
     dims.update({n: {0: "batch_size", 2: "past_sequence_length"} for n in kv})
     dims.update({o: {0: "batch_size", 2: total} for o in outputs[1:]})
     with torch.no_grad():
-        torch.onnx.export(wrapped, feeds_past(5), path, dynamo=False, opset_version=17, input_names=names,
-                          output_names=outputs, dynamic_axes=dims)
+        if exporter == "dynamo":
+            # The mask's length gets a dim of its own: torch.export takes no sum of two dims.
+            batch, seq = torch.export.Dim("batch_size"), torch.export.Dim("sequence_length", max=64)
+            past = torch.export.Dim("past_sequence_length", max=64)
+            total_dim = torch.export.Dim("total", max=128)
+            shapes = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: total_dim},
+                      "position_ids": {0: batch, 1: seq}, "past": tuple({0: batch, 2: past} for _ in kv)}
+            torch.onnx.export(wrapped, feeds_past(5), path, dynamo=True, external_data=True, input_names=names,
+                              output_names=outputs, dynamic_shapes=shapes)
+            import onnx
+            proto = onnx.load(path)
+            for node in proto.graph.node:
+                del node.metadata_props[:]
+            os.remove(path + ".data")
+            onnx.save(proto, path, save_as_external_data=True, location="model.onnx.data")
+        else:
+            torch.onnx.export(wrapped, feeds_past(5), path, dynamo=False, opset_version=17, input_names=names,
+                              output_names=outputs, dynamic_axes=dims)
 
     import onnxruntime as ort
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -241,11 +258,9 @@ def export(name, out_root):
         return export_merged(name, out_root)
     if name.endswith("_past"):
         arch, exporter = name.removesuffix("_past").rsplit("_", 1)
-        if exporter != "ts":
-            raise ValueError(f"{name}: the _past exports are made by the TorchScript exporter only (_ts)")
         torch.manual_seed(1)
         ids = torch.randint(0, 512, (2, 16), dtype=torch.int64)
-        return export_past(name, arch, build(arch), ids, out_root)
+        return export_past(name, exporter, build(arch), ids, out_root)
     fp16 = name.endswith("_fp16")
     name_ = name.removesuffix("_fp16")
     present = name_.endswith("_present")
