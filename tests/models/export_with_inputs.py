@@ -26,8 +26,9 @@ sequence_length] (dynamo: its own dim, total, as torch.export takes no sum of di
 from the past length, and returns the logits and the present keys and values; it is traced with a past of 5
 positions, so that the past length stays symbolic, and checked with onnxruntime against PyTorch both with that
 past and with an empty one, and its greedy tokens by onnxruntime fed each step's present keys and values as the
-next step's past against Hugging Face generate's (the padded-mask files are not written for it: its forward
-takes a past). One ending in `_merged` (llama_ts_merged)
+next step's past against Hugging Face generate's. Its forward's references are for a past of 5 (the padded-mask
+files are not written): <input>_past5.npy for each input but input_ids (the pasts torch.manual_seed(2) values)
+and expected_output_past5.npy, PyTorch's logits. One ending in `_merged` (llama_ts_merged)
 is optimum's decoder_model_merged.onnx form: the `_present` and `_past` exports of the model merged by optimum's
 own merge_decoders (optimum.onnx; `pip install --no-deps optimum optimum-onnx` is enough), one If on the bool
 input use_cache_branch [1] whose else branch is the graph without a past and whose then branch the one with a
@@ -188,6 +189,11 @@ def export_past(name, exporter, model, ids, out_root):
     np.save(os.path.join(out, "input_ids.npy"), ids.numpy())
     np.save(os.path.join(out, "expected_output.npy"), ref)
     np.save(os.path.join(out, "expected_generate.npy"), gen.astype(np.int64))
+    # The forward with a past of 5 (its inputs as run inputs): each input but input_ids as <name>_past5.npy,
+    # PyTorch's logits as expected_output_past5.npy.
+    for n, x in list(zip(names, feeds_past(5)))[1:]:
+        np.save(os.path.join(out, f"{n}_past5.npy"), x.numpy())
+    np.save(os.path.join(out, "expected_output_past5.npy"), ref_past)
 
 
 def build(arch):
