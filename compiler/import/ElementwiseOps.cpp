@@ -323,6 +323,44 @@ LogicalResult Importer::importWhere(const onnx::NodeProto &n) {
   return success();
 }
 
+// Trilu keeps the upper (upper = 1: column - row >= k) or lower (column - row
+// <= k) triangle of each matrix of the last two dims and zeroes the rest.
+// transformers 4's causal-mask builder (torch.triu of a constant, the exports
+// of optimum 1.x) writes one; its input is then a constant and it folds.
+// Otherwise it is a where between the input and zero under the constant
+// triangle.
+LogicalResult Importer::importTrilu(const onnx::NodeProto &n) {
+  Val *x = in(n, 0);
+  if (x->shape.size() < 2)
+    return nodeError(n) << "needs an input of rank >= 2, got "
+                        << shapeStr(x->shape);
+  int64_t k = 0;
+  if (in(n, 1)) {
+    std::vector<int64_t> ks;
+    if (failed(constInts(n, 1, "k", ks)))
+      return failure();
+    if (ks.size() != 1)
+      return nodeError(n) << "k must be one value";
+    k = ks[0];
+  }
+  bool upper = attrInt(n, "upper", 1) != 0;
+  int64_t rows = x->shape[x->shape.size() - 2], cols = x->shape.back();
+  ConstTensor keep(kBool, {rows, cols});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      keep.i[r * cols + c] = upper ? c - r >= k : c - r <= k;
+  ConstTensor zero(x->dtype, {});
+  if (foldable(x)) {
+    setConst(n, 0, eval::where(keep, full(*x), zero, x->shape), x->shape);
+    return success();
+  }
+  setValue(n, 0,
+           emit<zg::WhereOp>(tensorType(x->dtype, x->shape),
+                             {materializeConst(keep), materialize(*x),
+                              materializeConst(zero)}));
+  return success();
+}
+
 LogicalResult Importer::importCast(const onnx::NodeProto &n) {
   Val *x = in(n, 0);
   int32_t to = attrInt(n, "to", 0);

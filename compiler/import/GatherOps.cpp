@@ -129,3 +129,92 @@ LogicalResult Importer::importGatherElements(const onnx::NodeProto &n) {
             {attr("axis", b.getI64IntegerAttr(axis))});
       });
 }
+
+// ScatterND writes slices of `updates` into a copy of `data` at constant
+// indices. transformers 4's causal-mask builder (the exports of optimum 1.x)
+// writes the padding into the mask this way (`mask[:, :, :, :n] = ...`). With
+// constant data and updates (generation binds attention_mask to ones) it
+// folds; otherwise the constant indices become a constant map from each
+// output element to the update element written there, and the node is a
+// gather of the flattened updates under a where that keeps `data` elsewhere.
+LogicalResult Importer::importScatterND(const onnx::NodeProto &n) {
+  Val *x = in(n, 0), *idx = in(n, 1), *upd = in(n, 2);
+  if (!x || !idx || !upd)
+    return nodeError(n) << "needs data, indices and updates";
+  std::string reduction = attrString(n, "reduction", "none");
+  if (reduction != "none")
+    return nodeError(n) << "reduction '" << reduction
+                        << "' is not supported (only 'none')";
+  if (idx->dtype != kInt64)
+    return nodeError(n) << "indices must be int64";
+  if (!idx->c)
+    return nodeError(n) << "indices ('" << n.input(1)
+                        << "') do not fold to a constant: a ScatterND is "
+                           "imported only at constant indices";
+  if (upd->dtype != x->dtype)
+    return nodeError(n) << "updates are " << dtypeName(upd->dtype)
+                        << ", data " << dtypeName(x->dtype);
+  int64_t rank = x->shape.size();
+  int64_t depth = idx->shape.empty() ? 0 : idx->shape.back();
+  Shape want(idx->shape.begin(), idx->shape.empty() ? idx->shape.end()
+                                                    : idx->shape.end() - 1);
+  if (idx->shape.empty() || depth < 1 || depth > rank)
+    return nodeError(n) << "indices " << shapeStr(idx->shape)
+                        << " do not fit data " << shapeStr(x->shape);
+  want.append(x->shape.begin() + depth, x->shape.end());
+  if (upd->shape != want)
+    return nodeError(n) << "updates " << shapeStr(upd->shape)
+                        << " do not fit indices " << shapeStr(idx->shape)
+                        << " and data " << shapeStr(x->shape) << " (expected "
+                        << shapeStr(want) << ")";
+  // The data's row-major strides; `slice` elements per index tuple.
+  std::vector<int64_t> stride(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d)
+    stride[d] = stride[d + 1] * x->shape[d + 1];
+  int64_t slice = depth == 0 ? 1 : stride[depth - 1];
+  int64_t numel = stride.empty() ? 1 : stride[0] * x->shape[0];
+  const ConstTensor &ci = full(*idx);
+  int64_t tuples = depth ? ci.numel() / depth : 0;
+  // src[e]: the flat update element written at output element e, or -1.
+  std::vector<int64_t> src(numel, -1);
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t at = 0;
+    for (int64_t k = 0; k < depth; ++k) {
+      int64_t j = ci.i[t * depth + k], given = j;
+      if (!wrapIndex(j, x->shape[k]))
+        return nodeError(n) << "index out of range for dim " << k
+                            << " of size " << x->shape[k] << " (index "
+                            << given << ")";
+      at += j * stride[k];
+    }
+    for (int64_t e = 0; e < slice; ++e)
+      src[at + e] = t * slice + e;
+  }
+  if (foldable(x) && foldable(upd)) {
+    ConstTensor out = full(*x);
+    const ConstTensor &u = full(*upd);
+    // Data and updates have one dtype, so their storage is copied as is.
+    for (int64_t e = 0; e < numel; ++e)
+      if (src[e] >= 0 && out.isFloat())
+        out.f[e] = u.f[src[e]];
+      else if (src[e] >= 0)
+        out.i[e] = u.i[src[e]];
+    setConst(n, 0, std::move(out));
+    return success();
+  }
+  ConstTensor written(kBool, x->shape), from(kInt64, x->shape);
+  for (int64_t e = 0; e < numel; ++e) {
+    written.i[e] = src[e] >= 0;
+    from.i[e] = std::max<int64_t>(src[e], 0);
+  }
+  Value flat = emit<zg::ReshapeOp>(tensorType(upd->dtype, {tuples * slice}),
+                                   materialize(*upd));
+  Value taken = emit<zg::GatherOp>(tensorType(x->dtype, x->shape),
+                                   {flat, materializeConst(from)},
+                                   {attr("axis", b.getI64IntegerAttr(0))});
+  setValue(n, 0,
+           emit<zg::WhereOp>(tensorType(x->dtype, x->shape),
+                             {materializeConst(written), taken,
+                              materialize(*x)}));
+  return success();
+}

@@ -175,6 +175,7 @@ public:
   LogicalResult importElementwise(const onnx::NodeProto &n);
   LogicalResult importCast(const onnx::NodeProto &n);
   LogicalResult importWhere(const onnx::NodeProto &n);
+  LogicalResult importTrilu(const onnx::NodeProto &n);
   LogicalResult importGelu(const onnx::NodeProto &n);
   // LinalgOps.cpp
   LogicalResult importMatMul(const onnx::NodeProto &n);
@@ -193,6 +194,7 @@ public:
   LogicalResult importGather(const onnx::NodeProto &n);
   LogicalResult importGatherND(const onnx::NodeProto &n);
   LogicalResult importGatherElements(const onnx::NodeProto &n);
+  LogicalResult importScatterND(const onnx::NodeProto &n);
   // ReductionOps.cpp
   LogicalResult importReduce(const onnx::NodeProto &n);
   LogicalResult importCumSum(const onnx::NodeProto &n);

@@ -53,6 +53,7 @@ const llvm::StringMap<OpEntry> &zplan::import::detail::opTable() {
       {"IsNaN", {9, 1, &Importer::importElementwise, true}},
       {"Cast", {1, 1, &Importer::importCast, true}},
       {"Where", {9, 3, &Importer::importWhere, true}},
+      {"Trilu", {14, 1, &Importer::importTrilu, false}},
       {"Gelu", {20, 1, &Importer::importGelu, false}},
       // Linear algebra (LinalgOps.cpp).
       {"MatMul", {1, 2, &Importer::importMatMul, false}},
@@ -75,6 +76,7 @@ const llvm::StringMap<OpEntry> &zplan::import::detail::opTable() {
       {"Gather", {1, 2, &Importer::importGather, false}},
       {"GatherElements", {11, 2, &Importer::importGatherElements, false}},
       {"GatherND", {11, 2, &Importer::importGatherND, false}},
+      {"ScatterND", {11, 3, &Importer::importScatterND, false}},
       // Reductions and normalisation (ReductionOps.cpp).
       {"ReduceSum", {1, 1, &Importer::importReduce, false}},
       {"ReduceMean", {1, 1, &Importer::importReduce, false}},
