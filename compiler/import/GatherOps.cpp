@@ -152,15 +152,16 @@ LogicalResult Importer::importScatterND(const onnx::NodeProto &n) {
                         << "') do not fold to a constant: a ScatterND is "
                            "imported only at constant indices";
   if (upd->dtype != x->dtype)
-    return nodeError(n) << "updates are " << dtypeName(upd->dtype)
-                        << ", data " << dtypeName(x->dtype);
+    return nodeError(n) << "updates are " << dtypeName(upd->dtype) << ", data "
+                        << dtypeName(x->dtype);
   int64_t rank = x->shape.size();
-  int64_t depth = idx->shape.empty() ? 0 : idx->shape.back();
-  Shape want(idx->shape.begin(), idx->shape.empty() ? idx->shape.end()
-                                                    : idx->shape.end() - 1);
-  if (idx->shape.empty() || depth < 1 || depth > rank)
+  if (idx->shape.empty() || idx->shape.back() < 1 || idx->shape.back() > rank)
     return nodeError(n) << "indices " << shapeStr(idx->shape)
                         << " do not fit data " << shapeStr(x->shape);
+  // Each index tuple (the last dim of the indices) names a slice of the data's
+  // last rank - depth dims; the updates hold one such slice per tuple.
+  int64_t depth = idx->shape.back();
+  Shape want(idx->shape.begin(), idx->shape.end() - 1);
   want.append(x->shape.begin() + depth, x->shape.end());
   if (upd->shape != want)
     return nodeError(n) << "updates " << shapeStr(upd->shape)
@@ -171,10 +172,9 @@ LogicalResult Importer::importScatterND(const onnx::NodeProto &n) {
   std::vector<int64_t> stride(rank, 1);
   for (int64_t d = rank - 2; d >= 0; --d)
     stride[d] = stride[d + 1] * x->shape[d + 1];
-  int64_t slice = depth == 0 ? 1 : stride[depth - 1];
-  int64_t numel = stride.empty() ? 1 : stride[0] * x->shape[0];
+  int64_t slice = stride[depth - 1], numel = stride[0] * x->shape[0];
   const ConstTensor &ci = full(*idx);
-  int64_t tuples = depth ? ci.numel() / depth : 0;
+  int64_t tuples = ci.numel() / depth;
   // src[e]: the flat update element written at output element e, or -1.
   std::vector<int64_t> src(numel, -1);
   for (int64_t t = 0; t < tuples; ++t) {
@@ -182,9 +182,8 @@ LogicalResult Importer::importScatterND(const onnx::NodeProto &n) {
     for (int64_t k = 0; k < depth; ++k) {
       int64_t j = ci.i[t * depth + k], given = j;
       if (!wrapIndex(j, x->shape[k]))
-        return nodeError(n) << "index out of range for dim " << k
-                            << " of size " << x->shape[k] << " (index "
-                            << given << ")";
+        return nodeError(n) << "index out of range for dim " << k << " of size "
+                            << x->shape[k] << " (index " << given << ")";
       at += j * stride[k];
     }
     for (int64_t e = 0; e < slice; ++e)
@@ -212,9 +211,9 @@ LogicalResult Importer::importScatterND(const onnx::NodeProto &n) {
   Value taken = emit<zg::GatherOp>(tensorType(x->dtype, x->shape),
                                    {flat, materializeConst(from)},
                                    {attr("axis", b.getI64IntegerAttr(0))});
-  setValue(n, 0,
-           emit<zg::WhereOp>(tensorType(x->dtype, x->shape),
-                             {materializeConst(written), taken,
-                              materialize(*x)}));
+  setValue(
+      n, 0,
+      emit<zg::WhereOp>(tensorType(x->dtype, x->shape),
+                        {materializeConst(written), taken, materialize(*x)}));
   return success();
 }

@@ -11,7 +11,8 @@
 #   position_ids as run inputs), against PyTorch's logits (expected_output_padded.npy) within TOL (1e-4) at
 #   the positions the mask keeps. For an export that takes past keys and values (llama_ts_past, ...: no
 #   attention_mask_padded.npy, but expected_output_past5.npy) the forward plan instead takes a past of 5
-#   (--dim past_sequence_length=5, the mask's length 21), every input but input_ids fed from <name>_past5.npy,
+#   (--dim past_sequence_length=5, the mask's length 21: `past_sequence_length + sequence_length`, optimum 1.x's
+#   `past_sequence_length + 1`, or dynamo's `total`), every input but input_ids fed from <name>_past5.npy,
 #   against PyTorch's logits within TOL.
 # zplan and zrun come from PATH (lit's).
 set -euo pipefail
@@ -38,7 +39,7 @@ PYTHON=$python bash "$here/generate_vs_ort.sh" "$model/model.onnx" 40 24 "$work/
 if [[ -f "$model/expected_output_past5.npy" ]]; then
   for tp in 1 2; do
     zplan "$model/model.onnx" --seq 16 --batch 2 --tp "$tp" --world "$tp" --dim past_sequence_length=5 \
-      --dim "past_sequence_length + sequence_length=21" --dim total=21 -o "$work/p.zplan" >/dev/null 2>&1
+      --dim "past_sequence_length + sequence_length=21" --dim "past_sequence_length + 1=21" --dim total=21 -o "$work/p.zplan" >/dev/null 2>&1
     feeds=(--input input_ids="$model/input_ids.npy")
     for f in "$model"/*_past5.npy; do
       n=$(basename "$f" _past5.npy)
