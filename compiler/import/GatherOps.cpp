@@ -148,8 +148,8 @@ LogicalResult Importer::importScatterND(const onnx::NodeProto &n) {
   if (idx->dtype != kInt64)
     return nodeError(n) << "indices must be int64";
   if (!idx->c)
-    return nodeError(n) << "indices ('" << n.input(1)
-                        << "') do not fold to a constant: a ScatterND is "
+    return nodeError(n) << "input 1 (the indices, '" << n.input(1)
+                        << "') does not fold to a constant: a ScatterND is "
                            "imported only at constant indices";
   if (upd->dtype != x->dtype)
     return nodeError(n) << "updates are " << dtypeName(upd->dtype) << ", data "
