@@ -917,6 +917,20 @@ LogicalResult generate::buildGenerationModule(ModuleOp full, ModuleOp single,
         "attention core of a causal language model (zg.attention)");
   for (auto [layer, pair] : llvm::enumerate(attentions)) {
     zg::AttentionOp aL = pair.first, a1 = pair.second;
+    // An attention with neither a causal flag nor a mask sees every
+    // position: an encoder's, or that of an export traced at one new token
+    // (optimum 1.x's decoder_with_past_model.onnx of GPT-2: transformers 4's
+    // SDPA attention takes no causal mask for one query), which is a decode
+    // step only. Say so, as the file beside it generates.
+    if (!aL.getCausal() && !aL.getMask() && !a1.getMask())
+      return aL.emitError("generation: attention ")
+             << layer
+             << " is not plain causal self-attention (it has no causal mask: "
+                "every position sees every other, as in an encoder, or in an "
+                "export traced at one new token, such as optimum's "
+                "decoder_with_past_model.onnx of GPT-2, a decode step only: "
+                "use its decoder_model.onnx or decoder_model_merged.onnx); "
+                "generation needs a causal language model";
     if (!aL.getCausal() || aL.getMask() || a1.getMask() ||
         aL->getNumResults() != 1)
       return aL.emitError("generation: attention ")
