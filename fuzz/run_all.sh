@@ -10,7 +10,8 @@ shift 3
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(onnx_import compile plan_load npy_read)
-export ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=0
+# allow_user_poisoning=0: see fuzz/FINDINGS.md F33.
+export ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=0:allow_user_poisoning=0
 pids=()
 for t in "${targets[@]}"; do
   work=$build/fuzz-runs/$t
