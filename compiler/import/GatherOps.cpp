@@ -59,6 +59,11 @@ LogicalResult Importer::importGather(const onnx::NodeProto &n) {
   int64_t rank = x->shape.size(), axis = attrInt(n, "axis", 0);
   if (failed(normAxis(n, axis, rank)))
     return failure();
+  // normAxis takes axis 0 at rank 0; Gather's data has at least one dim.
+  if (axis >= rank)
+    return nodeError(n) << "data must have at least one dim to gather along "
+                           "(axis "
+                        << axis << ", rank " << rank << ")";
   Shape out(x->shape.begin(), x->shape.begin() + axis);
   out.append(idx->shape.begin(), idx->shape.end());
   out.append(x->shape.begin() + axis + 1, x->shape.end());
