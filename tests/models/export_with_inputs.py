@@ -98,6 +98,17 @@ class WithPast(torch.nn.Module):
         return (out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)])
 
 
+def drop_node_metadata(path):
+    """A dynamo export's nodes carry the exporting machine's source paths (stack traces): dropped, the weights
+    saved again as model.onnx.data beside it."""
+    import onnx
+    proto = onnx.load(path)
+    for node in proto.graph.node:
+        del node.metadata_props[:]
+    os.remove(path + ".data")
+    onnx.save(proto, path, save_as_external_data=True, location="model.onnx.data")
+
+
 def past_of(model, batch, length):
     """Each layer's past key and value [batch, kv heads, length, head dim] (torch.manual_seed(2) values), in
     the order of the export's inputs."""
@@ -149,12 +160,7 @@ def export_past(name, exporter, model, ids, out_root):
                       "position_ids": {0: batch, 1: seq}, "past": tuple({0: batch, 2: past} for _ in kv)}
             torch.onnx.export(wrapped, feeds_past(5), path, dynamo=True, external_data=True, input_names=names,
                               output_names=outputs, dynamic_shapes=shapes)
-            import onnx
-            proto = onnx.load(path)
-            for node in proto.graph.node:
-                del node.metadata_props[:]
-            os.remove(path + ".data")
-            onnx.save(proto, path, save_as_external_data=True, location="model.onnx.data")
+            drop_node_metadata(path)
         else:
             torch.onnx.export(wrapped, feeds_past(5), path, dynamo=False, opset_version=17, input_names=names,
                               output_names=outputs, dynamic_axes=dims)
@@ -298,13 +304,7 @@ def export(name, out_root):
         dims = {n: {0: batch, 1: seq} for n in names}
         torch.onnx.export(wrapped, feeds(ids), path, dynamo=True, external_data=True, input_names=names,
                           output_names=outputs, dynamic_shapes=dims)
-        # The nodes' metadata holds the exporting machine's source paths (stack traces): dropped.
-        import onnx
-        proto = onnx.load(path)
-        for node in proto.graph.node:
-            del node.metadata_props[:]
-        os.remove(path + ".data")
-        onnx.save(proto, path, save_as_external_data=True, location="model.onnx.data")
+        drop_node_metadata(path)
     else:
         dims = {n: {0: "batch_size", 1: "sequence_length"} for n in names}
         dims["logits"] = {0: "batch_size", 1: "sequence_length"}
